@@ -1,0 +1,3 @@
+module github.com/pagedkv/pagedkv
+
+go 1.24.0
