@@ -1,0 +1,339 @@
+package driver
+
+import (
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// libNames are the names tried, in order, when opening the driver library.
+var libNames = []string{"libcuda.so.1", "libcuda.so"}
+
+// bound is set once every symbol of the function table is registered, so
+// error formatting may ask the driver for names (cuGetErrorName works
+// even when cuInit failed).
+var bound atomic.Bool
+
+// loadDriver opens libcuda, binds the function table and calls cuInit(0),
+// once per process; every later call returns the first result.
+var loadDriver = sync.OnceValues(func() (uintptr, error) {
+	h, err := openLibrary(libNames)
+	if err != nil {
+		return 0, err
+	}
+	if err := bindTable(func(name string) (uintptr, error) { return purego.Dlsym(h, name) }); err != nil {
+		return 0, err
+	}
+	bound.Store(true)
+	if err := check("cuInit", cuInit(0)); err != nil {
+		return 0, err
+	}
+	return h, nil
+})
+
+func openLibrary(names []string) (uintptr, error) {
+	var tried []string
+	for _, name := range names {
+		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err == nil {
+			return h, nil
+		}
+		tried = append(tried, fmt.Sprintf("%s (%v)", name, err))
+	}
+	return 0, fmt.Errorf("%w: could not open %s; install an NVIDIA driver that supports CUDA 11.8 or newer, "+
+		"or add the folder holding libcuda.so.1 to LD_LIBRARY_PATH", ErrNoDriver, strings.Join(tried, ", "))
+}
+
+// Init loads the driver library and initializes the driver (cuInit(0)).
+// It runs once per process; later calls return the same result. Every other
+// function in this package calls it first, so calling it explicitly is only
+// needed to probe for a driver. The error wraps ErrNoDriver when libcuda is
+// missing or too old, and ErrNoDevice when the driver sees no device.
+// See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__INITIALIZE.html
+func Init() error {
+	_, err := loadDriver()
+	return err
+}
+
+// The function table: one variable per driver symbol, bound by bindTable.
+// Types map C to Go as: CUresult → Result, int → int32, unsigned int →
+// uint32, size_t and unsigned long long → uint64, handles → the uintptr-based
+// handle types, pointers → *T or unsafe.Pointer. The symbols are the
+// versioned ABI names (what cuda.h's macros resolve to), present in every
+// driver from CUDA 11.8 to 13.x.
+var (
+	// CUresult cuInit(unsigned int Flags);
+	cuInit func(flags uint32) Result
+	// CUresult cuDriverGetVersion(int *driverVersion);
+	cuDriverGetVersion func(version *int32) Result
+	// CUresult cuGetErrorName(CUresult error, const char **pStr);
+	cuGetErrorName func(r Result, str **byte) Result
+	// CUresult cuGetErrorString(CUresult error, const char **pStr);
+	cuGetErrorString func(r Result, str **byte) Result
+
+	// CUresult cuDeviceGetCount(int *count);
+	cuDeviceGetCount func(count *int32) Result
+	// CUresult cuDeviceGet(CUdevice *device, int ordinal);
+	cuDeviceGet func(dev *Device, ordinal int32) Result
+	// CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
+	cuDeviceGetName func(name *byte, n int32, dev Device) Result
+	// CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+	cuDeviceTotalMem func(bytes *uint64, dev Device) Result
+	// CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
+	cuDeviceGetAttribute func(pi *int32, attr DeviceAttribute, dev Device) Result
+
+	// CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+	cuDevicePrimaryCtxRetain func(ctx *Context, dev Device) Result
+	// CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+	cuDevicePrimaryCtxRelease func(dev Device) Result
+	// CUresult cuCtxGetCurrent(CUcontext *pctx);   (hot path: bound with SyscallN)
+	cuCtxGetCurrent func(ctx *Context) Result
+	// CUresult cuCtxSetCurrent(CUcontext ctx);      (hot path: bound with SyscallN)
+	cuCtxSetCurrent func(ctx Context) Result
+	// CUresult cuCtxSynchronize(void);
+	cuCtxSynchronize func() Result
+
+	// CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+	//                             CUjit_option *options, void **optionValues);
+	cuModuleLoadDataEx func(mod *Module, image unsafe.Pointer, numOptions uint32, options *int32, values *uintptr) Result
+	// CUresult cuModuleUnload(CUmodule hmod);
+	cuModuleUnload func(mod Module) Result
+	// CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
+	cuModuleGetFunction func(fn *Function, mod Module, name *byte) Result
+	// CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
+	cuFuncGetAttribute func(pi *int32, attr FunctionAttribute, fn Function) Result
+	// CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+	cuFuncSetAttribute func(fn Function, attr FunctionAttribute, value int32) Result
+	// CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
+	//                                                      int blockSize, size_t dynamicSMemSize);
+	cuOccupancyMaxActiveBlocksPerMultiprocessor func(numBlocks *int32, fn Function, blockSize int32, dynamicSMem uint64) Result
+
+	// CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+	cuMemAlloc func(p *DevicePtr, bytes uint64) Result
+	// CUresult cuMemFree_v2(CUdeviceptr dptr);
+	cuMemFree func(p DevicePtr) Result
+	// CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+	cuMemAllocAsync func(p *DevicePtr, bytes uint64, s Stream) Result
+	// CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+	cuMemFreeAsync func(p DevicePtr, s Stream) Result
+	// CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N);
+	cuMemsetD8 func(p DevicePtr, v uint8, n uint64) Result
+	// CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+	cuMemsetD8Async func(p DevicePtr, v uint8, n uint64, s Stream) Result
+	// CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+	cuMemsetD32Async func(p DevicePtr, v uint32, n uint64, s Stream) Result
+	// CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+	cuMemcpyHtoD func(dst DevicePtr, src unsafe.Pointer, bytes uint64) Result
+	// CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+	cuMemcpyDtoH func(dst unsafe.Pointer, src DevicePtr, bytes uint64) Result
+	// CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+	cuMemcpyDtoD func(dst, src DevicePtr, bytes uint64) Result
+	// CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+	cuMemcpyHtoDAsync func(dst DevicePtr, src unsafe.Pointer, bytes uint64, s Stream) Result
+	// CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+	cuMemcpyDtoHAsync func(dst unsafe.Pointer, src DevicePtr, bytes uint64, s Stream) Result
+	// CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+	cuMemcpyDtoDAsync func(dst, src DevicePtr, bytes uint64, s Stream) Result
+
+	// CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
+	cuStreamCreate func(s *Stream, flags uint32) Result
+	// CUresult cuStreamDestroy_v2(CUstream hStream);
+	cuStreamDestroy func(s Stream) Result
+	// CUresult cuStreamSynchronize(CUstream hStream);
+	cuStreamSynchronize func(s Stream) Result
+	// CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+	cuStreamBeginCapture func(s Stream, mode CaptureMode) Result
+	// CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+	cuStreamEndCapture func(s Stream, g *Graph) Result
+	// CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+	cuStreamIsCapturing func(s Stream, status *int32) Result
+
+	// CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+	cuGraphInstantiateWithFlags func(exec *GraphExec, g Graph, flags uint64) Result
+	// CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);   (hot path: bound with SyscallN)
+	cuGraphLaunch func(exec GraphExec, s Stream) Result
+	// CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+	cuGraphExecDestroy func(exec GraphExec) Result
+	// CUresult cuGraphDestroy(CUgraph hGraph);
+	cuGraphDestroy func(g Graph) Result
+
+	// CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
+	cuEventCreate func(e *Event, flags uint32) Result
+	// CUresult cuEventRecord(CUevent hEvent, CUstream hStream);   (hot path: bound with SyscallN)
+	cuEventRecord func(e Event, s Stream) Result
+	// CUresult cuEventSynchronize(CUevent hEvent);
+	cuEventSynchronize func(e Event) Result
+	// CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+	cuEventElapsedTime func(ms *float32, start, end Event) Result
+	// CUresult cuEventDestroy_v2(CUevent hEvent);
+	cuEventDestroy func(e Event) Result
+
+	// CUresult cuLaunchKernel(CUfunction f,
+	//                         unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+	//                         unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+	//                         unsigned int sharedMemBytes, CUstream hStream,
+	//                         void **kernelParams, void **extra);   (hot path: bound with SyscallN)
+	cuLaunchKernel launchFunc
+)
+
+// launchFunc is the Go type of cuLaunchKernel.
+type launchFunc func(f Function, gx, gy, gz, bx, by, bz, sharedBytes uint32, s Stream,
+	params *unsafe.Pointer, extra *unsafe.Pointer) Result
+
+// symbol pairs a driver symbol with the variable that holds it. A variable
+// given raw is bound by a hand-written adapter around rawCall (purego.SyscallN)
+// instead of purego.RegisterFunc: those symbols sit on per-launch paths
+// (Context.Do, Launch, GraphExec.Launch, Event.Record), and rawCall does not
+// allocate per call the way RegisterFunc's reflection-based calls do.
+type symbol struct {
+	name string
+	fptr any
+	raw  func(addr uintptr)
+}
+
+func symbols() []symbol {
+	return []symbol{
+		{name: "cuInit", fptr: &cuInit},
+		{name: "cuDriverGetVersion", fptr: &cuDriverGetVersion},
+		{name: "cuGetErrorName", fptr: &cuGetErrorName},
+		{name: "cuGetErrorString", fptr: &cuGetErrorString},
+		{name: "cuDeviceGetCount", fptr: &cuDeviceGetCount},
+		{name: "cuDeviceGet", fptr: &cuDeviceGet},
+		{name: "cuDeviceGetName", fptr: &cuDeviceGetName},
+		{name: "cuDeviceTotalMem_v2", fptr: &cuDeviceTotalMem},
+		{name: "cuDeviceGetAttribute", fptr: &cuDeviceGetAttribute},
+		{name: "cuDevicePrimaryCtxRetain", fptr: &cuDevicePrimaryCtxRetain},
+		{name: "cuDevicePrimaryCtxRelease_v2", fptr: &cuDevicePrimaryCtxRelease},
+		{name: "cuCtxGetCurrent", fptr: &cuCtxGetCurrent, raw: func(addr uintptr) {
+			cuCtxGetCurrent = func(ctx *Context) Result {
+				r := rawCall(addr, uintptr(unsafe.Pointer(ctx)))
+				runtime.KeepAlive(ctx)
+				return r
+			}
+		}},
+		{name: "cuCtxSetCurrent", fptr: &cuCtxSetCurrent, raw: func(addr uintptr) {
+			cuCtxSetCurrent = func(ctx Context) Result { return rawCall(addr, uintptr(ctx)) }
+		}},
+		{name: "cuCtxSynchronize", fptr: &cuCtxSynchronize},
+		{name: "cuModuleLoadDataEx", fptr: &cuModuleLoadDataEx},
+		{name: "cuModuleUnload", fptr: &cuModuleUnload},
+		{name: "cuModuleGetFunction", fptr: &cuModuleGetFunction},
+		{name: "cuFuncGetAttribute", fptr: &cuFuncGetAttribute},
+		{name: "cuFuncSetAttribute", fptr: &cuFuncSetAttribute},
+		{name: "cuOccupancyMaxActiveBlocksPerMultiprocessor", fptr: &cuOccupancyMaxActiveBlocksPerMultiprocessor},
+		{name: "cuMemAlloc_v2", fptr: &cuMemAlloc},
+		{name: "cuMemFree_v2", fptr: &cuMemFree},
+		{name: "cuMemAllocAsync", fptr: &cuMemAllocAsync},
+		{name: "cuMemFreeAsync", fptr: &cuMemFreeAsync},
+		{name: "cuMemsetD8_v2", fptr: &cuMemsetD8},
+		{name: "cuMemsetD8Async", fptr: &cuMemsetD8Async},
+		{name: "cuMemsetD32Async", fptr: &cuMemsetD32Async},
+		{name: "cuMemcpyHtoD_v2", fptr: &cuMemcpyHtoD},
+		{name: "cuMemcpyDtoH_v2", fptr: &cuMemcpyDtoH},
+		{name: "cuMemcpyDtoD_v2", fptr: &cuMemcpyDtoD},
+		{name: "cuMemcpyHtoDAsync_v2", fptr: &cuMemcpyHtoDAsync},
+		{name: "cuMemcpyDtoHAsync_v2", fptr: &cuMemcpyDtoHAsync},
+		{name: "cuMemcpyDtoDAsync_v2", fptr: &cuMemcpyDtoDAsync},
+		{name: "cuStreamCreate", fptr: &cuStreamCreate},
+		{name: "cuStreamDestroy_v2", fptr: &cuStreamDestroy},
+		{name: "cuStreamSynchronize", fptr: &cuStreamSynchronize},
+		{name: "cuStreamBeginCapture_v2", fptr: &cuStreamBeginCapture},
+		{name: "cuStreamEndCapture", fptr: &cuStreamEndCapture},
+		{name: "cuStreamIsCapturing", fptr: &cuStreamIsCapturing},
+		{name: "cuGraphInstantiateWithFlags", fptr: &cuGraphInstantiateWithFlags},
+		{name: "cuGraphLaunch", fptr: &cuGraphLaunch, raw: func(addr uintptr) {
+			cuGraphLaunch = func(exec GraphExec, s Stream) Result { return rawCall(addr, uintptr(exec), uintptr(s)) }
+		}},
+		{name: "cuGraphExecDestroy", fptr: &cuGraphExecDestroy},
+		{name: "cuGraphDestroy", fptr: &cuGraphDestroy},
+		{name: "cuEventCreate", fptr: &cuEventCreate},
+		{name: "cuEventRecord", fptr: &cuEventRecord, raw: func(addr uintptr) {
+			cuEventRecord = func(e Event, s Stream) Result { return rawCall(addr, uintptr(e), uintptr(s)) }
+		}},
+		{name: "cuEventSynchronize", fptr: &cuEventSynchronize},
+		{name: "cuEventElapsedTime", fptr: &cuEventElapsedTime},
+		{name: "cuEventDestroy_v2", fptr: &cuEventDestroy},
+		{name: "cuLaunchKernel", fptr: &cuLaunchKernel, raw: func(addr uintptr) {
+			cuLaunchKernel = func(f Function, gx, gy, gz, bx, by, bz, sharedBytes uint32, s Stream,
+				params *unsafe.Pointer, extra *unsafe.Pointer) Result {
+				r := rawCall(addr, uintptr(f),
+					uintptr(gx), uintptr(gy), uintptr(gz),
+					uintptr(bx), uintptr(by), uintptr(bz),
+					uintptr(sharedBytes), uintptr(s),
+					uintptr(unsafe.Pointer(params)), uintptr(unsafe.Pointer(extra)))
+				runtime.KeepAlive(params)
+				runtime.KeepAlive(extra)
+				return r
+			}
+		}},
+	}
+}
+
+// rawArgs stages the arguments of a rawCall in heap memory: purego.SyscallN
+// is go:uintptrescapes, so a variadic argument list written at its call
+// site would be heap-allocated on every call.
+type rawArgs struct{ a [maxRawArgs]uintptr }
+
+const maxRawArgs = 11
+
+var rawArgsPool = sync.Pool{New: func() any { return new(rawArgs) }}
+
+// rawCall calls the C function at addr with integer arguments and returns
+// its CUresult, without allocating in steady state. Pointer arguments must
+// point to heap memory the caller keeps alive (runtime.KeepAlive) until
+// rawCall returns.
+func rawCall(addr uintptr, args ...uintptr) Result {
+	ra := rawArgsPool.Get().(*rawArgs)
+	n := copy(ra.a[:], args)
+	r, _, _ := purego.SyscallN(addr, ra.a[:n]...)
+	rawArgsPool.Put(ra)
+	return Result(int32(r))
+}
+
+// bindTable looks every symbol up with lookup first, so a missing one is an
+// error naming it (all missing ones, in fact), never a panic; only then does
+// it register the table.
+func bindTable(lookup func(name string) (uintptr, error)) error {
+	syms := symbols()
+	addrs := make([]uintptr, len(syms))
+	var missing []string
+	for i, s := range syms {
+		addr, err := lookup(s.name)
+		if err != nil || addr == 0 {
+			missing = append(missing, s.name)
+			continue
+		}
+		addrs[i] = addr
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s lacks %s; the driver is older than CUDA 11.8, install a newer NVIDIA driver",
+			ErrNoDriver, libNames[0], strings.Join(missing, ", "))
+	}
+	for i, s := range syms {
+		if s.raw != nil {
+			s.raw(addrs[i])
+		} else {
+			purego.RegisterFunc(s.fptr, addrs[i])
+		}
+	}
+	return nil
+}
+
+// unbindTable sets every function variable back to nil (tests only).
+func unbindTable() {
+	for _, s := range symbols() {
+		v := reflect.ValueOf(s.fptr).Elem()
+		v.Set(reflect.Zero(v.Type()))
+	}
+}
+
+// argError reports a bad argument caught before it reaches the driver.
+func argError(format string, args ...any) error {
+	return fmt.Errorf("cuda: "+format, args...)
+}

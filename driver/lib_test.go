@@ -1,0 +1,161 @@
+package driver
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// driverPresent reports whether this machine has a loadable libcuda.
+func driverPresent(t *testing.T) bool {
+	t.Helper()
+	err := Init()
+	return err == nil || !errors.Is(err, ErrNoDriver)
+}
+
+func TestInitWithoutDriver(t *testing.T) {
+	if driverPresent(t) {
+		t.Skip("a libcuda is present on this machine")
+	}
+	err := Init()
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrNoDriver)
+	assert.Contains(t, err.Error(), "libcuda.so.1")
+	assert.Contains(t, err.Error(), "LD_LIBRARY_PATH")
+	assert.Contains(t, err.Error(), "11.8")
+	assert.Equal(t, err, Init(), "Init caches its result")
+
+	// Every wrapper reports the same error instead of calling a nil function.
+	_, err = DeviceCount()
+	assert.ErrorIs(t, err, ErrNoDriver)
+	_, err = MemAlloc(16)
+	assert.ErrorIs(t, err, ErrNoDriver)
+	assert.ErrorIs(t, Context(0).Do(func() error { return nil }), ErrNoDriver)
+	type params struct{ N int32 }
+	assert.ErrorIs(t, Launch(0, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, 0, &params{}), ErrNoDriver)
+}
+
+func TestOpenLibraryNamesTried(t *testing.T) {
+	_, err := openLibrary([]string{"libpagedkv-does-not-exist.so.1", "libpagedkv-nor-this.so"})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrNoDriver)
+	assert.Contains(t, err.Error(), "libpagedkv-does-not-exist.so.1")
+	assert.Contains(t, err.Error(), "libpagedkv-nor-this.so")
+	assert.Contains(t, err.Error(), "LD_LIBRARY_PATH")
+}
+
+func TestBindTableMissingSymbols(t *testing.T) {
+	missing := map[string]bool{"cuMemAllocAsync": true, "cuGraphInstantiateWithFlags": true}
+	before := reflect.ValueOf(cuInit).Pointer()
+	err := bindTable(func(name string) (uintptr, error) {
+		if missing[name] {
+			return 0, errors.New("undefined symbol")
+		}
+		return 1, nil
+	})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrNoDriver)
+	assert.Contains(t, err.Error(), "cuMemAllocAsync")
+	assert.Contains(t, err.Error(), "cuGraphInstantiateWithFlags")
+	assert.Equal(t, before, reflect.ValueOf(cuInit).Pointer(), "nothing is registered when a symbol is missing")
+}
+
+// TestBindTableSignatures registers every symbol at a dummy address: it
+// proves purego accepts every Go signature in the table and that each
+// variable gets bound. Nothing is called.
+func TestBindTableSignatures(t *testing.T) {
+	if driverPresent(t) {
+		t.Skip("a libcuda is present on this machine; not rebinding its table")
+	}
+	t.Cleanup(unbindTable)
+	var names []string
+	require.NotPanics(t, func() {
+		require.NoError(t, bindTable(func(name string) (uintptr, error) {
+			names = append(names, name)
+			return 1, nil
+		}))
+	})
+	seen := map[string]bool{}
+	for _, s := range symbols() {
+		assert.False(t, seen[s.name], "duplicate symbol %s", s.name)
+		seen[s.name] = true
+		assert.False(t, reflect.ValueOf(s.fptr).Elem().IsNil(), "%s not bound", s.name)
+	}
+	for _, want := range []string{
+		"cuDeviceTotalMem_v2", "cuDevicePrimaryCtxRelease_v2", "cuMemAlloc_v2", "cuMemFree_v2",
+		"cuMemsetD8_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
+		"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
+		"cuStreamDestroy_v2", "cuStreamBeginCapture_v2", "cuEventDestroy_v2",
+		"cuGraphInstantiateWithFlags", "cuEventElapsedTime", "cuLaunchKernel",
+	} {
+		assert.Contains(t, names, want)
+	}
+}
+
+func TestGoString(t *testing.T) {
+	b := []byte("CUDA_ERROR_INVALID_VALUE\x00junk")
+	assert.Equal(t, "CUDA_ERROR_INVALID_VALUE", goString(&b[0]))
+	z := []byte{0}
+	assert.Equal(t, "", goString(&z[0]))
+}
+
+func TestJITLog(t *testing.T) {
+	buf := make([]byte, 32)
+	copy(buf, "ptxas error : bad\n\x00")
+	tests := []struct {
+		n    uintptr
+		want string
+	}{
+		{0, ""},
+		{19, "ptxas error : bad"},
+		{1000, "ptxas error : bad"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, jitLog(buf, tt.n))
+	}
+}
+
+// TestDriverWithoutDevice runs where libcuda loads but sees no GPU (a
+// driver package installed on a CPU-only machine): the table is bound, so it
+// exercises real calls that need no device.
+func TestDriverWithoutDevice(t *testing.T) {
+	err := Init()
+	if err == nil || errors.Is(err, ErrNoDriver) {
+		t.Skip("needs a loadable libcuda without a usable device")
+	}
+	require.True(t, bound.Load())
+	assert.ErrorIs(t, err, ErrNoDevice)
+
+	var v int32
+	require.Equal(t, ResultSuccess, cuDriverGetVersion(&v))
+	assert.GreaterOrEqual(t, v, int32(11080))
+
+	e := newError("cuMemAlloc_v2", ResultOutOfMemory)
+	assert.Equal(t, "CUDA_ERROR_OUT_OF_MEMORY", e.Name, "name from cuGetErrorName")
+	assert.NotEmpty(t, e.Message)
+	e = newError("cuX", Result(12345))
+	assert.Equal(t, "CUresult(12345)", e.Name, "unknown codes fall back to the table")
+
+	// The hand-bound hot-path symbols make real calls and allocate nothing;
+	// without cuInit they fail cleanly.
+	cell := new(Context)
+	assert.NotEqual(t, ResultSuccess, cuCtxGetCurrent(cell))
+	fr := new(frame)
+	assert.NotEqual(t, ResultSuccess, cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, &fr.ptrs[0], nil))
+	assert.NotEqual(t, ResultSuccess, cuGraphLaunch(0, 0))
+	assert.NotEqual(t, ResultSuccess, cuEventRecord(0, 0))
+	if raceEnabled {
+		return // allocation counts are not meaningful under -race
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		cuCtxGetCurrent(cell)
+		cuCtxSetCurrent(0)
+		cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, &fr.ptrs[0], nil)
+		cuGraphLaunch(0, 0)
+		cuEventRecord(0, 0)
+	})
+	assert.Zero(t, allocs)
+}
