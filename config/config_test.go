@@ -1,0 +1,342 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// clearEnv unsets every PAGEDKV_ variable for the test, so that the
+// developer's own environment cannot leak into results.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix) {
+			t.Setenv(name, "") // registers restoration
+			require.NoError(t, os.Unsetenv(name))
+		}
+	}
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	return path
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestKeysShareOneName(t *testing.T) {
+	for _, k := range Keys() {
+		assert.Equal(t, EnvPrefix+strings.ToUpper(k.File), k.Env)
+		assert.NotEmpty(t, k.Field)
+		assert.NotEmpty(t, k.Allowed)
+		assert.NotEmpty(t, k.Description)
+	}
+	assert.Len(t, KeysTable(), len(Keys())+1)
+}
+
+func TestDefaults(t *testing.T) {
+	clearEnv(t)
+	c, err := Load(Options{})
+	require.NoError(t, err)
+	want := Config{
+		KVCapacity:        512,
+		PagedFlashSplits:  0,
+		PagedFlash:        true,
+		SplitKAttn:        SplitAuto,
+		ScratchLimitBytes: 1 << 30,
+		CheckBounds:       false,
+	}
+	want.Sources = c.Sources
+	assert.Equal(t, want, c)
+	assert.Equal(t, Default(), c)
+	for _, k := range Keys() {
+		assert.Equal(t, SourceDefault, c.Source(k.File), k.File)
+		v, ok := c.Value(k.File)
+		require.True(t, ok)
+		assert.Equal(t, k.Default, v, k.File)
+	}
+}
+
+func TestEnvValues(t *testing.T) {
+	tests := []struct {
+		env, value string
+		check      func(t *testing.T, c Config)
+	}{
+		{"PAGEDKV_KV_CAPACITY", "1", func(t *testing.T, c Config) { assert.Equal(t, 1, c.KVCapacity) }},
+		{"PAGEDKV_KV_CAPACITY", "16777216", func(t *testing.T, c Config) { assert.Equal(t, 1<<24, c.KVCapacity) }},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "auto", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "AUTO", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "1", func(t *testing.T, c Config) { assert.Equal(t, 1, c.PagedFlashSplits) }},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "256", func(t *testing.T, c Config) { assert.Equal(t, 256, c.PagedFlashSplits) }},
+		{"PAGEDKV_PAGED_FLASH", "0", func(t *testing.T, c Config) { assert.False(t, c.PagedFlash) }},
+		{"PAGEDKV_PAGED_FLASH", "off", func(t *testing.T, c Config) { assert.False(t, c.PagedFlash) }},
+		{"PAGEDKV_PAGED_FLASH", "FALSE", func(t *testing.T, c Config) { assert.False(t, c.PagedFlash) }},
+		{"PAGEDKV_PAGED_FLASH", "On", func(t *testing.T, c Config) { assert.True(t, c.PagedFlash) }},
+		{"PAGEDKV_SPLIT_K_ATTN", "0", func(t *testing.T, c Config) { assert.Equal(t, SplitOff, c.SplitKAttn) }},
+		{"PAGEDKV_SPLIT_K_ATTN", "1", func(t *testing.T, c Config) { assert.Equal(t, SplitOn, c.SplitKAttn) }},
+		{"PAGEDKV_SPLIT_K_ATTN", "Auto", func(t *testing.T, c Config) { assert.Equal(t, SplitAuto, c.SplitKAttn) }},
+		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "0", func(t *testing.T, c Config) { assert.Equal(t, int64(0), c.ScratchLimitBytes) }},
+		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "8589934592", func(t *testing.T, c Config) { assert.Equal(t, int64(8<<30), c.ScratchLimitBytes) }},
+		{"PAGEDKV_CHECK_BOUNDS", "1", func(t *testing.T, c Config) { assert.True(t, c.CheckBounds) }},
+		{"PAGEDKV_CHECK_BOUNDS", "true", func(t *testing.T, c Config) { assert.True(t, c.CheckBounds) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(tt.env, tt.value)
+			c, err := Load(Options{})
+			require.NoError(t, err)
+			tt.check(t, c)
+			key := strings.ToLower(strings.TrimPrefix(tt.env, EnvPrefix))
+			assert.Equal(t, SourceEnv, c.Source(key))
+		})
+	}
+}
+
+func TestEmptyEnvIsUnset(t *testing.T) {
+	for _, k := range Keys() {
+		if k.File == KeyPagedFlashSplits {
+			continue
+		}
+		t.Run(k.Env, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(k.Env, "")
+			c, err := Load(Options{})
+			require.NoError(t, err)
+			assert.Equal(t, SourceDefault, c.Source(k.File))
+		})
+	}
+}
+
+func TestEmptySplitsEnvOverridesFile(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(EnvConfigFile, writeFile(t, "c.yaml", "paged_flash_splits: 8\n"))
+	t.Setenv("PAGEDKV_PAGED_FLASH_SPLITS", "")
+	c, err := Load(Options{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.PagedFlashSplits)
+	assert.Equal(t, SourceEnv, c.Source(KeyPagedFlashSplits))
+}
+
+func TestEnvErrors(t *testing.T) {
+	tests := []struct{ env, value, want string }{
+		{"PAGEDKV_KV_CAPACITY", "abc", `config: PAGEDKV_KV_CAPACITY="abc" is not an integer; allowed: 1..16777216`},
+		{"PAGEDKV_KV_CAPACITY", "0", `config: PAGEDKV_KV_CAPACITY="0" is out of range; allowed: 1..16777216`},
+		{"PAGEDKV_KV_CAPACITY", "16777217", `config: PAGEDKV_KV_CAPACITY="16777217" is out of range; allowed: 1..16777216`},
+		{"PAGEDKV_KV_CAPACITY", "1e3", `config: PAGEDKV_KV_CAPACITY="1e3" is not an integer; allowed: 1..16777216`},
+		{"PAGEDKV_KV_CAPACITY", " 5", `config: PAGEDKV_KV_CAPACITY=" 5" is not an integer; allowed: 1..16777216`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "0", `config: PAGEDKV_PAGED_FLASH_SPLITS="0" is out of range; allowed: "auto" (or empty) or 1..256`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "257", `config: PAGEDKV_PAGED_FLASH_SPLITS="257" is out of range; allowed: "auto" (or empty) or 1..256`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "four", `config: PAGEDKV_PAGED_FLASH_SPLITS="four" is not an integer; allowed: "auto" (or empty) or 1..256`},
+		{"PAGEDKV_PAGED_FLASH", "yes", `config: PAGEDKV_PAGED_FLASH="yes" is not a boolean; allowed: 1, 0, true, false, on, off (any case)`},
+		{"PAGEDKV_PAGED_FLASH", "2", `config: PAGEDKV_PAGED_FLASH="2" is not a boolean; allowed: 1, 0, true, false, on, off (any case)`},
+		{"PAGEDKV_SPLIT_K_ATTN", "2", `config: PAGEDKV_SPLIT_K_ATTN="2" is not allowed; allowed: "auto", "0" (off), "1" (on)`},
+		{"PAGEDKV_SPLIT_K_ATTN", "on", `config: PAGEDKV_SPLIT_K_ATTN="on" is not allowed; allowed: "auto", "0" (off), "1" (on)`},
+		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "-1", `config: PAGEDKV_SCRATCH_LIMIT_BYTES="-1" is out of range; allowed: an integer >= 0 (0 = no limit)`},
+		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "1GiB", `config: PAGEDKV_SCRATCH_LIMIT_BYTES="1GiB" is not an integer; allowed: an integer >= 0 (0 = no limit)`},
+		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "99999999999999999999", `config: PAGEDKV_SCRATCH_LIMIT_BYTES="99999999999999999999" is out of range; allowed: an integer >= 0 (0 = no limit)`},
+		{"PAGEDKV_CHECK_BOUNDS", "maybe", `config: PAGEDKV_CHECK_BOUNDS="maybe" is not a boolean; allowed: 1, 0, true, false, on, off (any case)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(tt.env, tt.value)
+			_, err := Load(Options{})
+			require.Error(t, err)
+			assert.Equal(t, tt.want, err.Error())
+		})
+	}
+}
+
+func TestOptionErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"capacity", Options{KVCapacity: ptr(0)}, `config: Options.KVCapacity=0 is out of range; allowed: 1..16777216`},
+		{"splits", Options{PagedFlashSplits: ptr(300)}, `config: Options.PagedFlashSplits=300 is out of range; allowed: "auto" (or empty) or 1..256`},
+		{"splits negative", Options{PagedFlashSplits: ptr(-1)}, `config: Options.PagedFlashSplits=-1 is out of range; allowed: "auto" (or empty) or 1..256`},
+		{"split mode", Options{SplitKAttn: ptr(SplitMode("yes"))}, `config: Options.SplitKAttn="yes" is not allowed; allowed: "auto", "0" (off), "1" (on)`},
+		{"scratch", Options{ScratchLimitBytes: ptr(int64(-5))}, `config: Options.ScratchLimitBytes=-5 is out of range; allowed: an integer >= 0 (0 = no limit)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			_, err := Load(tt.opts)
+			require.Error(t, err)
+			assert.Equal(t, tt.want, err.Error())
+		})
+	}
+}
+
+func TestFile(t *testing.T) {
+	tests := []struct{ name, body string }{
+		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\n"},
+		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\n"},
+		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\n"},
+		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			path := writeFile(t, tt.name, tt.body)
+			t.Setenv(EnvConfigFile, path)
+			c, err := Load(Options{})
+			require.NoError(t, err)
+			assert.Equal(t, 4096, c.KVCapacity)
+			assert.Equal(t, 16, c.PagedFlashSplits)
+			assert.False(t, c.PagedFlash)
+			assert.Equal(t, SplitOn, c.SplitKAttn)
+			assert.Equal(t, int64(0), c.ScratchLimitBytes)
+			assert.True(t, c.CheckBounds)
+			for _, k := range Keys() {
+				assert.Equal(t, FileSource(path), c.Source(k.File), k.File)
+				assert.True(t, c.Source(k.File).IsFile())
+			}
+		})
+	}
+}
+
+func TestFileErrors(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       string // with PATH standing for the file's path
+	}{
+		{"c.yaml", "kv_capacity: abc\n", `config: PATH: kv_capacity="abc" is not an integer; allowed: 1..16777216`},
+		{"c.yaml", "kv_capacity: 0\n", `config: PATH: kv_capacity=0 is out of range; allowed: 1..16777216`},
+		{"c.yaml", "kv_capacity: 1.5\n", `config: PATH: kv_capacity=1.5 is not an integer; allowed: 1..16777216`},
+		{"c.toml", "scratch_limit_bytes = -1\n", `config: PATH: scratch_limit_bytes=-1 is out of range; allowed: an integer >= 0 (0 = no limit)`},
+		{"c.yaml", "split_k_attn: 2\n", `config: PATH: split_k_attn=2 is not allowed; allowed: "auto", "0" (off), "1" (on)`},
+		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
+		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
+		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds`},
+		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds`},
+		{"c.json", "{}", `config: PAGEDKV_CONFIG="PATH" has extension ".json"; allowed: .yaml, .yml, .toml`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" "+tt.body, func(t *testing.T) {
+			clearEnv(t)
+			path := writeFile(t, tt.name, tt.body)
+			t.Setenv(EnvConfigFile, path)
+			_, err := Load(Options{})
+			require.Error(t, err)
+			assert.Equal(t, strings.ReplaceAll(tt.want, "PATH", path), err.Error())
+		})
+	}
+}
+
+func TestFileMissing(t *testing.T) {
+	clearEnv(t)
+	path := filepath.Join(t.TempDir(), "absent.yaml")
+	_, err := Load(Options{ConfigFile: &path})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `config: reading Options.ConfigFile="`+path+`"`)
+}
+
+func TestConfigFileOptionOverridesEnv(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(EnvConfigFile, writeFile(t, "env.yaml", "kv_capacity: 1\n"))
+	opt := writeFile(t, "opt.yaml", "kv_capacity: 2\n")
+	c, err := Load(Options{ConfigFile: &opt})
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.KVCapacity)
+	assert.Equal(t, FileSource(opt), c.Source(KeyKVCapacity))
+
+	c, err = Load(Options{ConfigFile: ptr("")})
+	require.NoError(t, err)
+	assert.Equal(t, 512, c.KVCapacity, "a pointer to an empty path disables the file")
+	assert.Equal(t, SourceDefault, c.Source(KeyKVCapacity))
+}
+
+func TestPrecedence(t *testing.T) {
+	tests := []struct {
+		name       string
+		file, env  bool
+		opt        bool
+		want       int
+		wantSource func(path string) Source
+	}{
+		{"default", false, false, false, 512, func(string) Source { return SourceDefault }},
+		{"file", true, false, false, 1000, FileSource},
+		{"env over file", true, true, false, 2000, func(string) Source { return SourceEnv }},
+		{"option over env and file", true, true, true, 3000, func(string) Source { return SourceOption }},
+		{"option over file", true, false, true, 3000, func(string) Source { return SourceOption }},
+		{"option over env", false, true, true, 3000, func(string) Source { return SourceOption }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			path := writeFile(t, "c.yaml", "kv_capacity: 1000\n")
+			if tt.file {
+				t.Setenv(EnvConfigFile, path)
+			}
+			if tt.env {
+				t.Setenv("PAGEDKV_KV_CAPACITY", "2000")
+			}
+			var opts Options
+			if tt.opt {
+				opts.KVCapacity = ptr(3000)
+			}
+			c, err := Load(opts)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, c.KVCapacity)
+			assert.Equal(t, tt.wantSource(path), c.Source(KeyKVCapacity))
+			// Other keys are untouched by this key's sources.
+			assert.Equal(t, SourceDefault, c.Source(KeyCheckBounds))
+		})
+	}
+}
+
+func TestSourcesMixed(t *testing.T) {
+	clearEnv(t)
+	path := writeFile(t, "c.toml", "paged_flash = false\nscratch_limit_bytes = 4096\n")
+	t.Setenv(EnvConfigFile, path)
+	t.Setenv("PAGEDKV_SPLIT_K_ATTN", "0")
+	c, err := Load(Options{CheckBounds: ptr(true), SplitKAttn: nil})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]Source{
+		KeyKVCapacity:        SourceDefault,
+		KeyPagedFlashSplits:  SourceDefault,
+		KeyPagedFlash:        FileSource(path),
+		KeySplitKAttn:        SourceEnv,
+		KeyScratchLimitBytes: FileSource(path),
+		KeyCheckBounds:       SourceOption,
+	}, c.Sources)
+
+	table := c.Table()
+	require.Len(t, table, len(Keys())+1)
+	assert.Equal(t, []string{"PAGEDKV_SPLIT_K_ATTN", "0", "env", `"auto", "0" (off), "1" (on)`}, table[4])
+	assert.Equal(t, Source(""), c.Source("nope"))
+}
+
+func TestOptionsAllKeys(t *testing.T) {
+	clearEnv(t)
+	c, err := Load(Options{
+		KVCapacity:        ptr(64),
+		PagedFlashSplits:  ptr(0),
+		PagedFlash:        ptr(false),
+		SplitKAttn:        ptr(SplitOff),
+		ScratchLimitBytes: ptr(int64(123)),
+		CheckBounds:       ptr(true),
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 64, c.KVCapacity)
+	assert.Equal(t, 0, c.PagedFlashSplits)
+	assert.False(t, c.PagedFlash)
+	assert.Equal(t, SplitOff, c.SplitKAttn)
+	assert.Equal(t, int64(123), c.ScratchLimitBytes)
+	assert.True(t, c.CheckBounds)
+	for _, k := range Keys() {
+		assert.Equal(t, SourceOption, c.Source(k.File), k.File)
+	}
+}

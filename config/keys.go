@@ -1,0 +1,293 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// EnvPrefix is the prefix shared by every environment variable this package reads.
+const EnvPrefix = "PAGEDKV_"
+
+// EnvConfigFile names the environment variable that points at an optional
+// config file (.yaml, .yml or .toml).
+const EnvConfigFile = EnvPrefix + "CONFIG"
+
+// File keys, one per knob. They are also the keys of Config.Sources.
+const (
+	KeyKVCapacity        = "kv_capacity"
+	KeyPagedFlashSplits  = "paged_flash_splits"
+	KeyPagedFlash        = "paged_flash"
+	KeySplitKAttn        = "split_k_attn"
+	KeyScratchLimitBytes = "scratch_limit_bytes"
+	KeyCheckBounds       = "check_bounds"
+)
+
+// Limits of the integer knobs.
+const (
+	MaxKVCapacity       = 1 << 24
+	MaxPagedFlashSplits = 256
+)
+
+// SplitMode selects whether attention may use the split-K kernels.
+type SplitMode string
+
+// The allowed SplitMode values; their spelling is what the environment and the
+// config file accept.
+const (
+	SplitAuto SplitMode = "auto" // the planner decides
+	SplitOff  SplitMode = "0"    // always the single-pass kernel
+	SplitOn   SplitMode = "1"    // split-K whenever the planner finds more than one split useful
+)
+
+// String returns the mode as the environment spells it.
+func (m SplitMode) String() string { return string(m) }
+
+// Valid reports whether m is one of SplitAuto, SplitOff, SplitOn.
+func (m SplitMode) Valid() bool { return m == SplitAuto || m == SplitOff || m == SplitOn }
+
+// Key describes one knob. Keys returns the full list; the CLI's info command
+// and the README print it.
+type Key struct {
+	Env         string // environment variable, e.g. PAGEDKV_KV_CAPACITY
+	File        string // config-file key, e.g. kv_capacity
+	Field       string // Config and Options field, e.g. KVCapacity
+	Default     string // the default as the environment would spell it
+	Allowed     string // the allowed values, as error messages print them
+	Description string // one sentence
+}
+
+// key is a Key plus the functions that move its value in and out of Config.
+type key struct {
+	Key
+	// parse turns a textual value (env or file) into the Go value; the error
+	// text completes "config: NAME=VALUE ...".
+	parse func(s string) (any, error)
+	// option returns the value of the Options field and whether it is set.
+	option func(o Options) (any, bool)
+	// validate checks a typed value (from Options) and returns the same kind
+	// of error text as parse.
+	validate func(v any) error
+	set      func(c *Config, v any)
+	get      func(c Config) string
+}
+
+var keys = []key{
+	{
+		Key: Key{
+			Env: EnvPrefix + "KV_CAPACITY", File: KeyKVCapacity, Field: "KVCapacity",
+			Default: "512", Allowed: intRange(1, MaxKVCapacity),
+			Description: "Maximum KV length per sequence that launch plans (and captured CUDA graphs) are sized for.",
+		},
+		parse:    intParser(1, MaxKVCapacity),
+		option:   func(o Options) (any, bool) { return deref(o.KVCapacity) },
+		validate: func(v any) error { return checkRange(int64(v.(int)), 1, MaxKVCapacity) },
+		set:      func(c *Config, v any) { c.KVCapacity = v.(int) },
+		get:      func(c Config) string { return strconv.Itoa(c.KVCapacity) },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "PAGED_FLASH_SPLITS", File: KeyPagedFlashSplits, Field: "PagedFlashSplits",
+			Default: "auto", Allowed: `"auto" (or empty) or ` + intRange(1, MaxPagedFlashSplits),
+			Description: "Split count for split-K paged attention; auto (0 in Go) lets the planner choose.",
+		},
+		parse: func(s string) (any, error) {
+			if s == "" || strings.EqualFold(s, "auto") {
+				return 0, nil
+			}
+			return intParser(1, MaxPagedFlashSplits)(s)
+		},
+		option: func(o Options) (any, bool) { return deref(o.PagedFlashSplits) },
+		validate: func(v any) error {
+			if v.(int) == 0 {
+				return nil
+			}
+			return checkRange(int64(v.(int)), 1, MaxPagedFlashSplits)
+		},
+		set: func(c *Config, v any) { c.PagedFlashSplits = v.(int) },
+		get: func(c Config) string {
+			if c.PagedFlashSplits == 0 {
+				return "auto"
+			}
+			return strconv.Itoa(c.PagedFlashSplits)
+		},
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "PAGED_FLASH", File: KeyPagedFlash, Field: "PagedFlash",
+			Default: "true", Allowed: boolAllowed,
+			Description: "Use the paged flash-decoding kernels; false selects the plain paged kernels.",
+		},
+		parse:    parseBool,
+		option:   func(o Options) (any, bool) { return deref(o.PagedFlash) },
+		validate: func(any) error { return nil },
+		set:      func(c *Config, v any) { c.PagedFlash = v.(bool) },
+		get:      func(c Config) string { return strconv.FormatBool(c.PagedFlash) },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "SPLIT_K_ATTN", File: KeySplitKAttn, Field: "SplitKAttn",
+			Default: "auto", Allowed: `"auto", "0" (off), "1" (on)`,
+			Description: "Split-K attention: auto lets the planner decide, 0 disables it, 1 forces it where valid.",
+		},
+		parse: func(s string) (any, error) {
+			if strings.EqualFold(s, "auto") {
+				return SplitAuto, nil
+			}
+			m := SplitMode(s)
+			if !m.Valid() {
+				return nil, errNotAllowed
+			}
+			return m, nil
+		},
+		option: func(o Options) (any, bool) { return deref(o.SplitKAttn) },
+		validate: func(v any) error {
+			if !v.(SplitMode).Valid() {
+				return errNotAllowed
+			}
+			return nil
+		},
+		set: func(c *Config, v any) { c.SplitKAttn = v.(SplitMode) },
+		get: func(c Config) string { return c.SplitKAttn.String() },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "SCRATCH_LIMIT_BYTES", File: KeyScratchLimitBytes, Field: "ScratchLimitBytes",
+			Default: strconv.Itoa(1 << 30), Allowed: "an integer >= 0 (0 = no limit)",
+			Description: "Cap in bytes on the split-K scratch pool per device and stream; plans that exceed it use fewer splits.",
+		},
+		parse: func(s string) (any, error) {
+			n, err := parseInt(s)
+			if err != nil {
+				return nil, err
+			}
+			if n < 0 {
+				return nil, errOutOfRange
+			}
+			return n, nil
+		},
+		option: func(o Options) (any, bool) { return deref(o.ScratchLimitBytes) },
+		validate: func(v any) error {
+			if v.(int64) < 0 {
+				return errOutOfRange
+			}
+			return nil
+		},
+		set: func(c *Config, v any) { c.ScratchLimitBytes = v.(int64) },
+		get: func(c Config) string { return strconv.FormatInt(c.ScratchLimitBytes, 10) },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "CHECK_BOUNDS", File: KeyCheckBounds, Field: "CheckBounds",
+			Default: "false", Allowed: boolAllowed,
+			Description: "Check page-table entries and slot indices against the cache size before every launch.",
+		},
+		parse:    parseBool,
+		option:   func(o Options) (any, bool) { return deref(o.CheckBounds) },
+		validate: func(any) error { return nil },
+		set:      func(c *Config, v any) { c.CheckBounds = v.(bool) },
+		get:      func(c Config) string { return strconv.FormatBool(c.CheckBounds) },
+	},
+}
+
+// Keys returns every knob in a fixed order. The slice is a copy.
+func Keys() []Key {
+	out := make([]Key, len(keys))
+	for i, k := range keys {
+		out[i] = k.Key
+	}
+	return out
+}
+
+// KeysTable returns Keys as rows of text for a table, header first:
+// environment variable, file key, field, default, allowed, description.
+func KeysTable() [][]string {
+	rows := [][]string{{"ENV", "FILE KEY", "FIELD", "DEFAULT", "ALLOWED", "DESCRIPTION"}}
+	for _, k := range keys {
+		rows = append(rows, []string{k.Env, k.File, k.Field, k.Default, k.Allowed, k.Description})
+	}
+	return rows
+}
+
+func lookupKey(fileKey string) (key, bool) {
+	for _, k := range keys {
+		if k.File == fileKey {
+			return k, true
+		}
+	}
+	return key{}, false
+}
+
+func knownFileKeys() string {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.File
+	}
+	return strings.Join(names, ", ")
+}
+
+const boolAllowed = "1, 0, true, false, on, off (any case)"
+
+// valueError is the reason part of an invalid-value error.
+type valueError string
+
+func (e valueError) Error() string { return string(e) }
+
+const (
+	errNotInteger valueError = "is not an integer"
+	errOutOfRange valueError = "is out of range"
+	errNotAllowed valueError = "is not allowed"
+	errNotBool    valueError = "is not a boolean"
+)
+
+func intRange(lo, hi int64) string { return fmt.Sprintf("%d..%d", lo, hi) }
+
+// parseInt accepts plain base-10 integers only: no units, exponents,
+// hexadecimal or digit separators.
+func parseInt(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+			return 0, errOutOfRange
+		}
+		return 0, errNotInteger
+	}
+	return n, nil
+}
+
+func intParser(lo, hi int64) func(string) (any, error) {
+	return func(s string) (any, error) {
+		n, err := parseInt(s)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkRange(n, lo, hi); err != nil {
+			return nil, err
+		}
+		return int(n), nil
+	}
+}
+
+func checkRange(n, lo, hi int64) error {
+	if n < lo || n > hi {
+		return errOutOfRange
+	}
+	return nil
+}
+
+func parseBool(s string) (any, error) {
+	switch strings.ToLower(s) {
+	case "1", "true", "on":
+		return true, nil
+	case "0", "false", "off":
+		return false, nil
+	}
+	return nil, errNotBool
+}
+
+func deref[T any](p *T) (any, bool) {
+	if p == nil {
+		return nil, false
+	}
+	return *p, true
+}
