@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"go/format"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/pagedkv/pagedkv/ptx/ptxfile"
+)
+
+// namesFile is the generated Go file of module and entry-point constants.
+const namesFile = "names.go"
+
+type generator struct {
+	root    string // repository root; nvcc runs here
+	nvcc    string
+	version string // "release X.Y, VX.Y.Z"
+}
+
+// module is one compiled .cu.
+type module struct {
+	info ptxfile.ModuleInfo
+	ptx  []byte
+}
+
+// generate compiles every kernels_src/*.cu and writes <name>.ptx,
+// manifest.json and names.go into outDir, removing *.ptx files there that no
+// longer have a source. Modules compile in parallel, at most GOMAXPROCS at a
+// time; every failing module is reported.
+func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifest, error) {
+	srcs, err := filepath.Glob(filepath.Join(g.root, kernelsDir, "*.cu"))
+	if err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	if len(srcs) == 0 {
+		return ptxfile.Manifest{}, fmt.Errorf("no %s/*.cu under %s", kernelsDir, g.root)
+	}
+	slices.Sort(srcs)
+
+	work, err := os.MkdirTemp("", "ptxgen-")
+	if err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	defer os.RemoveAll(work)
+
+	modules := make([]module, len(srcs))
+	errs := make([]error, len(srcs))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, src := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			name := strings.TrimSuffix(filepath.Base(src), ".cu")
+			rel := filepath.ToSlash(filepath.Join(kernelsDir, filepath.Base(src)))
+			modules[i], errs[i] = g.build(ctx, work, name, rel)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("module %s: %w", name, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return ptxfile.Manifest{}, err
+	}
+
+	m := ptxfile.Manifest{NVCC: g.version, Flags: slices.Clone(nvccFlags)}
+	for _, mod := range modules {
+		m.Modules = append(m.Modules, mod.info)
+	}
+	manifest, err := m.Marshal()
+	if err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	names, err := renderNames(m)
+	if err != nil {
+		return ptxfile.Manifest{}, err
+	}
+
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	keep := map[string]bool{}
+	for _, mod := range modules {
+		keep[mod.info.Name+".ptx"] = true
+		if err := os.WriteFile(filepath.Join(outDir, mod.info.Name+".ptx"), mod.ptx, 0o644); err != nil {
+			return ptxfile.Manifest{}, err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outDir, ptxfile.ManifestFile), manifest, 0o644); err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	if err := os.WriteFile(filepath.Join(outDir, namesFile), names, 0o644); err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	stale, err := filepath.Glob(filepath.Join(outDir, "*.ptx"))
+	if err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	for _, p := range stale {
+		if !keep[filepath.Base(p)] {
+			if err := os.Remove(p); err != nil {
+				return ptxfile.Manifest{}, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// build compiles one module into work and collects its manifest record.
+func (g generator) build(ctx context.Context, work, name, src string) (module, error) {
+	out := filepath.Join(work, name+".ptx")
+	if err := compile(ctx, g.nvcc, g.root, src, out); err != nil {
+		return module{}, err
+	}
+	ptx, err := os.ReadFile(out)
+	if err != nil {
+		return module{}, err
+	}
+	// nvcc 11.8's PTX is reproducible as it comes: its header comment holds
+	// only the compiler build ID and version, never a date or a path, and
+	// the output is byte-identical whatever the working directory, output
+	// path or source path. So nothing is normalized. This guard keeps it so:
+	// if a future nvcc starts embedding paths, generation fails here rather
+	// than producing PTX that differs from machine to machine.
+	for _, p := range []string{g.root, work} {
+		if bytes.Contains(ptx, []byte(p)) {
+			return module{}, fmt.Errorf("the PTX contains the path %q, so it is not reproducible; teach ptxgen to normalize it", p)
+		}
+	}
+	entries, err := ptxfile.EntryNames(ptx)
+	if err != nil {
+		return module{}, err
+	}
+	if len(entries) == 0 {
+		return module{}, fmt.Errorf("%s defines no kernel (.entry); is its extern \"C\" __global__ missing?", src)
+	}
+	slices.Sort(entries)
+
+	deps, err := dependencies(ctx, g.nvcc, g.root, src)
+	if err != nil {
+		return module{}, err
+	}
+	sources := make(map[string]string, len(deps))
+	for _, d := range deps {
+		data, err := os.ReadFile(filepath.Join(g.root, filepath.FromSlash(d)))
+		if err != nil {
+			return module{}, err
+		}
+		sources[d] = sha256Hex(data)
+	}
+	return module{
+		info: ptxfile.ModuleInfo{
+			Name:      name,
+			Source:    src,
+			Sources:   sources,
+			PTXSHA256: sha256Hex(ptx),
+			Entries:   entries,
+		},
+		ptx: ptx,
+	}, nil
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// renderNames writes names.go: a constant per module (ModuleDecodeF16) and
+// per entry point (PagedDecodeF16Hd128), so a typo in a kernel name is a
+// compile error rather than a failed cuModuleGetFunction.
+func renderNames(m ptxfile.Manifest) ([]byte, error) {
+	used := map[string]string{} // Go name → what it names, to catch collisions
+	claim := func(goName, what string) error {
+		if prev, ok := used[goName]; ok {
+			return fmt.Errorf("%s and %s both become the Go constant %s", prev, what, goName)
+		}
+		used[goName] = what
+		return nil
+	}
+
+	var b bytes.Buffer
+	b.WriteString("// Code generated by cmd/ptxgen; DO NOT EDIT.\n\npackage ptx\n\n")
+	b.WriteString("// Module names: the argument of Module.\nconst (\n")
+	for _, mod := range m.Modules {
+		goName := "Module" + camel(mod.Name)
+		if err := claim(goName, "module "+mod.Name); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "\t%s = %q\n", goName, mod.Name)
+	}
+	b.WriteString(")\n")
+	for _, mod := range m.Modules {
+		fmt.Fprintf(&b, "\n// Entry points of %s.ptx (%s).\nconst (\n", mod.Name, mod.Source)
+		for _, e := range mod.Entries {
+			goName := camel(e)
+			if goName == "" || !isUpperLetter(goName[0]) {
+				return nil, fmt.Errorf("entry point %s of module %s has no usable Go name", e, mod.Name)
+			}
+			if err := claim(goName, "entry point "+e); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(&b, "\t%s = %q\n", goName, e)
+		}
+		b.WriteString(")\n")
+	}
+	return format.Source(b.Bytes())
+}
+
+// camel turns snake_case into CamelCase: cache_append_flash_f16 →
+// CacheAppendFlashF16.
+func camel(s string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(s, "_") {
+		if part == "" {
+			continue
+		}
+		b.WriteString(strings.ToUpper(part[:1]))
+		b.WriteString(part[1:])
+	}
+	return b.String()
+}
+
+func isUpperLetter(c byte) bool { return 'A' <= c && c <= 'Z' }

@@ -1,0 +1,158 @@
+// Command ptxgen regenerates ptx/ from kernels_src/: it compiles every
+// kernels_src/*.cu with nvcc into ptx/<name>.ptx and writes ptx/manifest.json
+// (source hashes, nvcc version, flags, PTX hashes and entry points per module)
+// and ptx/names.go (a constant per module and entry point).
+//
+// Usage, from anywhere inside the repository:
+//
+//	go run ./cmd/ptxgen [-nvcc PATH] [-o DIR] [-check]
+//
+// -check regenerates into a temporary folder and compares it with ptx/ (or
+// DIR), naming every module that differs, is missing or is extra, and exits 1
+// if anything does. The embedded PTX is built with nvcc 11.8 (PTX ISA 7.8, which
+// every driver from 520 on can JIT); another nvcc version is a warning, and
+// under -check it is named as the likely cause of any difference.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+)
+
+// wantNVCC is the nvcc release the committed PTX is built with.
+const wantNVCC = "release 11.8"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ptxgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nvccFlag := fs.String("nvcc", "", "path of nvcc (default: nvcc on PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin)")
+	outFlag := fs.String("o", "", "output folder (default: ptx/ under the repository root)")
+	check := fs.Bool("check", false, "regenerate into a temporary folder and fail if the output folder differs")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: go run ./cmd/ptxgen [-nvcc PATH] [-o DIR] [-check]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ptxgen: unexpected arguments %q\n", fs.Args())
+		fs.Usage()
+		return 2
+	}
+
+	if err := runErr(ctx, *nvccFlag, *outFlag, *check, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "ptxgen: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runErr(ctx context.Context, nvccPath, outDir string, check bool, stdout, stderr io.Writer) error {
+	root, err := findRoot()
+	if err != nil {
+		return err
+	}
+	if outDir == "" {
+		outDir = filepath.Join(root, "ptx")
+	} else if outDir, err = filepath.Abs(outDir); err != nil {
+		return err
+	}
+	nvcc, err := findNVCC(nvccPath)
+	if err != nil {
+		return err
+	}
+	version, err := nvccVersion(ctx, nvcc)
+	if err != nil {
+		return err
+	}
+	versionOK := isWantedVersion(version)
+	if !versionOK {
+		fmt.Fprintf(stderr, "ptxgen: warning: %s is nvcc %s; ptx/ is meant to be built with nvcc 11.8 (%s), whose PTX every driver from 520 on can load\n",
+			nvcc, version, wantNVCC)
+	}
+
+	g := generator{root: root, nvcc: nvcc, version: version}
+	if !check {
+		m, err := g.generate(ctx, outDir)
+		if err != nil {
+			return err
+		}
+		entries := 0
+		for _, mod := range m.Modules {
+			entries += len(mod.Entries)
+		}
+		fmt.Fprintf(stdout, "ptxgen: wrote %s: %d modules, %d entry points (nvcc %s)\n",
+			relOrAbs(root, outDir), len(m.Modules), entries, version)
+		return nil
+	}
+
+	tmp, err := os.MkdirTemp("", "ptxgen-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if _, err := g.generate(ctx, tmp); err != nil {
+		return err
+	}
+	diffs, err := compareDirs(outDir, tmp)
+	if err != nil {
+		return err
+	}
+	shown := relOrAbs(root, outDir)
+	if len(diffs) == 0 {
+		fmt.Fprintf(stdout, "ptxgen: %s is up to date\n", shown)
+		return nil
+	}
+	fmt.Fprintf(stderr, "ptxgen: %s is stale:\n", shown)
+	for _, d := range diffs {
+		fmt.Fprintf(stderr, "  %s\n", d)
+	}
+	if !versionOK {
+		fmt.Fprintf(stderr, "ptxgen: this nvcc is %s, not %s: a different nvcc emits different PTX, which is the likely cause\n", version, wantNVCC)
+		return errors.New("check failed")
+	}
+	return errors.New("check failed: run `go run ./cmd/ptxgen` and commit the result")
+}
+
+// findRoot walks up from the working directory to the folder holding go.mod.
+func findRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod in the working directory or above it; run ptxgen inside the repository")
+		}
+		dir = parent
+	}
+}
+
+// relOrAbs returns path relative to root when it lies inside root.
+func relOrAbs(root, path string) string {
+	if rel, err := filepath.Rel(root, path); err == nil && filepath.IsLocal(rel) {
+		return filepath.ToSlash(rel) + "/"
+	}
+	return path
+}

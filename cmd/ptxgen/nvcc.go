@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// kernelsDir is where the CUDA sources live, relative to the repository root.
+const kernelsDir = "kernels_src"
+
+// nvccFlags are the flags every module is compiled with, recorded in the
+// manifest. No fast-math: it changes results.
+var nvccFlags = []string{"-ptx", "-arch=compute_80", "-O3", "-std=c++17", "-I" + kernelsDir}
+
+const installHint = `nvcc not found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin (or use -nvcc PATH); ` +
+	`to install it on Debian, add "contrib non-free" to the Components of /etc/apt/sources.list.d/debian.sources, ` +
+	`then apt-get install nvidia-cuda-toolkit (nvcc 11.8)`
+
+// findNVCC returns the nvcc to use: the -nvcc flag, else nvcc on PATH, else
+// $CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc.
+func findNVCC(flagPath string) (string, error) {
+	if flagPath != "" {
+		p, err := exec.LookPath(flagPath)
+		if err != nil {
+			return "", fmt.Errorf("-nvcc %s: %w", flagPath, err)
+		}
+		return p, nil
+	}
+	if p, err := exec.LookPath("nvcc"); err == nil {
+		return p, nil
+	}
+	var candidates []string
+	if home := os.Getenv("CUDA_HOME"); home != "" {
+		candidates = append(candidates, filepath.Join(home, "bin", "nvcc"))
+	}
+	candidates = append(candidates, "/usr/local/cuda/bin/nvcc")
+	for _, c := range candidates {
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New(installHint)
+}
+
+var versionRE = regexp.MustCompile(`release (\d+\.\d+), V(\d+\.\d+\.\d+)`)
+
+// nvccVersion returns the "release X.Y, VX.Y.Z" part of `nvcc --version`.
+func nvccVersion(ctx context.Context, nvcc string) (string, error) {
+	out, err := exec.CommandContext(ctx, nvcc, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w\n%s", nvcc, err, out)
+	}
+	v := versionRE.Find(out)
+	if v == nil {
+		return "", fmt.Errorf("%s --version: no \"release X.Y, VX.Y.Z\" in its output:\n%s", nvcc, out)
+	}
+	return string(v), nil
+}
+
+func isWantedVersion(version string) bool {
+	return strings.HasPrefix(version, wantNVCC+",")
+}
+
+// compile runs nvcc in root on src (relative to root), writing the PTX to out.
+func compile(ctx context.Context, nvcc, root, src, out string) error {
+	args := append(append([]string{}, nvccFlags...), "-o", out, src)
+	cmd := exec.CommandContext(ctx, nvcc, args...)
+	cmd.Dir = root
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nvcc %s: %w\n%s", strings.Join(args, " "), err, bytes.TrimSpace(output))
+	}
+	return nil
+}
+
+// dependencies returns src and every file it includes that lies inside root,
+// as sorted root-relative paths with forward slashes. It asks nvcc itself
+// (-M, with the compile flags) so the list follows the preprocessor exactly;
+// system and CUDA headers fall outside root and are dropped.
+func dependencies(ctx context.Context, nvcc, root, src string) ([]string, error) {
+	args := []string{"-M"}
+	for _, f := range nvccFlags {
+		if f != "-ptx" {
+			args = append(args, f)
+		}
+	}
+	args = append(args, src)
+	cmd := exec.CommandContext(ctx, nvcc, args...)
+	cmd.Dir = root
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("nvcc %s: %w\n%s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	paths, err := parseDepfile(stdout.String())
+	if err != nil {
+		return nil, fmt.Errorf("nvcc %s: %w", strings.Join(args, " "), err)
+	}
+	seen := map[string]bool{filepath.ToSlash(src): true}
+	for _, p := range paths {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(root, p)
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || !filepath.IsLocal(rel) {
+			continue
+		}
+		seen[filepath.ToSlash(rel)] = true
+	}
+	deps := make([]string, 0, len(seen))
+	for p := range seen {
+		deps = append(deps, p)
+	}
+	slices.Sort(deps)
+	return deps, nil
+}
+
+// parseDepfile reads make-style dependency output ("target : dep dep \
+// dep …") and returns the prerequisites. Backslash-newline continues a line
+// and "\ " is a space inside a path.
+func parseDepfile(s string) ([]string, error) {
+	s = strings.ReplaceAll(s, "\\\r\n", " ")
+	s = strings.ReplaceAll(s, "\\\n", " ")
+	var deps []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		// The target never contains ": " while a Windows drive letter would
+		// be "C:\", so split at the first ": " or a trailing ":".
+		colon := strings.Index(line, ": ")
+		if colon < 0 {
+			if !strings.HasSuffix(strings.TrimSpace(line), ":") {
+				return nil, fmt.Errorf("unexpected dependency line %q", line)
+			}
+			continue
+		}
+		var cur strings.Builder
+		flush := func() {
+			if cur.Len() > 0 {
+				deps = append(deps, cur.String())
+				cur.Reset()
+			}
+		}
+		rest := line[colon+2:]
+		for i := 0; i < len(rest); i++ {
+			c := rest[i]
+			switch {
+			case c == '\\' && i+1 < len(rest) && (rest[i+1] == ' ' || rest[i+1] == '#'):
+				cur.WriteByte(rest[i+1])
+				i++
+			case c == '$' && i+1 < len(rest) && rest[i+1] == '$':
+				cur.WriteByte('$')
+				i++
+			case c == ' ' || c == '\t':
+				flush()
+			default:
+				cur.WriteByte(c)
+			}
+		}
+		flush()
+	}
+	return deps, nil
+}

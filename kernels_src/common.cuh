@@ -1,0 +1,143 @@
+// common.cuh: helpers shared by every pagedkv kernel: element types, 16-byte
+// vector loads and their conversion to float, fp8 e4m3 encode/decode, and the
+// fault record through which kernels report bad device-resident indices.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace pkv {
+
+// fp8 e4m3 (OCP E4M3FN: bias 7, no infinities, S.1111.111 is NaN) is stored
+// as a raw byte; compute_80 has no conversion instruction for it.
+struct e4m3 {
+  uint8_t bits;
+};
+
+// Fault codes written to the fault record (see record_fault). Keep in sync with
+// faultCode in the Go root package.
+enum FaultCode : long long {
+  kFaultNone = 0,
+  kFaultSlotBeyondCache = 1,   // a = token, b = slot, c = cache slots
+  kFaultRemapBeyondTable = 2,  // a = token, b = slot, c = remap entries
+  kFaultKVLenBeyondTable = 3,  // a = sequence, b = kv_len, c = table capacity
+  kFaultBlockBeyondPool = 4,   // a = sequence, b = table entry index, c = block id
+};
+
+// record_fault keeps the first fault of a launch: fault points at four
+// unsigned long longs {code, a, b, c}; later faults are dropped. A null
+// record means the caller does not track faults.
+__device__ __forceinline__ void record_fault(unsigned long long* fault, long long code, long long a,
+                                             long long b, long long c) {
+  if (fault == nullptr) return;
+  if (atomicCAS(fault, 0ull, (unsigned long long)code) == 0ull) {
+    fault[1] = (unsigned long long)a;
+    fault[2] = (unsigned long long)b;
+    fault[3] = (unsigned long long)c;
+  }
+}
+
+// Vec8 is the register type that holds 8 elements of T: 16 bytes for 16-bit
+// types, 8 bytes for fp8.
+template <typename T>
+struct Vec8 {
+  using type = uint4;
+};
+template <>
+struct Vec8<e4m3> {
+  using type = uint2;
+};
+
+template <typename T>
+__device__ __forceinline__ typename Vec8<T>::type load8(const T* p) {
+  return *reinterpret_cast<const typename Vec8<T>::type*>(p);
+}
+
+// e4m3x2_to_half2 decodes the two low bytes of x into a half2 holding the
+// values divided by 256: moving the 4-bit exponent and 3-bit mantissa into a
+// half's fields keeps the bias difference (15 - 7) as a power of two, and
+// e4m3 subnormals land on half subnormals, so the decode is exact.
+__device__ __forceinline__ __half2 e4m3x2_to_half2_div256(uint32_t x) {
+  uint32_t u = __byte_perm(x, 0u, 0x1404);  // bytes: 0, b0, 0, b1
+  uint32_t h = (u & 0x80008000u) | ((u & 0x7F007F00u) >> 1);
+  return *reinterpret_cast<__half2*>(&h);
+}
+
+// to_float8 converts 8 elements to float. For e4m3 the results are the
+// stored values divided by 256 (see e4m3x2_to_half2_div256); callers fold the
+// 256 into the tensor scale.
+__device__ __forceinline__ void to_float8(uint4 v, const __half*, float f[8]) {
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 t = __half22float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void to_float8(uint4 v, const __nv_bfloat16*, float f[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void to_float8(uint2 v, const e4m3*, float f[8]) {
+  uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float2 a = __half22float2(e4m3x2_to_half2_div256(w[i]));
+    float2 b = __half22float2(e4m3x2_to_half2_div256(w[i] >> 16));
+    f[4 * i] = a.x;
+    f[4 * i + 1] = a.y;
+    f[4 * i + 2] = b.x;
+    f[4 * i + 3] = b.y;
+  }
+}
+
+// The scale that turns to_float8's output into real values.
+template <typename T>
+__device__ __forceinline__ float decode_scale() {
+  return 1.0f;
+}
+template <>
+__device__ __forceinline__ float decode_scale<e4m3>() {
+  return 256.0f;
+}
+
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// f32_to_e4m3 rounds to the nearest e4m3 value, ties to even, saturating
+// finite overflow and infinities to ±448; NaN becomes 0x7F.
+__device__ __forceinline__ uint32_t f32_to_e4m3(float f) {
+  uint32_t x = __float_as_uint(f);
+  uint32_t sign = (x >> 24) & 0x80u;
+  float a = fabsf(f);
+  if (a != a) return 0x7Fu;
+  if (a >= 448.0f) return sign | 0x7Eu;
+  if (a < 0.015625f) {  // below the smallest normal, 2^-6: multiples of 2^-9
+    return sign | (uint32_t)__float2int_rn(a * 512.0f);
+  }
+  uint32_t ax = __float_as_uint(a);
+  ax += 0x7FFFFu + ((ax >> 20) & 1u);  // round the mantissa to 3 bits, ties to even
+  uint32_t e = (ax >> 23) - 127u + 7u;
+  uint32_t m = (ax >> 20) & 7u;
+  return sign | (e << 3) | m;
+}
+
+}  // namespace pkv

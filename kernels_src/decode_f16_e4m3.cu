@@ -1,0 +1,5 @@
+// decode_f16_e4m3.cu: paged decode attention kernels with __half queries and a
+// fp8 e4m3 cache, for every head dim and group tile (see decode.cuh).
+#include "decode.cuh"
+
+PKV_DECODE_ALL(paged_decode_f16_e4m3, __half, pkv::e4m3)

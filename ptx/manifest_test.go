@@ -1,0 +1,96 @@
+package ptx
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stale is the advice every failure of TestManifestCurrent ends with.
+const stale = "ptx/ is stale: run `go run ./cmd/ptxgen` (needs nvcc 11.8)"
+
+// repoRoot is the repository root as seen from this package's test working
+// directory (ptx/).
+const repoRoot = ".."
+
+func fileSHA256(t *testing.T, path string) (string, bool) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return "", false
+	}
+	require.NoError(t, err)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), true
+}
+
+// TestManifestCurrent checks, without nvcc, that the embedded PTX was
+// generated from the kernels_src/ in this tree: every source hash in the
+// manifest matches, every .cu has a module and every module a .cu, and the
+// embedded PTX matches its recorded hash and entry points.
+func TestManifestCurrent(t *testing.T) {
+	m, err := ReadManifest()
+	require.NoError(t, err)
+
+	cus, err := filepath.Glob(filepath.Join(repoRoot, "kernels_src", "*.cu"))
+	require.NoError(t, err)
+	bySource := map[string]bool{}
+	for _, mod := range m.Modules {
+		bySource[mod.Source] = true
+	}
+	for _, cu := range cus {
+		rel := "kernels_src/" + filepath.Base(cu)
+		assert.True(t, bySource[rel], "%s has no module in manifest.json; %s", rel, stale)
+	}
+
+	embedded := Modules()
+	var listed []string
+	for _, mod := range m.Modules {
+		listed = append(listed, mod.Name)
+		t.Run(mod.Name, func(t *testing.T) {
+			if _, ok := mod.Sources[mod.Source]; !ok || filepath.Ext(mod.Source) != ".cu" {
+				t.Errorf("module %s has no .cu among its sources; %s", mod.Name, stale)
+			}
+			for _, path := range slices.Sorted(maps.Keys(mod.Sources)) {
+				got, ok := fileSHA256(t, filepath.Join(repoRoot, filepath.FromSlash(path)))
+				if !ok {
+					t.Errorf("module %s: %s no longer exists; %s", mod.Name, path, stale)
+					continue
+				}
+				if got != mod.Sources[path] {
+					t.Errorf("module %s: %s changed since the PTX was generated; %s", mod.Name, path, stale)
+				}
+			}
+
+			data, err := Module(mod.Name)
+			if err != nil {
+				t.Errorf("module %s: %v; %s", mod.Name, err, stale)
+				return
+			}
+			sum := sha256.Sum256(data)
+			if hex.EncodeToString(sum[:]) != mod.PTXSHA256 {
+				t.Errorf("module %s: %s.ptx does not match its manifest hash; %s", mod.Name, mod.Name, stale)
+			}
+			entries, err := Entries(data)
+			require.NoError(t, err)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name)
+			}
+			slices.Sort(names)
+			if !slices.Equal(names, mod.Entries) {
+				t.Errorf("module %s: entry points in %s.ptx %v differ from manifest.json %v; %s",
+					mod.Name, mod.Name, names, mod.Entries, stale)
+			}
+		})
+	}
+	slices.Sort(listed)
+	assert.Equal(t, listed, embedded, "embedded *.ptx and manifest.json modules differ; %s", stale)
+}

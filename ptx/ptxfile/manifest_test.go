@@ -1,0 +1,76 @@
+package ptxfile
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestManifestRoundTrip(t *testing.T) {
+	m := Manifest{
+		NVCC:  "release 11.8, V11.8.89",
+		Flags: []string{"-ptx", "-arch=compute_80"},
+		Modules: []ModuleInfo{
+			{Name: "z", Source: "kernels_src/z.cu", Sources: map[string]string{"kernels_src/z.cu": "bb", "kernels_src/a.cuh": "aa"}, PTXSHA256: "cc", Entries: []string{"z_b", "z_a"}},
+			{Name: "a", Source: "kernels_src/a.cu", Sources: map[string]string{"kernels_src/a.cu": "dd"}, PTXSHA256: "ee", Entries: []string{"a_x"}},
+		},
+	}
+	data, err := m.Marshal()
+	require.NoError(t, err)
+	assert.Equal(t, `{
+  "nvcc": "release 11.8, V11.8.89",
+  "flags": [
+    "-ptx",
+    "-arch=compute_80"
+  ],
+  "modules": [
+    {
+      "name": "a",
+      "source": "kernels_src/a.cu",
+      "sources": {
+        "kernels_src/a.cu": "dd"
+      },
+      "ptx_sha256": "ee",
+      "entries": [
+        "a_x"
+      ]
+    },
+    {
+      "name": "z",
+      "source": "kernels_src/z.cu",
+      "sources": {
+        "kernels_src/a.cuh": "aa",
+        "kernels_src/z.cu": "bb"
+      },
+      "ptx_sha256": "cc",
+      "entries": [
+        "z_a",
+        "z_b"
+      ]
+    }
+  ]
+}
+`, string(data))
+	assert.Equal(t, "z", m.Modules[0].Name, "Marshal must not reorder its receiver")
+	assert.Equal(t, []string{"z_b", "z_a"}, m.Modules[0].Entries)
+
+	back, err := ParseManifest(data)
+	require.NoError(t, err)
+	again, err := back.Marshal()
+	require.NoError(t, err)
+	assert.Equal(t, data, again)
+
+	mod, ok := back.Module("z")
+	require.True(t, ok)
+	assert.Equal(t, "cc", mod.PTXSHA256)
+	_, ok = back.Module("nope")
+	assert.False(t, ok)
+}
+
+func TestParseManifestStrict(t *testing.T) {
+	_, err := ParseManifest([]byte(`{"nvcc": "x", "extra": 1}`))
+	assert.ErrorContains(t, err, `unknown field "extra"`)
+	_, err = ParseManifest([]byte(`{"nvcc": "x"} {}`))
+	assert.ErrorContains(t, err, "data after the manifest object")
+}
