@@ -1,0 +1,49 @@
+package dispatch
+
+import "math"
+
+// appendVector is how many elements one append thread moves (16 bytes of f16).
+const appendVector = 8
+
+// AppendShape describes one cache append launch: NumTokens new tokens' K and V
+// written into the paged cache.
+type AppendShape struct {
+	NumTokens  int
+	NumKVHeads int
+	HeadDim    int
+	In         DType // dtype of the new K and V: F16 or BF16
+	Cache      DType // In, or E4M3 for an fp8 cache
+}
+
+// PlanAppend plans a cache append launch: one thread per 8 elements of one
+// token's head, 256 threads per block, a 1-D grid. NumTokens == 0 gives a Plan
+// with Grid.X == 0, meaning nothing to launch. Errors wrap ErrInvalidShape. On
+// success it allocates nothing.
+func PlanAppend(a AppendShape) (Plan, error) {
+	switch {
+	case a.NumTokens < 0:
+		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d is negative", a.NumTokens)
+	case a.NumKVHeads < 1:
+		return Plan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
+	case a.HeadDim < appendVector || a.HeadDim > 256 || a.HeadDim%appendVector != 0:
+		return Plan{}, errf("dispatch: AppendShape.HeadDim=%d is not supported; supported: a multiple of 8 from 8 to 256", a.HeadDim)
+	}
+	kernel, err := AppendKernelName(a.In, a.Cache)
+	if err != nil {
+		return Plan{}, err
+	}
+	perToken := int64(a.NumKVHeads) * int64(a.HeadDim/appendVector)
+	maxThreads := int64(math.MaxInt32) * AppendThreads
+	if a.NumTokens > 0 && perToken > maxThreads/int64(a.NumTokens) {
+		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d × NumKVHeads=%d × HeadDim=%d needs a grid larger than %d blocks",
+			a.NumTokens, a.NumKVHeads, a.HeadDim, math.MaxInt32)
+	}
+	threads := int64(a.NumTokens) * perToken
+	return Plan{
+		Kernel:          kernel,
+		Grid:            Dim3{uint32((threads + AppendThreads - 1) / AppendThreads), 1, 1},
+		Block:           Dim3{AppendThreads, 1, 1},
+		Splits:          1,
+		RequestedSplits: 1,
+	}, nil
+}

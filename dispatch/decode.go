@@ -1,0 +1,359 @@
+package dispatch
+
+import (
+	"fmt"
+	"math"
+)
+
+// Tunables of the split heuristic. They are read by every PlanDecode call; set
+// them (for experiments and benchmarks) before planning starts, never while
+// another goroutine plans.
+var (
+	// MinChunkTokens is the fewest KV tokens the heuristic gives one split:
+	// below it the merge costs more than the parallelism gains. Forced split
+	// counts ignore it.
+	MinChunkTokens = 256
+	// SplitOverhead is the estimated cost of the split-K path (the merge
+	// kernel and the partials' round trip through memory) in units of the time
+	// one single-pass block takes to read its whole KV.
+	SplitOverhead = 0.08
+)
+
+// MaxSplits is the largest split count any plan uses (and the largest
+// PAGED_FLASH_SPLITS accepts).
+const MaxSplits = 256
+
+// Threads per block of each kernel family.
+const (
+	DecodeThreads = 128
+	ReduceThreads = 128
+	AppendThreads = 256
+)
+
+// maxGridY is CUDA's limit on gridDim.y and gridDim.z.
+const maxGridY = 65535
+
+// Reasons a Plan gives for its split count. Plan.Reason is always one of these
+// (or "" for plans without a split decision), so planning allocates nothing.
+const (
+	ReasonPagedFlashOff      = "forced single-pass (PAGED_FLASH=0)"
+	ReasonSplitKOff          = "forced single-pass (SPLIT_K_ATTN=0)"
+	ReasonForced             = "forced split count (PAGED_FLASH_SPLITS)"
+	ReasonForcedClamped      = "forced split count clamped to the number of pages"
+	ReasonForcedRounded      = "forced split count rounded to whole pages per split"
+	ReasonForcedScratchLimit = "forced split count reduced by the scratch limit"
+	ReasonEmptyKV            = "no KV to split (MaxKVLen=0)"
+	ReasonShortKV            = "auto: KV too short to split"
+	ReasonGridFills          = "auto: grid fills the GPU"
+	ReasonSinglePassFastest  = "auto: splitting would not shorten the run"
+	ReasonFillSMs            = "auto: split to fill SMs"
+	ReasonRaggedWaves        = "auto: split to even out the last wave"
+	ReasonSplitOn            = "split-K forced on (SPLIT_K_ATTN=1)"
+	ReasonSplitOnShortKV     = "split-K forced on (SPLIT_K_ATTN=1) but KV too short to split"
+	ReasonScratchLimit       = "auto: scratch limit reduced splits"
+)
+
+// SplitMode says whether decode may use split-K.
+type SplitMode uint8
+
+// The split modes (SPLIT_K_ATTN auto, 0, 1).
+const (
+	SplitAuto SplitMode = iota // the heuristic decides
+	SplitOff                   // always single-pass
+	SplitOn                    // at least 2 splits whenever the KV is long enough
+)
+
+// String returns "auto", "off" or "on".
+func (m SplitMode) String() string {
+	switch m {
+	case SplitAuto:
+		return "auto"
+	case SplitOff:
+		return "off"
+	case SplitOn:
+		return "on"
+	}
+	return fmt.Sprintf("SplitMode(%d)", uint8(m))
+}
+
+// Knobs are the configuration the planner obeys. The zero value forces
+// single-pass (PagedFlash false); start from DefaultKnobs.
+type Knobs struct {
+	PagedFlash        bool      // PAGED_FLASH; false forces the single-pass kernel
+	ForcedSplits      int       // PAGED_FLASH_SPLITS; 0 = auto, else clamped to 1..min(MaxSplits, pages)
+	SplitK            SplitMode // SPLIT_K_ATTN
+	ScratchLimitBytes int64     // SCRATCH_LIMIT_BYTES; 0 = no limit on one plan's scratch
+}
+
+// DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
+// automatic split count, no scratch limit.
+func DefaultKnobs() Knobs { return Knobs{PagedFlash: true} }
+
+// Dim3 is a CUDA grid or block size.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// DeviceFacts are what the planner needs to know about the GPU, gathered once
+// when the runtime loads.
+type DeviceFacts struct {
+	Name                   string
+	SMs                    int // streaming multiprocessors
+	MaxSharedPerBlockOptin int // bytes of dynamic shared memory a block may opt in to
+	// Occupancy maps a kernel entry name to the most blocks of it that can be
+	// resident on one SM at its launch block size
+	// (cuOccupancyMaxActiveBlocksPerMultiprocessor). A missing entry counts as 1.
+	Occupancy map[string]int
+}
+
+// DecodeShape describes one paged decode launch.
+type DecodeShape struct {
+	NumSeqs    int // sequences in the batch, one query token each
+	NumQHeads  int
+	NumKVHeads int
+	HeadDim    int
+	BlockSize  int // tokens per KV-cache page
+	// MaxKVLen is the largest KV length in the batch as the caller declares
+	// it, or KV_CAPACITY when planning for CUDA-graph capture. The kernels
+	// read the actual lengths from device memory.
+	MaxKVLen        int
+	MaxBlocksPerSeq int // columns of the block table
+	QType           DType
+	CacheType       DType // QType, or E4M3 for an fp8 cache
+}
+
+// Plan is what the launcher does, decided entirely by the planner.
+type Plan struct {
+	Kernel      string // kernel entry name
+	Grid, Block Dim3
+	SharedBytes uint32 // dynamic shared memory; the kernels use static shared memory
+	Splits      int    // 1 = single-pass, no merge and no scratch
+	GroupTile   int    // query heads one decode block handles per KV head
+
+	Reduce                  string // merge kernel entry name; "" when Splits == 1
+	ReduceGrid, ReduceBlock Dim3
+
+	// ScratchFloats is the f32 scratch the split-K path needs (0 when
+	// Splits == 1): partial outputs [NumSeqs, NumQHeads, Splits, HeadDim] at
+	// PartialOutOffset, running maxima [NumSeqs, NumQHeads, Splits] at
+	// MaxOffset, running sums [NumSeqs, NumQHeads, Splits] at SumOffset.
+	// Offsets count floats from the start of the buffer.
+	ScratchFloats                          int64
+	PartialOutOffset, MaxOffset, SumOffset int64
+
+	// RequestedSplits is the split count asked for (the forced count, or the
+	// heuristic's choice) before it was clamped to the pages and the scratch
+	// limit; Clamped reports Splits != RequestedSplits.
+	RequestedSplits int
+	Clamped         bool
+	Reason          string // one of the Reason constants
+}
+
+// PlanDecode plans a paged decode launch. It returns an error wrapping
+// ErrInvalidShape, naming the field, when the shape, device facts or knobs
+// cannot be planned for. On success it allocates nothing.
+func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
+	if err := validateDecode(&s, &dev, &k); err != nil {
+		return Plan{}, err
+	}
+	qi, _ := activationIndex(s.QType)
+	ci, _ := cacheIndex(s.QType, s.CacheType)
+	hi, _ := headDimIndex(s.HeadDim)
+	group := s.NumQHeads / s.NumKVHeads
+	kernel := tables.decode[qi][ci][hi][groupTileIndex(group)]
+
+	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel)
+
+	p := Plan{
+		Kernel:          kernel,
+		Grid:            Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(splits)},
+		Block:           Dim3{DecodeThreads, 1, 1},
+		Splits:          splits,
+		GroupTile:       GroupTile(group),
+		RequestedSplits: requested,
+		Clamped:         splits != requested,
+		Reason:          reason,
+	}
+	if splits > 1 {
+		rows := int64(s.NumSeqs) * int64(s.NumQHeads) * int64(splits)
+		p.Reduce = tables.reduce[qi][hi]
+		p.ReduceGrid = Dim3{uint32(s.NumQHeads), uint32(s.NumSeqs), 1}
+		p.ReduceBlock = Dim3{ReduceThreads, 1, 1}
+		p.ScratchFloats = rows * int64(s.HeadDim+2)
+		p.MaxOffset = rows * int64(s.HeadDim)
+		p.SumOffset = p.MaxOffset + rows
+	}
+	return p, nil
+}
+
+// chooseSplits returns the split count, the count asked for before clamping,
+// and the reason. The shape is valid.
+func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (splits, requested int, reason string) {
+	pages := ceilDiv(s.MaxKVLen, s.BlockSize)
+	switch {
+	case !k.PagedFlash:
+		return 1, 1, ReasonPagedFlashOff
+	case k.SplitK == SplitOff:
+		return 1, 1, ReasonSplitKOff
+	case k.ForcedSplits > 0:
+		requested = k.ForcedSplits
+		splits = min(requested, MaxSplits, max(pages, 1))
+		reason = ReasonForced
+		if splits < requested {
+			reason = ReasonForcedClamped
+		}
+		if n := wholePages(splits, pages); n != splits {
+			splits = n
+			if reason == ReasonForced {
+				reason = ReasonForcedRounded
+			}
+		}
+		if n := fitScratch(splits, pages, s, k); n != splits {
+			return n, requested, ReasonForcedScratchLimit
+		}
+		return splits, requested, reason
+	case s.MaxKVLen == 0:
+		return 1, 1, ReasonEmptyKV
+	}
+
+	maxSplits := min(MaxSplits, pages, max(s.MaxKVLen/max(MinChunkTokens, 1), 1))
+	if maxSplits < 2 {
+		if k.SplitK == SplitOn {
+			return 1, 1, ReasonSplitOnShortKV
+		}
+		return 1, 1, ReasonShortKV
+	}
+	occ := dev.Occupancy[kernel]
+	if occ < 1 {
+		occ = 1
+	}
+	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads)
+	slots := int64(dev.SMs) * int64(occ)
+
+	first := 1
+	if k.SplitK == SplitOn {
+		first = 2
+	}
+	splits = bestSplits(blocks, slots, first, maxSplits)
+	switch {
+	case k.SplitK == SplitOn:
+		reason = ReasonSplitOn
+	case splits == 1 && blocks >= slots:
+		reason = ReasonGridFills
+	case splits == 1:
+		reason = ReasonSinglePassFastest
+	case blocks < slots:
+		reason = ReasonFillSMs
+	default:
+		reason = ReasonRaggedWaves
+	}
+	splits = wholePages(splits, pages)
+	requested = splits
+	if n := fitScratch(splits, pages, s, k); n != splits {
+		return n, requested, ReasonScratchLimit
+	}
+	return splits, requested, reason
+}
+
+// bestSplits returns the split count in first..last with the least estimated
+// time: the waves of split blocks, each wave taking 1/s of a full-KV block,
+// plus SplitOverhead for any split. Ties go to the smaller count. Equal
+// rationals compare equal: each cost is one correctly rounded division of
+// exact integers plus the same constant.
+func bestSplits(blocks, slots int64, first, last int) int {
+	best, bestCost := first, math.Inf(1)
+	for s := first; s <= last; s++ {
+		waves := (blocks*int64(s) + slots - 1) / slots
+		cost := float64(waves) / float64(s)
+		if s > 1 {
+			cost += SplitOverhead
+		}
+		if cost < bestCost {
+			best, bestCost = s, cost
+		}
+	}
+	return best
+}
+
+// wholePages normalizes a split count so that every split covers the same
+// whole number of pages (the last one possibly fewer), as the kernels divide
+// each sequence at run time.
+func wholePages(splits, pages int) int {
+	if splits <= 1 || pages <= 1 {
+		return 1
+	}
+	chunk := ceilDiv(pages, splits)
+	return ceilDiv(pages, chunk)
+}
+
+// fitScratch lowers splits until the plan's scratch fits k.ScratchLimitBytes.
+func fitScratch(splits, pages int, s *DecodeShape, k *Knobs) int {
+	if k.ScratchLimitBytes <= 0 || splits <= 1 {
+		return splits
+	}
+	perSplit := int64(s.NumSeqs) * int64(s.NumQHeads) * int64(s.HeadDim+2) * 4
+	if int64(splits)*perSplit <= k.ScratchLimitBytes {
+		return splits
+	}
+	fit := k.ScratchLimitBytes / perSplit
+	if fit < 2 {
+		return 1
+	}
+	// wholePages only lowers a count, so the result still fits.
+	return wholePages(int(fit), pages)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// validateDecode checks everything PlanDecode relies on.
+func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
+	switch {
+	case s.NumSeqs < 1 || s.NumSeqs > maxGridY:
+		return errf("dispatch: DecodeShape.NumSeqs=%d is out of range; allowed: 1..%d", s.NumSeqs, maxGridY)
+	case s.NumKVHeads < 1:
+		return errf("dispatch: DecodeShape.NumKVHeads=%d is out of range; allowed: ≥ 1", s.NumKVHeads)
+	case s.NumQHeads < 1:
+		return errf("dispatch: DecodeShape.NumQHeads=%d is out of range; allowed: ≥ 1", s.NumQHeads)
+	case s.NumQHeads%s.NumKVHeads != 0:
+		return errf("dispatch: DecodeShape.NumQHeads=%d is not a multiple of NumKVHeads=%d", s.NumQHeads, s.NumKVHeads)
+	case s.NumQHeads/s.NumKVHeads > MaxGroupSize:
+		return errf("dispatch: DecodeShape.NumQHeads=%d / NumKVHeads=%d is a GQA group of %d; supported: 1..%d",
+			s.NumQHeads, s.NumKVHeads, s.NumQHeads/s.NumKVHeads, MaxGroupSize)
+	case int64(s.NumSeqs)*int64(s.NumQHeads) > math.MaxInt32:
+		return errf("dispatch: DecodeShape.NumSeqs=%d × NumQHeads=%d exceeds %d", s.NumSeqs, s.NumQHeads, math.MaxInt32)
+	}
+	if _, ok := headDimIndex(s.HeadDim); !ok {
+		return errHeadDim(s.HeadDim)
+	}
+	if s.BlockSize < 1 || s.BlockSize > 256 || s.BlockSize&(s.BlockSize-1) != 0 {
+		return errf("dispatch: DecodeShape.BlockSize=%d is not supported; supported: a power of two from 1 to 256", s.BlockSize)
+	}
+	if s.MaxKVLen < 0 {
+		return errf("dispatch: DecodeShape.MaxKVLen=%d is negative", s.MaxKVLen)
+	}
+	if s.MaxBlocksPerSeq < 1 {
+		return errf("dispatch: DecodeShape.MaxBlocksPerSeq=%d is out of range; allowed: ≥ 1", s.MaxBlocksPerSeq)
+	}
+	// Division avoids overflowing MaxBlocksPerSeq*BlockSize.
+	if s.MaxBlocksPerSeq < ceilDiv(s.MaxKVLen, s.BlockSize) {
+		return errf("dispatch: DecodeShape.MaxBlocksPerSeq=%d × BlockSize=%d holds fewer than MaxKVLen=%d tokens",
+			s.MaxBlocksPerSeq, s.BlockSize, s.MaxKVLen)
+	}
+	if _, ok := activationIndex(s.QType); !ok {
+		return errQType(s.QType)
+	}
+	if _, ok := cacheIndex(s.QType, s.CacheType); !ok {
+		return errCacheType(s.CacheType, s.QType)
+	}
+	if dev.SMs < 1 {
+		return errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: ≥ 1", dev.SMs)
+	}
+	if k.ForcedSplits < 0 {
+		return errf("dispatch: Knobs.ForcedSplits=%d is negative; allowed: 0 (auto) or 1..%d", k.ForcedSplits, MaxSplits)
+	}
+	if k.SplitK > SplitOn {
+		return errf("dispatch: Knobs.SplitK=%v is not supported; supported: auto, off, on", k.SplitK)
+	}
+	if k.ScratchLimitBytes < 0 {
+		return errf("dispatch: Knobs.ScratchLimitBytes=%d is negative; allowed: 0 (no limit) or more", k.ScratchLimitBytes)
+	}
+	return nil
+}

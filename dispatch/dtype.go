@@ -1,0 +1,55 @@
+package dispatch
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// DType is the element type of a tensor that a kernel reads or writes. The
+// zero value is not a valid type, so a shape that forgets to set one fails
+// validation instead of silently meaning f16.
+type DType uint8
+
+// The element types the kernels support.
+const (
+	F16  DType = iota + 1 // IEEE half precision
+	BF16                  // bfloat16
+	E4M3                  // fp8 e4m3 (OCP FP8, finite-only); KV cache only
+)
+
+// String returns the name used in kernel entry points: "f16", "bf16", "e4m3".
+func (d DType) String() string {
+	switch d {
+	case F16:
+		return "f16"
+	case BF16:
+		return "bf16"
+	case E4M3:
+		return "e4m3"
+	}
+	return "DType(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Size returns the size of one element in bytes, or 0 for an invalid DType.
+func (d DType) Size() int {
+	switch d {
+	case F16, BF16:
+		return 2
+	case E4M3:
+		return 1
+	}
+	return 0
+}
+
+// Valid reports whether d is one of F16, BF16, E4M3.
+func (d DType) Valid() bool { return d >= F16 && d <= E4M3 }
+
+// ParseDType returns the DType whose String is s.
+func ParseDType(s string) (DType, error) {
+	for _, d := range [...]DType{F16, BF16, E4M3} {
+		if s == d.String() {
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("dispatch: dtype %q is not supported; supported: f16, bf16, e4m3", s)
+}

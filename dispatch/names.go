@@ -1,0 +1,190 @@
+package dispatch
+
+import (
+	"fmt"
+	"math/bits"
+	"strconv"
+)
+
+// HeadDims lists the head dimensions the decode kernels are instantiated for.
+var headDims = [...]int{64, 128, 256}
+
+// groupTiles lists the GQA group tiles the decode kernels are instantiated for;
+// a group of G query heads per KV head runs on the smallest tile ≥ G.
+var groupTiles = [...]int{1, 2, 4, 8, 16}
+
+// activationTypes lists the q / input dtypes, in table order.
+var activationTypes = [...]DType{F16, BF16}
+
+// MaxGroupSize is the largest GQA group (NumQHeads / NumKVHeads) supported.
+const MaxGroupSize = 16
+
+// nameTables holds every kernel entry name, built once so that planning never
+// builds a string. Index order: activation dtype, fp8 cache (0 = the cache
+// dtype equals the activation dtype, 1 = e4m3), head dim, group tile.
+type nameTables struct {
+	decode [len(activationTypes)][2][len(headDims)][len(groupTiles)]string
+	reduce [len(activationTypes)][len(headDims)]string
+	append [len(activationTypes)][2]string
+}
+
+// tables is built by a variable initializer rather than init, so that other
+// package-level variables (tests' device profiles) can already use it.
+var tables = buildNames()
+
+func buildNames() *nameTables {
+	t := new(nameTables)
+	for qi, q := range activationTypes {
+		for fp8 := range 2 {
+			cache := ""
+			if fp8 == 1 {
+				cache = "_" + E4M3.String()
+			}
+			t.append[qi][fp8] = "cache_append_flash_" + q.String() + cache
+			for hi, d := range headDims {
+				hd := "_hd" + strconv.Itoa(d)
+				t.reduce[qi][hi] = "paged_decode_reduce_" + q.String() + hd
+				for gi, g := range groupTiles {
+					t.decode[qi][fp8][hi][gi] = "paged_decode_" + q.String() + cache + hd + "_g" + strconv.Itoa(g)
+				}
+			}
+		}
+	}
+	return t
+}
+
+// activationIndex returns d's row in the name tables.
+func activationIndex(d DType) (int, bool) {
+	switch d {
+	case F16:
+		return 0, true
+	case BF16:
+		return 1, true
+	}
+	return 0, false
+}
+
+// cacheIndex returns the fp8 column of the name tables for a cache of type c
+// holding activations of type q.
+func cacheIndex(q, c DType) (int, bool) {
+	switch c {
+	case q:
+		return 0, true
+	case E4M3:
+		return 1, true
+	}
+	return 0, false
+}
+
+func headDimIndex(d int) (int, bool) {
+	switch d {
+	case 64:
+		return 0, true
+	case 128:
+		return 1, true
+	case 256:
+		return 2, true
+	}
+	return 0, false
+}
+
+// GroupTile returns the group tile a GQA group of g query heads per KV head
+// runs on: the smallest power of two ≥ g. It returns 0 when g is outside
+// 1..MaxGroupSize.
+func GroupTile(g int) int {
+	if g < 1 || g > MaxGroupSize {
+		return 0
+	}
+	return 1 << bits.Len(uint(g-1))
+}
+
+// groupTileIndex returns the column of GroupTile(g) in groupTiles; g must be in
+// 1..MaxGroupSize.
+func groupTileIndex(g int) int { return bits.Len(uint(g - 1)) }
+
+// DecodeKernelName returns the decode kernel entry point for q dtype q, cache
+// dtype cache, head dimension headDim and GQA group size group (which is
+// rounded up to its group tile).
+func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
+	qi, ok := activationIndex(q)
+	if !ok {
+		return "", errQType(q)
+	}
+	ci, ok := cacheIndex(q, cache)
+	if !ok {
+		return "", errCacheType(cache, q)
+	}
+	hi, ok := headDimIndex(headDim)
+	if !ok {
+		return "", errHeadDim(headDim)
+	}
+	if GroupTile(group) == 0 {
+		return "", newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
+	}
+	return tables.decode[qi][ci][hi][groupTileIndex(group)], nil
+}
+
+// ReduceKernelName returns the split-K merge kernel for q dtype q and head
+// dimension headDim.
+func ReduceKernelName(q DType, headDim int) (string, error) {
+	qi, ok := activationIndex(q)
+	if !ok {
+		return "", errQType(q)
+	}
+	hi, ok := headDimIndex(headDim)
+	if !ok {
+		return "", errHeadDim(headDim)
+	}
+	return tables.reduce[qi][hi], nil
+}
+
+// AppendKernelName returns the cache append kernel for input dtype in and
+// cache dtype cache.
+func AppendKernelName(in, cache DType) (string, error) {
+	ii, ok := activationIndex(in)
+	if !ok {
+		return "", newShapeError(fmt.Sprintf("dispatch: AppendShape.In=%v is not supported; supported: f16, bf16", in))
+	}
+	ci, ok := cacheIndex(in, cache)
+	if !ok {
+		return "", newShapeError(fmt.Sprintf("dispatch: AppendShape.Cache=%v is not supported with In=%v; supported: %v, e4m3", cache, in, in))
+	}
+	return tables.append[ii][ci], nil
+}
+
+// DecodeKernelNames returns every decode kernel entry name, for the root
+// package to query occupancy once at module load. The slice is a fresh copy.
+func DecodeKernelNames() []string {
+	names := make([]string, 0, len(activationTypes)*2*len(headDims)*len(groupTiles))
+	for qi := range tables.decode {
+		for ci := range tables.decode[qi] {
+			for hi := range tables.decode[qi][ci] {
+				names = append(names, tables.decode[qi][ci][hi][:]...)
+			}
+		}
+	}
+	return names
+}
+
+// ReduceKernelNames returns every split-K merge kernel entry name.
+func ReduceKernelNames() []string {
+	names := make([]string, 0, len(activationTypes)*len(headDims))
+	for qi := range tables.reduce {
+		names = append(names, tables.reduce[qi][:]...)
+	}
+	return names
+}
+
+// AppendKernelNames returns every cache append kernel entry name.
+func AppendKernelNames() []string {
+	names := make([]string, 0, len(activationTypes)*2)
+	for qi := range tables.append {
+		names = append(names, tables.append[qi][:]...)
+	}
+	return names
+}
+
+// KernelNames returns every kernel entry name the planner can put in a Plan.
+func KernelNames() []string {
+	return append(append(DecodeKernelNames(), ReduceKernelNames()...), AppendKernelNames()...)
+}

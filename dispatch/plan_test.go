@@ -1,0 +1,570 @@
+package dispatch
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// occupancyG4 gives every g4 decode kernel 4 resident blocks per SM and leaves
+// the others out (so they count as 1).
+func occupancyG4() map[string]int {
+	occ := map[string]int{}
+	for _, name := range DecodeKernelNames() {
+		if strings.HasSuffix(name, "_g4") {
+			occ[name] = 4
+		}
+	}
+	return occ
+}
+
+// Two device profiles: 528 slots for a g4 kernel on the H100/H200-like part,
+// 432 on the A100-like one.
+var (
+	hopper = DeviceFacts{Name: "H100-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Occupancy: occupancyG4()}
+	ampere = DeviceFacts{Name: "A100-like", SMs: 108, MaxSharedPerBlockOptin: 163 << 10, Occupancy: occupancyG4()}
+)
+
+// llama returns a Llama-style GQA shape: 32 q heads over 8 KV heads (group 4),
+// head dim 128, 16-token pages, f16.
+func llama(seqs, kvLen int) DecodeShape {
+	return DecodeShape{
+		NumSeqs: seqs, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16,
+		MaxKVLen: kvLen, MaxBlocksPerSeq: max(ceilDiv(kvLen, 16), 1),
+		QType: F16, CacheType: F16,
+	}
+}
+
+func knobs(edit func(*Knobs)) Knobs {
+	k := DefaultKnobs()
+	if edit != nil {
+		edit(&k)
+	}
+	return k
+}
+
+func TestPlanDecodeSplits(t *testing.T) {
+	// cost(s) = ceil(blocks·s / slots) / s + (s > 1 ? 0.08 : 0), ties to the
+	// smaller s; the winner is then normalized to whole pages. The comments
+	// give the arithmetic each pinned number comes from.
+	tests := []struct {
+		name      string
+		dev       DeviceFacts
+		shape     DecodeShape
+		knobs     Knobs
+		splits    int
+		requested int
+		clamped   bool
+		reason    string
+	}{
+		{
+			// 8 blocks; maxSplits = min(32 pages, 512/256) = 2; cost 1 vs 0.5+0.08.
+			name: "h100 seqs=1 kv=512", dev: hopper, shape: llama(1, 512), knobs: DefaultKnobs(),
+			splits: 2, requested: 2, reason: ReasonFillSMs,
+		},
+		{
+			// 1024 blocks over 528 slots: cost 2 vs ceil(2048/528)/2+0.08 = 2.08.
+			name: "h100 seqs=128 kv=512", dev: hopper, shape: llama(128, 512), knobs: DefaultKnobs(),
+			splits: 1, requested: 1, reason: ReasonGridFills,
+		},
+		{
+			// 8 blocks, maxSplits = min(2048 pages, 32768/256 = 128) = 128. One
+			// wave holds up to s = 66 (8·66 = 528): 1/66 beats two waves at
+			// s = 128 (2/128). 66 splits of 2048 pages → 32 pages each → 64.
+			name: "h100 seqs=1 kv=32768", dev: hopper, shape: llama(1, 32768), knobs: DefaultKnobs(),
+			splits: 64, requested: 64, reason: ReasonFillSMs,
+		},
+		{
+			// 64 blocks: s = 8 fills one wave (512 ≤ 528) at 1/8; 16, 24, 32
+			// tie at 2/16, 3/24, 4/32 and lose the tie.
+			name: "h100 seqs=8 kv=8192", dev: hopper, shape: llama(8, 8192), knobs: DefaultKnobs(),
+			splits: 8, requested: 8, reason: ReasonFillSMs,
+		},
+		{
+			// 4096 blocks are 7.76 waves, so single pass costs 8. Splitting
+			// trims the ragged last wave: ceil(4096·s/528)/s over s ≤ 32 is
+			// least at s = 29 (225/29 = 7.7586, +0.08 = 7.84 < 8). 512 pages /
+			// 29 → 18 pages each → 29 splits.
+			name: "h100 seqs=512 kv=8192", dev: hopper, shape: llama(512, 8192), knobs: DefaultKnobs(),
+			splits: 29, requested: 29, reason: ReasonRaggedWaves,
+		},
+		{
+			// 528 blocks are exactly one wave: any split adds waves·s/s = 1
+			// plus the overhead.
+			name: "h100 seqs=66 kv=8192", dev: hopper, shape: llama(66, 8192), knobs: DefaultKnobs(),
+			splits: 1, requested: 1, reason: ReasonGridFills,
+		},
+		{
+			// Exactly two waves.
+			name: "h100 seqs=132 kv=32768", dev: hopper, shape: llama(132, 32768), knobs: DefaultKnobs(),
+			splits: 1, requested: 1, reason: ReasonGridFills,
+		},
+		{
+			// 1024 blocks on 432 slots: 3 ragged waves (2.37) vs 5 half waves
+			// = 2.5 + 0.08 with 2 splits.
+			name: "a100 seqs=128 kv=512", dev: ampere, shape: llama(128, 512), knobs: DefaultKnobs(),
+			splits: 2, requested: 2, reason: ReasonRaggedWaves,
+		},
+		{
+			name: "a100 seqs=1 kv=512", dev: ampere, shape: llama(1, 512), knobs: DefaultKnobs(),
+			splits: 2, requested: 2, reason: ReasonFillSMs,
+		},
+		{
+			// One wave up to s = 54 (8·54 = 432); s = 108 ties at 2/108 and
+			// loses. 2048 pages / 54 → 38 pages each → 54 splits.
+			name: "a100 seqs=1 kv=32768", dev: ampere, shape: llama(1, 32768), knobs: DefaultKnobs(),
+			splits: 54, requested: 54, reason: ReasonFillSMs,
+		},
+		{
+			// 64 blocks: 1/6 at s = 6, 2/13, 3/20, 4/27 ≈ 0.148 (the best),
+			// 5/32. 512 pages / 27 → 19 pages each → 27 splits.
+			name: "a100 seqs=8 kv=8192", dev: ampere, shape: llama(8, 8192), knobs: DefaultKnobs(),
+			splits: 27, requested: 27, reason: ReasonFillSMs,
+		},
+		{
+			// 416 blocks fit one wave of 432 but s = 2 only adds overhead:
+			// ceil(832/432)/2 + 0.08 = 1.08.
+			name: "a100 seqs=52 kv=4096", dev: ampere, shape: llama(52, 4096), knobs: DefaultKnobs(),
+			splits: 1, requested: 1, reason: ReasonSinglePassFastest,
+		},
+		{
+			// Group 1 has no occupancy entry, so 1 block per SM: 32 blocks on
+			// 132 slots; one wave up to s = 4; maxSplits = 4096/256 = 16.
+			// s = 4: 1/4; s = 8: 2/8 ties; s = 12: 3/12 ties; s = 16: 4/16 ties.
+			name: "h100 mha occupancy missing", dev: hopper,
+			shape: DecodeShape{NumSeqs: 1, NumQHeads: 32, NumKVHeads: 32, HeadDim: 128, BlockSize: 16,
+				MaxKVLen: 4096, MaxBlocksPerSeq: 256, QType: BF16, CacheType: BF16},
+			knobs:  DefaultKnobs(),
+			splits: 4, requested: 4, reason: ReasonFillSMs,
+		},
+		{
+			name: "kv shorter than two chunks", dev: hopper, shape: llama(1, 500), knobs: DefaultKnobs(),
+			splits: 1, requested: 1, reason: ReasonShortKV,
+		},
+		{
+			name: "empty kv", dev: hopper, shape: llama(1, 0), knobs: DefaultKnobs(),
+			splits: 1, requested: 1, reason: ReasonEmptyKV,
+		},
+		{
+			name: "paged flash off", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.PagedFlash = false; k.ForcedSplits = 8 }),
+			splits: 1, requested: 1, reason: ReasonPagedFlashOff,
+		},
+		{
+			name: "split-K off", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOff; k.ForcedSplits = 8 }),
+			splits: 1, requested: 1, reason: ReasonSplitKOff,
+		},
+		{
+			// Forced counts ignore MinChunkTokens (auto would stop at 2).
+			name: "forced 8", dev: hopper, shape: llama(1, 512), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 8 }),
+			splits: 8, requested: 8, reason: ReasonForced,
+		},
+		{
+			name: "forced 1 on a short grid", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 1 }),
+			splits: 1, requested: 1, reason: ReasonForced,
+		},
+		{
+			name: "forced 1000 clamped to 32 pages", dev: hopper, shape: llama(1, 512), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 1000 }),
+			splits: 32, requested: 1000, clamped: true, reason: ReasonForcedClamped,
+		},
+		{
+			// Forced counts may exceed MaxSplits only up to it: 4096 pages.
+			name: "forced 1000 clamped to MaxSplits", dev: hopper, shape: llama(1, 65536), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 1000 }),
+			splits: 256, requested: 1000, clamped: true, reason: ReasonForcedClamped,
+		},
+		{
+			// 32 pages / 12 → 3 pages each → 11 splits.
+			name: "forced 12 rounded to whole pages", dev: hopper, shape: llama(1, 512), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 12 }),
+			splits: 11, requested: 12, clamped: true, reason: ReasonForcedRounded,
+		},
+		{
+			name: "forced on empty kv", dev: hopper, shape: llama(1, 0), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 4 }),
+			splits: 1, requested: 4, clamped: true, reason: ReasonForcedClamped,
+		},
+		{
+			// Auto picks 1 here; SplitOn takes the best of 2..maxSplits = 2.
+			name: "split-K on", dev: hopper, shape: llama(128, 512), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
+			splits: 2, requested: 2, reason: ReasonSplitOn,
+		},
+		{
+			name: "split-K on keeps a larger auto choice", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
+			splits: 64, requested: 64, reason: ReasonSplitOn,
+		},
+		{
+			name: "split-K on, kv too short", dev: hopper, shape: llama(1, 256), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
+			splits: 1, requested: 1, reason: ReasonSplitOnShortKV,
+		},
+		{
+			// 64 splits need 32·64·130·4 = 1064960 bytes. 100000 bytes hold
+			// floor(100000 / (32·130·4)) = 6 splits; 2048 pages / 6 → 342 each → 6.
+			name: "scratch limit lowers splits", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ScratchLimitBytes = 100000 }),
+			splits: 6, requested: 64, clamped: true, reason: ReasonScratchLimit,
+		},
+		{
+			name: "scratch limit forces single pass", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ScratchLimitBytes = 10000 }),
+			splits: 1, requested: 64, clamped: true, reason: ReasonScratchLimit,
+		},
+		{
+			name: "scratch limit large enough", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ScratchLimitBytes = 1064960 }),
+			splits: 64, requested: 64, reason: ReasonFillSMs,
+		},
+		{
+			name: "scratch limit lowers a forced count", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 64; k.ScratchLimitBytes = 100000 }),
+			splits: 6, requested: 64, clamped: true, reason: ReasonForcedScratchLimit,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanDecode(tt.shape, tt.dev, tt.knobs)
+			require.NoError(t, err)
+			assert.Equal(t, tt.splits, p.Splits, "splits")
+			assert.Equal(t, tt.requested, p.RequestedSplits, "requested splits")
+			assert.Equal(t, tt.clamped, p.Clamped, "clamped")
+			assert.Equal(t, tt.reason, p.Reason, "reason")
+			checkGeometry(t, tt.shape, p)
+		})
+	}
+}
+
+// checkGeometry checks what follows from the split count.
+func checkGeometry(t *testing.T, s DecodeShape, p Plan) {
+	t.Helper()
+	assert.Equal(t, Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(p.Splits)}, p.Grid)
+	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
+	assert.Zero(t, p.SharedBytes)
+	assert.Equal(t, GroupTile(s.NumQHeads/s.NumKVHeads), p.GroupTile)
+	wantKernel, err := DecodeKernelName(s.QType, s.CacheType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
+	require.NoError(t, err)
+	assert.Equal(t, wantKernel, p.Kernel)
+	if p.Splits == 1 {
+		assert.Empty(t, p.Reduce)
+		assert.Zero(t, p.ReduceGrid)
+		assert.Zero(t, p.ScratchFloats)
+		assert.Zero(t, p.MaxOffset)
+		assert.Zero(t, p.SumOffset)
+		return
+	}
+	// Every split covers whole pages and none is empty.
+	pages := ceilDiv(s.MaxKVLen, s.BlockSize)
+	chunk := ceilDiv(pages, p.Splits)
+	assert.Greater(t, pages, chunk*(p.Splits-1), "the last split has no pages")
+	wantReduce, err := ReduceKernelName(s.QType, s.HeadDim)
+	require.NoError(t, err)
+	assert.Equal(t, wantReduce, p.Reduce)
+	assert.Equal(t, Dim3{uint32(s.NumQHeads), uint32(s.NumSeqs), 1}, p.ReduceGrid)
+	assert.Equal(t, Dim3{128, 1, 1}, p.ReduceBlock)
+	rows := int64(s.NumSeqs * s.NumQHeads * p.Splits)
+	assert.Equal(t, rows*int64(s.HeadDim+2), p.ScratchFloats)
+	assert.Zero(t, p.PartialOutOffset)
+	assert.Equal(t, rows*int64(s.HeadDim), p.MaxOffset)
+	assert.Equal(t, rows*int64(s.HeadDim+1), p.SumOffset)
+}
+
+func TestPlanDecodeScratchLayout(t *testing.T) {
+	// 1 seq, 32 q heads, 2 splits, head dim 128: out 32·2·128 = 8192 floats,
+	// max 64 floats, sum 64 floats.
+	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
+	require.NoError(t, err)
+	assert.Equal(t, Plan{
+		Kernel: "paged_decode_f16_hd128_g4", Grid: Dim3{8, 1, 2}, Block: Dim3{128, 1, 1},
+		Splits: 2, GroupTile: 4,
+		Reduce: "paged_decode_reduce_f16_hd128", ReduceGrid: Dim3{32, 1, 1}, ReduceBlock: Dim3{128, 1, 1},
+		ScratchFloats: 8320, PartialOutOffset: 0, MaxOffset: 8192, SumOffset: 8256,
+		RequestedSplits: 2, Reason: ReasonFillSMs,
+	}, p)
+}
+
+func TestPlanDecodeKernelNames(t *testing.T) {
+	tests := []struct {
+		q, cache       DType
+		headDim, group int
+		kernel, reduce string
+		tile           int
+	}{
+		{F16, F16, 128, 1, "paged_decode_f16_hd128_g1", "paged_decode_reduce_f16_hd128", 1},
+		{F16, F16, 128, 2, "paged_decode_f16_hd128_g2", "paged_decode_reduce_f16_hd128", 2},
+		{F16, F16, 64, 3, "paged_decode_f16_hd64_g4", "paged_decode_reduce_f16_hd64", 4},
+		{BF16, BF16, 64, 4, "paged_decode_bf16_hd64_g4", "paged_decode_reduce_bf16_hd64", 4},
+		{BF16, BF16, 256, 5, "paged_decode_bf16_hd256_g8", "paged_decode_reduce_bf16_hd256", 8},
+		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128_g8", "paged_decode_reduce_f16_hd128", 8},
+		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128_g8", "paged_decode_reduce_bf16_hd128", 8},
+		{BF16, E4M3, 256, 9, "paged_decode_bf16_e4m3_hd256_g16", "paged_decode_reduce_bf16_hd256", 16},
+		{F16, E4M3, 64, 16, "paged_decode_f16_e4m3_hd64_g16", "paged_decode_reduce_f16_hd64", 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kernel, func(t *testing.T) {
+			s := DecodeShape{NumSeqs: 2, NumQHeads: 2 * tt.group, NumKVHeads: 2, HeadDim: tt.headDim, BlockSize: 16,
+				MaxKVLen: 4096, MaxBlocksPerSeq: 256, QType: tt.q, CacheType: tt.cache}
+			p, err := PlanDecode(s, hopper, knobs(func(k *Knobs) { k.ForcedSplits = 2 }))
+			require.NoError(t, err)
+			assert.Equal(t, tt.kernel, p.Kernel)
+			assert.Equal(t, tt.reduce, p.Reduce)
+			assert.Equal(t, tt.tile, p.GroupTile)
+			assert.Equal(t, Dim3{2, 2, 2}, p.Grid)
+			assert.Equal(t, Dim3{uint32(2 * tt.group), 2, 1}, p.ReduceGrid)
+		})
+	}
+}
+
+func TestGroupTile(t *testing.T) {
+	want := []int{0, 1, 2, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16, 16, 16, 16, 16, 0}
+	for g, tile := range want {
+		assert.Equal(t, tile, GroupTile(g), "group %d", g)
+	}
+}
+
+func TestKernelNameLists(t *testing.T) {
+	decode := DecodeKernelNames()
+	assert.Len(t, decode, 2*2*3*5)
+	assert.Contains(t, decode, "paged_decode_f16_hd64_g1")
+	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256_g16")
+	assert.Equal(t, []string{
+		"paged_decode_reduce_f16_hd64", "paged_decode_reduce_f16_hd128", "paged_decode_reduce_f16_hd256",
+		"paged_decode_reduce_bf16_hd64", "paged_decode_reduce_bf16_hd128", "paged_decode_reduce_bf16_hd256",
+	}, ReduceKernelNames())
+	assert.Equal(t, []string{
+		"cache_append_flash_f16", "cache_append_flash_f16_e4m3",
+		"cache_append_flash_bf16", "cache_append_flash_bf16_e4m3",
+	}, AppendKernelNames())
+
+	all := KernelNames()
+	assert.Len(t, all, len(decode)+6+4)
+	seen := map[string]bool{}
+	for _, name := range all {
+		assert.False(t, seen[name], "duplicate %s", name)
+		seen[name] = true
+	}
+	// Callers own the returned slices.
+	decode[0] = "changed"
+	assert.Equal(t, "paged_decode_f16_hd64_g1", DecodeKernelNames()[0])
+}
+
+func TestPlanDecodeErrors(t *testing.T) {
+	ok := llama(4, 1024)
+	tests := []struct {
+		name  string
+		edit  func(s *DecodeShape, d *DeviceFacts, k *Knobs)
+		error string
+	}{
+		{"seqs zero", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumSeqs = 0 },
+			"dispatch: DecodeShape.NumSeqs=0 is out of range; allowed: 1..65535"},
+		{"seqs over grid", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumSeqs = 70000 },
+			"dispatch: DecodeShape.NumSeqs=70000 is out of range; allowed: 1..65535"},
+		{"kv heads zero", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumKVHeads = 0 },
+			"dispatch: DecodeShape.NumKVHeads=0 is out of range; allowed: ≥ 1"},
+		{"q heads zero", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumQHeads = 0 },
+			"dispatch: DecodeShape.NumQHeads=0 is out of range; allowed: ≥ 1"},
+		{"q heads not a multiple", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumQHeads = 30 },
+			"dispatch: DecodeShape.NumQHeads=30 is not a multiple of NumKVHeads=8"},
+		{"group too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumQHeads = 32; s.NumKVHeads = 1 },
+			"dispatch: DecodeShape.NumQHeads=32 / NumKVHeads=1 is a GQA group of 32; supported: 1..16"},
+		{"head dim", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim = 96 },
+			"dispatch: DecodeShape.HeadDim=96 is not supported; supported: 64, 128, 256"},
+		{"block size not a power of two", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 24 },
+			"dispatch: DecodeShape.BlockSize=24 is not supported; supported: a power of two from 1 to 256"},
+		{"block size too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 512 },
+			"dispatch: DecodeShape.BlockSize=512 is not supported; supported: a power of two from 1 to 256"},
+		{"negative kv", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxKVLen = -1 },
+			"dispatch: DecodeShape.MaxKVLen=-1 is negative"},
+		{"block table empty", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxBlocksPerSeq = 0 },
+			"dispatch: DecodeShape.MaxBlocksPerSeq=0 is out of range; allowed: ≥ 1"},
+		{"block table too short", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxBlocksPerSeq = 63 },
+			"dispatch: DecodeShape.MaxBlocksPerSeq=63 × BlockSize=16 holds fewer than MaxKVLen=1024 tokens"},
+		{"q type unset", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.QType = 0 },
+			"dispatch: DecodeShape.QType=DType(0) is not supported; supported: f16, bf16"},
+		{"q type fp8", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.QType = E4M3; s.CacheType = E4M3 },
+			"dispatch: DecodeShape.QType=e4m3 is not supported; supported: f16, bf16"},
+		{"cache type mismatch", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.CacheType = BF16 },
+			"dispatch: DecodeShape.CacheType=bf16 is not supported with QType=f16; supported: f16, e4m3"},
+		{"no SMs", func(_ *DecodeShape, d *DeviceFacts, _ *Knobs) { d.SMs = 0 },
+			"dispatch: DeviceFacts.SMs=0 is out of range; allowed: ≥ 1"},
+		{"negative forced splits", func(_ *DecodeShape, _ *DeviceFacts, k *Knobs) { k.ForcedSplits = -2 },
+			"dispatch: Knobs.ForcedSplits=-2 is negative; allowed: 0 (auto) or 1..256"},
+		{"bad split mode", func(_ *DecodeShape, _ *DeviceFacts, k *Knobs) { k.SplitK = 7 },
+			"dispatch: Knobs.SplitK=SplitMode(7) is not supported; supported: auto, off, on"},
+		{"negative scratch limit", func(_ *DecodeShape, _ *DeviceFacts, k *Knobs) { k.ScratchLimitBytes = -1 },
+			"dispatch: Knobs.ScratchLimitBytes=-1 is negative; allowed: 0 (no limit) or more"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, d, k := ok, hopper, DefaultKnobs()
+			tt.edit(&s, &d, &k)
+			p, err := PlanDecode(s, d, k)
+			require.Error(t, err)
+			assert.EqualError(t, err, tt.error)
+			assert.ErrorIs(t, err, ErrInvalidShape)
+			assert.Zero(t, p)
+		})
+	}
+	_, err := PlanDecode(ok, hopper, DefaultKnobs())
+	require.NoError(t, err, "the base shape must be valid")
+}
+
+func TestPlanDecodeCaptureCapacity(t *testing.T) {
+	// A plan made for KV_CAPACITY at capture stays valid for shorter replays;
+	// the block table must span the capacity even if no sequence is that long.
+	s := llama(4, 0)
+	s.MaxKVLen, s.MaxBlocksPerSeq = 8192, 512
+	p, err := PlanDecode(s, hopper, DefaultKnobs())
+	require.NoError(t, err)
+	// 32 blocks: one wave up to s = 16 (512 ≤ 528), which maxSplits = 32 allows;
+	// s = 32 is two waves (2/32) and ties.
+	assert.Equal(t, 16, p.Splits)
+}
+
+func TestPlanAppend(t *testing.T) {
+	tests := []struct {
+		shape  AppendShape
+		kernel string
+		gridX  uint32
+	}{
+		// 1 token · 8 heads · 128/8 = 128 threads → 1 block.
+		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_flash_f16", 1},
+		// 4096 · 8 · 16 = 524288 threads → 2048 blocks.
+		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: BF16}, "cache_append_flash_bf16", 2048},
+		// 3 · 1 · 1 = 3 threads → 1 block.
+		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, In: F16, Cache: E4M3}, "cache_append_flash_f16_e4m3", 1},
+		// 100 · 5 · 32 = 16000 threads → 62.5 → 63 blocks.
+		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_flash_bf16_e4m3", 63},
+		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_flash_f16", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kernel, func(t *testing.T) {
+			p, err := PlanAppend(tt.shape)
+			require.NoError(t, err)
+			assert.Equal(t, tt.kernel, p.Kernel)
+			assert.Equal(t, Dim3{tt.gridX, 1, 1}, p.Grid)
+			assert.Equal(t, Dim3{256, 1, 1}, p.Block)
+			assert.Equal(t, 1, p.Splits)
+			assert.Zero(t, p.ScratchFloats)
+		})
+	}
+}
+
+func TestPlanAppendErrors(t *testing.T) {
+	ok := AppendShape{NumTokens: 16, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}
+	tests := []struct {
+		name  string
+		edit  func(a *AppendShape)
+		error string
+	}{
+		{"negative tokens", func(a *AppendShape) { a.NumTokens = -1 }, "dispatch: AppendShape.NumTokens=-1 is negative"},
+		{"no heads", func(a *AppendShape) { a.NumKVHeads = 0 }, "dispatch: AppendShape.NumKVHeads=0 is out of range; allowed: ≥ 1"},
+		{"head dim not a multiple of 8", func(a *AppendShape) { a.HeadDim = 100 },
+			"dispatch: AppendShape.HeadDim=100 is not supported; supported: a multiple of 8 from 8 to 256"},
+		{"head dim too large", func(a *AppendShape) { a.HeadDim = 264 },
+			"dispatch: AppendShape.HeadDim=264 is not supported; supported: a multiple of 8 from 8 to 256"},
+		{"head dim zero", func(a *AppendShape) { a.HeadDim = 0 },
+			"dispatch: AppendShape.HeadDim=0 is not supported; supported: a multiple of 8 from 8 to 256"},
+		{"input fp8", func(a *AppendShape) { a.In = E4M3; a.Cache = E4M3 },
+			"dispatch: AppendShape.In=e4m3 is not supported; supported: f16, bf16"},
+		{"cache mismatch", func(a *AppendShape) { a.Cache = BF16 },
+			"dispatch: AppendShape.Cache=bf16 is not supported with In=f16; supported: f16, e4m3"},
+		{"grid too large", func(a *AppendShape) { a.NumTokens = 1 << 40 },
+			"dispatch: AppendShape.NumTokens=1099511627776 × NumKVHeads=8 × HeadDim=128 needs a grid larger than 2147483647 blocks"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := ok
+			tt.edit(&a)
+			_, err := PlanAppend(a)
+			assert.EqualError(t, err, tt.error)
+			assert.ErrorIs(t, err, ErrInvalidShape)
+		})
+	}
+
+	// The largest grid that fits: 2^31-1 blocks of 256 threads.
+	p, err := PlanAppend(AppendShape{NumTokens: (1<<31 - 1) * 256 / 16, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
+	require.NoError(t, err)
+	assert.Equal(t, uint32(1<<31-1), p.Grid.X)
+	_, err = PlanAppend(AppendShape{NumTokens: (1<<31-1)*256/16 + 1, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
+	assert.ErrorIs(t, err, ErrInvalidShape)
+}
+
+func TestDType(t *testing.T) {
+	for _, tt := range []struct {
+		d    DType
+		name string
+		size int
+	}{{F16, "f16", 2}, {BF16, "bf16", 2}, {E4M3, "e4m3", 1}} {
+		assert.Equal(t, tt.name, tt.d.String())
+		assert.Equal(t, tt.size, tt.d.Size())
+		assert.True(t, tt.d.Valid())
+		parsed, err := ParseDType(tt.name)
+		require.NoError(t, err)
+		assert.Equal(t, tt.d, parsed)
+	}
+	assert.False(t, DType(0).Valid())
+	assert.Zero(t, DType(9).Size())
+	_, err := ParseDType("fp32")
+	assert.EqualError(t, err, `dispatch: dtype "fp32" is not supported; supported: f16, bf16, e4m3`)
+}
+
+func TestSplitModeString(t *testing.T) {
+	assert.Equal(t, "auto", SplitAuto.String())
+	assert.Equal(t, "off", SplitOff.String())
+	assert.Equal(t, "on", SplitOn.String())
+}
+
+// TestPlanNoAllocs checks that the success path allocates nothing, for every
+// kind of decision.
+func TestPlanNoAllocs(t *testing.T) {
+	shapes := []DecodeShape{llama(1, 512), llama(128, 512), llama(1, 32768), llama(8, 8192), llama(1, 0)}
+	knobSets := []Knobs{
+		DefaultKnobs(),
+		{},
+		knobs(func(k *Knobs) { k.ForcedSplits = 1000 }),
+		knobs(func(k *Knobs) { k.SplitK = SplitOn }),
+		knobs(func(k *Knobs) { k.ScratchLimitBytes = 100000 }),
+	}
+	for _, s := range shapes {
+		for _, k := range knobSets {
+			allocs := testing.AllocsPerRun(100, func() {
+				if _, err := PlanDecode(s, hopper, k); err != nil {
+					t.Fatal(err)
+				}
+			})
+			assert.Zero(t, allocs, "PlanDecode(%+v, %+v)", s, k)
+		}
+	}
+	a := AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: E4M3}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := PlanAppend(a); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs, "PlanAppend")
+}
+
+func BenchmarkPlanDecode(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		shape DecodeShape
+	}{
+		{"seqs=1/kv=32768", llama(1, 32768)},
+		{"seqs=8/kv=8192", llama(8, 8192)},
+		{"seqs=128/kv=512", llama(128, 512)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.ReportMetric(float64(MinChunkTokens), "min_chunk_tokens")
+			k := DefaultKnobs()
+			for b.Loop() {
+				if _, err := PlanDecode(bc.shape, hopper, k); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPlanAppend(b *testing.B) {
+	a := AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := PlanAppend(a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package scratch
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sync"
+)
+
+// Allocator allocates and frees device memory in stream order. The root
+// package implements it with cuMemAllocAsync and cuMemFreeAsync: a free is
+// ordered after every kernel already enqueued on the stream, so a buffer may be
+// freed as soon as the last launch that uses it has been enqueued.
+type Allocator interface {
+	AllocAsync(bytes int64, stream uintptr) (uintptr, error)
+	FreeAsync(ptr uintptr, stream uintptr) error
+}
+
+// Sentinels for errors.Is; the errors the Pool returns wrap them with the
+// sizes and the stream.
+var (
+	// ErrGrowDuringCapture: the stream's buffer is too small and the stream
+	// is being captured into a CUDA graph, where allocating is not allowed.
+	// Reserve the size before capture.
+	ErrGrowDuringCapture = errors.New("scratch: buffer must grow during graph capture")
+	// ErrOverLimit: the buffer would exceed the pool's byte limit.
+	ErrOverLimit = errors.New("scratch: buffer would exceed the scratch limit")
+	// ErrClosed: the pool has been closed.
+	ErrClosed = errors.New("scratch: pool is closed")
+)
+
+// Granularity is the multiple of bytes buffers are allocated in, so that a
+// slowly growing batch does not re-allocate at every step.
+const Granularity = 1 << 20
+
+// floatBytes is the size of one f32.
+const floatBytes = 4
+
+// Pool holds one f32 scratch buffer per stream, for one device. Two streams
+// never share a buffer, so concurrent launches on different streams cannot
+// corrupt each other's partials.
+//
+// A Pool is safe for concurrent use by multiple goroutines. Its read lock
+// protects the buffers' lifetimes: a Lease holds it, so while any lease is
+// outstanding no buffer is freed or replaced. Growth, Reserve, Drop and Close
+// take the write lock, which waits for every lease to be released; a buffer
+// they replace or free is freed with FreeAsync on its own stream, so it stays
+// valid for every kernel already enqueued there. This relies on the launcher
+// using a stream's buffer only in work it enqueues on that same stream.
+//
+// A goroutine must Release its Lease before it calls any other method of the
+// Pool, and must not hold two leases at once: sync.RWMutex read locks are not
+// reentrant when a writer is waiting.
+type Pool struct {
+	alloc Allocator
+	limit int64 // bytes per buffer; 0 = none
+
+	mu      sync.RWMutex
+	buffers map[uintptr]buffer // by stream
+	total   int64              // bytes in buffers
+	closed  bool
+}
+
+// buffer is one stream's allocation.
+type buffer struct {
+	ptr   uintptr
+	bytes int64
+}
+
+// New returns an empty pool that allocates with a. limitBytes caps each
+// stream's buffer (the planner's ScratchLimitBytes); 0 means no limit.
+func New(a Allocator, limitBytes int64) *Pool {
+	return &Pool{alloc: a, limit: max(limitBytes, 0), buffers: map[uintptr]buffer{}}
+}
+
+// Lease is a stream's scratch buffer, valid until Release. Ptr is the device
+// address of at least the requested floats; Bytes is the buffer's whole size.
+// A Lease is a value: release it exactly once (releasing a copy counts).
+type Lease struct {
+	Ptr   uintptr
+	Bytes int64
+	mu    *sync.RWMutex
+}
+
+// Release ends the lease. It is a no-op for the zero Lease.
+func (l Lease) Release() {
+	if l.mu != nil {
+		l.mu.RUnlock()
+	}
+}
+
+// Acquire returns stream's buffer holding at least floats f32 values, growing
+// it if needed, and holds the pool's read lock until the Lease is released:
+// hold it while enqueueing the kernels that use the buffer, then release it.
+// floats == 0 returns the zero Lease without locking. When capturing is true
+// the buffer is never grown: a buffer too small is an error wrapping
+// ErrGrowDuringCapture. A size over the limit is an error wrapping
+// ErrOverLimit. When the buffer already suffices Acquire allocates nothing.
+func (p *Pool) Acquire(stream uintptr, floats int64, capturing bool) (Lease, error) {
+	if floats == 0 {
+		return Lease{}, nil
+	}
+	need, err := p.bytesFor(stream, floats)
+	if err != nil {
+		return Lease{}, err
+	}
+	for {
+		p.mu.RLock()
+		if p.closed {
+			p.mu.RUnlock()
+			return Lease{}, fmt.Errorf("scratch: acquire on stream %#x: %w", stream, ErrClosed)
+		}
+		if b, ok := p.buffers[stream]; ok && b.bytes >= need {
+			return Lease{Ptr: b.ptr, Bytes: b.bytes, mu: &p.mu}, nil
+		}
+		p.mu.RUnlock()
+
+		p.mu.Lock()
+		err := p.growLocked(stream, need, capturing)
+		p.mu.Unlock()
+		if err != nil {
+			return Lease{}, err
+		}
+		// Another goroutine may drop or close between the write lock and the
+		// read lock; check again.
+	}
+}
+
+// Reserve grows stream's buffer to hold at least floats f32 values, ahead of
+// CUDA-graph capture on that stream; it must not be called while the stream
+// is capturing.
+func (p *Pool) Reserve(stream uintptr, floats int64) error {
+	need, err := p.bytesFor(stream, floats)
+	if err != nil || need == 0 {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.growLocked(stream, need, false)
+}
+
+// Drop frees stream's buffer in stream order, for when the stream is about to
+// be destroyed. It waits for outstanding leases. Dropping a stream without a
+// buffer does nothing.
+func (p *Pool) Drop(stream uintptr) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, ok := p.buffers[stream]
+	if !ok {
+		return nil
+	}
+	delete(p.buffers, stream)
+	p.total -= b.bytes
+	if err := p.alloc.FreeAsync(b.ptr, stream); err != nil {
+		return fmt.Errorf("scratch: free %d bytes on stream %#x: %w", b.bytes, stream, err)
+	}
+	return nil
+}
+
+// Close frees every buffer in its stream's order and makes later Acquire and
+// Reserve calls fail with ErrClosed. It waits for outstanding leases. Closing
+// twice does nothing.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	var errs []error
+	for _, stream := range slices.Sorted(maps.Keys(p.buffers)) {
+		b := p.buffers[stream]
+		if err := p.alloc.FreeAsync(b.ptr, stream); err != nil {
+			errs = append(errs, fmt.Errorf("scratch: free %d bytes on stream %#x: %w", b.bytes, stream, err))
+		}
+	}
+	clear(p.buffers)
+	p.total = 0
+	return errors.Join(errs...)
+}
+
+// Bytes returns the size of stream's buffer, 0 when it has none.
+func (p *Pool) Bytes(stream uintptr) int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.buffers[stream].bytes
+}
+
+// TotalBytes returns the size of all buffers together.
+func (p *Pool) TotalBytes() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.total
+}
+
+// bytesFor converts a float count to bytes, checking the sign and the limit.
+func (p *Pool) bytesFor(stream uintptr, floats int64) (int64, error) {
+	switch {
+	case floats < 0:
+		return 0, fmt.Errorf("scratch: stream %#x: floats=%d is negative", stream, floats)
+	case floats > math.MaxInt64/floatBytes,
+		p.limit > 0 && floats*floatBytes > p.limit:
+		return 0, fmt.Errorf("scratch: stream %#x needs %d floats, more than the %d-byte limit: %w",
+			stream, floats, p.limit, ErrOverLimit)
+	}
+	return floats * floatBytes, nil
+}
+
+// growLocked makes stream's buffer at least need bytes. p.mu is write-locked.
+func (p *Pool) growLocked(stream uintptr, need int64, capturing bool) error {
+	if p.closed {
+		return fmt.Errorf("scratch: grow on stream %#x: %w", stream, ErrClosed)
+	}
+	old, had := p.buffers[stream]
+	if old.bytes >= need {
+		return nil // another goroutine grew it first
+	}
+	if capturing {
+		return fmt.Errorf("scratch: stream %#x has %d bytes and needs %d: %w", stream, old.bytes, need, ErrGrowDuringCapture)
+	}
+	size := need
+	if size <= math.MaxInt64-(Granularity-1) {
+		size = (size + Granularity - 1) / Granularity * Granularity
+	}
+	if p.limit > 0 {
+		size = min(size, p.limit) // need ≤ limit was checked
+	}
+	ptr, err := p.alloc.AllocAsync(size, stream)
+	if err != nil {
+		return fmt.Errorf("scratch: allocate %d bytes on stream %#x: %w", size, stream, err)
+	}
+	p.buffers[stream] = buffer{ptr: ptr, bytes: size}
+	p.total += size - old.bytes
+	if had {
+		// No lease is outstanding (the write lock is held), and the free is
+		// ordered after every kernel enqueued on the stream.
+		if err := p.alloc.FreeAsync(old.ptr, stream); err != nil {
+			return fmt.Errorf("scratch: free the old %d bytes on stream %#x: %w", old.bytes, stream, err)
+		}
+	}
+	return nil
+}
