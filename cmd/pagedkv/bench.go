@@ -1,0 +1,434 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/internal/check"
+)
+
+// benchResult is one measured row.
+type benchResult struct {
+	Op         string  `json:"op"`
+	DType      string  `json:"dtype"`
+	Shape      string  `json:"shape"`
+	Plan       string  `json:"plan,omitempty"`
+	Splits     int     `json:"splits,omitempty"`
+	Micros     float64 `json:"us"`
+	GBps       float64 `json:"gbps"`
+	PctCopy    float64 `json:"pct_copy"`
+	BestSplits int     `json:"best_splits,omitempty"`
+	BestMicros float64 `json:"best_us,omitempty"`
+	RegretPct  float64 `json:"regret_pct,omitempty"`
+	Sweep      []sweep `json:"sweep,omitempty"`
+}
+
+type sweep struct {
+	Splits int     `json:"splits"`
+	Micros float64 `json:"us"`
+}
+
+type benchReport struct {
+	Device   string        `json:"device"`
+	Driver   int           `json:"driver"`
+	Date     string        `json:"date"`
+	CopyGBps float64       `json:"copy_gbps"`
+	Results  []benchResult `json:"results"`
+}
+
+type bencher struct {
+	r      *pagedkv.Runtime
+	s      *pagedkv.Stream
+	timer  *pagedkv.Timer
+	reps   int
+	rep    benchReport
+	g      *rand.Rand
+	arena  *check.Arena
+	l2     int64
+	status func(string)
+}
+
+func runBench(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	op := fs.String("op", "all", "what to measure: all, copy, append, decode")
+	jsonPath := fs.String("json", "", "also write the results as JSON to this file")
+	reps := fs.Int("reps", 15, "timed batches per measurement (the median is reported)")
+	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
+	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
+	device := fs.Int("device", 0, "CUDA device ordinal")
+	_ = fs.Parse(args)
+	switch *op {
+	case "all", "copy", "append", "decode":
+	default:
+		return fmt.Errorf("pagedkv bench: -op=%q is not allowed; allowed: all, copy, append, decode", *op)
+	}
+
+	r, err := pagedkv.Open(pagedkv.Options{Device: *device})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	b := &bencher{r: r, s: r.Stream(), reps: max(*reps, 3), g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
+		l2: int64(r.Info().L2Bytes)}
+	defer b.arena.Free()
+	if b.timer, err = b.s.NewTimer(); err != nil {
+		return err
+	}
+	defer b.timer.Close()
+	b.status = func(msg string) { fmt.Fprintf(os.Stderr, "bench: %s\n", msg) }
+	b.rep = benchReport{Device: r.Info().Name, Driver: r.Info().DriverVersion, Date: time.Now().UTC().Format("2006-01-02")}
+
+	// The copy bandwidth is the yardstick of every memory-bound row.
+	if b.rep.CopyGBps, err = b.copyBandwidth(); err != nil {
+		return err
+	}
+	if *op == "all" || *op == "append" {
+		if err := b.benchAppend(); err != nil {
+			return err
+		}
+	}
+	if *op == "all" || *op == "decode" {
+		if err := b.benchDecode(*quick, !*noSweep); err != nil {
+			return err
+		}
+	}
+	if *jsonPath != "" {
+		data, _ := json.MarshalIndent(b.rep, "", "  ")
+		if err := os.WriteFile(*jsonPath, append(data, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	b.print()
+	return nil
+}
+
+// measure times calls of fn (fn(i) is the i-th call, so inputs can rotate)
+// with CUDA events: after warm-up, reps batches of k back-to-back calls, k
+// chosen so a batch lasts about 300 µs; it returns the median µs per call.
+func (b *bencher) measure(fn func(i int) error) (float64, error) {
+	call := 0
+	next := func() error { call++; return fn(call) }
+	for range 3 {
+		if err := next(); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.timer.Start(); err != nil {
+		return 0, err
+	}
+	if err := next(); err != nil {
+		return 0, err
+	}
+	ms, err := b.timer.Stop()
+	if err != nil {
+		return 0, err
+	}
+	k := min(max(int(0.3/max(float64(ms), 1e-4)), 1), 64)
+	times := make([]float64, 0, b.reps)
+	for range b.reps {
+		if err := b.timer.Start(); err != nil {
+			return 0, err
+		}
+		for range k {
+			if err := next(); err != nil {
+				return 0, err
+			}
+		}
+		ms, err := b.timer.Stop()
+		if err != nil {
+			return 0, err
+		}
+		times = append(times, float64(ms)*1000/float64(k))
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
+
+func (b *bencher) copyBandwidth() (float64, error) {
+	const bytes = 1 << 30
+	src, err := b.arena.Alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	dst, err := b.arena.Alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.s.Fill(src, 0x3C); err != nil {
+		return 0, err
+	}
+	us, err := b.measure(func(int) error { return b.s.Copy(dst, src) })
+	if err != nil {
+		return 0, err
+	}
+	gbps := 2 * bytes / us / 1e3
+	b.rep.Results = append(b.rep.Results, benchResult{Op: "copy", Shape: "1 GiB device-to-device", Micros: us, GBps: gbps, PctCopy: 100})
+	return gbps, nil
+}
+
+// rotations is how many independent input sets keep a working set of bytes
+// per call at three times the L2 size, so that repeated calls read DRAM.
+func (b *bencher) rotations(bytes int64, most int) int {
+	return int(min(max((3*b.l2+bytes-1)/max(bytes, 1), 1), int64(most)))
+}
+
+func (b *bencher) benchAppend() error {
+	const kvHeads, headDim, blockSize = 8, 128, 16
+	const maxSlots = 65536
+	cacheBytes := int64(maxSlots * kvHeads * headDim * 2)
+	kc, err := b.arena.Alloc(cacheBytes)
+	if err != nil {
+		return err
+	}
+	vc, err := b.arena.Alloc(cacheBytes)
+	if err != nil {
+		return err
+	}
+	for _, tokens := range []int{1, 64, 4096, 65536} {
+		b.status(fmt.Sprintf("append f16 T=%d", tokens))
+		elems := tokens * kvHeads * headDim
+		bytes := int64(4*elems*2 + 8*tokens) // K, V read; K, V written; slots read
+		rot := min(b.rotations(bytes, 16), maxSlots/tokens)
+		perm := b.g.Perm(maxSlots)
+		sets := make([]pagedkv.AppendArgs, rot)
+		for i := range sets {
+			kRaw, _ := check.RandomTensor(b.g, pagedkv.F16, elems, 1)
+			vRaw, _ := check.RandomTensor(b.g, pagedkv.F16, elems, 1)
+			slots := make([]int64, tokens)
+			for t := range slots {
+				slots[t] = int64(perm[i*tokens+t])
+			}
+			a := pagedkv.AppendArgs{KeyCache: kc, ValueCache: vc, NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim,
+				BlockSize: blockSize, NumBlocks: maxSlots / blockSize, DType: pagedkv.F16, CacheDType: pagedkv.F16}
+			if a.Key, err = check.Upload(b.arena, b.s, kRaw, 1); err != nil {
+				return err
+			}
+			if a.Value, err = check.Upload(b.arena, b.s, vRaw, 1); err != nil {
+				return err
+			}
+			if a.SlotMapping, err = check.Upload(b.arena, b.s, slots, 8); err != nil {
+				return err
+			}
+			sets[i] = a
+		}
+		us, err := b.measure(func(i int) error { return b.r.Append(b.s, &sets[i%rot]) })
+		if err != nil {
+			return err
+		}
+		gbps := float64(bytes) / us / 1e3
+		b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
+			Shape: fmt.Sprintf("T=%d KH=%d D=%d bs=%d", tokens, kvHeads, headDim, blockSize),
+			Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
+	}
+	return nil
+}
+
+// decodePool is a pair of K/V page pools filled with random data of one dtype.
+type decodePool struct {
+	k, v   pagedkv.Buffer
+	blocks int
+}
+
+func (b *bencher) fillRandom(dst pagedkv.Buffer, d pagedkv.DType) error {
+	// A 64 MiB random chunk, uploaded once and copied across the pool.
+	const chunk = 64 << 20
+	raw, _ := check.RandomTensor(b.g, d, chunk/d.Size(), 1)
+	first, err := dst.Slice(0, min(chunk, dst.Bytes))
+	if err != nil {
+		return err
+	}
+	if err := pagedkv.Upload(b.s, first, raw[:first.Bytes]); err != nil {
+		return err
+	}
+	for off := first.Bytes; off < dst.Bytes; off += chunk {
+		n := min(chunk, dst.Bytes-off)
+		to, _ := dst.Slice(off, n)
+		from, _ := first.Slice(0, n)
+		if err := b.s.Copy(to, from); err != nil {
+			return err
+		}
+	}
+	return b.s.Synchronize()
+}
+
+func (b *bencher) benchDecode(quick, doSweep bool) error {
+	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
+	seqsGrid := []int{1, 8, 32, 128}
+	kvGrid := []int{512, 2048, 8192, 32768}
+	if quick {
+		seqsGrid, kvGrid = []int{1, 32}, []int{512, 8192}
+	}
+	const limit = 40e9 // skip shapes with more K+V than this
+	maxPages := 0
+	for _, s := range seqsGrid {
+		for _, kv := range kvGrid {
+			if float64(s*kv*kvHeads*headDim*4) <= limit {
+				maxPages = max(maxPages, s*kv/blockSize)
+			}
+		}
+	}
+	pageBytes := int64(blockSize * kvHeads * headDim * 2)
+	pool := decodePool{blocks: maxPages}
+	var err error
+	if pool.k, err = b.arena.Alloc(int64(maxPages) * pageBytes); err != nil {
+		return err
+	}
+	if pool.v, err = b.arena.Alloc(int64(maxPages) * pageBytes); err != nil {
+		return err
+	}
+	total := 2 * len(seqsGrid) * len(kvGrid)
+	n := 0
+	for _, dt := range []pagedkv.DType{pagedkv.F16, pagedkv.BF16} {
+		b.status(fmt.Sprintf("filling %.1f GB of %s pages with random data", 2*float64(pool.k.Bytes)/1e9, dt))
+		if err := b.fillRandom(pool.k, dt); err != nil {
+			return err
+		}
+		if err := b.fillRandom(pool.v, dt); err != nil {
+			return err
+		}
+		for _, seqs := range seqsGrid {
+			for _, kv := range kvGrid {
+				n++
+				kvBytes := int64(seqs) * int64(kv) * kvHeads * headDim * 2 * 2
+				if float64(kvBytes) > limit {
+					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", dt, seqs, kv, float64(kvBytes)/1e9))
+					continue
+				}
+				b.status(fmt.Sprintf("decode %s seqs=%d kv=%d (%d/%d)", dt, seqs, kv, n, total))
+				res, err := b.decodeShape(&pool, dt, seqs, kv, kvBytes, doSweep)
+				if err != nil {
+					return err
+				}
+				b.rep.Results = append(b.rep.Results, res)
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, kvBytes int64, doSweep bool) (benchResult, error) {
+	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
+	pagesPerSeq := kv / blockSize
+	rot := min(b.rotations(kvBytes, 64), pool.blocks/(seqs*pagesPerSeq))
+	a := check.NewArena(b.r)
+	defer a.Free()
+	lens := make([]int32, seqs)
+	for i := range lens {
+		lens[i] = int32(kv)
+	}
+	qRaw, _ := check.RandomTensor(b.g, dt, seqs*qHeads*headDim, 1)
+	base := pagedkv.DecodeArgs{
+		KCache: pool.k, VCache: pool.v,
+		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
+		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: kv, DType: dt, CacheDType: dt,
+	}
+	var err error
+	if base.Q, err = check.Upload(a, b.s, qRaw, 1); err != nil {
+		return benchResult{}, err
+	}
+	if base.KVLens, err = check.Upload(a, b.s, lens, 4); err != nil {
+		return benchResult{}, err
+	}
+	if base.Out, err = a.Alloc(int64(seqs * qHeads * headDim * 2)); err != nil {
+		return benchResult{}, err
+	}
+	// Each rotation reads its own random pages of the pool.
+	perm := b.g.Perm(pool.blocks)
+	sets := make([]pagedkv.DecodeArgs, rot)
+	for i := range sets {
+		table := make([]int32, seqs*pagesPerSeq)
+		for j := range table {
+			table[j] = int32(perm[i*len(table)+j])
+		}
+		sets[i] = base
+		if sets[i].BlockTables, err = check.Upload(a, b.s, table, 4); err != nil {
+			return benchResult{}, err
+		}
+	}
+	plan, err := b.r.PlanDecode(b.s, &sets[0])
+	if err != nil {
+		return benchResult{}, err
+	}
+	us, err := b.measure(func(i int) error { return b.r.Decode(b.s, &sets[i%rot]) })
+	if err != nil {
+		return benchResult{}, err
+	}
+	gbps := float64(kvBytes) / us / 1e3
+	res := benchResult{Op: "decode", DType: dt.String(), Shape: fmt.Sprintf("seqs=%d kv=%d", seqs, kv),
+		Plan: planText(plan), Splits: plan.Splits, Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps}
+	if !doSweep {
+		return res, nil
+	}
+	tried := map[int]bool{}
+	for _, forced := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128} {
+		k := dispatch.DefaultKnobs()
+		k.ForcedSplits = forced
+		fp, err := b.r.PlanDecodeWith(&sets[0], kv, k)
+		if err != nil {
+			return res, err
+		}
+		if tried[fp.Splits] {
+			continue
+		}
+		tried[fp.Splits] = true
+		fus, err := b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], fp) })
+		if err != nil {
+			return res, err
+		}
+		res.Sweep = append(res.Sweep, sweep{Splits: fp.Splits, Micros: fus})
+		if res.BestMicros == 0 || fus < res.BestMicros {
+			res.BestMicros, res.BestSplits = fus, fp.Splits
+		}
+	}
+	res.RegretPct = 100 * (us/res.BestMicros - 1)
+	return res, nil
+}
+
+func planText(p dispatch.Plan) string {
+	if p.Splits == 1 {
+		return "single-pass"
+	}
+	return fmt.Sprintf("split-K x%d", p.Splits)
+}
+
+func (b *bencher) print() {
+	fmt.Printf("\npagedkv bench on %s (driver %d), %s\n", b.rep.Device, b.rep.Driver, b.rep.Date)
+	fmt.Printf("device-to-device copy: %.0f GB/s (bytes read + written)\n\n", b.rep.CopyGBps)
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	var app, dec []benchResult
+	for _, r := range b.rep.Results {
+		switch r.Op {
+		case "append":
+			app = append(app, r)
+		case "decode":
+			dec = append(dec, r)
+		}
+	}
+	if len(app) > 0 {
+		fmt.Fprintln(tw, "append\tshape\tµs\tGB/s\t% copy\t")
+		for _, r := range app {
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.0f\t%.1f\t\n", r.DType, r.Shape, r.Micros, r.GBps, r.PctCopy)
+		}
+		fmt.Fprintln(tw, "\t\t\t\t\t")
+	}
+	if len(dec) > 0 {
+		fmt.Fprintln(tw, "decode\tshape\tplan\tµs\tGB/s K+V\t% copy\tbest forced\tregret\t")
+		for _, r := range dec {
+			best, regret := "-", "-"
+			if r.BestMicros > 0 {
+				best = fmt.Sprintf("x%d %.2fµs", r.BestSplits, r.BestMicros)
+				regret = fmt.Sprintf("%+.1f%%", r.RegretPct)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.0f\t%.1f\t%s\t%s\t\n", r.DType, r.Shape, r.Plan, r.Micros, r.GBps, r.PctCopy, best, regret)
+		}
+	}
+	tw.Flush()
+}

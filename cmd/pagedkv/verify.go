@@ -1,0 +1,101 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/internal/check"
+)
+
+func runVerify(args []string) error {
+	fs := flag.NewFlagSet("verify", flag.ExitOnError)
+	n := fs.Int("n", 40, "random shapes per op")
+	seed := fs.Uint64("seed", 0, "random seed (0: pick one and print it)")
+	device := fs.Int("device", 0, "CUDA device ordinal")
+	_ = fs.Parse(args)
+	if *seed == 0 {
+		*seed = rand.Uint64()
+	}
+	fmt.Printf("verify: seed %d\n", *seed)
+	g := rand.New(rand.NewPCG(*seed, 99))
+
+	r, err := pagedkv.Open(pagedkv.Options{Device: *device})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	s := r.Stream()
+	pass, fail := map[string]int{}, map[string]int{}
+	record := func(op string, err error) {
+		if err != nil {
+			fail[op]++
+			fmt.Fprintf(os.Stderr, "FAIL %s: %v\n", op, err)
+			return
+		}
+		pass[op]++
+	}
+
+	for range *n {
+		c := check.RandomAppendShape(g)
+		p, err := check.NewAppendProblem(r, s, g, c)
+		if err != nil {
+			return err
+		}
+		record("append", p.RunAndCheck(r, s))
+		if err := p.Arena.Free(); err != nil {
+			return err
+		}
+	}
+	for range *n {
+		c := check.RandomDecodeShape(g)
+		p, err := check.NewDecodeProblem(r, s, g, c)
+		if err != nil {
+			return err
+		}
+		out, lse, err := p.Run(r, s)
+		if err == nil {
+			err = p.Check(out, lse)
+		}
+		record("decode auto", err)
+		// The same problem through single-pass and a random forced split count.
+		for _, forced := range []int{1, 1 + g.IntN(40)} {
+			k := dispatch.DefaultKnobs()
+			k.ForcedSplits = forced
+			op := "decode single-pass"
+			if forced > 1 {
+				op = "decode forced split-K"
+			}
+			plan, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
+			if err == nil {
+				err = p.Poison(s)
+			}
+			if err == nil {
+				err = r.DecodeWithPlan(s, &p.Args, plan)
+			}
+			if err == nil {
+				out, lse, err = p.Fetch(s)
+			}
+			if err == nil {
+				err = p.Check(out, lse)
+			}
+			record(op, err)
+		}
+		if err := p.Arena.Free(); err != nil {
+			return err
+		}
+	}
+	total := 0
+	fmt.Println()
+	for _, op := range []string{"append", "decode auto", "decode single-pass", "decode forced split-K"} {
+		fmt.Printf("%-24s pass %4d  fail %4d\n", op, pass[op], fail[op])
+		total += fail[op]
+	}
+	if total > 0 {
+		return fmt.Errorf("verify: %d failure(s)", total)
+	}
+	return nil
+}

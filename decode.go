@@ -1,0 +1,379 @@
+package pagedkv
+
+import (
+	"math"
+
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/scratch"
+)
+
+// DecodeArgs describes one batched paged decode attention: one query token
+// per sequence attending over its paged KV cache.
+//
+//   - Q: [NumSeqs, NumQHeads, HeadDim] of DType (f16 or bf16); QSeqStride is
+//     the element stride between sequences (0 = NumQHeads·HeadDim).
+//   - KCache, VCache: flash layout [NumBlocks, BlockSize, NumKVHeads, HeadDim]
+//     of CacheDType: DType, or E4M3 with real value = stored · KScale (VScale).
+//   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs]
+//     (0 allowed: that sequence's output is zeros and its LSE is -inf). Both
+//     live on the device; see the package doc for what kernels do with bad
+//     values.
+//   - Out: [NumSeqs, NumQHeads, HeadDim] of DType. LSE (optional): f32
+//     [NumSeqs, NumQHeads], the natural log of Σ exp(Scale·q·k).
+//   - MaxKVLen: the batch's largest kv length, known to the host, used for
+//     planning only (kernels read KVLens themselves). During graph capture
+//     the plan uses KV_CAPACITY instead, so the graph serves any lengths up
+//     to it.
+//   - Scale: softmax scale; 0 means 1/√HeadDim.
+type DecodeArgs struct {
+	Q, KCache, VCache   Buffer
+	BlockTables, KVLens Buffer
+	Out, LSE            Buffer
+
+	NumSeqs, NumQHeads, NumKVHeads, HeadDim int
+	BlockSize, NumBlocks, MaxBlocksPerSeq   int
+	MaxKVLen                                int
+	QSeqStride                              int
+
+	DType, CacheDType     DType
+	Scale, KScale, VScale float32
+}
+
+const decodeArg = "DecodeArgs"
+
+// Validate checks every shape, dtype, alignment and buffer capacity the host
+// can see.
+func (a *DecodeArgs) Validate() error {
+	if a.DType != F16 && a.DType != BF16 {
+		return errf("%s.DType=%s is not supported; allowed: f16, bf16", decodeArg, a.DType)
+	}
+	if a.CacheDType != a.DType && a.CacheDType != E4M3 {
+		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", decodeArg, a.CacheDType, a.DType, a.DType)
+	}
+	if a.HeadDim != 64 && a.HeadDim != 128 && a.HeadDim != 256 {
+		return errf("%s.HeadDim=%d is not supported; allowed: 64, 128, 256", decodeArg, a.HeadDim)
+	}
+	if err := inRange(decodeArg, "NumSeqs", a.NumSeqs, 1, 65535); err != nil {
+		return err
+	}
+	if err := inRange(decodeArg, "NumKVHeads", a.NumKVHeads, 1, 1<<16); err != nil {
+		return err
+	}
+	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 {
+		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", decodeArg, a.NumQHeads, a.NumKVHeads)
+	}
+	if g := a.NumQHeads / a.NumKVHeads; g > 16 {
+		return errf("%s.NumQHeads/NumKVHeads=%d is not supported; allowed: a group size from 1 to 16", decodeArg, g)
+	}
+	if err := powerOfTwo(decodeArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
+		return err
+	}
+	if err := inRange(decodeArg, "NumBlocks", a.NumBlocks, 1, math.MaxInt32); err != nil {
+		return err
+	}
+	if err := inRange(decodeArg, "MaxBlocksPerSeq", a.MaxBlocksPerSeq, 1, math.MaxInt32/a.BlockSize); err != nil {
+		return err
+	}
+	if a.MaxKVLen < 0 || a.MaxKVLen > a.MaxBlocksPerSeq*a.BlockSize {
+		return errf("%s.MaxKVLen=%d is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=%d", decodeArg, a.MaxKVLen, a.MaxBlocksPerSeq*a.BlockSize)
+	}
+	if a.Scale < 0 || math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
+		return errf("%s.Scale=%g is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0", decodeArg, a.Scale)
+	}
+	if err := cacheScale(decodeArg, "KScale", a.KScale, a.CacheDType); err != nil {
+		return err
+	}
+	if err := cacheScale(decodeArg, "VScale", a.VScale, a.CacheDType); err != nil {
+		return err
+	}
+	rowElems := int64(a.NumQHeads) * int64(a.HeadDim)
+	qs := int64(a.QSeqStride)
+	if qs == 0 {
+		qs = rowElems
+	}
+	if qs < rowElems {
+		return errf("%s.QSeqStride=%d is not allowed; allowed: 0 (contiguous) or ≥ NumQHeads·HeadDim=%d", decodeArg, a.QSeqStride, rowElems)
+	}
+	esize := int64(a.DType.Size())
+	if err := buffer(decodeArg, "Q", a.Q, (int64(a.NumSeqs-1)*qs+rowElems)*esize, uintptr(esize)); err != nil {
+		return err
+	}
+	cacheElems, err := mul(decodeArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
+	cbytes := cacheElems * int64(a.CacheDType.Size())
+	if err := buffer(decodeArg, "KCache", a.KCache, cbytes, 16); err != nil {
+		return err
+	}
+	if err := buffer(decodeArg, "VCache", a.VCache, cbytes, 16); err != nil {
+		return err
+	}
+	if err := buffer(decodeArg, "BlockTables", a.BlockTables, int64(a.NumSeqs)*int64(a.MaxBlocksPerSeq)*4, 4); err != nil {
+		return err
+	}
+	if err := buffer(decodeArg, "KVLens", a.KVLens, int64(a.NumSeqs)*4, 4); err != nil {
+		return err
+	}
+	if err := buffer(decodeArg, "Out", a.Out, int64(a.NumSeqs)*rowElems*esize, uintptr(esize)); err != nil {
+		return err
+	}
+	if !a.LSE.IsZero() {
+		if err := buffer(decodeArg, "LSE", a.LSE, int64(a.NumSeqs)*int64(a.NumQHeads)*4, 4); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shape is the planner's view of a, planned for maxKV.
+func (a *DecodeArgs) shape(maxKV int) dispatch.DecodeShape {
+	return dispatch.DecodeShape{
+		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
+		BlockSize: a.BlockSize, MaxKVLen: maxKV, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
+		QType: a.DType, CacheType: a.CacheDType,
+	}
+}
+
+// pagedDecodeParams is the parameter list of the paged_decode_* kernels, in
+// PTX order (kernels_src/decode.cuh).
+type pagedDecodeParams struct {
+	Out, LSE, PartialOut, PartialMax, PartialSum driver.DevicePtr
+	Q, KCache, VCache, BlockTables, KVLens       driver.DevicePtr
+	Fault                                        driver.DevicePtr
+	QSeqStride                                   int64
+	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
+	NumBlocks                                    int64
+	Scale, KScale, VScale                        float32
+}
+
+// decodeReduceParams is the parameter list of the paged_decode_reduce_*
+// kernels, in PTX order.
+type decodeReduceParams struct {
+	Out, LSE, PartialOut, PartialMax, PartialSum driver.DevicePtr
+	Splits, NumQHeads                            int32
+}
+
+// PlanDecode returns the plan Decode would follow for a on stream s right now
+// (graph capture plans for KV_CAPACITY). It loads the kernel's module if
+// needed, so the occupancy it plans with is the device's own.
+func (r *Runtime) PlanDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, error) {
+	plan, _, _, err := r.planDecode(s, a)
+	return plan, err
+}
+
+func (r *Runtime) planDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, driver.Function, bool, error) {
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, 0, false, err
+	}
+	if err := a.Validate(); err != nil {
+		return dispatch.Plan{}, 0, false, err
+	}
+	capturing, err := s.capturing()
+	if err != nil {
+		return dispatch.Plan{}, 0, false, err
+	}
+	maxKV := a.MaxKVLen
+	if capturing {
+		maxKV = r.cfg.KVCapacity
+		if c := a.MaxBlocksPerSeq * a.BlockSize; c < maxKV {
+			return dispatch.Plan{}, 0, false, errf("%s.MaxBlocksPerSeq·BlockSize=%d is below KV_CAPACITY=%d: a decode captured into a graph is planned for KV_CAPACITY, so its block tables must hold that many tokens", decodeArg, c, maxKV)
+		}
+	}
+	shape := a.shape(maxKV)
+	plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs)
+	if err != nil {
+		return plan, 0, false, err
+	}
+	fn, loaded, err := r.function(plan.Kernel)
+	if err != nil {
+		return plan, 0, false, err
+	}
+	if loaded { // the first plan did not know this kernel's occupancy yet
+		if plan, err = dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs); err != nil {
+			return plan, 0, false, err
+		}
+	}
+	return plan, fn, capturing, nil
+}
+
+// ReserveDecode sizes stream s's scratch for a, planned for KV_CAPACITY as
+// graph capture will plan it. Call it before BeginCapture.
+func (r *Runtime) ReserveDecode(s *Stream, a *DecodeArgs) error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	shape := a.shape(r.cfg.KVCapacity)
+	if shape.MaxKVLen > a.MaxBlocksPerSeq*a.BlockSize {
+		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below KV_CAPACITY=%d", decodeArg, a.MaxBlocksPerSeq*a.BlockSize, shape.MaxKVLen)
+	}
+	plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs)
+	if err != nil {
+		return err
+	}
+	if _, loaded, err := r.function(plan.Kernel); err != nil {
+		return err
+	} else if loaded {
+		if plan, err = dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs); err != nil {
+			return err
+		}
+	}
+	if plan.Splits > 1 {
+		if _, _, err := r.function(plan.Reduce); err != nil {
+			return err
+		}
+	}
+	return r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats)
+}
+
+// Decode runs batched paged decode attention on stream s, following the
+// plan PlanDecode gives.
+func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
+	plan, fn, capturing, err := r.planDecode(s, a)
+	if err != nil {
+		return err
+	}
+	return r.launchDecode(s, a, &plan, fn, capturing)
+}
+
+// PlanDecodeWith plans a for maxKV with explicit knobs instead of the
+// configuration's: benchmarks use it to force split counts. Launch the plan
+// with DecodeWithPlan.
+func (r *Runtime) PlanDecodeWith(a *DecodeArgs, maxKV int, k dispatch.Knobs) (dispatch.Plan, error) {
+	if err := a.Validate(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	shape := a.shape(maxKV)
+	plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), k)
+	if err != nil {
+		return plan, err
+	}
+	if _, loaded, err := r.function(plan.Kernel); err != nil {
+		return plan, err
+	} else if loaded {
+		return dispatch.PlanDecode(shape, *r.facts.Load(), k)
+	}
+	return plan, nil
+}
+
+// DecodeWithPlan runs a on s following plan, which must be a plan for a's
+// shape (from PlanDecode or PlanDecodeWith); a plan for another shape is an
+// error, never a launch.
+func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if err := checkDecodePlan(a, &plan); err != nil {
+		return err
+	}
+	fn, _, err := r.function(plan.Kernel)
+	if err != nil {
+		return err
+	}
+	capturing, err := s.capturing()
+	if err != nil {
+		return err
+	}
+	return r.launchDecode(s, a, &plan, fn, capturing)
+}
+
+// launchDecode enqueues the kernels of plan.
+func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
+	scale := a.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
+	}
+	kScale, vScale := float32(1), float32(1)
+	if a.CacheDType == E4M3 {
+		kScale, vScale = a.KScale, a.VScale
+	}
+	qs := int64(a.QSeqStride)
+	if qs == 0 {
+		qs = int64(a.NumQHeads) * int64(a.HeadDim)
+	}
+	p := pagedDecodeParams{
+		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
+		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: s.fault,
+		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
+		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
+		Scale: scale, KScale: kScale, VScale: vScale,
+	}
+	if plan.Splits == 1 {
+		err := r.do(func() error { return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p) })
+		if err != nil {
+			return err
+		}
+		return s.afterLaunch(capturing)
+	}
+	reduce, _, err := r.function(plan.Reduce)
+	if err != nil {
+		return err
+	}
+	lease, err := r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing)
+	if err != nil {
+		return err
+	}
+	err = r.launchSplit(s, plan, fn, reduce, &p, lease)
+	lease.Release()
+	if err != nil {
+		return err
+	}
+	return s.afterLaunch(capturing)
+}
+
+// launchSplit enqueues both split-K phases while the scratch lease is held.
+func (r *Runtime) launchSplit(s *Stream, plan *dispatch.Plan, fn, reduce driver.Function, p *pagedDecodeParams, lease scratch.Lease) error {
+	base := driver.DevicePtr(lease.Ptr)
+	p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
+	p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
+	p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
+	rp := decodeReduceParams{
+		Out: p.Out, LSE: p.LSE, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
+		Splits: int32(plan.Splits), NumQHeads: p.NumQHeads,
+	}
+	return r.do(func() error {
+		if err := driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, p); err != nil {
+			return err
+		}
+		return driver.Launch(reduce, dim(plan.ReduceGrid), dim(plan.ReduceBlock), 0, s.s, &rp)
+	})
+}
+
+// checkDecodePlan checks that plan is a valid plan for a's shape: the right
+// kernels, geometry and scratch layout for its split count.
+func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan) error {
+	kernel, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, a.NumQHeads/a.NumKVHeads)
+	if err != nil {
+		return err
+	}
+	reduce := ""
+	if plan.Splits > 1 {
+		if reduce, err = dispatch.ReduceKernelName(a.DType, a.HeadDim); err != nil {
+			return err
+		}
+	}
+	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
+	want := dispatch.Plan{
+		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32(a.NumSeqs), Z: uint32(plan.Splits)},
+		Block: dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1}, Reduce: reduce,
+	}
+	if plan.Splits > 1 {
+		want.ReduceGrid = dispatch.Dim3{X: uint32(a.NumQHeads), Y: uint32(a.NumSeqs), Z: 1}
+		want.ReduceBlock = dispatch.Dim3{X: dispatch.ReduceThreads, Y: 1, Z: 1}
+		want.ScratchFloats = rows * int64(a.HeadDim+2)
+		want.MaxOffset = rows * int64(a.HeadDim)
+		want.SumOffset = want.MaxOffset + rows
+	}
+	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
+		plan.Block != want.Block || plan.SharedBytes != 0 || plan.Reduce != want.Reduce || plan.ReduceGrid != want.ReduceGrid ||
+		plan.ReduceBlock != want.ReduceBlock || plan.ScratchFloats != want.ScratchFloats ||
+		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset {
+		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
+			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
+	}
+	return nil
+}

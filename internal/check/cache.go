@@ -1,0 +1,165 @@
+package check
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// AppendShape is the shape of one cache-append problem.
+type AppendShape struct {
+	Tokens, KVHeads, HeadDim, BlockSize, NumBlocks int
+	In, Cache                                      pagedkv.DType
+	PadToken, PadHead                              int  // extra input stride, multiples of 8 elements
+	Remap                                          bool // use a sliding-window remap table
+	FewBlocks                                      bool // tokens share few physical blocks
+}
+
+func (c AppendShape) String() string {
+	return fmt.Sprintf("T%d_KH%d_D%d_bs%d_nb%d_%s_%s_pad%d.%d_remap%v", c.Tokens, c.KVHeads, c.HeadDim, c.BlockSize,
+		c.NumBlocks, c.In, c.Cache, c.PadToken, c.PadHead, c.Remap)
+}
+
+// RandomAppendShape draws a random append shape: head dims that are any
+// multiple of 8 up to 256, block sizes 1..256, strided inputs, fp8 caches
+// and remap tables.
+func RandomAppendShape(g *rand.Rand) AppendShape {
+	c := AppendShape{
+		Tokens:    1 + g.IntN(700),
+		KVHeads:   1 + g.IntN(8),
+		HeadDim:   8 * (1 + g.IntN(32)),
+		BlockSize: 1 << g.IntN(9),
+		In:        []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+		PadToken:  8 * g.IntN(3),
+		PadHead:   8 * g.IntN(2),
+		Remap:     g.IntN(3) == 0,
+	}
+	c.Cache = c.In
+	if g.IntN(2) == 0 {
+		c.Cache = pagedkv.E4M3
+	}
+	c.NumBlocks = (c.Tokens+c.BlockSize-1)/c.BlockSize + 1 + g.IntN(3)
+	return c
+}
+
+// AppendProblem is an append problem on the device with its reference.
+type AppendProblem struct {
+	Shape AppendShape
+	Args  pagedkv.AppendArgs
+	Arena *Arena
+
+	KeyRaw, ValueRaw []byte
+	KCache, VCache   []byte // initial cache contents (random bytes)
+	Slots, Remap     []int64
+}
+
+// NewAppendProblem draws random inputs, caches pre-filled with random bytes
+// (so untouched slots are checked too), distinct random slots with some -1,
+// and optionally a remap table, and uploads them on s.
+func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c AppendShape) (*AppendProblem, error) {
+	p := &AppendProblem{Shape: c, Arena: NewArena(r)}
+	headStride := c.HeadDim + c.PadHead
+	tokenStride := c.KVHeads*headStride + c.PadToken
+	p.KeyRaw, _ = RandomTensor(g, c.In, max(c.Tokens*tokenStride, 8), 2)
+	p.ValueRaw, _ = RandomTensor(g, c.In, max(c.Tokens*tokenStride, 8), 2)
+	numSlots := c.NumBlocks * c.BlockSize
+	cacheBytes := numSlots * c.KVHeads * c.HeadDim * c.Cache.Size()
+	p.KCache, p.VCache = make([]byte, cacheBytes), make([]byte, cacheBytes)
+	for i := range p.KCache {
+		p.KCache[i], p.VCache[i] = byte(g.Uint32()), byte(g.Uint32())
+	}
+	perm := g.Perm(numSlots)
+	if c.FewBlocks { // consecutive slots of a few random blocks
+		perm = perm[:0]
+		for _, b := range g.Perm(c.NumBlocks) {
+			for o := range c.BlockSize {
+				perm = append(perm, b*c.BlockSize+o)
+			}
+		}
+	}
+	p.Slots = make([]int64, c.Tokens)
+	for i := range p.Slots {
+		p.Slots[i] = -1
+		if i < len(perm) && g.IntN(7) != 0 {
+			p.Slots[i] = int64(perm[i])
+		}
+	}
+	if c.Remap {
+		p.Remap = make([]int64, numSlots)
+		for i, q := range g.Perm(numSlots) {
+			p.Remap[i] = int64(q)
+			if g.IntN(9) == 0 {
+				p.Remap[i] = -1
+			}
+		}
+	}
+	a := &p.Args
+	*a = pagedkv.AppendArgs{
+		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
+		KeyTokenStride: tokenStride, KeyHeadStride: headStride, ValueTokenStride: tokenStride, ValueHeadStride: headStride,
+		DType: c.In, CacheDType: c.Cache,
+	}
+	if c.Cache == pagedkv.E4M3 {
+		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
+	}
+	var err error
+	// up(&field)(buffer, err) keeps the first error.
+	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
+		return func(b pagedkv.Buffer, e error) {
+			if err == nil {
+				*dst, err = b, e
+			}
+		}
+	}
+	up(&a.Key)(Upload(p.Arena, s, p.KeyRaw, 1))
+	up(&a.Value)(Upload(p.Arena, s, p.ValueRaw, 1))
+	up(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
+	up(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
+	up(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
+	if p.Remap != nil {
+		up(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
+	}
+	if err != nil {
+		_ = p.Arena.Free()
+		return nil, err
+	}
+	return p, nil
+}
+
+// RunAndCheck appends on s and compares both caches with the reference bit
+// for bit.
+func (p *AppendProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
+	if err := r.Append(s, &p.Args); err != nil {
+		return err
+	}
+	if err := s.Fault(); err != nil {
+		return err
+	}
+	gotK := make([]byte, len(p.KCache))
+	gotV := make([]byte, len(p.VCache))
+	if err := pagedkv.Download(s, gotK, p.Args.KeyCache); err != nil {
+		return err
+	}
+	if err := pagedkv.Download(s, gotV, p.Args.ValueCache); err != nil {
+		return err
+	}
+	c, a := p.Shape, &p.Args
+	wantK := append([]byte(nil), p.KCache...)
+	wantV := append([]byte(nil), p.VCache...)
+	ref.CacheAppendFlash(ref.CacheAppend{
+		Key: p.KeyRaw, Value: p.ValueRaw, KeyCache: wantK, ValueCache: wantV, SlotMapping: p.Slots, SlotRemap: p.Remap,
+		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
+		KeyTokenStride: a.KeyTokenStride, ValueTokenStride: a.ValueTokenStride,
+		KeyHeadStride: a.KeyHeadStride, ValueHeadStride: a.ValueHeadStride,
+		In: ref.DType(c.In), Cache: ref.DType(c.Cache), KScale: a.KScale, VScale: a.VScale,
+	})
+	if i := FirstDiff(wantK, gotK); i >= 0 {
+		return errorf("%v: key cache byte %d is %#x, want %#x", c, i, gotK[i], wantK[i])
+	}
+	if i := FirstDiff(wantV, gotV); i >= 0 {
+		return errorf("%v: value cache byte %d is %#x, want %#x", c, i, gotV[i], wantV[i])
+	}
+	return nil
+}

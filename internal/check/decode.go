@@ -1,0 +1,242 @@
+package check
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// DecodeShape is the shape of one decode problem. Lengths are drawn in
+// 0..MaxLen with the edge cases (0, 1, page boundaries, MaxLen) mixed in.
+type DecodeShape struct {
+	Seqs, QHeads, KVHeads, HeadDim, BlockSize, MaxBlocksPerSeq int
+	NumBlocks                                                  int // 0 = just enough for every table entry, plus 3
+	DType, Cache                                               pagedkv.DType
+	MaxLen                                                     int
+}
+
+func (c DecodeShape) String() string {
+	return fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_len%d", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.Cache, c.MaxLen)
+}
+
+// RandomDecodeShape draws a small random decode shape covering every head
+// dim, group size 1..16, block sizes 1..256, both dtypes and fp8 caches.
+func RandomDecodeShape(g *rand.Rand) DecodeShape {
+	c := DecodeShape{
+		Seqs:      1 + g.IntN(12),
+		KVHeads:   1 + g.IntN(4),
+		HeadDim:   []int{64, 128, 256}[g.IntN(3)],
+		BlockSize: 1 << g.IntN(9),
+		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+	}
+	c.QHeads = c.KVHeads * (1 + g.IntN(16))
+	c.Cache = c.DType
+	if g.IntN(3) == 0 {
+		c.Cache = pagedkv.E4M3
+	}
+	c.MaxLen = 1 + g.IntN(3000)
+	c.MaxBlocksPerSeq = (c.MaxLen+c.BlockSize-1)/c.BlockSize + g.IntN(3)
+	return c
+}
+
+// RandomLens draws n lengths in [0, maxLen], mixing in 0, 1, page boundaries
+// and maxLen; at least one is maxLen.
+func RandomLens(g *rand.Rand, n, maxLen, bs int) []int32 {
+	lens := make([]int32, n)
+	edges := []int{maxLen, 1, bs, 2 * bs, bs + 1, 0, maxLen - 1}
+	for i := range lens {
+		l := g.IntN(maxLen + 1)
+		if i < len(edges) && g.IntN(2) == 0 {
+			l = edges[i]
+		}
+		lens[i] = int32(min(max(l, 0), maxLen))
+	}
+	lens[g.IntN(n)] = int32(maxLen)
+	return lens
+}
+
+// DecodeProblem is a decode problem on the device with what its reference needs.
+type DecodeProblem struct {
+	Shape DecodeShape
+	Args  pagedkv.DecodeArgs
+	Arena *Arena
+
+	Q, K, V []float64 // what the kernel sees, decoded, scales applied
+	Tables  []int32
+	Lens    []int32
+}
+
+// NewDecodeProblem draws random data, a random page table (a shuffled
+// permutation of physical blocks, distinct across sequences) and random
+// lengths, and uploads them on s.
+func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c DecodeShape) (*DecodeProblem, error) {
+	if c.MaxLen > c.MaxBlocksPerSeq*c.BlockSize {
+		return nil, errorf("MaxLen=%d exceeds MaxBlocksPerSeq·BlockSize=%d", c.MaxLen, c.MaxBlocksPerSeq*c.BlockSize)
+	}
+	entries := c.Seqs * c.MaxBlocksPerSeq
+	if c.NumBlocks == 0 {
+		c.NumBlocks = entries + 3
+	}
+	if c.NumBlocks < entries {
+		return nil, errorf("NumBlocks=%d is below the %d table entries", c.NumBlocks, entries)
+	}
+	p := &DecodeProblem{Shape: c, Arena: NewArena(r)}
+	perm := g.Perm(c.NumBlocks)
+	p.Tables = make([]int32, entries)
+	for i := range p.Tables {
+		p.Tables[i] = int32(perm[i])
+	}
+	p.Lens = RandomLens(g, c.Seqs, c.MaxLen, c.BlockSize)
+
+	rowElems := c.QHeads * c.HeadDim
+	qStride := rowElems + 8*g.IntN(2)
+	qRaw, qAll := RandomTensor(g, c.DType, c.Seqs*qStride, 1)
+	p.Q = make([]float64, c.Seqs*rowElems)
+	for sq := range c.Seqs {
+		copy(p.Q[sq*rowElems:(sq+1)*rowElems], qAll[sq*qStride:])
+	}
+	cacheElems := c.NumBlocks * c.BlockSize * c.KVHeads * c.HeadDim
+	kRaw, k := RandomTensor(g, c.Cache, cacheElems, 1)
+	vRaw, v := RandomTensor(g, c.Cache, cacheElems, 1)
+	var kScale, vScale float32
+	if c.Cache == pagedkv.E4M3 {
+		kScale, vScale = 0.1+g.Float32(), 0.1+g.Float32()
+		for i := range k {
+			k[i] *= float64(kScale)
+			v[i] *= float64(vScale)
+		}
+	}
+	p.K, p.V = k, v
+
+	a := &p.Args
+	*a = pagedkv.DecodeArgs{
+		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq,
+		MaxKVLen: maxLen(p.Lens), QSeqStride: qStride,
+		DType: c.DType, CacheDType: c.Cache, KScale: kScale, VScale: vScale,
+	}
+	var err error
+	// up(&field)(buffer, err) keeps the first error.
+	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
+		return func(b pagedkv.Buffer, e error) {
+			if err == nil {
+				*dst, err = b, e
+			}
+		}
+	}
+	up(&a.Q)(Upload(p.Arena, s, qRaw, 1))
+	up(&a.KCache)(Upload(p.Arena, s, kRaw, 1))
+	up(&a.VCache)(Upload(p.Arena, s, vRaw, 1))
+	up(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
+	up(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
+	up(&a.Out)(p.Arena.Alloc(int64(c.Seqs*rowElems*c.DType.Size())))
+	up(&a.LSE)(p.Arena.Alloc(int64(c.Seqs*c.QHeads*4)))
+	if err != nil {
+		_ = p.Arena.Free()
+		return nil, err
+	}
+	return p, nil
+}
+
+func maxLen(lens []int32) int {
+	m := 0
+	for _, l := range lens {
+		m = max(m, int(l))
+	}
+	return m
+}
+
+// SetLens uploads new lengths (for graph replay); MaxKVLen follows them.
+func (p *DecodeProblem) SetLens(s *pagedkv.Stream, lens []int32) error {
+	p.Lens = lens
+	p.Args.MaxKVLen = maxLen(lens)
+	return pagedkv.Upload(s, p.Args.KVLens, lens)
+}
+
+// Reference computes the float64 output and LSE.
+func (p *DecodeProblem) Reference() ([]float64, []float64) {
+	c := p.Shape
+	scale := float64(p.Args.Scale)
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(c.HeadDim))
+	}
+	return ref.PagedDecode(ref.Decode{
+		Q: p.Q, KCache: p.K, VCache: p.V, BlockTables: p.Tables, KVLens: p.Lens,
+		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		BlockSize: c.BlockSize, MaxBlocksPerSeq: c.MaxBlocksPerSeq, Scale: scale,
+	})
+}
+
+// Poison fills the outputs with NaN on s.
+func (p *DecodeProblem) Poison(s *pagedkv.Stream) error {
+	if err := s.Fill32(p.Args.Out, NaNPattern(p.Shape.DType)); err != nil {
+		return err
+	}
+	return s.Fill32(p.Args.LSE, NaNPattern(0))
+}
+
+// Run poisons the outputs, decodes on s and fetches the results.
+func (p *DecodeProblem) Run(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, []float32, error) {
+	if err := p.Poison(s); err != nil {
+		return nil, nil, err
+	}
+	if err := r.Decode(s, &p.Args); err != nil {
+		return nil, nil, err
+	}
+	return p.Fetch(s)
+}
+
+// Fetch downloads out and LSE after the work on s, and fails on a recorded fault.
+func (p *DecodeProblem) Fetch(s *pagedkv.Stream) ([]float64, []float32, error) {
+	c := p.Shape
+	raw := make([]byte, c.Seqs*c.QHeads*c.HeadDim*c.DType.Size())
+	lse := make([]float32, c.Seqs*c.QHeads)
+	if err := pagedkv.Download(s, raw, p.Args.Out); err != nil {
+		return nil, nil, err
+	}
+	if err := pagedkv.Download(s, lse, p.Args.LSE); err != nil {
+		return nil, nil, err
+	}
+	if err := s.Fault(); err != nil {
+		return nil, nil, err
+	}
+	return ref.DecodeSlice(ref.DType(c.DType), raw), lse, nil
+}
+
+// Check compares a GPU result with the float64 reference: rows of kv_len 0
+// must be exactly zero with LSE -inf, the output within Tolerance by
+// relative L2, and every LSE within 1e-3 (relative above 1).
+func (p *DecodeProblem) Check(out []float64, lse []float32) error {
+	wantOut, wantLSE := p.Reference()
+	c := p.Shape
+	row := c.QHeads * c.HeadDim
+	for sq, l := range p.Lens {
+		if l != 0 {
+			continue
+		}
+		for i := sq * row; i < (sq+1)*row; i++ {
+			if out[i] != 0 {
+				return errorf("%v: seq %d has kv_len 0 but out[%d]=%g", c, sq, i, out[i])
+			}
+		}
+	}
+	if e := ref.RelL2(out, wantOut); !(e <= Tolerance(c.DType)) {
+		return errorf("%v: output relative L2 error %.3g > %.3g", c, e, Tolerance(c.DType))
+	}
+	for i, w := range wantLSE {
+		got := float64(lse[i])
+		if math.IsInf(w, -1) {
+			if !math.IsInf(got, -1) {
+				return errorf("%v: LSE[%d]=%g, want -Inf (kv_len 0)", c, i, got)
+			}
+			continue
+		}
+		if !(math.Abs(got-w) <= 1e-3*max(1, math.Abs(w))) {
+			return errorf("%v: LSE[%d]=%g, want %g", c, i, got, w)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package check
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// Arena owns the device memory of one problem.
+type Arena struct {
+	r    *pagedkv.Runtime
+	mems []*pagedkv.Memory
+}
+
+// NewArena returns an empty arena on r.
+func NewArena(r *pagedkv.Runtime) *Arena { return &Arena{r: r} }
+
+// Alloc allocates bytes (at least 16) owned by the arena.
+func (a *Arena) Alloc(bytes int64) (pagedkv.Buffer, error) {
+	m, err := a.r.Alloc(max(bytes, 16))
+	if err != nil {
+		return pagedkv.Buffer{}, err
+	}
+	a.mems = append(a.mems, m)
+	return m.Buffer, nil
+}
+
+// Upload allocates a device copy of data.
+func Upload[T any](a *Arena, s *pagedkv.Stream, data []T, elemBytes int) (pagedkv.Buffer, error) {
+	b, err := a.Alloc(int64(len(data) * elemBytes))
+	if err != nil {
+		return b, err
+	}
+	return b, pagedkv.Upload(s, b, data)
+}
+
+// Free frees everything the arena allocated.
+func (a *Arena) Free() error {
+	var first error
+	for _, m := range a.mems {
+		if err := m.Free(); err != nil && first == nil {
+			first = err
+		}
+	}
+	a.mems = nil
+	return first
+}
+
+// RandomTensor draws n normal values with standard deviation sd, encodes them
+// in dtype d and returns the raw bytes and the values the kernel will see.
+func RandomTensor(g *rand.Rand, d pagedkv.DType, n int, sd float64) ([]byte, []float64) {
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(g.NormFloat64() * sd)
+	}
+	raw := ref.EncodeSlice(ref.DType(d), vals)
+	return raw, ref.DecodeSlice(ref.DType(d), raw)
+}
+
+// NaNPattern is a 32-bit word that reads as NaN in dtype d (f32 for 0).
+func NaNPattern(d pagedkv.DType) uint32 {
+	switch d {
+	case pagedkv.F16:
+		return 0x7E007E00
+	case pagedkv.BF16:
+		return 0x7FC07FC0
+	case pagedkv.E4M3:
+		return 0x7F7F7F7F
+	}
+	return math.Float32bits(float32(math.NaN()))
+}
+
+// Tolerance is the relative L2 error allowed against float64 for outputs of dtype d.
+func Tolerance(d pagedkv.DType) float64 {
+	if d == pagedkv.BF16 {
+		return 1.6e-2
+	}
+	return 2e-3
+}
+
+// FirstDiff returns the first index where a and b differ, or -1.
+func FirstDiff(a, b []byte) int {
+	for i := range a {
+		if i >= len(b) || a[i] != b[i] {
+			return i
+		}
+	}
+	if len(b) > len(a) {
+		return len(a)
+	}
+	return -1
+}
+
+func errorf(format string, a ...any) error { return fmt.Errorf("check: "+format, a...) }

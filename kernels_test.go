@@ -1,0 +1,73 @@
+package pagedkv
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/ptx"
+)
+
+// paramStructs maps each kernel family (by entry-name prefix, longest match
+// wins) to the Go struct whose fields are its parameters.
+var paramStructs = map[string]reflect.Type{
+	"cache_append_flash_":  reflect.TypeFor[cacheAppendParams](),
+	"paged_decode_":        reflect.TypeFor[pagedDecodeParams](),
+	"paged_decode_reduce_": reflect.TypeFor[decodeReduceParams](),
+}
+
+func paramStructFor(entry string) (reflect.Type, bool) {
+	best := ""
+	for prefix := range paramStructs {
+		if strings.HasPrefix(entry, prefix) && len(prefix) > len(best) {
+			best = prefix
+		}
+	}
+	t, ok := paramStructs[best]
+	return t, ok
+}
+
+// TestEntrySignaturesMatchParamStructs parses every .entry of the embedded
+// PTX and checks it parameter by parameter against the Go struct that the
+// launcher packs for it: same count, same sizes, floats where floats are.
+func TestEntrySignaturesMatchParamStructs(t *testing.T) {
+	for _, mod := range ptx.Modules() {
+		entries, err := ptx.ModuleEntries(mod)
+		require.NoError(t, err, mod)
+		for _, e := range entries {
+			st, ok := paramStructFor(e.Name)
+			if !assert.True(t, ok, "entry %s (module %s) has no Go parameter struct", e.Name, mod) {
+				continue
+			}
+			fields, err := driver.ParamLayout(st)
+			require.NoError(t, err, st.String())
+			if !assert.Len(t, fields, len(e.Params), "%s: %d PTX parameters, %s has %d fields", e.Name, len(e.Params), st, len(fields)) {
+				continue
+			}
+			for i, p := range e.Params {
+				f := fields[i]
+				assert.Equal(t, p.Size, int(f.Size), "%s parameter %d (%s): PTX .%s is %d bytes, %s.%s is %d", e.Name, i, p.Name, p.Type, p.Size, st, f.Name, f.Size)
+				assert.Equal(t, p.Type == "f32" || p.Type == "f64", f.Float, "%s parameter %d: PTX .%s vs %s.%s", e.Name, i, p.Type, st, f.Name)
+			}
+		}
+	}
+}
+
+// TestPlannerNamesAreEmbedded checks that every kernel the planner can name
+// is an entry of the embedded PTX, and that every entry is reachable.
+func TestPlannerNamesAreEmbedded(t *testing.T) {
+	var embedded []string
+	for name := range entryModule {
+		embedded = append(embedded, name)
+	}
+	slices.Sort(embedded)
+	planned := dispatch.KernelNames()
+	slices.Sort(planned)
+	assert.Equal(t, embedded, planned)
+}

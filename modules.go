@@ -1,0 +1,160 @@
+package pagedkv
+
+import (
+	"fmt"
+	"maps"
+	"sort"
+	"time"
+
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/ptx"
+)
+
+// entryModule maps every embedded kernel entry point to its module, from the
+// embedded manifest.
+var entryModule = func() map[string]string {
+	m, err := ptx.ReadManifest()
+	if err != nil {
+		panic("pagedkv: embedded ptx/manifest.json is unreadable: " + err.Error())
+	}
+	out := map[string]string{}
+	for _, mod := range m.Modules {
+		for _, e := range mod.Entries {
+			out[e] = mod.Name
+		}
+	}
+	return out
+}()
+
+// function returns the loaded kernel entry point name, loading its module on
+// first use. The second result is true when this call loaded the module (so
+// the device facts changed).
+func (r *Runtime) function(name string) (driver.Function, bool, error) {
+	r.mu.RLock()
+	f, ok := r.funcs[name]
+	r.mu.RUnlock()
+	if ok {
+		return f, false, nil
+	}
+	mod, ok := entryModule[name]
+	if !ok {
+		return 0, false, fmt.Errorf("pagedkv: kernel %q is not in the embedded PTX (stale ptx/? run go run ./cmd/ptxgen)", name)
+	}
+	if _, err := r.LoadModule(mod); err != nil {
+		return 0, false, err
+	}
+	r.mu.RLock()
+	f, ok = r.funcs[name]
+	r.mu.RUnlock()
+	if !ok {
+		return 0, false, fmt.Errorf("pagedkv: module %s loaded but has no entry %q", mod, name)
+	}
+	return f, true, nil
+}
+
+// LoadModule JIT-loads one embedded module (if not yet loaded), resolves its
+// entry points and records their occupancy for the planner. It returns how
+// long the load took (zero when it was already loaded). Errors carry the
+// driver's JIT log.
+func (r *Runtime) LoadModule(name string) (time.Duration, error) {
+	if err := r.live(); err != nil {
+		return 0, err
+	}
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	r.mu.RLock()
+	_, done := r.modules[name]
+	r.mu.RUnlock()
+	if done {
+		return 0, nil
+	}
+	image, err := ptx.Module(name)
+	if err != nil {
+		return 0, err
+	}
+	var entries []string
+	for e, m := range entryModule {
+		if m == name {
+			entries = append(entries, e)
+		}
+	}
+	sort.Strings(entries)
+	var mod driver.Module
+	funcs := map[string]driver.Function{}
+	occupancy := map[string]int{}
+	start := time.Now()
+	err = r.do(func() error {
+		var err error
+		if mod, err = driver.LoadModule(image); err != nil {
+			return fmt.Errorf("pagedkv: loading module %s on %s: %w", name, r.info.Name, err)
+		}
+		for _, e := range entries {
+			f, err := mod.Function(e)
+			if err != nil {
+				return fmt.Errorf("pagedkv: module %s: %w", name, err)
+			}
+			funcs[e] = f
+			block, err := f.Attribute(driver.FuncAttrMaxThreadsPerBlock)
+			if err != nil {
+				return err
+			}
+			// Every pagedkv kernel is launched with its __launch_bounds__ block
+			// size, which is what the driver reports as the maximum.
+			n, err := f.MaxActiveBlocksPerSM(block, 0)
+			if err != nil {
+				return err
+			}
+			occupancy[e] = n
+		}
+		return nil
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		if mod != 0 {
+			_ = r.do(mod.Unload)
+		}
+		return elapsed, err
+	}
+	r.mu.Lock()
+	r.modules[name] = moduleLoad{module: mod, duration: elapsed}
+	maps.Copy(r.funcs, funcs)
+	old := r.facts.Load()
+	facts := *old
+	facts.Occupancy = maps.Clone(old.Occupancy)
+	maps.Copy(facts.Occupancy, occupancy)
+	r.facts.Store(&facts)
+	r.mu.Unlock()
+	return elapsed, nil
+}
+
+// Occupancy reports the resident blocks per SM of a loaded kernel (0 if it
+// is not loaded), as the planner sees it.
+func (r *Runtime) Occupancy(kernel string) int { return r.facts.Load().Occupancy[kernel] }
+
+// Facts returns the device facts the planner uses.
+func (r *Runtime) Facts() dispatch.DeviceFacts { return *r.facts.Load() }
+
+// KernelAttributes reports register count, local (spill) bytes and static
+// shared bytes of a kernel, loading its module if needed.
+func (r *Runtime) KernelAttributes(name string) (regs, localBytes, sharedBytes int, err error) {
+	f, _, err := r.function(name)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	err = r.do(func() error {
+		var err error
+		if regs, err = f.Attribute(driver.FuncAttrNumRegs); err != nil {
+			return err
+		}
+		if localBytes, err = f.Attribute(driver.FuncAttrLocalSizeBytes); err != nil {
+			return err
+		}
+		sharedBytes, err = f.Attribute(driver.FuncAttrSharedSizeBytes)
+		return err
+	})
+	return regs, localBytes, sharedBytes, err
+}
+
+// Modules lists the embedded modules.
+func Modules() []string { return ptx.Modules() }

@@ -1,0 +1,255 @@
+package pagedkv
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/scratch"
+)
+
+// ErrNoDriver means libcuda could not be loaded; ErrNoDevice means the driver
+// sees no CUDA device. Match them with errors.Is.
+var (
+	ErrNoDriver = driver.ErrNoDriver
+	ErrNoDevice = driver.ErrNoDevice
+	ErrClosed   = errors.New("pagedkv: runtime is closed")
+)
+
+// Options selects the device and overrides configuration; nil fields keep the
+// value from the environment, the config file or the default (see package
+// config for the keys).
+type Options struct {
+	Device int
+	Config config.Options
+}
+
+// Runtime runs pagedkv ops on one CUDA device. It owns the device's primary
+// context (retained for its lifetime), the modules it has loaded, its streams
+// and its split-K scratch pool.
+//
+// A Runtime is safe for concurrent use by multiple goroutines; ops on
+// different streams run concurrently on the device. Open one Runtime per
+// device; several may be used at the same time. Close releases everything;
+// buffers and streams it created must not be used afterwards.
+type Runtime struct {
+	device  driver.Device
+	ctx     driver.Context
+	cfg     config.Config
+	knobs   dispatch.Knobs
+	info    DeviceInfo
+	scratch *scratch.Pool
+	stream  *Stream
+
+	facts atomic.Pointer[dispatch.DeviceFacts]
+
+	mu       sync.RWMutex // guards funcs and modules
+	funcs    map[string]driver.Function
+	modules  map[string]moduleLoad
+	loadMu   sync.Mutex // serializes module loads
+	closed   atomic.Bool
+	closeMu  sync.Mutex
+	streamMu sync.Mutex
+	streams  map[*Stream]struct{}
+}
+
+// DeviceInfo describes the device a Runtime runs on.
+type DeviceInfo struct {
+	Ordinal                int
+	Name                   string
+	TotalMemBytes          uint64
+	SMs                    int
+	ComputeMajor           int
+	ComputeMinor           int
+	L2Bytes                int
+	MaxSharedPerBlockOptin int
+	DriverVersion          int
+}
+
+// moduleLoad records how loading one embedded module went.
+type moduleLoad struct {
+	module   driver.Module
+	duration time.Duration
+}
+
+// Open initializes the driver, retains the primary context of the device in
+// opts and loads the configuration. Modules are loaded lazily, on the first
+// op that needs them. Errors match ErrNoDriver or ErrNoDevice when there is
+// no usable GPU.
+func Open(opts Options) (*Runtime, error) {
+	cfg, err := config.Load(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := driver.Init(); err != nil {
+		return nil, err
+	}
+	n, err := driver.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("pagedkv: %w", ErrNoDevice)
+	}
+	if opts.Device < 0 || opts.Device >= n {
+		return nil, fmt.Errorf("pagedkv: Options.Device=%d is out of range; this machine has devices 0..%d", opts.Device, n-1)
+	}
+	dev, err := driver.DeviceGet(opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	info, err := deviceInfo(dev, opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	if info.ComputeMajor < 8 {
+		return nil, fmt.Errorf("pagedkv: device %d (%s) has compute capability %d.%d; pagedkv needs 8.0 or newer (Ampere, Ada, Hopper, Blackwell)",
+			opts.Device, info.Name, info.ComputeMajor, info.ComputeMinor)
+	}
+	ctx, err := dev.PrimaryCtxRetain()
+	if err != nil {
+		return nil, err
+	}
+	r := &Runtime{
+		device:  dev,
+		ctx:     ctx,
+		cfg:     cfg,
+		knobs:   knobsFrom(cfg),
+		info:    info,
+		funcs:   map[string]driver.Function{},
+		modules: map[string]moduleLoad{},
+		streams: map[*Stream]struct{}{},
+	}
+	r.facts.Store(&dispatch.DeviceFacts{
+		Name:                   info.Name,
+		SMs:                    info.SMs,
+		MaxSharedPerBlockOptin: info.MaxSharedPerBlockOptin,
+		Occupancy:              map[string]int{},
+	})
+	r.scratch = scratch.New(scratchAllocator{r}, cfg.ScratchLimitBytes)
+	if r.stream, err = r.NewStream(); err != nil {
+		_ = dev.PrimaryCtxRelease()
+		return nil, err
+	}
+	runtime.AddCleanup(r, func(dev driver.Device) { _ = dev.PrimaryCtxRelease() }, dev)
+	return r, nil
+}
+
+func deviceInfo(dev driver.Device, ordinal int) (DeviceInfo, error) {
+	info := DeviceInfo{Ordinal: ordinal}
+	var err error
+	if info.Name, err = dev.Name(); err != nil {
+		return info, err
+	}
+	if info.TotalMemBytes, err = dev.TotalMem(); err != nil {
+		return info, err
+	}
+	if info.DriverVersion, err = driver.DriverVersion(); err != nil {
+		return info, err
+	}
+	for _, a := range []struct {
+		attr driver.DeviceAttribute
+		dst  *int
+	}{
+		{driver.AttrMultiprocessorCount, &info.SMs},
+		{driver.AttrComputeCapabilityMajor, &info.ComputeMajor},
+		{driver.AttrComputeCapabilityMinor, &info.ComputeMinor},
+		{driver.AttrL2CacheSize, &info.L2Bytes},
+		{driver.AttrMaxSharedMemoryPerBlockOptin, &info.MaxSharedPerBlockOptin},
+	} {
+		if *a.dst, err = dev.Attribute(a.attr); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
+}
+
+func knobsFrom(c config.Config) dispatch.Knobs {
+	k := dispatch.DefaultKnobs()
+	k.PagedFlash = c.PagedFlash
+	k.ForcedSplits = c.PagedFlashSplits
+	switch c.SplitKAttn {
+	case config.SplitOff:
+		k.SplitK = dispatch.SplitOff
+	case config.SplitOn:
+		k.SplitK = dispatch.SplitOn
+	default:
+		k.SplitK = dispatch.SplitAuto
+	}
+	k.ScratchLimitBytes = c.ScratchLimitBytes
+	return k
+}
+
+// Info describes the device.
+func (r *Runtime) Info() DeviceInfo { return r.info }
+
+// Config is the configuration in effect, with the source of each value.
+func (r *Runtime) Config() config.Config { return r.cfg }
+
+// Stream is the Runtime's own stream, used by callers that need only one.
+func (r *Runtime) Stream() *Stream { return r.stream }
+
+// Close frees the Runtime's streams, scratch buffers and modules and releases
+// the primary context. It is safe to call more than once.
+func (r *Runtime) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	errs = append(errs, r.ctx.Do(func() error { return driver.CtxSynchronize() }))
+	errs = append(errs, r.scratch.Close())
+	r.streamMu.Lock()
+	streams := make([]*Stream, 0, len(r.streams))
+	for s := range r.streams {
+		streams = append(streams, s)
+	}
+	r.streamMu.Unlock()
+	for _, s := range streams {
+		errs = append(errs, s.destroy())
+	}
+	r.mu.Lock()
+	for _, m := range r.modules {
+		mod := m.module
+		errs = append(errs, r.ctx.Do(mod.Unload))
+	}
+	r.modules = map[string]moduleLoad{}
+	r.funcs = map[string]driver.Function{}
+	r.mu.Unlock()
+	errs = append(errs, r.device.PrimaryCtxRelease())
+	return errors.Join(errs...)
+}
+
+func (r *Runtime) live() error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// do runs fn with the Runtime's context current on a locked OS thread.
+func (r *Runtime) do(fn func() error) error { return r.ctx.Do(fn) }
+
+// scratchAllocator gives the scratch pool stream-ordered device memory.
+type scratchAllocator struct{ r *Runtime }
+
+func (a scratchAllocator) AllocAsync(bytes int64, stream uintptr) (uintptr, error) {
+	var p driver.DevicePtr
+	err := a.r.do(func() error {
+		var err error
+		p, err = driver.MemAllocAsync(uint64(bytes), driver.Stream(stream))
+		return err
+	})
+	return uintptr(p), err
+}
+
+func (a scratchAllocator) FreeAsync(ptr uintptr, stream uintptr) error {
+	return a.r.do(func() error { return driver.MemFreeAsync(driver.DevicePtr(ptr), driver.Stream(stream)) })
+}

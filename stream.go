@@ -1,0 +1,257 @@
+package pagedkv
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/pagedkv/pagedkv/driver"
+)
+
+// faultBytes is the size of a stream's fault record: four uint64 {code, a, b, c}
+// (kernels_src/common.cuh).
+const faultBytes = 32
+
+// Fault codes, as kernels_src/common.cuh writes them.
+const (
+	faultSlotBeyondCache  = 1
+	faultRemapBeyondTable = 2
+	faultKVLenBeyondTable = 3
+	faultBlockBeyondPool  = 4
+)
+
+// FaultError is a bad device-resident index found by a kernel: the first one
+// recorded on a stream since its last check.
+type FaultError struct {
+	Code    int
+	A, B, C int64
+}
+
+func (e *FaultError) Error() string {
+	switch e.Code {
+	case faultSlotBeyondCache:
+		return fmt.Sprintf("pagedkv: SlotMapping[%d]=%d is outside the cache of %d slots; that token was not written", e.A, e.B, e.C)
+	case faultRemapBeyondTable:
+		return fmt.Sprintf("pagedkv: token %d has slot %d, outside SlotRemap of %d entries; that token was not written", e.A, e.B, e.C)
+	case faultKVLenBeyondTable:
+		return fmt.Sprintf("pagedkv: KVLens[%d]=%d exceeds MaxBlocksPerSeq·BlockSize=%d; it was clamped", e.A, e.B, e.C)
+	case faultBlockBeyondPool:
+		return fmt.Sprintf("pagedkv: BlockTables[%d][%d]=%d is outside the pool of NumBlocks blocks; block 0 was read instead", e.A, e.B, e.C)
+	}
+	return fmt.Sprintf("pagedkv: unknown device fault code %d (%d, %d, %d)", e.Code, e.A, e.B, e.C)
+}
+
+// Stream is a CUDA stream of a Runtime with its own fault record. Ops on one
+// stream run in order; ops on different streams may overlap. A Stream may be
+// used from any goroutine, but ops enqueued on one stream from several
+// goroutines at once run in an unspecified order.
+type Stream struct {
+	r     *Runtime
+	s     driver.Stream
+	fault driver.DevicePtr
+}
+
+// NewStream creates a non-blocking stream.
+func (r *Runtime) NewStream() (*Stream, error) {
+	if err := r.live(); err != nil {
+		return nil, err
+	}
+	st := &Stream{r: r}
+	err := r.do(func() error {
+		var err error
+		if st.s, err = driver.StreamCreate(driver.StreamNonBlocking); err != nil {
+			return err
+		}
+		if st.fault, err = driver.MemAlloc(faultBytes); err != nil {
+			return err
+		}
+		if err := driver.MemsetD8Async(st.fault, 0, faultBytes, st.s); err != nil {
+			return err
+		}
+		return st.s.Synchronize()
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.streamMu.Lock()
+	r.streams[st] = struct{}{}
+	r.streamMu.Unlock()
+	return st, nil
+}
+
+// Handle is the raw CUstream, for interoperation with other CUDA libraries.
+func (s *Stream) Handle() uintptr { return uintptr(s.s) }
+
+// Synchronize waits until every op enqueued on the stream has finished.
+func (s *Stream) Synchronize() error { return s.r.do(s.s.Synchronize) }
+
+// Close waits for the stream, frees its scratch buffers and destroys it. The
+// Runtime's own stream is closed by Runtime.Close.
+func (s *Stream) Close() error {
+	if s == s.r.stream {
+		return fmt.Errorf("pagedkv: the Runtime's own stream is closed by Runtime.Close")
+	}
+	return s.destroy()
+}
+
+func (s *Stream) destroy() error {
+	s.r.streamMu.Lock()
+	_, ok := s.r.streams[s]
+	delete(s.r.streams, s)
+	s.r.streamMu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := s.r.scratch.Drop(uintptr(s.s)); err != nil {
+		return err
+	}
+	return s.r.do(func() error {
+		if err := s.s.Synchronize(); err != nil {
+			return err
+		}
+		if err := driver.MemFree(s.fault); err != nil {
+			return err
+		}
+		return s.s.Destroy()
+	})
+}
+
+// capturing reports whether the stream is being captured into a graph.
+func (s *Stream) capturing() (bool, error) {
+	var c bool
+	err := s.r.do(func() error {
+		var err error
+		c, err = s.s.IsCapturing()
+		return err
+	})
+	return c, err
+}
+
+// Fault waits for the stream, then returns the first bad device-resident
+// index a kernel recorded on it since the last call (a *FaultError), or nil,
+// and clears the record.
+func (s *Stream) Fault() error {
+	var rec [4]uint64
+	err := s.r.do(func() error {
+		if err := s.s.Synchronize(); err != nil {
+			return err
+		}
+		if err := driver.MemcpyDtoH(unsafe.Pointer(&rec[0]), s.fault, faultBytes); err != nil {
+			return err
+		}
+		if rec[0] == 0 {
+			return nil
+		}
+		return driver.MemsetD8(s.fault, 0, faultBytes)
+	})
+	if err != nil {
+		return err
+	}
+	if rec[0] == 0 {
+		return nil
+	}
+	return &FaultError{Code: int(rec[0]), A: int64(rec[1]), B: int64(rec[2]), C: int64(rec[3])}
+}
+
+// afterLaunch applies the CHECK_BOUNDS mode: outside graph capture it waits
+// for the stream and returns any recorded fault.
+func (s *Stream) afterLaunch(capturing bool) error {
+	if !s.r.cfg.CheckBounds || capturing {
+		return nil
+	}
+	return s.Fault()
+}
+
+// BeginCapture starts capturing the ops enqueued on s into a graph (relaxed
+// mode: goroutines move between OS threads, so thread-local capture modes do
+// not fit Go). Call Runtime.ReserveDecode first for every decode shape the
+// graph will hold: scratch growth during capture is an error.
+func (s *Stream) BeginCapture() error {
+	return s.r.do(func() error { return s.s.BeginCapture(driver.CaptureModeRelaxed) })
+}
+
+// Graph is an instantiated CUDA graph captured from a Stream.
+type Graph struct {
+	r    *Runtime
+	g    driver.Graph
+	exec driver.GraphExec
+}
+
+// EndCapture ends the capture begun by BeginCapture and instantiates the graph.
+func (s *Stream) EndCapture() (*Graph, error) {
+	gr := &Graph{r: s.r}
+	err := s.r.do(func() error {
+		var err error
+		if gr.g, err = s.s.EndCapture(); err != nil {
+			return err
+		}
+		gr.exec, err = gr.g.Instantiate()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return gr, nil
+}
+
+// Launch replays the graph on stream s.
+func (g *Graph) Launch(s *Stream) error { return g.r.do(func() error { return g.exec.Launch(s.s) }) }
+
+// Close destroys the graph.
+func (g *Graph) Close() error {
+	return g.r.do(func() error {
+		if err := g.exec.Destroy(); err != nil {
+			return err
+		}
+		return g.g.Destroy()
+	})
+}
+
+// Timer measures device time between two points of a stream with CUDA events.
+type Timer struct {
+	s          *Stream
+	start, end driver.Event
+}
+
+// NewTimer creates the two events of a timer on stream s.
+func (s *Stream) NewTimer() (*Timer, error) {
+	t := &Timer{s: s}
+	err := s.r.do(func() error {
+		var err error
+		if t.start, err = driver.EventCreate(driver.EventDefault); err != nil {
+			return err
+		}
+		t.end, err = driver.EventCreate(driver.EventDefault)
+		return err
+	})
+	return t, err
+}
+
+// Start records the start event.
+func (t *Timer) Start() error { return t.s.r.do(func() error { return t.start.Record(t.s.s) }) }
+
+// Stop records the end event, waits for it and returns the milliseconds since Start.
+func (t *Timer) Stop() (float32, error) {
+	var ms float32
+	err := t.s.r.do(func() error {
+		if err := t.end.Record(t.s.s); err != nil {
+			return err
+		}
+		if err := t.end.Synchronize(); err != nil {
+			return err
+		}
+		var err error
+		ms, err = driver.EventElapsed(t.start, t.end)
+		return err
+	})
+	return ms, err
+}
+
+// Close destroys the timer's events.
+func (t *Timer) Close() error {
+	return t.s.r.do(func() error {
+		if err := t.start.Destroy(); err != nil {
+			return err
+		}
+		return t.end.Destroy()
+	})
+}

@@ -1,0 +1,132 @@
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/internal/check"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+func TestAppendMatchesReference(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	shapes := []check.AppendShape{
+		{Tokens: 1, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 4, In: pagedkv.F16, Cache: pagedkv.F16},
+		{Tokens: 64, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.BF16, FewBlocks: true},
+		{Tokens: 333, KVHeads: 1, HeadDim: 8, BlockSize: 1, NumBlocks: 400, In: pagedkv.F16, Cache: pagedkv.F16},
+		{Tokens: 200, KVHeads: 4, HeadDim: 256, BlockSize: 256, NumBlocks: 2, In: pagedkv.F16, Cache: pagedkv.E4M3},
+		{Tokens: 77, KVHeads: 2, HeadDim: 72, BlockSize: 32, NumBlocks: 5, In: pagedkv.BF16, Cache: pagedkv.E4M3, PadToken: 16, PadHead: 8},
+		{Tokens: 100, KVHeads: 3, HeadDim: 64, BlockSize: 8, NumBlocks: 40, In: pagedkv.F16, Cache: pagedkv.F16, PadToken: 8, Remap: true},
+		{Tokens: 0, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 1, In: pagedkv.F16, Cache: pagedkv.F16},
+	}
+	for range 8 {
+		shapes = append(shapes, check.RandomAppendShape(g))
+	}
+	for _, c := range shapes {
+		t.Run(c.String(), func(t *testing.T) {
+			p, err := check.NewAppendProblem(r, r.Stream(), g, c)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, p.Arena.Free()) })
+			require.NoError(t, p.RunAndCheck(r, r.Stream()))
+		})
+	}
+}
+
+// TestAppendFP8RoundTrip checks that values written to an e4m3 cache decode,
+// times the scale, to within e4m3's rounding of the input.
+func TestAppendFP8RoundTrip(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	a := arena(t, r)
+	const tokens, heads, dim, bs = 256, 4, 128, 16
+	const kScale, vScale = 0.02, 0.5
+	keyRaw, keyVals := check.RandomTensor(g, pagedkv.F16, tokens*heads*dim, 3)
+	slots := make([]int64, tokens)
+	for i, p := range g.Perm(tokens) {
+		slots[i] = int64(p)
+	}
+	cacheBytes := int64(tokens * heads * dim)
+	key, err := check.Upload(a, s, keyRaw, 1)
+	require.NoError(t, err)
+	slotBuf, err := check.Upload(a, s, slots, 8)
+	require.NoError(t, err)
+	kc, err := a.Alloc(cacheBytes)
+	require.NoError(t, err)
+	vc, err := a.Alloc(cacheBytes)
+	require.NoError(t, err)
+	args := &pagedkv.AppendArgs{
+		Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slotBuf,
+		NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: tokens / bs,
+		DType: pagedkv.F16, CacheDType: pagedkv.E4M3, KScale: kScale, VScale: vScale,
+	}
+	require.NoError(t, r.Append(s, args))
+	gotK := download[byte](t, s, kc, int(cacheBytes))
+	gotV := download[byte](t, s, vc, int(cacheBytes))
+	for tok := range tokens {
+		for e := range heads * dim {
+			x := keyVals[tok*heads*dim+e]
+			at := int(slots[tok])*heads*dim + e
+			k := ref.E4M3ToFloat64(gotK[at]) * kScale
+			v := ref.E4M3ToFloat64(gotV[at]) * vScale
+			// e4m3 keeps 3 mantissa bits: error ≤ 2^-4 relative for normals and
+			// ≤ 2^-10·scale absolute for subnormals; K saturates at 448·kScale.
+			kx := min(max(x, -448*kScale), 448*kScale)
+			require.InDelta(t, kx, k, max(math.Abs(kx)/16, kScale/1024)*1.0001, "K token %d elem %d", tok, e)
+			require.InDelta(t, x, v, max(math.Abs(x)/16, vScale/1024)*1.0001, "V token %d elem %d", tok, e)
+		}
+	}
+}
+
+// TestAppendFaults checks that a slot beyond the cache is reported and not
+// written, with and without the checking mode.
+func TestAppendFaults(t *testing.T) {
+	for _, checking := range []bool{false, true} {
+		t.Run(fmt.Sprintf("check=%v", checking), func(t *testing.T) {
+			r := open(t, config.Options{CheckBounds: ptr(checking)})
+			g := rng(t)
+			s := r.Stream()
+			a := arena(t, r)
+			const tokens, heads, dim, bs, blocks = 8, 2, 64, 4, 2
+			keyRaw, _ := check.RandomTensor(g, pagedkv.F16, tokens*heads*dim, 1)
+			key, err := check.Upload(a, s, keyRaw, 1)
+			require.NoError(t, err)
+			slots, err := check.Upload(a, s, []int64{0, 1, 2, 3, 4, 5, 6, 1 << 40}, 8)
+			require.NoError(t, err)
+			cacheBytes := int64(blocks * bs * heads * dim * 2)
+			// The caches sit inside one allocation with a guard region behind them.
+			guarded, err := a.Alloc(3 * cacheBytes)
+			require.NoError(t, err)
+			require.NoError(t, s.Fill(guarded, 0x5A))
+			kc, _ := guarded.Slice(0, cacheBytes)
+			vc, _ := guarded.Slice(cacheBytes, cacheBytes)
+			args := &pagedkv.AppendArgs{
+				Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slots,
+				NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
+				DType: pagedkv.F16, CacheDType: pagedkv.F16,
+			}
+			err = r.Append(s, args)
+			if !checking {
+				require.NoError(t, err)
+				err = s.Fault()
+			}
+			var fe *pagedkv.FaultError
+			require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+			assert.Equal(t, int64(7), fe.A)
+			assert.Contains(t, fe.Error(), "SlotMapping[7]")
+			require.NoError(t, s.Fault(), "the record is cleared once read")
+			guard := download[byte](t, s, guarded, int(3*cacheBytes))[2*cacheBytes:]
+			for i, b := range guard {
+				require.Equal(t, byte(0x5A), b, "byte %d behind the caches was written", i)
+			}
+		})
+	}
+}

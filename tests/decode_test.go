@@ -1,0 +1,275 @@
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/internal/check"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+func TestDecodeMatchesReference(t *testing.T) {
+	auto := open(t, config.Options{})
+	single := open(t, config.Options{PagedFlash: ptr(false)})
+	split7 := open(t, config.Options{PagedFlashSplits: ptr(7)})
+	g := rng(t)
+	shapes := []check.DecodeShape{
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1000},
+		{Seqs: 3, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, MaxBlocksPerSeq: 300, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 300},
+		{Seqs: 2, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, Cache: pagedkv.E4M3, MaxLen: 2100},
+		{Seqs: 5, QHeads: 5, KVHeads: 5, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 8, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 256},
+	}
+	for range 10 {
+		shapes = append(shapes, check.RandomDecodeShape(g))
+	}
+	for _, c := range shapes {
+		t.Run(c.String(), func(t *testing.T) {
+			p := decodeProblem(t, auto, auto.Stream(), g, c)
+			plan, err := auto.PlanDecode(auto.Stream(), &p.Args)
+			require.NoError(t, err)
+			t.Logf("auto plan: %s, %d splits (%s)", plan.Kernel, plan.Splits, plan.Reason)
+			out, lse, err := p.Run(auto, auto.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(out, lse))
+			// Single-pass and a forced split count must each match float64, and
+			// agree with each other more tightly.
+			o1, l1, err := p.Run(single, single.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(o1, l1))
+			o7, l7, err := p.Run(split7, split7.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(o7, l7))
+			assert.LessOrEqual(t, ref.RelL2(o7, o1), check.Tolerance(c.DType)/2, "split-K vs single-pass")
+			for i := range l1 {
+				if !math.IsInf(float64(l1[i]), -1) {
+					assert.InDelta(t, l1[i], l7[i], 1e-4*max(1, math.Abs(float64(l1[i]))), "LSE[%d] split-K vs single-pass", i)
+				}
+			}
+		})
+	}
+}
+
+// TestDecodeScale checks an explicit softmax scale.
+func TestDecodeScale(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	p := decodeProblem(t, r, r.Stream(), g, check.DecodeShape{Seqs: 3, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 20, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 300})
+	p.Args.Scale = 0.37
+	out, lse, err := p.Run(r, r.Stream())
+	require.NoError(t, err)
+	require.NoError(t, p.Check(out, lse))
+}
+
+// TestDecodeGraphReplay captures one decode planned for KV_CAPACITY and
+// replays it with other lengths up to that capacity.
+func TestDecodeGraphReplay(t *testing.T) {
+	const capacity = 2048
+	r := open(t, config.Options{KVCapacity: ptr(capacity)})
+	g := rng(t)
+	s, err := r.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	for _, c := range []check.DecodeShape{
+		{Seqs: 2, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: capacity / 16, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 100},
+		{Seqs: 64, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: capacity / 32, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 100},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			p := decodeProblem(t, r, s, g, c)
+			require.NoError(t, r.ReserveDecode(s, &p.Args))
+			require.NoError(t, s.BeginCapture())
+			err := r.Decode(s, &p.Args)
+			graph, endErr := s.EndCapture()
+			require.NoError(t, err)
+			require.NoError(t, endErr)
+			t.Cleanup(func() { require.NoError(t, graph.Close()) })
+			for _, maxLen := range []int{capacity, 1, 700, capacity - 1} {
+				require.NoError(t, p.SetLens(s, check.RandomLens(g, c.Seqs, maxLen, c.BlockSize)))
+				require.NoError(t, p.Poison(s))
+				require.NoError(t, graph.Launch(s))
+				out, lse, err := p.Fetch(s)
+				require.NoError(t, err)
+				require.NoError(t, p.Check(out, lse), "replay with lengths up to %d", maxLen)
+				// An eager call planned for the real lengths agrees.
+				eager, _, err := p.Run(r, s)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ref.RelL2(eager, out), check.Tolerance(c.DType)/2, "graph replay vs eager")
+			}
+		})
+	}
+}
+
+// TestDecodeConcurrentStreams runs split-K decodes from 8 goroutines on 8
+// streams at once, repeatedly; every output must match the reference.
+func TestDecodeConcurrentStreams(t *testing.T) {
+	r := open(t, config.Options{PagedFlashSplits: ptr(4)})
+	g := rng(t)
+	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 2048}
+	const workers, rounds = 8, 25
+	problems := make([]*check.DecodeProblem, workers)
+	streams := make([]*pagedkv.Stream, workers)
+	for i := range problems {
+		s, err := r.NewStream()
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+		streams[i] = s
+		problems[i] = decodeProblem(t, r, s, g, c)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range rounds {
+				out, lse, err := problems[i].Run(r, streams[i])
+				if err == nil {
+					err = problems[i].Check(out, lse)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("worker %d round %d: %w", i, round, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestDecodeLargePool uses caches of more than 2^31 elements each, with the
+// sequences' pages at the top of the pool.
+func TestDecodeLargePool(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	a := arena(t, r)
+	const numBlocks, bs, kvHeads, dim, qHeads, seqs, pages = 262144, 16, 8, 128, 32, 3, 40
+	const pageElems = bs * kvHeads * dim
+	cacheBytes := int64(numBlocks) * pageElems * 2
+	require.Greater(t, cacheBytes/2, int64(1)<<31)
+	kc, err := a.Alloc(cacheBytes)
+	require.NoError(t, err)
+	vc, err := a.Alloc(cacheBytes)
+	require.NoError(t, err)
+
+	// The reference sees a compact pool whose block i is GPU block top[i].
+	n := seqs * pages
+	top := make([]int32, n)
+	for i, p := range g.Perm(n) {
+		top[i] = int32(numBlocks - 1 - 3*p)
+	}
+	kRaw, k := check.RandomTensor(g, pagedkv.F16, n*pageElems, 1)
+	vRaw, v := check.RandomTensor(g, pagedkv.F16, n*pageElems, 1)
+	for i, b := range top {
+		off := int64(b) * pageElems * 2
+		kd, err := kc.Slice(off, pageElems*2)
+		require.NoError(t, err)
+		vd, err := vc.Slice(off, pageElems*2)
+		require.NoError(t, err)
+		require.NoError(t, pagedkv.Upload(s, kd, kRaw[i*pageElems*2:(i+1)*pageElems*2]))
+		require.NoError(t, pagedkv.Upload(s, vd, vRaw[i*pageElems*2:(i+1)*pageElems*2]))
+	}
+	compact := make([]int32, n)
+	for i := range compact {
+		compact[i] = int32(i)
+	}
+	lens := []int32{pages * bs, pages*bs - 7, 1}
+	qRaw, q := check.RandomTensor(g, pagedkv.F16, seqs*qHeads*dim, 1)
+	qBuf, err := check.Upload(a, s, qRaw, 1)
+	require.NoError(t, err)
+	tables, err := check.Upload(a, s, top, 4)
+	require.NoError(t, err)
+	lensBuf, err := check.Upload(a, s, lens, 4)
+	require.NoError(t, err)
+	out, err := a.Alloc(seqs * qHeads * dim * 2)
+	require.NoError(t, err)
+	lse, err := a.Alloc(seqs * qHeads * 4)
+	require.NoError(t, err)
+	p := &check.DecodeProblem{
+		Shape: check.DecodeShape{Seqs: seqs, QHeads: qHeads, KVHeads: kvHeads, HeadDim: dim, BlockSize: bs, MaxBlocksPerSeq: pages, NumBlocks: n, DType: pagedkv.F16, Cache: pagedkv.F16},
+		Args: pagedkv.DecodeArgs{
+			Q: qBuf, KCache: kc, VCache: vc, BlockTables: tables, KVLens: lensBuf, Out: out, LSE: lse,
+			NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: dim, BlockSize: bs,
+			NumBlocks: numBlocks, MaxBlocksPerSeq: pages, MaxKVLen: pages * bs,
+			DType: pagedkv.F16, CacheDType: pagedkv.F16,
+		},
+		Q: q, K: k, V: v, Tables: compact, Lens: lens,
+	}
+	got, gotLSE, err := p.Run(r, s)
+	require.NoError(t, err)
+	require.NoError(t, p.Check(got, gotLSE))
+}
+
+// TestDecodeEveryDevice runs decodes on every visible device at the same
+// time, one Runtime per device.
+func TestDecodeEveryDevice(t *testing.T) {
+	open(t, config.Options{}) // skips without a GPU
+	n, err := driver.DeviceCount()
+	require.NoError(t, err)
+	t.Logf("%d device(s)", n)
+	c := check.DecodeShape{Seqs: 16, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1024}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for d := range n {
+		r := openDevice(t, d, config.Options{})
+		p := decodeProblem(t, r, r.Stream(), rand.New(rand.NewPCG(uint64(d), 7)), c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				out, lse, err := p.Run(r, r.Stream())
+				if err == nil {
+					err = p.Check(out, lse)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("device %d: %w", d, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestDecodeFaults checks that bad device-resident indices are contained
+// (nothing outside the cache is read: compute-sanitizer checks that) and
+// reported by the checking mode.
+func TestDecodeFaults(t *testing.T) {
+	r := open(t, config.Options{CheckBounds: ptr(true)})
+	g := rng(t)
+	s := r.Stream()
+	c := check.DecodeShape{Seqs: 3, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 4, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 64}
+	p := decodeProblem(t, r, s, g, c)
+
+	bad := append([]int32(nil), p.Tables...)
+	bad[1*c.MaxBlocksPerSeq+2] = int32(p.Shape.NumBlocks + 1000)
+	require.NoError(t, pagedkv.Upload(s, p.Args.BlockTables, bad))
+	require.NoError(t, p.SetLens(s, []int32{64, 64, 64}))
+	err := r.Decode(s, &p.Args)
+	var fe *pagedkv.FaultError
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Contains(t, fe.Error(), "BlockTables[1][2]")
+
+	require.NoError(t, pagedkv.Upload(s, p.Args.BlockTables, p.Tables))
+	require.NoError(t, pagedkv.Upload(s, p.Args.KVLens, []int32{5, 1 << 20, 3}))
+	err = r.Decode(s, &p.Args)
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Contains(t, fe.Error(), "KVLens[1]=1048576")
+}

@@ -1,0 +1,123 @@
+package pagedkv
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeBuffer is a buffer at a plausible, aligned device address.
+func fakeBuffer(bytes int64) Buffer { return Buffer{Ptr: 0x7f0000000000, Bytes: bytes} }
+
+func goodAppend() AppendArgs {
+	const t, h, d, bs, nb = 10, 4, 128, 16, 8
+	return AppendArgs{
+		Key: fakeBuffer(t * h * d * 2), Value: fakeBuffer(t * h * d * 2),
+		KeyCache: fakeBuffer(nb * bs * h * d * 2), ValueCache: fakeBuffer(nb * bs * h * d * 2),
+		SlotMapping: fakeBuffer(t * 8),
+		NumTokens:   t, NumKVHeads: h, HeadDim: d, BlockSize: bs, NumBlocks: nb,
+		DType: F16, CacheDType: F16,
+	}
+}
+
+func TestAppendArgsValidate(t *testing.T) {
+	good := goodAppend()
+	require.NoError(t, good.Validate())
+	fp8 := goodAppend()
+	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 2
+	require.NoError(t, fp8.Validate())
+
+	cases := []struct {
+		name   string
+		mutate func(a *AppendArgs)
+		want   string
+	}{
+		{"dtype", func(a *AppendArgs) { a.DType = E4M3 }, "AppendArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
+		{"cache dtype", func(a *AppendArgs) { a.CacheDType = BF16 }, "AppendArgs.CacheDType=bf16 is not supported with DType=f16"},
+		{"head dim", func(a *AppendArgs) { a.HeadDim = 100 }, "AppendArgs.HeadDim=100 is not supported; allowed: a multiple of 8 from 8 to 256"},
+		{"head dim big", func(a *AppendArgs) { a.HeadDim = 264 }, "AppendArgs.HeadDim=264"},
+		{"block size", func(a *AppendArgs) { a.BlockSize = 24 }, "AppendArgs.BlockSize=24 is not allowed; allowed: a power of two from 1 to 256"},
+		{"block size big", func(a *AppendArgs) { a.BlockSize = 512 }, "AppendArgs.BlockSize=512"},
+		{"kv heads", func(a *AppendArgs) { a.NumKVHeads = 0 }, "AppendArgs.NumKVHeads=0 is out of range"},
+		{"tokens", func(a *AppendArgs) { a.NumTokens = -1 }, "AppendArgs.NumTokens=-1 is out of range"},
+		{"key small", func(a *AppendArgs) { a.Key.Bytes-- }, "AppendArgs.Key holds 10239 bytes; the shapes need 10240"},
+		{"value missing", func(a *AppendArgs) { a.Value = Buffer{} }, "AppendArgs.Value is missing"},
+		{"cache small", func(a *AppendArgs) { a.ValueCache.Bytes -= 2 }, "AppendArgs.ValueCache holds"},
+		{"slots small", func(a *AppendArgs) { a.SlotMapping.Bytes = 72 }, "AppendArgs.SlotMapping holds 72 bytes; the shapes need 80"},
+		{"misaligned", func(a *AppendArgs) { a.Key.Ptr += 8 }, "AppendArgs.Key pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"token stride", func(a *AppendArgs) { a.KeyTokenStride = 100 }, "AppendArgs.KeyTokenStride=100 is not allowed"},
+		{"token stride short", func(a *AppendArgs) { a.KeyTokenStride = 256 }, "AppendArgs.KeyTokenStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512"},
+		{"head stride", func(a *AppendArgs) { a.ValueHeadStride = 64 }, "AppendArgs.ValueHeadStride=64 is not allowed"},
+		{"scale ignored", func(a *AppendArgs) { a.KScale = 0.5 }, "AppendArgs.KScale=0.5 is only used with an e4m3 cache"},
+		{"fp8 scale", func(a *AppendArgs) { a.CacheDType = E4M3; a.KScale = 1; a.VScale = 0 }, "AppendArgs.VScale=0 is not allowed with an e4m3 cache"},
+		{"remap ragged", func(a *AppendArgs) { a.SlotRemap = fakeBuffer(12) }, "AppendArgs.SlotRemap holds 12 bytes, not a whole number"},
+		{"blocks", func(a *AppendArgs) { a.NumBlocks = 0 }, "AppendArgs.NumBlocks=0 is out of range"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := goodAppend()
+			c.mutate(&a)
+			err := a.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestAppendStridedInputNeedsOnlyItsSpan(t *testing.T) {
+	a := goodAppend()
+	a.KeyTokenStride = 4*128 + 64
+	// The last token needs only its heads, not a whole stride.
+	a.Key.Bytes = int64((9*(4*128+64) + 4*128) * 2)
+	require.NoError(t, a.Validate())
+	a.Key.Bytes--
+	require.Error(t, a.Validate())
+}
+
+func goodDecode() DecodeArgs {
+	const s, qh, kh, d, bs, nb, mb = 4, 32, 8, 128, 16, 64, 16
+	return DecodeArgs{
+		Q: fakeBuffer(s * qh * d * 2), KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
+		BlockTables: fakeBuffer(s * mb * 4), KVLens: fakeBuffer(s * 4), Out: fakeBuffer(s * qh * d * 2),
+		NumSeqs: s, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb, MaxBlocksPerSeq: mb,
+		MaxKVLen: 200, DType: F16, CacheDType: F16,
+	}
+}
+
+func TestDecodeArgsValidate(t *testing.T) {
+	good := goodDecode()
+	require.NoError(t, good.Validate())
+	cases := []struct {
+		name   string
+		mutate func(a *DecodeArgs)
+		want   string
+	}{
+		{"heads", func(a *DecodeArgs) { a.NumQHeads = 30 }, "DecodeArgs.NumQHeads=30 is not a multiple of NumKVHeads=8"},
+		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
+		{"head dim", func(a *DecodeArgs) { a.HeadDim = 96 }, "DecodeArgs.HeadDim=96 is not supported; allowed: 64, 128, 256"},
+		{"block size", func(a *DecodeArgs) { a.BlockSize = 3 }, "DecodeArgs.BlockSize=3 is not allowed"},
+		{"max kv", func(a *DecodeArgs) { a.MaxKVLen = 257 }, "DecodeArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
+		{"q small", func(a *DecodeArgs) { a.Q.Bytes -= 2 }, "DecodeArgs.Q holds"},
+		{"q stride", func(a *DecodeArgs) { a.QSeqStride = 100 }, "DecodeArgs.QSeqStride=100 is not allowed"},
+		{"cache small", func(a *DecodeArgs) { a.KCache.Bytes = 100 }, "DecodeArgs.KCache holds 100 bytes"},
+		{"tables small", func(a *DecodeArgs) { a.BlockTables.Bytes = 4 }, "DecodeArgs.BlockTables holds 4 bytes; the shapes need 256"},
+		{"lens", func(a *DecodeArgs) { a.KVLens = Buffer{} }, "DecodeArgs.KVLens is missing"},
+		{"out", func(a *DecodeArgs) { a.Out.Bytes = 0 }, "DecodeArgs.Out holds 0 bytes"},
+		{"lse", func(a *DecodeArgs) { a.LSE = fakeBuffer(8) }, "DecodeArgs.LSE holds 8 bytes; the shapes need 512"},
+		{"scale", func(a *DecodeArgs) { a.Scale = -1 }, "DecodeArgs.Scale=-1 is not allowed"},
+		{"fp8 scale", func(a *DecodeArgs) { a.CacheDType = E4M3 }, "DecodeArgs.KScale=0 is not allowed with an e4m3 cache"},
+		{"cache dtype", func(a *DecodeArgs) { a.CacheDType = BF16 }, "DecodeArgs.CacheDType=bf16 is not supported with DType=f16"},
+		{"seqs", func(a *DecodeArgs) { a.NumSeqs = 0 }, "DecodeArgs.NumSeqs=0 is out of range"},
+		{"misaligned cache", func(a *DecodeArgs) { a.VCache.Ptr += 2 }, "DecodeArgs.VCache pointer"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := goodDecode()
+			c.mutate(&a)
+			err := a.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
