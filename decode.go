@@ -5,7 +5,6 @@ import (
 
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
-	"github.com/pagedkv/pagedkv/scratch"
 )
 
 // DecodeArgs describes one batched paged decode attention: one query token
@@ -140,19 +139,13 @@ func (a *DecodeArgs) shape(maxKV int) dispatch.DecodeShape {
 // PTX order (kernels_src/decode.cuh).
 type pagedDecodeParams struct {
 	Out, LSE, PartialOut, PartialMax, PartialSum driver.DevicePtr
+	Counters                                     driver.DevicePtr
 	Q, KCache, VCache, BlockTables, KVLens       driver.DevicePtr
 	Fault                                        driver.DevicePtr
 	QSeqStride                                   int64
 	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
 	NumBlocks                                    int64
 	Scale, KScale, VScale                        float32
-}
-
-// decodeReduceParams is the parameter list of the paged_decode_reduce_*
-// kernels, in PTX order.
-type decodeReduceParams struct {
-	Out, LSE, PartialOut, PartialMax, PartialSum driver.DevicePtr
-	Splits, NumQHeads                            int32
 }
 
 // PlanDecode returns the plan Decode would follow for a on stream s right now
@@ -219,12 +212,10 @@ func (r *Runtime) ReserveDecode(s *Stream, a *DecodeArgs) error {
 			return err
 		}
 	}
-	if plan.Splits > 1 {
-		if _, _, err := r.function(plan.Reduce); err != nil {
-			return err
-		}
+	if err := r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats); err != nil {
+		return err
 	}
-	return r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats)
+	return r.counters.Reserve(uintptr(s.s), plan.Counters)
 }
 
 // Decode runs batched paged decode attention on stream s, following the
@@ -309,38 +300,27 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		}
 		return s.afterLaunch(capturing)
 	}
-	reduce, _, err := r.function(plan.Reduce)
-	if err != nil {
-		return err
-	}
 	lease, err := r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing)
 	if err != nil {
 		return err
 	}
-	err = r.launchSplit(s, plan, fn, reduce, &p, lease)
+	counters, err := r.counters.Acquire(uintptr(s.s), plan.Counters, capturing)
+	if err != nil {
+		lease.Release()
+		return err
+	}
+	base := driver.DevicePtr(lease.Ptr)
+	p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
+	p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
+	p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
+	p.Counters = driver.DevicePtr(counters.Ptr)
+	err = r.do(func() error { return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p) })
+	counters.Release()
 	lease.Release()
 	if err != nil {
 		return err
 	}
 	return s.afterLaunch(capturing)
-}
-
-// launchSplit enqueues both split-K phases while the scratch lease is held.
-func (r *Runtime) launchSplit(s *Stream, plan *dispatch.Plan, fn, reduce driver.Function, p *pagedDecodeParams, lease scratch.Lease) error {
-	base := driver.DevicePtr(lease.Ptr)
-	p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
-	p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
-	p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
-	rp := decodeReduceParams{
-		Out: p.Out, LSE: p.LSE, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
-		Splits: int32(plan.Splits), NumQHeads: p.NumQHeads,
-	}
-	return r.do(func() error {
-		if err := driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, p); err != nil {
-			return err
-		}
-		return driver.Launch(reduce, dim(plan.ReduceGrid), dim(plan.ReduceBlock), 0, s.s, &rp)
-	})
 }
 
 // checkDecodePlan checks that plan is a valid plan for a's shape: the right
@@ -350,27 +330,19 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan) error {
 	if err != nil {
 		return err
 	}
-	reduce := ""
-	if plan.Splits > 1 {
-		if reduce, err = dispatch.ReduceKernelName(a.DType, a.HeadDim); err != nil {
-			return err
-		}
-	}
 	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
 	want := dispatch.Plan{
 		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32(a.NumSeqs), Z: uint32(plan.Splits)},
-		Block: dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1}, Reduce: reduce,
+		Block: dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1},
 	}
 	if plan.Splits > 1 {
-		want.ReduceGrid = dispatch.Dim3{X: uint32(a.NumQHeads), Y: uint32(a.NumSeqs), Z: 1}
-		want.ReduceBlock = dispatch.Dim3{X: dispatch.ReduceThreads, Y: 1, Z: 1}
+		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
 		want.ScratchFloats = rows * int64(a.HeadDim+2)
 		want.MaxOffset = rows * int64(a.HeadDim)
 		want.SumOffset = want.MaxOffset + rows
 	}
 	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
-		plan.Block != want.Block || plan.SharedBytes != 0 || plan.Reduce != want.Reduce || plan.ReduceGrid != want.ReduceGrid ||
-		plan.ReduceBlock != want.ReduceBlock || plan.ScratchFloats != want.ScratchFloats ||
+		plan.Block != want.Block || plan.SharedBytes != 0 || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset {
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)

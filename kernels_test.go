@@ -17,9 +17,8 @@ import (
 // paramStructs maps each kernel family (by entry-name prefix, longest match
 // wins) to the Go struct whose fields are its parameters.
 var paramStructs = map[string]reflect.Type{
-	"cache_append_flash_":  reflect.TypeFor[cacheAppendParams](),
-	"paged_decode_":        reflect.TypeFor[pagedDecodeParams](),
-	"paged_decode_reduce_": reflect.TypeFor[decodeReduceParams](),
+	"cache_append_flash_": reflect.TypeFor[cacheAppendParams](),
+	"paged_decode_":       reflect.TypeFor[pagedDecodeParams](),
 }
 
 func paramStructFor(entry string) (reflect.Type, bool) {

@@ -33,8 +33,9 @@ func (b Buffer) Slice(off, n int64) (Buffer, error) {
 // cleanup frees it if it becomes unreachable first.
 type Memory struct {
 	Buffer
-	r    *Runtime
-	once sync.Once
+	r       *Runtime
+	once    sync.Once
+	cleanup runtime.Cleanup // frees the memory if Free is never called
 }
 
 // Alloc allocates bytes of device memory (uninitialized).
@@ -55,7 +56,7 @@ func (r *Runtime) Alloc(bytes int64) (*Memory, error) {
 		return nil, fmt.Errorf("pagedkv: allocating %d bytes on %s: %w", bytes, r.info.Name, err)
 	}
 	m := &Memory{Buffer: Buffer{Ptr: p, Bytes: bytes}, r: r}
-	runtime.AddCleanup(m, func(c memCleanup) { c.free() }, memCleanup{r, p})
+	m.cleanup = runtime.AddCleanup(m, func(c memCleanup) { c.free() }, memCleanup{r, p})
 	return m, nil
 }
 
@@ -76,6 +77,7 @@ func (c memCleanup) free() {
 func (m *Memory) Free() error {
 	var err error
 	m.once.Do(func() {
+		m.cleanup.Stop()
 		if m.r.closed.Load() {
 			return
 		}

@@ -44,8 +44,12 @@ type Runtime struct {
 	cfg     config.Config
 	knobs   dispatch.Knobs
 	info    DeviceInfo
-	scratch *scratch.Pool
-	stream  *Stream
+	scratch *scratch.Pool // split-K partials
+	// counters holds the split-K counters of the fused merge, per stream:
+	// zeroed when allocated, left zero by every kernel, never shared with
+	// partials (whose bytes would be garbage counters).
+	counters *scratch.Pool
+	stream   *Stream
 
 	facts atomic.Pointer[dispatch.DeviceFacts]
 
@@ -57,6 +61,7 @@ type Runtime struct {
 	closeMu  sync.Mutex
 	streamMu sync.Mutex
 	streams  map[*Stream]struct{}
+	cleanup  runtime.Cleanup // releases the context if Close is never called
 }
 
 // DeviceInfo describes the device a Runtime runs on.
@@ -132,12 +137,13 @@ func Open(opts Options) (*Runtime, error) {
 		MaxSharedPerBlockOptin: info.MaxSharedPerBlockOptin,
 		Occupancy:              map[string]int{},
 	})
-	r.scratch = scratch.New(scratchAllocator{r}, cfg.ScratchLimitBytes)
+	r.scratch = scratch.New(scratchAllocator{r: r}, cfg.ScratchLimitBytes)
+	r.counters = scratch.New(scratchAllocator{r: r, zero: true}, 0)
 	if r.stream, err = r.NewStream(); err != nil {
 		_ = dev.PrimaryCtxRelease()
 		return nil, err
 	}
-	runtime.AddCleanup(r, func(dev driver.Device) { _ = dev.PrimaryCtxRelease() }, dev)
+	r.cleanup = runtime.AddCleanup(r, func(dev driver.Device) { _ = dev.PrimaryCtxRelease() }, dev)
 	return r, nil
 }
 
@@ -203,9 +209,10 @@ func (r *Runtime) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
+	r.cleanup.Stop()
 	var errs []error
 	errs = append(errs, r.ctx.Do(func() error { return driver.CtxSynchronize() }))
-	errs = append(errs, r.scratch.Close())
+	errs = append(errs, r.scratch.Close(), r.counters.Close())
 	r.streamMu.Lock()
 	streams := make([]*Stream, 0, len(r.streams))
 	for s := range r.streams {
@@ -237,15 +244,21 @@ func (r *Runtime) live() error {
 // do runs fn with the Runtime's context current on a locked OS thread.
 func (r *Runtime) do(fn func() error) error { return r.ctx.Do(fn) }
 
-// scratchAllocator gives the scratch pool stream-ordered device memory.
-type scratchAllocator struct{ r *Runtime }
+// scratchAllocator gives the scratch pools stream-ordered device memory,
+// zeroed in stream order when zero is set.
+type scratchAllocator struct {
+	r    *Runtime
+	zero bool
+}
 
 func (a scratchAllocator) AllocAsync(bytes int64, stream uintptr) (uintptr, error) {
 	var p driver.DevicePtr
 	err := a.r.do(func() error {
 		var err error
-		p, err = driver.MemAllocAsync(uint64(bytes), driver.Stream(stream))
-		return err
+		if p, err = driver.MemAllocAsync(uint64(bytes), driver.Stream(stream)); err != nil || !a.zero {
+			return err
+		}
+		return driver.MemsetD8Async(p, 0, uint64(bytes), driver.Stream(stream))
 	})
 	return uintptr(p), err
 }

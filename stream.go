@@ -1,6 +1,7 @@
 package pagedkv
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -101,7 +102,7 @@ func (s *Stream) destroy() error {
 	if !ok {
 		return nil
 	}
-	if err := s.r.scratch.Drop(uintptr(s.s)); err != nil {
+	if err := errors.Join(s.r.scratch.Drop(uintptr(s.s)), s.r.counters.Drop(uintptr(s.s))); err != nil {
 		return err
 	}
 	return s.r.do(func() error {

@@ -10,23 +10,19 @@ import (
 // another goroutine plans.
 var (
 	// MinChunkTokens is the fewest KV tokens the heuristic gives one split:
-	// below it the merge costs more than the parallelism gains. Forced split
-	// counts ignore it.
-	MinChunkTokens = 256
-	// SplitOverhead is the estimated cost of the split-K path (the merge
-	// kernel and the partials' round trip through memory) in units of the time
-	// one single-pass block takes to read its whole KV.
-	SplitOverhead = 0.08
+	// below it a block's fixed cost (loading q, merging) outweighs what the
+	// extra parallelism gains. Forced split counts ignore it.
+	MinChunkTokens = 64
 )
 
-// MaxSplits is the largest split count any plan uses (and the largest
-// PAGED_FLASH_SPLITS accepts).
-const MaxSplits = 256
+// MaxSplits is the largest split count any plan uses: the decode kernel's
+// fused merge keeps one weight per split and head in shared memory
+// (kMaxSplits in kernels_src/decode.cuh).
+const MaxSplits = 64
 
 // Threads per block of each kernel family.
 const (
 	DecodeThreads = 128
-	ReduceThreads = 128
 	AppendThreads = 256
 )
 
@@ -45,9 +41,7 @@ const (
 	ReasonEmptyKV            = "no KV to split (MaxKVLen=0)"
 	ReasonShortKV            = "auto: KV too short to split"
 	ReasonGridFills          = "auto: grid fills the GPU"
-	ReasonSinglePassFastest  = "auto: splitting would not shorten the run"
 	ReasonFillSMs            = "auto: split to fill SMs"
-	ReasonRaggedWaves        = "auto: split to even out the last wave"
 	ReasonSplitOn            = "split-K forced on (SPLIT_K_ATTN=1)"
 	ReasonSplitOnShortKV     = "split-K forced on (SPLIT_K_ATTN=1) but KV too short to split"
 	ReasonScratchLimit       = "auto: scratch limit reduced splits"
@@ -128,8 +122,10 @@ type Plan struct {
 	Splits      int    // 1 = single-pass, no merge and no scratch
 	GroupTile   int    // query heads one decode block handles per KV head
 
-	Reduce                  string // merge kernel entry name; "" when Splits == 1
-	ReduceGrid, ReduceBlock Dim3
+	// Counters is the number of uint32 split counters the fused merge needs
+	// ([NumSeqs, NumKVHeads], zero before the launch; the kernel leaves them
+	// zero); 0 when Splits == 1.
+	Counters int64
 
 	// ScratchFloats is the f32 scratch the split-K path needs (0 when
 	// Splits == 1): partial outputs [NumSeqs, NumQHeads, Splits, HeadDim] at
@@ -174,9 +170,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 	if splits > 1 {
 		rows := int64(s.NumSeqs) * int64(s.NumQHeads) * int64(splits)
-		p.Reduce = tables.reduce[qi][hi]
-		p.ReduceGrid = Dim3{uint32(s.NumQHeads), uint32(s.NumSeqs), 1}
-		p.ReduceBlock = Dim3{ReduceThreads, 1, 1}
+		p.Counters = int64(s.NumSeqs) * int64(s.NumKVHeads)
 		p.ScratchFloats = rows * int64(s.HeadDim+2)
 		p.MaxOffset = rows * int64(s.HeadDim)
 		p.SumOffset = p.MaxOffset + rows
@@ -228,22 +222,18 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads)
 	slots := int64(dev.SMs) * int64(occ)
 
-	first := 1
-	if k.SplitK == SplitOn {
-		first = 2
-	}
-	splits = bestSplits(blocks, slots, first, maxSplits)
+	// Fill one wave: as many splits as keep every block resident at once.
+	// More splits would only add waves; the measured sweeps in
+	// docs/perf-notes.md back this rule.
+	splits = int(min(max(slots/blocks, 1), int64(maxSplits)))
 	switch {
 	case k.SplitK == SplitOn:
+		splits = max(splits, 2)
 		reason = ReasonSplitOn
-	case splits == 1 && blocks >= slots:
-		reason = ReasonGridFills
 	case splits == 1:
-		reason = ReasonSinglePassFastest
-	case blocks < slots:
-		reason = ReasonFillSMs
+		reason = ReasonGridFills
 	default:
-		reason = ReasonRaggedWaves
+		reason = ReasonFillSMs
 	}
 	splits = wholePages(splits, pages)
 	requested = splits
@@ -251,26 +241,6 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 		return n, requested, ReasonScratchLimit
 	}
 	return splits, requested, reason
-}
-
-// bestSplits returns the split count in first..last with the least estimated
-// time: the waves of split blocks, each wave taking 1/s of a full-KV block,
-// plus SplitOverhead for any split. Ties go to the smaller count. Equal
-// rationals compare equal: each cost is one correctly rounded division of
-// exact integers plus the same constant.
-func bestSplits(blocks, slots int64, first, last int) int {
-	best, bestCost := first, math.Inf(1)
-	for s := first; s <= last; s++ {
-		waves := (blocks*int64(s) + slots - 1) / slots
-		cost := float64(waves) / float64(s)
-		if s > 1 {
-			cost += SplitOverhead
-		}
-		if cost < bestCost {
-			best, bestCost = s, cost
-		}
-	}
-	return best
 }
 
 // wholePages normalizes a split count so that every split covers the same

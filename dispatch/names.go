@@ -24,7 +24,6 @@ const MaxGroupSize = 16
 // dtype equals the activation dtype, 1 = e4m3), head dim, group tile.
 type nameTables struct {
 	decode [len(activationTypes)][2][len(headDims)][len(groupTiles)]string
-	reduce [len(activationTypes)][len(headDims)]string
 	append [len(activationTypes)][2]string
 }
 
@@ -43,7 +42,6 @@ func buildNames() *nameTables {
 			t.append[qi][fp8] = "cache_append_flash_" + q.String() + cache
 			for hi, d := range headDims {
 				hd := "_hd" + strconv.Itoa(d)
-				t.reduce[qi][hi] = "paged_decode_reduce_" + q.String() + hd
 				for gi, g := range groupTiles {
 					t.decode[qi][fp8][hi][gi] = "paged_decode_" + q.String() + cache + hd + "_g" + strconv.Itoa(g)
 				}
@@ -124,20 +122,6 @@ func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 	return tables.decode[qi][ci][hi][groupTileIndex(group)], nil
 }
 
-// ReduceKernelName returns the split-K merge kernel for q dtype q and head
-// dimension headDim.
-func ReduceKernelName(q DType, headDim int) (string, error) {
-	qi, ok := activationIndex(q)
-	if !ok {
-		return "", errQType(q)
-	}
-	hi, ok := headDimIndex(headDim)
-	if !ok {
-		return "", errHeadDim(headDim)
-	}
-	return tables.reduce[qi][hi], nil
-}
-
 // AppendKernelName returns the cache append kernel for input dtype in and
 // cache dtype cache.
 func AppendKernelName(in, cache DType) (string, error) {
@@ -166,15 +150,6 @@ func DecodeKernelNames() []string {
 	return names
 }
 
-// ReduceKernelNames returns every split-K merge kernel entry name.
-func ReduceKernelNames() []string {
-	names := make([]string, 0, len(activationTypes)*len(headDims))
-	for qi := range tables.reduce {
-		names = append(names, tables.reduce[qi][:]...)
-	}
-	return names
-}
-
 // AppendKernelNames returns every cache append kernel entry name.
 func AppendKernelNames() []string {
 	names := make([]string, 0, len(activationTypes)*2)
@@ -186,5 +161,5 @@ func AppendKernelNames() []string {
 
 // KernelNames returns every kernel entry name the planner can put in a Plan.
 func KernelNames() []string {
-	return append(append(DecodeKernelNames(), ReduceKernelNames()...), AppendKernelNames()...)
+	return append(DecodeKernelNames(), AppendKernelNames()...)
 }

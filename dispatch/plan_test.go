@@ -46,9 +46,11 @@ func knobs(edit func(*Knobs)) Knobs {
 }
 
 func TestPlanDecodeSplits(t *testing.T) {
-	// cost(s) = ceil(blocks·s / slots) / s + (s > 1 ? 0.08 : 0), ties to the
-	// smaller s; the winner is then normalized to whole pages. The comments
-	// give the arithmetic each pinned number comes from.
+	// Auto: splits = min(slots / blocks, maxSplits) with slots = SMs ×
+	// occupancy, blocks = seqs × KV heads and maxSplits = min(MaxSplits,
+	// pages, MaxKVLen / MinChunkTokens): fill one wave, never add one. The
+	// winner is then normalized to whole pages. The comments give the
+	// arithmetic each pinned number comes from.
 	tests := []struct {
 		name      string
 		dev       DeviceFacts
@@ -60,79 +62,67 @@ func TestPlanDecodeSplits(t *testing.T) {
 		reason    string
 	}{
 		{
-			// 8 blocks; maxSplits = min(32 pages, 512/256) = 2; cost 1 vs 0.5+0.08.
+			// 8 blocks, 528/8 = 66; maxSplits = min(64, 32 pages, 512/64 = 8).
 			name: "h100 seqs=1 kv=512", dev: hopper, shape: llama(1, 512), knobs: DefaultKnobs(),
-			splits: 2, requested: 2, reason: ReasonFillSMs,
+			splits: 8, requested: 8, reason: ReasonFillSMs,
 		},
 		{
-			// 1024 blocks over 528 slots: cost 2 vs ceil(2048/528)/2+0.08 = 2.08.
+			// 1024 blocks over 528 slots: already two waves.
 			name: "h100 seqs=128 kv=512", dev: hopper, shape: llama(128, 512), knobs: DefaultKnobs(),
 			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
-			// 8 blocks, maxSplits = min(2048 pages, 32768/256 = 128) = 128. One
-			// wave holds up to s = 66 (8·66 = 528): 1/66 beats two waves at
-			// s = 128 (2/128). 66 splits of 2048 pages → 32 pages each → 64.
+			// 66 capped at MaxSplits = 64; 2048 pages / 64 = 32 each.
 			name: "h100 seqs=1 kv=32768", dev: hopper, shape: llama(1, 32768), knobs: DefaultKnobs(),
 			splits: 64, requested: 64, reason: ReasonFillSMs,
 		},
 		{
-			// 64 blocks: s = 8 fills one wave (512 ≤ 528) at 1/8; 16, 24, 32
-			// tie at 2/16, 3/24, 4/32 and lose the tie.
+			// 64 blocks: 528/64 = 8 fills one wave (512 ≤ 528).
 			name: "h100 seqs=8 kv=8192", dev: hopper, shape: llama(8, 8192), knobs: DefaultKnobs(),
 			splits: 8, requested: 8, reason: ReasonFillSMs,
 		},
 		{
-			// 4096 blocks are 7.76 waves, so single pass costs 8. Splitting
-			// trims the ragged last wave: ceil(4096·s/528)/s over s ≤ 32 is
-			// least at s = 29 (225/29 = 7.7586, +0.08 = 7.84 < 8). 512 pages /
-			// 29 → 18 pages each → 29 splits.
+			// 4096 blocks are 7.76 waves: splitting only adds blocks.
 			name: "h100 seqs=512 kv=8192", dev: hopper, shape: llama(512, 8192), knobs: DefaultKnobs(),
-			splits: 29, requested: 29, reason: ReasonRaggedWaves,
+			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
-			// 528 blocks are exactly one wave: any split adds waves·s/s = 1
-			// plus the overhead.
+			// 528 blocks are exactly one wave.
 			name: "h100 seqs=66 kv=8192", dev: hopper, shape: llama(66, 8192), knobs: DefaultKnobs(),
 			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
-			// Exactly two waves.
-			name: "h100 seqs=132 kv=32768", dev: hopper, shape: llama(132, 32768), knobs: DefaultKnobs(),
-			splits: 1, requested: 1, reason: ReasonGridFills,
-		},
-		{
-			// 1024 blocks on 432 slots: 3 ragged waves (2.37) vs 5 half waves
-			// = 2.5 + 0.08 with 2 splits.
-			name: "a100 seqs=128 kv=512", dev: ampere, shape: llama(128, 512), knobs: DefaultKnobs(),
-			splits: 2, requested: 2, reason: ReasonRaggedWaves,
-		},
-		{
-			name: "a100 seqs=1 kv=512", dev: ampere, shape: llama(1, 512), knobs: DefaultKnobs(),
+			// 256 blocks: two splits fill 512 of 528 slots.
+			name: "h100 seqs=32 kv=32768", dev: hopper, shape: llama(32, 32768), knobs: DefaultKnobs(),
 			splits: 2, requested: 2, reason: ReasonFillSMs,
 		},
 		{
-			// One wave up to s = 54 (8·54 = 432); s = 108 ties at 2/108 and
-			// loses. 2048 pages / 54 → 38 pages each → 54 splits.
+			name: "a100 seqs=128 kv=512", dev: ampere, shape: llama(128, 512), knobs: DefaultKnobs(),
+			splits: 1, requested: 1, reason: ReasonGridFills,
+		},
+		{
+			// 432/8 = 54, capped by 512/64 = 8.
+			name: "a100 seqs=1 kv=512", dev: ampere, shape: llama(1, 512), knobs: DefaultKnobs(),
+			splits: 8, requested: 8, reason: ReasonFillSMs,
+		},
+		{
+			// 432/8 = 54. 2048 pages / 54 → 38 pages each → 54 splits.
 			name: "a100 seqs=1 kv=32768", dev: ampere, shape: llama(1, 32768), knobs: DefaultKnobs(),
 			splits: 54, requested: 54, reason: ReasonFillSMs,
 		},
 		{
-			// 64 blocks: 1/6 at s = 6, 2/13, 3/20, 4/27 ≈ 0.148 (the best),
-			// 5/32. 512 pages / 27 → 19 pages each → 27 splits.
+			// 432/64 = 6; 512 pages / 6 → 86 each → 6.
 			name: "a100 seqs=8 kv=8192", dev: ampere, shape: llama(8, 8192), knobs: DefaultKnobs(),
-			splits: 27, requested: 27, reason: ReasonFillSMs,
+			splits: 6, requested: 6, reason: ReasonFillSMs,
 		},
 		{
-			// 416 blocks fit one wave of 432 but s = 2 only adds overhead:
-			// ceil(832/432)/2 + 0.08 = 1.08.
+			// 416 blocks fit one wave of 432; a second split would not.
 			name: "a100 seqs=52 kv=4096", dev: ampere, shape: llama(52, 4096), knobs: DefaultKnobs(),
-			splits: 1, requested: 1, reason: ReasonSinglePassFastest,
+			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
 			// Group 1 has no occupancy entry, so 1 block per SM: 32 blocks on
-			// 132 slots; one wave up to s = 4; maxSplits = 4096/256 = 16.
-			// s = 4: 1/4; s = 8: 2/8 ties; s = 12: 3/12 ties; s = 16: 4/16 ties.
+			// 132 slots → 4.
 			name: "h100 mha occupancy missing", dev: hopper,
 			shape: DecodeShape{NumSeqs: 1, NumQHeads: 32, NumKVHeads: 32, HeadDim: 128, BlockSize: 16,
 				MaxKVLen: 4096, MaxBlocksPerSeq: 256, QType: BF16, CacheType: BF16},
@@ -140,7 +130,8 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 4, requested: 4, reason: ReasonFillSMs,
 		},
 		{
-			name: "kv shorter than two chunks", dev: hopper, shape: llama(1, 500), knobs: DefaultKnobs(),
+			// 100/64 = 1 chunk.
+			name: "kv shorter than two chunks", dev: hopper, shape: llama(1, 100), knobs: DefaultKnobs(),
 			splits: 1, requested: 1, reason: ReasonShortKV,
 		},
 		{
@@ -156,9 +147,9 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 1, reason: ReasonSplitKOff,
 		},
 		{
-			// Forced counts ignore MinChunkTokens (auto would stop at 2).
-			name: "forced 8", dev: hopper, shape: llama(1, 512), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 8 }),
-			splits: 8, requested: 8, reason: ReasonForced,
+			// Forced counts ignore MinChunkTokens (auto stops at 8).
+			name: "forced 16", dev: hopper, shape: llama(1, 512), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 16 }),
+			splits: 16, requested: 16, reason: ReasonForced,
 		},
 		{
 			name: "forced 1 on a short grid", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 1 }),
@@ -169,9 +160,9 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 32, requested: 1000, clamped: true, reason: ReasonForcedClamped,
 		},
 		{
-			// Forced counts may exceed MaxSplits only up to it: 4096 pages.
+			// Forced counts are clamped to MaxSplits: 4096 pages.
 			name: "forced 1000 clamped to MaxSplits", dev: hopper, shape: llama(1, 65536), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 1000 }),
-			splits: 256, requested: 1000, clamped: true, reason: ReasonForcedClamped,
+			splits: 64, requested: 1000, clamped: true, reason: ReasonForcedClamped,
 		},
 		{
 			// 32 pages / 12 → 3 pages each → 11 splits.
@@ -183,7 +174,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 4, clamped: true, reason: ReasonForcedClamped,
 		},
 		{
-			// Auto picks 1 here; SplitOn takes the best of 2..maxSplits = 2.
+			// Auto picks 1 here; SplitOn takes at least 2.
 			name: "split-K on", dev: hopper, shape: llama(128, 512), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
 			splits: 2, requested: 2, reason: ReasonSplitOn,
 		},
@@ -192,7 +183,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 64, requested: 64, reason: ReasonSplitOn,
 		},
 		{
-			name: "split-K on, kv too short", dev: hopper, shape: llama(1, 256), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
+			name: "split-K on, kv too short", dev: hopper, shape: llama(1, 100), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
 			splits: 1, requested: 1, reason: ReasonSplitOnShortKV,
 		},
 		{
@@ -238,8 +229,7 @@ func checkGeometry(t *testing.T, s DecodeShape, p Plan) {
 	require.NoError(t, err)
 	assert.Equal(t, wantKernel, p.Kernel)
 	if p.Splits == 1 {
-		assert.Empty(t, p.Reduce)
-		assert.Zero(t, p.ReduceGrid)
+		assert.Zero(t, p.Counters)
 		assert.Zero(t, p.ScratchFloats)
 		assert.Zero(t, p.MaxOffset)
 		assert.Zero(t, p.SumOffset)
@@ -249,11 +239,7 @@ func checkGeometry(t *testing.T, s DecodeShape, p Plan) {
 	pages := ceilDiv(s.MaxKVLen, s.BlockSize)
 	chunk := ceilDiv(pages, p.Splits)
 	assert.Greater(t, pages, chunk*(p.Splits-1), "the last split has no pages")
-	wantReduce, err := ReduceKernelName(s.QType, s.HeadDim)
-	require.NoError(t, err)
-	assert.Equal(t, wantReduce, p.Reduce)
-	assert.Equal(t, Dim3{uint32(s.NumQHeads), uint32(s.NumSeqs), 1}, p.ReduceGrid)
-	assert.Equal(t, Dim3{128, 1, 1}, p.ReduceBlock)
+	assert.Equal(t, int64(s.NumSeqs*s.NumKVHeads), p.Counters)
 	rows := int64(s.NumSeqs * s.NumQHeads * p.Splits)
 	assert.Equal(t, rows*int64(s.HeadDim+2), p.ScratchFloats)
 	assert.Zero(t, p.PartialOutOffset)
@@ -262,16 +248,15 @@ func checkGeometry(t *testing.T, s DecodeShape, p Plan) {
 }
 
 func TestPlanDecodeScratchLayout(t *testing.T) {
-	// 1 seq, 32 q heads, 2 splits, head dim 128: out 32·2·128 = 8192 floats,
-	// max 64 floats, sum 64 floats.
+	// 1 seq, 32 q heads, 8 splits, head dim 128: out 32·8·128 = 32768
+	// floats, max 256 floats, sum 256 floats; 8 counters (1 seq × 8 KV heads).
 	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
 	require.NoError(t, err)
 	assert.Equal(t, Plan{
-		Kernel: "paged_decode_f16_hd128_g4", Grid: Dim3{8, 1, 2}, Block: Dim3{128, 1, 1},
-		Splits: 2, GroupTile: 4,
-		Reduce: "paged_decode_reduce_f16_hd128", ReduceGrid: Dim3{32, 1, 1}, ReduceBlock: Dim3{128, 1, 1},
-		ScratchFloats: 8320, PartialOutOffset: 0, MaxOffset: 8192, SumOffset: 8256,
-		RequestedSplits: 2, Reason: ReasonFillSMs,
+		Kernel: "paged_decode_f16_hd128_g4", Grid: Dim3{8, 1, 8}, Block: Dim3{128, 1, 1},
+		Splits: 8, GroupTile: 4, Counters: 8,
+		ScratchFloats: 33280, PartialOutOffset: 0, MaxOffset: 32768, SumOffset: 33024,
+		RequestedSplits: 8, Reason: ReasonFillSMs,
 	}, p)
 }
 
@@ -279,18 +264,18 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 	tests := []struct {
 		q, cache       DType
 		headDim, group int
-		kernel, reduce string
+		kernel         string
 		tile           int
 	}{
-		{F16, F16, 128, 1, "paged_decode_f16_hd128_g1", "paged_decode_reduce_f16_hd128", 1},
-		{F16, F16, 128, 2, "paged_decode_f16_hd128_g2", "paged_decode_reduce_f16_hd128", 2},
-		{F16, F16, 64, 3, "paged_decode_f16_hd64_g4", "paged_decode_reduce_f16_hd64", 4},
-		{BF16, BF16, 64, 4, "paged_decode_bf16_hd64_g4", "paged_decode_reduce_bf16_hd64", 4},
-		{BF16, BF16, 256, 5, "paged_decode_bf16_hd256_g8", "paged_decode_reduce_bf16_hd256", 8},
-		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128_g8", "paged_decode_reduce_f16_hd128", 8},
-		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128_g8", "paged_decode_reduce_bf16_hd128", 8},
-		{BF16, E4M3, 256, 9, "paged_decode_bf16_e4m3_hd256_g16", "paged_decode_reduce_bf16_hd256", 16},
-		{F16, E4M3, 64, 16, "paged_decode_f16_e4m3_hd64_g16", "paged_decode_reduce_f16_hd64", 16},
+		{F16, F16, 128, 1, "paged_decode_f16_hd128_g1", 1},
+		{F16, F16, 128, 2, "paged_decode_f16_hd128_g2", 2},
+		{F16, F16, 64, 3, "paged_decode_f16_hd64_g4", 4},
+		{BF16, BF16, 64, 4, "paged_decode_bf16_hd64_g4", 4},
+		{BF16, BF16, 256, 5, "paged_decode_bf16_hd256_g8", 8},
+		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128_g8", 8},
+		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128_g8", 8},
+		{BF16, E4M3, 256, 9, "paged_decode_bf16_e4m3_hd256_g16", 16},
+		{F16, E4M3, 64, 16, "paged_decode_f16_e4m3_hd64_g16", 16},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kernel, func(t *testing.T) {
@@ -299,10 +284,9 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 			p, err := PlanDecode(s, hopper, knobs(func(k *Knobs) { k.ForcedSplits = 2 }))
 			require.NoError(t, err)
 			assert.Equal(t, tt.kernel, p.Kernel)
-			assert.Equal(t, tt.reduce, p.Reduce)
+			assert.Equal(t, int64(4), p.Counters)
 			assert.Equal(t, tt.tile, p.GroupTile)
 			assert.Equal(t, Dim3{2, 2, 2}, p.Grid)
-			assert.Equal(t, Dim3{uint32(2 * tt.group), 2, 1}, p.ReduceGrid)
 		})
 	}
 }
@@ -320,16 +304,12 @@ func TestKernelNameLists(t *testing.T) {
 	assert.Contains(t, decode, "paged_decode_f16_hd64_g1")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256_g16")
 	assert.Equal(t, []string{
-		"paged_decode_reduce_f16_hd64", "paged_decode_reduce_f16_hd128", "paged_decode_reduce_f16_hd256",
-		"paged_decode_reduce_bf16_hd64", "paged_decode_reduce_bf16_hd128", "paged_decode_reduce_bf16_hd256",
-	}, ReduceKernelNames())
-	assert.Equal(t, []string{
 		"cache_append_flash_f16", "cache_append_flash_f16_e4m3",
 		"cache_append_flash_bf16", "cache_append_flash_bf16_e4m3",
 	}, AppendKernelNames())
 
 	all := KernelNames()
-	assert.Len(t, all, len(decode)+6+4)
+	assert.Len(t, all, len(decode)+4)
 	seen := map[string]bool{}
 	for _, name := range all {
 		assert.False(t, seen[name], "duplicate %s", name)
@@ -380,7 +360,7 @@ func TestPlanDecodeErrors(t *testing.T) {
 		{"no SMs", func(_ *DecodeShape, d *DeviceFacts, _ *Knobs) { d.SMs = 0 },
 			"dispatch: DeviceFacts.SMs=0 is out of range; allowed: ≥ 1"},
 		{"negative forced splits", func(_ *DecodeShape, _ *DeviceFacts, k *Knobs) { k.ForcedSplits = -2 },
-			"dispatch: Knobs.ForcedSplits=-2 is negative; allowed: 0 (auto) or 1..256"},
+			"dispatch: Knobs.ForcedSplits=-2 is negative; allowed: 0 (auto) or 1..64"},
 		{"bad split mode", func(_ *DecodeShape, _ *DeviceFacts, k *Knobs) { k.SplitK = 7 },
 			"dispatch: Knobs.SplitK=SplitMode(7) is not supported; supported: auto, off, on"},
 		{"negative scratch limit", func(_ *DecodeShape, _ *DeviceFacts, k *Knobs) { k.ScratchLimitBytes = -1 },

@@ -189,7 +189,8 @@ type launchFunc func(f Function, gx, gy, gz, bx, by, bz, sharedBytes uint32, s S
 // symbol pairs a driver symbol with the variable that holds it. A variable
 // given raw is bound by a hand-written adapter around rawCall (purego.SyscallN)
 // instead of purego.RegisterFunc: those symbols sit on per-launch paths
-// (Context.Do, Launch, GraphExec.Launch, Event.Record), and rawCall does not
+// (Context.Do, Launch, GraphExec.Launch, Event.Record, Stream.IsCapturing),
+// and rawCall does not
 // allocate per call the way RegisterFunc's reflection-based calls do.
 type symbol struct {
 	name string
@@ -245,7 +246,13 @@ func symbols() []symbol {
 		{name: "cuStreamSynchronize", fptr: &cuStreamSynchronize},
 		{name: "cuStreamBeginCapture_v2", fptr: &cuStreamBeginCapture},
 		{name: "cuStreamEndCapture", fptr: &cuStreamEndCapture},
-		{name: "cuStreamIsCapturing", fptr: &cuStreamIsCapturing},
+		{name: "cuStreamIsCapturing", fptr: &cuStreamIsCapturing, raw: func(addr uintptr) {
+			cuStreamIsCapturing = func(s Stream, status *int32) Result {
+				r := rawCall(addr, uintptr(s), uintptr(unsafe.Pointer(status)))
+				runtime.KeepAlive(status)
+				return r
+			}
+		}},
 		{name: "cuGraphInstantiateWithFlags", fptr: &cuGraphInstantiateWithFlags},
 		{name: "cuGraphLaunch", fptr: &cuGraphLaunch, raw: func(addr uintptr) {
 			cuGraphLaunch = func(exec GraphExec, s Stream) Result { return rawCall(addr, uintptr(exec), uintptr(s)) }

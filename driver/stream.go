@@ -1,5 +1,7 @@
 package driver
 
+import "sync"
+
 // Streams, events and graphs need a current context: call these inside
 // Context.Do.
 
@@ -65,12 +67,19 @@ func (s Stream) EndCapture() (Graph, error) {
 // IsCapturing reports whether s is capturing. An invalidated capture (one
 // that EndCapture will fail) still counts as capturing.
 // See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html
+var statusCells = sync.Pool{New: func() any { return new(int32) }}
+
 func (s Stream) IsCapturing() (bool, error) {
 	if err := Init(); err != nil {
 		return false, err
 	}
-	var status int32
-	if err := check("cuStreamIsCapturing", cuStreamIsCapturing(s, &status)); err != nil {
+	// The status cell is pooled heap memory: rawCall needs heap pointers, and
+	// a fresh cell per call would allocate on every decode.
+	cell := statusCells.Get().(*int32)
+	r := cuStreamIsCapturing(s, cell)
+	status := *cell
+	statusCells.Put(cell)
+	if err := check("cuStreamIsCapturing", r); err != nil {
 		return false, err
 	}
 	return status == captureStatusActive || status == captureStatusInvalidated, nil

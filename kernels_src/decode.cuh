@@ -14,12 +14,17 @@
 //                and, when lse != null, lse [num_seqs, num_q_heads] f32
 //                (natural log of the sum of exp(scale·q·k); -inf for kv_len 0,
 //                whose output is zeros).
-//   Split-K (partial_out != null): split z covers whole pages
-//                [z·c, (z+1)·c) with c = ceil(pages / splits) pages, derived
-//                from this sequence's own kv_len, and writes f32 partial_out
-//                [num_seqs, num_q_heads, splits, D] (normalized by its own sum),
-//                partial_max (log2 units, -inf when empty) and partial_sum
-//                [num_seqs, num_q_heads, splits]; paged_decode_reduce merges them.
+//   Split-K (gridDim.z = splits > 1, at most kMaxSplits): split z covers
+//                whole pages [z·c, (z+1)·c) with c = ceil(pages / splits),
+//                derived from this sequence's own kv_len. Phase 1: each block
+//                writes f32 partial_out [num_seqs, num_q_heads, splits, D]
+//                (normalized by its own sum), partial_max (log2 units, -inf
+//                when empty) and partial_sum [num_seqs, num_q_heads, splits].
+//                Phase 2, in the same launch: the last block of each
+//                (sequence, KV head) to finish, counted in counters
+//                [num_seqs, num_kv_heads] (uint32, zero before the launch and
+//                reset to zero by that block), merges the splits by
+//                log-sum-exp into out and lse.
 // Grid: (num_kv_heads, num_seqs, splits). Block: 128 threads. One block loads
 // each K/V row of its KV head once for all G = num_q_heads/num_kv_heads query
 // heads (G ≤ GT, the next power of two). Threads form groups of D/8 lanes;
@@ -34,11 +39,15 @@ namespace pkv {
 constexpr int kDecodeThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// The largest split count: the fused merge keeps GT·kMaxSplits weights in
+// the shared memory of the accumulators (GT·D floats, D ≥ 64).
+constexpr int kMaxSplits = 64;
 
 template <typename T, typename C, int D, int GT>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
-    float* __restrict__ partial_max, float* __restrict__ partial_sum, const T* __restrict__ q,
+    float* __restrict__ partial_max, float* __restrict__ partial_sum,
+    unsigned int* __restrict__ counters, const T* __restrict__ q,
     const C* __restrict__ k_cache, const C* __restrict__ v_cache,
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
@@ -102,11 +111,13 @@ __device__ __forceinline__ void paged_decode(
   __syncthreads();
 
   using V8 = typename Vec8<C>::type;
-  for (int base = start + gid; base < end; base += NG * U) {
-    V8 kr[U], vr[U];
+  // Software pipeline: the K/V rows of the next tile are loaded while the
+  // current tile is computed, so each group always has a tile in flight.
+  V8 kr[U], vr[U], kn[U], vn[U];
+  auto load_tile = [&](int tile_base, V8 (&kd)[U], V8 (&vd)[U]) {
 #pragma unroll
     for (int j = 0; j < U; ++j) {
-      const int t = base + j * NG;
+      const int t = tile_base + j * NG;
       if (t < end) {
         int blk = table[t >> block_size_log2];
         if (blk < 0 || blk >= num_blocks) {
@@ -114,13 +125,17 @@ __device__ __forceinline__ void paged_decode(
           blk = 0;
         }
         const int64_t off = (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride + head_off;
-        kr[j] = load8(k_cache + off);
-        vr[j] = load8(v_cache + off);
+        kd[j] = load8_stream(k_cache + off);
+        vd[j] = load8_stream(v_cache + off);
       } else {
-        kr[j] = V8{};
-        vr[j] = V8{};
+        kd[j] = V8{};
+        vd[j] = V8{};
       }
     }
+  };
+  load_tile(start + gid, kr, vr);
+  for (int base = start + gid; base < end; base += NG * U) {
+    load_tile(base + NG * U, kn, vn);
     float s[U][GT];
     {
       float kf[U][8];
@@ -182,6 +197,11 @@ __device__ __forceinline__ void paged_decode(
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[j][g], vf[e], acc[g][e]);
     }
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      kr[j] = kn[j];
+      vr[j] = vn[j];
+    }
   }
 
   // Merge the token groups of each warp.
@@ -239,7 +259,7 @@ __device__ __forceinline__ void paged_decode(
     }
     const float o = sum > 0.0f ? acc_s[g][d] * v_mul / sum : 0.0f;
     const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
-    if (partial_out == nullptr) {
+    if (splits == 1) {
       out[row * D + d] = from_float<T>(o);
       if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     } else {
@@ -251,57 +271,68 @@ __device__ __forceinline__ void paged_decode(
       }
     }
   }
-}
+  if (splits == 1) return;
 
-// paged_decode_reduce_<q>_hd<D>: merges the splits of paged_decode by
-// log-sum-exp. Grid (num_q_heads, num_seqs); block 128 threads; static shared
-// memory for up to 256 split weights.
-template <typename T, int D>
-__device__ __forceinline__ void paged_decode_reduce(T* __restrict__ out, float* __restrict__ lse,
-                                                    const float* __restrict__ partial_out,
-                                                    const float* __restrict__ partial_max,
-                                                    const float* __restrict__ partial_sum,
-                                                    int splits, int num_q_heads) {
-  __shared__ float w_s[256];
-  __shared__ float red_s[kDecodeThreads / 32];
-  const int64_t row = (int64_t)blockIdx.y * num_q_heads + blockIdx.x;
-  const float* pm = partial_max + row * splits;
-  const float* ps = partial_sum + row * splits;
-  float mx = -INFINITY;
-  for (int z = 0; z < splits; ++z) mx = fmaxf(mx, pm[z]);
-  float part = 0.0f;
-  for (int z = threadIdx.x; z < splits; z += kDecodeThreads) {
-    const float w = mx == -INFINITY ? 0.0f : ps[z] * exp2f(pm[z] - mx);
-    w_s[z] = w;
-    part += w;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-  if ((threadIdx.x & 31) == 0) red_s[threadIdx.x >> 5] = part;
+  // Split-K phase 2, fused: the last block of this (sequence, KV head) to
+  // finish merges every split by log-sum-exp and resets the counter, so the
+  // counters are zero again for the next launch (and graph replay).
+  __shared__ bool last_s;
+  __threadfence();
   __syncthreads();
-  float sum = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kDecodeThreads / 32; ++w) sum += red_s[w];
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  const float* po = partial_out + row * splits * D;
-  for (int d = threadIdx.x; d < D; d += kDecodeThreads) {
-    float o = 0.0f;
-    for (int z = 0; z < splits; ++z) o = fmaf(w_s[z], po[(int64_t)z * D + d], o);
-    out[row * D + d] = from_float<T>(o * inv);
+  if (threadIdx.x == 0) {
+    unsigned int* counter = counters + (int64_t)seq * num_kv_heads + kvh;
+    last_s = atomicAdd(counter, 1u) == (unsigned int)(splits - 1);
+    if (last_s) *counter = 0u;
   }
-  if (threadIdx.x == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();
+  // Weights of each split for each head: w = sum_z · 2^(max_z − M) / L.
+  float* w_s = &acc_s[0][0];  // reused: GT·D ≥ GT·kMaxSplits floats
+  for (int i = threadIdx.x; i < G * splits; i += kDecodeThreads) {
+    const int g = i / splits;
+    const int z = i - g * splits;
+    const int64_t prow = ((int64_t)seq * num_q_heads + kvh * G + g) * splits + z;
+    w_s[g * kMaxSplits + z] = __ldcg(partial_max + prow);
+    q_s[g][z] = __ldcg(partial_sum + prow);  // q_s is free now
+  }
+  __syncthreads();
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
+    float mx = -INFINITY;
+    for (int z = 0; z < splits; ++z) mx = fmaxf(mx, w_s[g * kMaxSplits + z]);
+    float sum = 0.0f;
+    for (int z = 0; z < splits; ++z) {
+      const float w = mx == -INFINITY ? 0.0f : q_s[g][z] * exp2f(w_s[g * kMaxSplits + z] - mx);
+      w_s[g * kMaxSplits + z] = w;
+      sum += w;
+    }
+    m_s[0][g] = mx;
+    l_s[0][g] = sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
+    const int g = i / D;
+    const int d = i - g * D;
+    const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
+    const float sum = l_s[0][g];
+    float o = 0.0f;
+    for (int z = 0; z < splits; ++z) o = fmaf(w_s[g * kMaxSplits + z], __ldcg(partial_out + (row * splits + z) * D + d), o);
+    out[row * D + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (m_s[0][g] + log2f(sum)) * kLn2 : -INFINITY;
+  }
 }
 
 }  // namespace pkv
-
 #define PKV_DECODE(name, T, C, D, GT)                                                           \
   extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                       \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,            \
-      const T* q, const C* k_cache, const C* v_cache, const int* block_tables,                   \
+      unsigned int* counters, const T* q, const C* k_cache, const C* v_cache, const int* block_tables,                   \
       const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride, int num_q_heads,      \
       int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, float scale,              \
       float k_scale, float v_scale) {                                                            \
-    pkv::paged_decode<T, C, D, GT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache,  \
+    pkv::paged_decode<T, C, D, GT>(out, lse, partial_out, partial_max, partial_sum, counters, q, \
+                                   k_cache,                                                      \
                                    v_cache, block_tables, kv_lens, fault, q_seq_stride,          \
                                    num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, \
                                    scale, k_scale, v_scale);                                     \
@@ -319,10 +350,3 @@ __device__ __forceinline__ void paged_decode_reduce(T* __restrict__ out, float* 
   PKV_DECODE_ALL_G(prefix, T, C, 128) \
   PKV_DECODE_ALL_G(prefix, T, C, 256)
 
-#define PKV_DECODE_REDUCE(name, T, D)                                                          \
-  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                      \
-      T* out, float* lse, const float* partial_out, const float* partial_max,                   \
-      const float* partial_sum, int splits, int num_q_heads) {                                  \
-    pkv::paged_decode_reduce<T, D>(out, lse, partial_out, partial_max, partial_sum, splits,     \
-                                   num_q_heads);                                                \
-  }

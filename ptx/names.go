@@ -9,7 +9,6 @@ const (
 	ModuleDecodeBf16E4m3 = "decode_bf16_e4m3"
 	ModuleDecodeF16      = "decode_f16"
 	ModuleDecodeF16E4m3  = "decode_f16_e4m3"
-	ModuleDecodeReduce   = "decode_reduce"
 )
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
@@ -94,14 +93,4 @@ const (
 	PagedDecodeF16E4m3Hd64G2   = "paged_decode_f16_e4m3_hd64_g2"
 	PagedDecodeF16E4m3Hd64G4   = "paged_decode_f16_e4m3_hd64_g4"
 	PagedDecodeF16E4m3Hd64G8   = "paged_decode_f16_e4m3_hd64_g8"
-)
-
-// Entry points of decode_reduce.ptx (kernels_src/decode_reduce.cu).
-const (
-	PagedDecodeReduceBf16Hd128 = "paged_decode_reduce_bf16_hd128"
-	PagedDecodeReduceBf16Hd256 = "paged_decode_reduce_bf16_hd256"
-	PagedDecodeReduceBf16Hd64  = "paged_decode_reduce_bf16_hd64"
-	PagedDecodeReduceF16Hd128  = "paged_decode_reduce_f16_hd128"
-	PagedDecodeReduceF16Hd256  = "paged_decode_reduce_f16_hd256"
-	PagedDecodeReduceF16Hd64   = "paged_decode_reduce_f16_hd64"
 )

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# gpu.sh runs everything that needs a GPU, from binaries built elsewhere:
+#   CGO_ENABLED=0 go test -c -o .gpu/tests.test ./tests
+#   CGO_ENABLED=0 go build -o .gpu/pagedkv ./cmd/pagedkv
+# It writes logs under $OUT (default ./gpu-out) and prints a short summary last.
+# Steps: info, tests, bench, then the GPU tests under compute-sanitizer
+# (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
+# selects steps; BENCH_ARGS passes flags to pagedkv bench.
+set -u
+OUT=${OUT:-./gpu-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-"info tests bench sanitize"}
+summary=()
+run() { # name timeout cmd...
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-10s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
+  return $rc
+}
+export PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-}
+for step in $STEPS; do
+  case $step in
+  info) run info 120 .gpu/pagedkv info ;;
+  tests) run tests 400 .gpu/tests.test -test.v -test.timeout 390s ;;
+  bench) run bench 400 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
+  sanitize)
+    reduced='TestAppendMatchesReference|TestAppendFaults|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay'
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      .gpu/tests.test -test.run "$reduced" -test.timeout 290s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference' -test.timeout 290s
+    ;;
+  esac
+done
+echo "==== info"; head -40 "$OUT/info.log" 2>/dev/null
+echo "==== tests"; grep -E '^(--- FAIL|FAIL|ok|PASS)|Error Trace|Error:|panic' "$OUT/tests.log" 2>/dev/null | head -40
+for t in memcheck racecheck; do
+  [ -f "$OUT/$t.log" ] && { echo "==== $t"; grep -E 'ERROR SUMMARY|Error|FAIL|^ok|PASS|RACECHECK SUMMARY' "$OUT/$t.log" | head -12; }
+done
+echo "==== bench"; sed -n '/^pagedkv bench on/,$p' "$OUT/bench.log" 2>/dev/null; tail -5 "$OUT/bench.log" 2>/dev/null | grep -v '^ ' 
+echo "==== summary"; printf '%s\n' "${summary[@]}"
