@@ -54,13 +54,6 @@ __device__ __forceinline__ typename Vec8<T>::type load8(const T* p) {
   return *reinterpret_cast<const typename Vec8<T>::type*>(p);
 }
 
-// load8_stream loads 8 elements that are read once (KV rows): cache-streaming,
-// so they do not evict what is reused from L1 and L2.
-template <typename T>
-__device__ __forceinline__ typename Vec8<T>::type load8_stream(const T* p) {
-  return __ldcs(reinterpret_cast<const typename Vec8<T>::type*>(p));
-}
-
 // e4m3x2_to_half2 decodes the two low bytes of x into a half2 holding the
 // values divided by 256: moving the 4-bit exponent and 3-bit mantissa into a
 // half's fields keeps the bias difference (15 - 7) as a power of two, and

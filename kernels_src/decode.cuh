@@ -72,7 +72,6 @@ __device__ __forceinline__ void paged_decode(
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int gl = lane % LPT;
-  const int gid = warp * GPW + lane / LPT;
 
   // q is pre-multiplied by scale·log2(e)·k_scale so scores come out in log2 units.
   const float q_mul = scale * kLog2e * k_scale * decode_scale<C>();
@@ -111,13 +110,15 @@ __device__ __forceinline__ void paged_decode(
   __syncthreads();
 
   using V8 = typename Vec8<C>::type;
-  // Software pipeline: the K/V rows of the next tile are loaded while the
-  // current tile is computed, so each group always has a tile in flight.
-  V8 kr[U], vr[U], kn[U], vn[U];
-  auto load_tile = [&](int tile_base, V8 (&kd)[U], V8 (&vd)[U]) {
+  // The trip count must be the same for every lane of a warp (the score
+  // reduction shuffles across the whole warp), so the loop runs over the
+  // warp's tiles and each group masks the tokens past end.
+  for (int wbase = start + warp * GPW; wbase < end; wbase += NG * U) {
+    const int base = wbase + lane / LPT;
+    V8 kr[U], vr[U];
 #pragma unroll
     for (int j = 0; j < U; ++j) {
-      const int t = tile_base + j * NG;
+      const int t = base + j * NG;
       if (t < end) {
         int blk = table[t >> block_size_log2];
         if (blk < 0 || blk >= num_blocks) {
@@ -125,17 +126,13 @@ __device__ __forceinline__ void paged_decode(
           blk = 0;
         }
         const int64_t off = (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride + head_off;
-        kd[j] = load8_stream(k_cache + off);
-        vd[j] = load8_stream(v_cache + off);
+        kr[j] = load8(k_cache + off);
+        vr[j] = load8(v_cache + off);
       } else {
-        kd[j] = V8{};
-        vd[j] = V8{};
+        kr[j] = V8{};
+        vr[j] = V8{};
       }
     }
-  };
-  load_tile(start + gid, kr, vr);
-  for (int base = start + gid; base < end; base += NG * U) {
-    load_tile(base + NG * U, kn, vn);
     float s[U][GT];
     {
       float kf[U][8];
@@ -166,8 +163,8 @@ __device__ __forceinline__ void paged_decode(
 #pragma unroll
         for (int g = 0; g < GT; ++g) s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o);
     }
-    // Online softmax over this tile: token j = 0 is always valid here, so the
-    // new max is finite.
+    // Online softmax over this tile. A group whose tokens all lie past end
+    // (and that has seen none before) keeps max -inf: alpha 1, weights 0.
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
       float mt = m[g];
@@ -176,11 +173,12 @@ __device__ __forceinline__ void paged_decode(
         if (base + j * NG >= end) s[j][g] = -INFINITY;
         mt = fmaxf(mt, s[j][g]);
       }
-      const float alpha = exp2f(m[g] - mt);
+      const bool none = mt == -INFINITY;
+      const float alpha = none ? 1.0f : exp2f(m[g] - mt);
       float psum = 0.0f;
 #pragma unroll
       for (int j = 0; j < U; ++j) {
-        s[j][g] = exp2f(s[j][g] - mt);
+        s[j][g] = none ? 0.0f : exp2f(s[j][g] - mt);
         psum += s[j][g];
       }
       l[g] = l[g] * alpha + psum;
@@ -196,11 +194,6 @@ __device__ __forceinline__ void paged_decode(
       for (int g = 0; g < GT; ++g)
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[j][g], vf[e], acc[g][e]);
-    }
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      kr[j] = kn[j];
-      vr[j] = vn[j];
     }
   }
 

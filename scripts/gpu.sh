@@ -23,14 +23,14 @@ export PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-}
 for step in $STEPS; do
   case $step in
   info) run info 120 .gpu/pagedkv info ;;
-  tests) run tests 400 .gpu/tests.test -test.v -test.timeout 390s ;;
-  bench) run bench 400 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
+  tests) run tests 200 .gpu/tests.test -test.v -test.timeout 190s ;;
+  bench) run bench 200 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
     reduced='TestAppendMatchesReference|TestAppendFaults|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay'
-    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      .gpu/tests.test -test.run "$reduced" -test.timeout 290s
-    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference' -test.timeout 290s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      .gpu/tests.test -test.run "$reduced" -test.timeout 140s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference' -test.timeout 140s
     ;;
   esac
 done
