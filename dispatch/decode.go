@@ -9,10 +9,12 @@ import (
 // them (for experiments and benchmarks) before planning starts, never while
 // another goroutine plans.
 var (
-	// MinChunkTokens is the fewest KV tokens the heuristic gives one split:
-	// below it a block's fixed cost (loading q, merging) outweighs what the
-	// extra parallelism gains. Forced split counts ignore it.
-	MinChunkTokens = 64
+	// SplitCostTokens is what one more split costs (its block's fixed work
+	// and its share of the merge), in KV tokens streamed by one block. A
+	// split decode then takes about kv/s + SplitCostTokens·s, least at
+	// s = √(kv / SplitCostTokens); the H200 sweeps in docs/perf-notes.md put
+	// it at 8. Forced split counts ignore it.
+	SplitCostTokens = 8.0
 )
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
@@ -208,7 +210,7 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 		return 1, 1, ReasonEmptyKV
 	}
 
-	maxSplits := min(MaxSplits, pages, max(s.MaxKVLen/max(MinChunkTokens, 1), 1))
+	maxSplits := min(MaxSplits, pages, int(math.Round(math.Sqrt(float64(s.MaxKVLen)/SplitCostTokens))))
 	if maxSplits < 2 {
 		if k.SplitK == SplitOn {
 			return 1, 1, ReasonSplitOnShortKV
@@ -222,9 +224,9 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads)
 	slots := int64(dev.SMs) * int64(occ)
 
-	// Fill one wave: as many splits as keep every block resident at once.
-	// More splits would only add waves; the measured sweeps in
-	// docs/perf-notes.md back this rule.
+	// Fill one wave: as many splits as keep every block resident at once, up
+	// to the √ rule above. More splits would only add waves; the measured
+	// sweeps in docs/perf-notes.md back this rule.
 	splits = int(min(max(slots/blocks, 1), int64(maxSplits)))
 	switch {
 	case k.SplitK == SplitOn:

@@ -48,7 +48,7 @@ func knobs(edit func(*Knobs)) Knobs {
 func TestPlanDecodeSplits(t *testing.T) {
 	// Auto: splits = min(slots / blocks, maxSplits) with slots = SMs ×
 	// occupancy, blocks = seqs × KV heads and maxSplits = min(MaxSplits,
-	// pages, MaxKVLen / MinChunkTokens): fill one wave, never add one. The
+	// pages, round(√(MaxKVLen / 8))): fill one wave, never add one. The
 	// winner is then normalized to whole pages. The comments give the
 	// arithmetic each pinned number comes from.
 	tests := []struct {
@@ -62,7 +62,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 		reason    string
 	}{
 		{
-			// 8 blocks, 528/8 = 66; maxSplits = min(64, 32 pages, 512/64 = 8).
+			// 8 blocks, 528/8 = 66; maxSplits = min(64, 32 pages, √(512/8) = 8).
 			name: "h100 seqs=1 kv=512", dev: hopper, shape: llama(1, 512), knobs: DefaultKnobs(),
 			splits: 8, requested: 8, reason: ReasonFillSMs,
 		},
@@ -101,7 +101,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
-			// 432/8 = 54, capped by 512/64 = 8.
+			// 432/8 = 54, capped by √(512/8) = 8.
 			name: "a100 seqs=1 kv=512", dev: ampere, shape: llama(1, 512), knobs: DefaultKnobs(),
 			splits: 8, requested: 8, reason: ReasonFillSMs,
 		},
@@ -130,8 +130,8 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 4, requested: 4, reason: ReasonFillSMs,
 		},
 		{
-			// 100/64 = 1 chunk.
-			name: "kv shorter than two chunks", dev: hopper, shape: llama(1, 100), knobs: DefaultKnobs(),
+			// √(16/8) rounds to 1.
+			name: "kv too short to split", dev: hopper, shape: llama(1, 16), knobs: DefaultKnobs(),
 			splits: 1, requested: 1, reason: ReasonShortKV,
 		},
 		{
@@ -147,7 +147,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 1, reason: ReasonSplitKOff,
 		},
 		{
-			// Forced counts ignore MinChunkTokens (auto stops at 8).
+			// Forced counts ignore the √ rule (auto stops at 8).
 			name: "forced 16", dev: hopper, shape: llama(1, 512), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 16 }),
 			splits: 16, requested: 16, reason: ReasonForced,
 		},
@@ -183,7 +183,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 64, requested: 64, reason: ReasonSplitOn,
 		},
 		{
-			name: "split-K on, kv too short", dev: hopper, shape: llama(1, 100), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
+			name: "split-K on, kv too short", dev: hopper, shape: llama(1, 16), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
 			splits: 1, requested: 1, reason: ReasonSplitOnShortKV,
 		},
 		{
@@ -528,7 +528,7 @@ func BenchmarkPlanDecode(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
-			b.ReportMetric(float64(MinChunkTokens), "min_chunk_tokens")
+			b.ReportMetric(SplitCostTokens, "split_cost_tokens")
 			k := DefaultKnobs()
 			for b.Loop() {
 				if _, err := PlanDecode(bc.shape, hopper, k); err != nil {
