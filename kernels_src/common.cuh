@@ -54,25 +54,6 @@ __device__ __forceinline__ typename Vec8<T>::type load8(const T* p) {
   return *reinterpret_cast<const typename Vec8<T>::type*>(p);
 }
 
-// cp_async8 starts an asynchronous copy of 8 elements (16 bytes, or 8 for
-// fp8) from global to shared memory (sm_80 cp.async); when valid is false it
-// writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async8(uint4* dst, const void* src, bool valid) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async8(uint2* dst, const void* src, bool valid) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 8 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// cp_async_wait waits until at most N of this thread's committed groups are
-// still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // e4m3x2_to_half2 decodes the two low bytes of x into a half2 holding the
 // values divided by 256: moving the 4-bit exponent and 3-bit mantissa into a
 // half's fields keeps the bias difference (15 - 7) as a power of two, and

@@ -28,12 +28,9 @@
 // Grid: (num_kv_heads, num_seqs, splits). Block: 128 threads. One block loads
 // each K/V row of its KV head once for all G = num_q_heads/num_kv_heads query
 // heads (G ≤ GT, the next power of two). Threads form groups of D/8 lanes;
-// each lane owns 8 of the D elements, each group streams its own tokens
-// (tiles of 2 per group) with an online softmax, and the groups are merged at
-// the end through shuffles and shared memory. K/V pieces travel through a
-// per-thread ring of S tiles in static shared memory filled with cp.async
-// (S as large as fits beside q in 45 KiB), so S-1 tiles are in flight while
-// one is computed; the ring doubles as the merge buffer afterwards.
+// each lane owns 8 of the D elements, each group streams its own tokens with
+// an online softmax, and the groups are merged at the end through shuffles
+// and static shared memory (GT·D + 8·GT floats + GT·D floats of q).
 #pragma once
 #include "common.cuh"
 
@@ -58,27 +55,13 @@ __device__ __forceinline__ void paged_decode(
   constexpr int LPT = D / 8;             // lanes per token
   constexpr int GPW = 32 / LPT;          // token groups per warp
   constexpr int NG = (kDecodeThreads / 32) * GPW;  // token groups per block
-  constexpr int U = 2;                   // tokens per group per tile
+  constexpr int U = GT >= 8 ? 2 : 4;     // tokens in flight per group
   constexpr int NW = kDecodeThreads / 32;
-  using V8 = typename Vec8<C>::type;
-  // Pipeline stages (tiles in flight + 1): as many as fit beside q in the
-  // 48 KiB of static shared memory, 2 to 8.
-  constexpr int kStageBytes = U * 2 * kDecodeThreads * (int)sizeof(V8);
-  constexpr int kFit = (45 * 1024 - GT * D * (int)sizeof(float)) / kStageBytes;
-  constexpr int S = kFit < 2 ? 2 : (kFit > 8 ? 8 : kFit);
 
-  // Each thread streams its own 8-element K and V pieces of S tiles through
-  // a private ring of shared memory with cp.async: no registers hold data in
-  // flight, and no barrier is needed because a thread reads only what it
-  // copied. After the loop the ring becomes the accumulators' merge buffer.
-  constexpr int kRingBytes = S * U * 2 * kDecodeThreads * (int)sizeof(V8);
-  constexpr int kAccBytes = GT * D * (int)sizeof(float);
-  __shared__ __align__(16) unsigned char buf[kRingBytes > kAccBytes ? kRingBytes : kAccBytes];
   __shared__ __align__(16) float q_s[GT][D];
+  __shared__ __align__(16) float acc_s[GT][D];
   __shared__ float m_s[NW][GT];
   __shared__ float l_s[NW][GT];
-  V8(*ring)[U][2][kDecodeThreads] = reinterpret_cast<V8(*)[U][2][kDecodeThreads]>(buf);
-  float(*acc_s)[D] = reinterpret_cast<float(*)[D]>(buf);
 
   const int kvh = blockIdx.x;
   const int num_kv_heads = gridDim.x;
@@ -98,6 +81,7 @@ __device__ __forceinline__ void paged_decode(
     float x = 0.0f;
     if (g < G) x = to_float(q[seq * q_seq_stride + (int64_t)(kvh * G + g) * D + d]) * q_mul;
     q_s[g][d] = x;
+    acc_s[g][d] = 0.0f;
   }
 
   int len = kv_lens[seq];
@@ -125,49 +109,30 @@ __device__ __forceinline__ void paged_decode(
   }
   __syncthreads();
 
-  // issue starts copying the tile at warp base tb into ring stage st and
-  // commits it as one cp.async group; tokens past end are zero-filled
-  // without reading memory (so every iteration commits exactly one group).
-  auto issue = [&](int tb, int st) {
-    const int b = tb + lane / LPT;
+  using V8 = typename Vec8<C>::type;
+  // The trip count must be the same for every lane of a warp (the score
+  // reduction shuffles across the whole warp), so the loop runs over the
+  // warp's tiles and each group masks the tokens past end.
+  for (int wbase = start + warp * GPW; wbase < end; wbase += NG * U) {
+    const int base = wbase + lane / LPT;
+    V8 kr[U], vr[U];
 #pragma unroll
     for (int j = 0; j < U; ++j) {
-      const int t = b + j * NG;
-      int64_t off = 0;
-      const bool valid = t < end;
-      if (valid) {
+      const int t = base + j * NG;
+      if (t < end) {
         int blk = table[t >> block_size_log2];
         if (blk < 0 || blk >= num_blocks) {
           record_fault(fault, kFaultBlockBeyondPool, seq, t >> block_size_log2, blk);
           blk = 0;
         }
-        off = (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride + head_off;
+        const int64_t off = (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride + head_off;
+        kr[j] = load8(k_cache + off);
+        vr[j] = load8(v_cache + off);
+      } else {
+        kr[j] = V8{};
+        vr[j] = V8{};
       }
-      cp_async8(&ring[st][j][0][threadIdx.x], k_cache + off, valid);
-      cp_async8(&ring[st][j][1][threadIdx.x], v_cache + off, valid);
     }
-    cp_async_commit();
-  };
-  // The trip count must be the same for every lane of a warp (the score
-  // reduction shuffles across the whole warp), so the loop runs over the
-  // warp's tiles and each group masks the tokens past end.
-  int next = start + warp * GPW;
-#pragma unroll
-  for (int st = 0; st < S - 1; ++st, next += NG * U) issue(next, st);
-  int stage = 0;
-  for (int wbase = start + warp * GPW; wbase < end; wbase += NG * U) {
-    const int base = wbase + lane / LPT;
-    cp_async_wait<S - 2>();  // this tile's group has landed
-    V8 kr[U], vr[U];
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      kr[j] = ring[stage][j][0][threadIdx.x];
-      vr[j] = ring[stage][j][1][threadIdx.x];
-    }
-    // Refill the stage this thread consumed in the previous iteration.
-    issue(next, stage == 0 ? S - 1 : stage - 1);
-    next += NG * U;
-    stage = stage == S - 1 ? 0 : stage + 1;
     float s[U][GT];
     {
       float kf[U][8];
@@ -231,10 +196,6 @@ __device__ __forceinline__ void paged_decode(
         for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[j][g], vf[e], acc[g][e]);
     }
   }
-
-  cp_async_wait<0>();
-  __syncthreads();  // every thread is done with the ring: it becomes acc_s
-  for (int i = threadIdx.x; i < GT * D; i += kDecodeThreads) acc_s[i / D][i % D] = 0.0f;
 
   // Merge the token groups of each warp.
 #pragma unroll
