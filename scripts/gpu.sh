@@ -3,13 +3,13 @@
 #   CGO_ENABLED=0 go test -c -o .gpu/tests.test ./tests
 #   CGO_ENABLED=0 go build -o .gpu/pagedkv ./cmd/pagedkv
 # It writes logs under $OUT (default ./gpu-out) and prints a short summary last.
-# Steps: info, tests, bench, then the GPU tests under compute-sanitizer
+# Steps: info, tests, verify, bench, then the GPU tests under compute-sanitizer
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
 # selects steps; BENCH_ARGS passes flags to pagedkv bench.
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
-STEPS=${STEPS:-"info tests bench sanitize"}
+STEPS=${STEPS:-"info tests verify bench sanitize"}
 summary=()
 run() { # name timeout cmd...
   local name=$1 limit=$2; shift 2
@@ -24,6 +24,7 @@ for step in $STEPS; do
   case $step in
   info) run info 120 .gpu/pagedkv info ;;
   tests) run tests 200 .gpu/tests.test -test.v -test.timeout 190s ;;
+  verify) run verify 120 .gpu/pagedkv verify -n 40 ;;
   bench) run bench 200 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
     reduced='TestAppendMatchesReference|TestAppendFaults|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay'
@@ -39,5 +40,6 @@ echo "==== tests"; grep -E '^(--- FAIL|FAIL|ok|PASS)|Error Trace|Error:|panic' "
 for t in memcheck racecheck; do
   [ -f "$OUT/$t.log" ] && { echo "==== $t"; grep -E 'ERROR SUMMARY|Error|FAIL|^ok|PASS|RACECHECK SUMMARY' "$OUT/$t.log" | head -12; }
 done
+echo "==== verify"; tail -6 "$OUT/verify.log" 2>/dev/null
 echo "==== bench"; sed -n '/^pagedkv bench on/,$p' "$OUT/bench.log" 2>/dev/null; tail -5 "$OUT/bench.log" 2>/dev/null | grep -v '^ ' 
 echo "==== summary"; printf '%s\n' "${summary[@]}"
