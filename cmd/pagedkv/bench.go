@@ -225,7 +225,7 @@ func (b *bencher) benchAppend() error {
 		}
 		gbps := float64(bytes) / us / 1e3
 		b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
-			Shape: fmt.Sprintf("T=%d KH=%d D=%d bs=%d", tokens, kvHeads, headDim, blockSize),
+			Shape:  fmt.Sprintf("T=%d KH=%d D=%d bs=%d", tokens, kvHeads, headDim, blockSize),
 			Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
 	}
 	return nil

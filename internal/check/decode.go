@@ -132,8 +132,8 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 	up(&a.VCache)(Upload(p.Arena, s, vRaw, 1))
 	up(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
 	up(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
-	up(&a.Out)(p.Arena.Alloc(int64(c.Seqs*rowElems*c.DType.Size())))
-	up(&a.LSE)(p.Arena.Alloc(int64(c.Seqs*c.QHeads*4)))
+	up(&a.Out)(p.Arena.Alloc(int64(c.Seqs * rowElems * c.DType.Size())))
+	up(&a.LSE)(p.Arena.Alloc(int64(c.Seqs * c.QHeads * 4)))
 	if err != nil {
 		_ = p.Arena.Free()
 		return nil, err
