@@ -89,7 +89,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "PAGED_FLASH_SPLITS", File: KeyPagedFlashSplits, Field: "PagedFlashSplits",
 			Default: "auto", Allowed: `"auto" (or empty) or ` + intRange(1, MaxPagedFlashSplits),
-			Description: "Split count for split-K paged attention; auto (0 in Go) lets the planner choose.",
+			Description: "Split count for split-K paged attention; auto (0 in Go) lets the planner choose; a forced count is clamped to what is valid (1..64, whole pages) and the plan says so.",
 		},
 		parse: func(s string) (any, error) {
 			if s == "" || strings.EqualFold(s, "auto") {
@@ -116,7 +116,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "PAGED_FLASH", File: KeyPagedFlash, Field: "PagedFlash",
 			Default: "true", Allowed: boolAllowed,
-			Description: "Use the paged flash-decoding kernels; false selects the plain paged kernels.",
+			Description: "Allow the split-K (flash-decoding) path; false forces single-pass decode.",
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.PagedFlash) },
@@ -180,7 +180,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "CHECK_BOUNDS", File: KeyCheckBounds, Field: "CheckBounds",
 			Default: "false", Allowed: boolAllowed,
-			Description: "Check page-table entries and slot indices against the cache size before every launch.",
+			Description: "After every op, wait for the stream and return as an error any bad slot, block-table entry or kv length the kernels found (they never read or write outside the buffers either way).",
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.CheckBounds) },
