@@ -55,12 +55,7 @@ __device__ __forceinline__ void paged_decode(
   constexpr int LPT = D / 8;             // lanes per token
   constexpr int GPW = 32 / LPT;          // token groups per warp
   constexpr int NG = (kDecodeThreads / 32) * GPW;  // token groups per block
-  // Scatter path: when a tile holds exactly one score per lane of a group
-  // (U·GT == LPT, U ≤ 4, LPT ≤ 16), the score reduction ends with each lane owning
-  // one (token, head) score, so the softmax runs once per score instead of
-  // once per lane (see the loop). Otherwise every lane reduces every score.
-  constexpr bool kScatter = LPT <= 16 && LPT % GT == 0 && LPT / GT <= 4;
-  constexpr int U = kScatter ? LPT / GT : (GT >= 8 ? 2 : 4);  // tokens per group per tile
+  constexpr int U = GT >= 8 ? 2 : 4;     // tokens in flight per group
   constexpr int NW = kDecodeThreads / 32;
 
   __shared__ __align__(16) float q_s[GT][D];
@@ -105,7 +100,6 @@ __device__ __forceinline__ void paged_decode(
   const int64_t head_off = (int64_t)kvh * D + gl * 8;
 
   float m[GT], l[GT], acc[GT][8];
-  float m_own = -INFINITY, l_own = 0.0f;  // scatter path: this lane's head
 #pragma unroll
   for (int g = 0; g < GT; ++g) {
     m[g] = -INFINITY;
@@ -162,111 +156,44 @@ __device__ __forceinline__ void paged_decode(
         }
       }
     }
-    if constexpr (kScatter) {
-      // Reduce-scatter: each halving step sends half of the scores still
-      // held to the partner lane and adds what comes back, so after log2(LPT)
-      // steps lane gl holds the full score k = gl, i.e. token j = gl / GT of
-      // the tile and head g = gl % GT (15 shuffles for 16 scores, not 64).
-      float v[LPT];
+#pragma unroll
+    for (int o = LPT / 2; o > 0; o >>= 1) {
 #pragma unroll
       for (int j = 0; j < U; ++j)
 #pragma unroll
-        for (int g = 0; g < GT; ++g) v[j * GT + g] = s[j][g];
-#pragma unroll
-      for (int c = LPT; c > 1; c >>= 1) {
-        const bool upper = (gl & (c >> 1)) != 0;
-#pragma unroll
-        for (int i = 0; i < (c >> 1); ++i) {
-          const float send = upper ? v[i] : v[i + (c >> 1)];
-          const float keep = upper ? v[i + (c >> 1)] : v[i];
-          v[i] = keep + __shfl_xor_sync(0xffffffffu, send, c >> 1);
-        }
-      }
-      const int j_own = gl / GT;
-      float sc = base + j_own * NG < end ? v[0] : -INFINITY;
-      // Max and sum over the tile's tokens of this lane's head: the lanes
-      // holding head g are gl ≡ g (mod GT).
-      float tm = sc;
-#pragma unroll
-      for (int o = GT; o < LPT; o <<= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-      const float mn = fmaxf(m_own, tm);
-      const bool none = mn == -INFINITY;
-      const float alpha = none ? 1.0f : exp2f(m_own - mn);  // 0 when m_own was -inf
-      const float p = none ? 0.0f : exp2f(sc - mn);
-      float ps = p;
-#pragma unroll
-      for (int o = GT; o < LPT; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-      l_own = l_own * alpha + ps;
-      m_own = mn;
-      // Rescale the accumulators only when some head's max grew; alpha of
-      // head g lives in lane g of the group.
-      if (__any_sync(0xffffffffu, alpha != 1.0f)) {
-#pragma unroll
-        for (int g = 0; g < GT; ++g) {
-          const float a = __shfl_sync(0xffffffffu, alpha, g, LPT);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] *= a;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < U; ++j) {
-        float vf[8];
-        to_float8(vr[j], v_cache, vf);
-#pragma unroll
-        for (int g = 0; g < GT; ++g) {
-          const float pj = __shfl_sync(0xffffffffu, p, j * GT + g, LPT);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(pj, vf[e], acc[g][e]);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int o = LPT / 2; o > 0; o >>= 1) {
-#pragma unroll
-        for (int j = 0; j < U; ++j)
-#pragma unroll
-          for (int g = 0; g < GT; ++g) s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o);
-      }
-      // Online softmax over this tile. A group whose tokens all lie past end
-      // (and that has seen none before) keeps max -inf: alpha 1, weights 0.
-#pragma unroll
-      for (int g = 0; g < GT; ++g) {
-        float mt = m[g];
-#pragma unroll
-        for (int j = 0; j < U; ++j) {
-          if (base + j * NG >= end) s[j][g] = -INFINITY;
-          mt = fmaxf(mt, s[j][g]);
-        }
-        const bool none = mt == -INFINITY;
-        const float alpha = none ? 1.0f : exp2f(m[g] - mt);
-        float psum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < U; ++j) {
-          s[j][g] = none ? 0.0f : exp2f(s[j][g] - mt);
-          psum += s[j][g];
-        }
-        l[g] = l[g] * alpha + psum;
-        m[g] = mt;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] *= alpha;
-      }
-#pragma unroll
-      for (int j = 0; j < U; ++j) {
-        float vf[8];
-        to_float8(vr[j], v_cache, vf);
-#pragma unroll
-        for (int g = 0; g < GT; ++g)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[j][g], vf[e], acc[g][e]);
-      }
+        for (int g = 0; g < GT; ++g) s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o);
     }
-  }
-  if constexpr (kScatter) {
-    // Back to per-head state in every lane: head g's lives in lane g.
+    // Online softmax over this tile. A group whose tokens all lie past end
+    // (and that has seen none before) keeps max -inf: alpha 1, weights 0.
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
-      m[g] = __shfl_sync(0xffffffffu, m_own, g, LPT);
-      l[g] = __shfl_sync(0xffffffffu, l_own, g, LPT);
+      float mt = m[g];
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+        if (base + j * NG >= end) s[j][g] = -INFINITY;
+        mt = fmaxf(mt, s[j][g]);
+      }
+      const bool none = mt == -INFINITY;
+      const float alpha = none ? 1.0f : exp2f(m[g] - mt);
+      float psum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+        s[j][g] = none ? 0.0f : exp2f(s[j][g] - mt);
+        psum += s[j][g];
+      }
+      l[g] = l[g] * alpha + psum;
+      m[g] = mt;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= alpha;
+    }
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      float vf[8];
+      to_float8(vr[j], v_cache, vf);
+#pragma unroll
+      for (int g = 0; g < GT; ++g)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[j][g], vf[e], acc[g][e]);
     }
   }
 
