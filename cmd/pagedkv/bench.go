@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -64,7 +65,14 @@ func runBench(args []string) error {
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
+	// The op may also come first: pagedkv bench decode [flags].
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		*op, args = args[0], args[1:]
+	}
 	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("pagedkv bench: unexpected argument %q; usage: pagedkv bench [all|copy|append|decode] [flags]", fs.Arg(0))
+	}
 	switch *op {
 	case "all", "copy", "append", "decode":
 	default:

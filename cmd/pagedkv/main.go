@@ -2,7 +2,7 @@
 // verifies them against the float64 reference.
 //
 //	pagedkv info             driver, device, configuration, module JIT loads
-//	pagedkv bench [flags]    copy bandwidth, then every kernel against it
+//	pagedkv bench [op]       copy bandwidth, then every kernel against it
 //	pagedkv verify [flags]   random shapes against internal/ref
 package main
 
@@ -47,8 +47,8 @@ func usage() {
 commands:
   info     driver version, device, configuration in effect and its sources,
            and whether every embedded module JIT-loads on this GPU
-  bench    device-to-device copy bandwidth, then the kernels as a fraction of it
-           (pagedkv bench -h for flags)
+  bench    device-to-device copy bandwidth, then the kernels as a fraction of it:
+           pagedkv bench [all|copy|append|decode] [flags] (pagedkv bench -h for flags)
   verify   a correctness sweep on random shapes against the float64 reference
 `)
 }
