@@ -5,17 +5,63 @@ import (
 	"github.com/pagedkv/pagedkv/driver"
 )
 
-// AppendArgs describes one KV-cache append ("reshape and cache", flash
-// layout): token t's key and value rows go to slot SlotMapping[t] of the
-// caches.
+// CacheLayout is the memory layout of a paged K/V cache pair. x is 16 bytes
+// over the cache element size: 8 for f16/bf16, 16 for fp8.
+type CacheLayout int
+
+const (
+	// LayoutFlash: K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	LayoutFlash CacheLayout = iota
+	// LayoutXSplit ("paged"): K [NumBlocks, NumKVHeads, HeadDim/x, BlockSize, x],
+	// V [NumBlocks, NumKVHeads, HeadDim, BlockSize]. HeadDim must be a
+	// multiple of x.
+	LayoutXSplit
+	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
+	// BlockSize/x, HeadDim, x]. HeadDim and BlockSize must be multiples of x.
+	LayoutShuffle
+)
+
+func (l CacheLayout) String() string {
+	switch l {
+	case LayoutFlash:
+		return "flash"
+	case LayoutXSplit:
+		return "x-split"
+	case LayoutShuffle:
+		return "shuffle"
+	}
+	return "CacheLayout(" + itoa(int(l)) + ")"
+}
+
+// checkLayout checks the layout and the multiples of x it needs.
+func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {
+	x := 16 / cache.Size()
+	switch l {
+	case LayoutFlash:
+		return nil
+	case LayoutXSplit, LayoutShuffle:
+		if headDim%x != 0 {
+			return errf("%s.HeadDim=%d is not allowed with the %s layout and a %s cache; allowed: a multiple of %d", arg, headDim, l, cache, x)
+		}
+		if l == LayoutShuffle && blockSize%x != 0 {
+			return errf("%s.BlockSize=%d is not allowed with the shuffle layout and a %s cache; allowed: a multiple of %d", arg, blockSize, cache, x)
+		}
+		return nil
+	}
+	return errf("%s.Layout=%d is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle", arg, int(l))
+}
+
+// AppendArgs describes one KV-cache append ("reshape and cache"): token t's
+// key and value rows go to slot SlotMapping[t] of the caches, in Layout.
 //
 //   - Key, Value: [NumTokens, NumKVHeads, HeadDim] of DType, element strides
 //     KeyTokenStride/KeyHeadStride (0 = contiguous: NumKVHeads·HeadDim and
 //     HeadDim), likewise for Value. Strides and pointers must keep every
 //     8-element row 16-byte aligned.
-//   - KeyCache, ValueCache: [NumBlocks, BlockSize, NumKVHeads, HeadDim] of
-//     CacheDType, which is DType or E4M3 (value / KScale or VScale, rounded to
-//     nearest even, saturated to ±448).
+//   - KeyCache, ValueCache: NumBlocks·BlockSize·NumKVHeads·HeadDim elements
+//     of CacheDType in Layout (LayoutFlash by default); CacheDType is DType
+//     or E4M3 (value / KScale or VScale, rounded to nearest even, saturated
+//     to ±448).
 //   - SlotMapping: int64 [NumTokens] on the device; a negative slot skips the
 //     token. SlotRemap (optional): int64 table, slot = SlotRemap[slot],
 //     negative skips (sliding-window caches). Slots the host cannot see are
@@ -35,26 +81,27 @@ type AppendArgs struct {
 
 	DType, CacheDType DType
 	KScale, VScale    float32
+	Layout            CacheLayout
 }
 
 const appendArg = "AppendArgs"
 
-// strides returns the strides in effect (0 means contiguous).
+// strides returns the strides in effect: 0 means contiguous, and the stride
+// of a dimension of size 1 (one KV head, one token) is canonicalized to the
+// contiguous one, since it never moves an address.
 func (a *AppendArgs) strides() (kt, kh, vt, vh int64) {
-	kh, vh = int64(a.KeyHeadStride), int64(a.ValueHeadStride)
-	if kh == 0 {
-		kh = int64(a.HeadDim)
+	row := int64(a.HeadDim)
+	span := int64(a.NumKVHeads) * row
+	pick := func(v int, n int, contiguous int64) int64 {
+		if v == 0 || n == 1 {
+			return contiguous
+		}
+		return int64(v)
 	}
-	if vh == 0 {
-		vh = int64(a.HeadDim)
-	}
-	kt, vt = int64(a.KeyTokenStride), int64(a.ValueTokenStride)
-	if kt == 0 {
-		kt = int64(a.NumKVHeads) * int64(a.HeadDim)
-	}
-	if vt == 0 {
-		vt = int64(a.NumKVHeads) * int64(a.HeadDim)
-	}
+	kh = pick(a.KeyHeadStride, a.NumKVHeads, row)
+	vh = pick(a.ValueHeadStride, a.NumKVHeads, row)
+	kt = pick(a.KeyTokenStride, a.NumTokens, span)
+	vt = pick(a.ValueTokenStride, a.NumTokens, span)
 	return
 }
 
@@ -81,6 +128,9 @@ func (a *AppendArgs) Validate() error {
 	if err := inRange(appendArg, "NumBlocks", a.NumBlocks, 1, 1<<40); err != nil {
 		return err
 	}
+	if err := checkLayout(appendArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
+		return err
+	}
 	if err := cacheScale(appendArg, "KScale", a.KScale, a.CacheDType); err != nil {
 		return err
 	}
@@ -97,11 +147,11 @@ func (a *AppendArgs) Validate() error {
 		{"Key", kt, kh, "KeyTokenStride", "KeyHeadStride"},
 		{"Value", vt, vh, "ValueTokenStride", "ValueHeadStride"},
 	} {
-		if s.head%8 != 0 || s.head < row && a.NumKVHeads > 1 {
+		if s.head%8 != 0 || s.head < row {
 			return errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=%d", appendArg, s.headF, s.head, row)
 		}
 		span := int64(a.NumKVHeads-1)*s.head + row
-		if s.token%8 != 0 || s.token < span && a.NumTokens > 1 {
+		if s.token%8 != 0 || s.token < span {
 			return errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ %d (the heads' span)", appendArg, s.tokenF, s.token, span)
 		}
 	}
@@ -141,8 +191,8 @@ func (a *AppendArgs) Validate() error {
 	return nil
 }
 
-// cacheAppendParams is the parameter list of the cache_append_flash_* kernels,
-// in PTX order (kernels_src/cache.cu).
+// cacheAppendParams is the parameter list of the cache_append_* kernels, in
+// PTX order (kernels_src/cache.cu).
 type cacheAppendParams struct {
 	Key, Value, KeyCache, ValueCache  driver.DevicePtr
 	SlotMapping, SlotRemap, Fault     driver.DevicePtr
@@ -151,6 +201,7 @@ type cacheAppendParams struct {
 	KeyTokenStride, KeyHeadStride     int64
 	ValueTokenStride, ValueHeadStride int64
 	KScale, VScale                    float32
+	Layout, BlockSizeLog2             int32
 }
 
 // Append writes the tokens of a into the paged caches on stream s.
@@ -183,6 +234,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
 		KeyTokenStride: kt, KeyHeadStride: kh, ValueTokenStride: vt, ValueHeadStride: vh,
 		KScale: 1, VScale: 1,
+		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
 	}
 	if a.CacheDType == E4M3 {
 		p.KScale, p.VScale = a.KScale, a.VScale
@@ -203,3 +255,120 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 }
 
 func dim(d dispatch.Dim3) driver.Dim3 { return driver.Dim3{X: d.X, Y: d.Y, Z: d.Z} }
+
+// GatherArgs describes a gather of cache slots back to token-major rows:
+// row t of KeyOut and ValueOut ([NumTokens, NumKVHeads, HeadDim] of
+// CacheDType, contiguous) receives the elements of slot Slots[t] (int64 on
+// the device), bit for bit: the exact inverse of an append into a cache of
+// the input's dtype. A negative slot leaves its row as it was; a slot beyond
+// the cache is recorded in the stream's fault record and not read.
+type GatherArgs struct {
+	KeyCache, ValueCache Buffer
+	Slots                Buffer
+	KeyOut, ValueOut     Buffer
+
+	NumTokens, NumKVHeads, HeadDim int
+	BlockSize, NumBlocks           int
+	CacheDType                     DType
+	Layout                         CacheLayout
+}
+
+const gatherArg = "GatherArgs"
+
+// Validate checks every shape, dtype, layout, alignment and buffer capacity.
+func (a *GatherArgs) Validate() error {
+	if !a.CacheDType.Valid() {
+		return errf("%s.CacheDType=%s is not supported; allowed: f16, bf16, e4m3", gatherArg, a.CacheDType)
+	}
+	if a.HeadDim%8 != 0 || a.HeadDim < 8 || a.HeadDim > 256 {
+		return errf("%s.HeadDim=%d is not supported; allowed: a multiple of 8 from 8 to 256", gatherArg, a.HeadDim)
+	}
+	if err := inRange(gatherArg, "NumKVHeads", a.NumKVHeads, 1, 1<<16); err != nil {
+		return err
+	}
+	if err := inRange(gatherArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
+		return err
+	}
+	if err := powerOfTwo(gatherArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
+		return err
+	}
+	if err := inRange(gatherArg, "NumBlocks", a.NumBlocks, 1, 1<<40); err != nil {
+		return err
+	}
+	if err := checkLayout(gatherArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
+		return err
+	}
+	esize := int64(a.CacheDType.Size())
+	cacheElems, err := mul(gatherArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
+	if err := buffer(gatherArg, "KeyCache", a.KeyCache, cacheElems*esize, 16); err != nil {
+		return err
+	}
+	if err := buffer(gatherArg, "ValueCache", a.ValueCache, cacheElems*esize, 16); err != nil {
+		return err
+	}
+	if a.NumTokens > 0 {
+		rows := int64(a.NumTokens) * int64(a.NumKVHeads) * int64(a.HeadDim) * esize
+		if err := buffer(gatherArg, "Slots", a.Slots, int64(a.NumTokens)*8, 8); err != nil {
+			return err
+		}
+		if err := buffer(gatherArg, "KeyOut", a.KeyOut, rows, 16); err != nil {
+			return err
+		}
+		if err := buffer(gatherArg, "ValueOut", a.ValueOut, rows, 16); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cacheGatherParams is the parameter list of the cache_gather_* kernels, in
+// PTX order (kernels_src/cache.cu).
+type cacheGatherParams struct {
+	KeyOut, ValueOut, KeyCache, ValueCache driver.DevicePtr
+	Slots, Fault                           driver.DevicePtr
+	NumSlots                               int64
+	NumTokens, NumKVHeads, HeadDim         int32
+	Layout, BlockSizeLog2                  int32
+}
+
+// Gather copies the cache slots of a back to token-major rows on stream s.
+func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	plan, err := dispatch.PlanGather(dispatch.AppendShape{
+		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, In: a.CacheDType, Cache: a.CacheDType,
+	})
+	if err != nil || plan.Grid.X == 0 {
+		return err
+	}
+	fn, _, err := r.function(plan.Kernel)
+	if err != nil {
+		return err
+	}
+	p := cacheGatherParams{
+		KeyOut: a.KeyOut.Ptr, ValueOut: a.ValueOut.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
+		Slots: a.Slots.Ptr, Fault: s.fault, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
+		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
+		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
+	}
+	capturing := false
+	if r.cfg.CheckBounds {
+		if capturing, err = s.capturing(); err != nil {
+			return err
+		}
+	}
+	err = r.do(func() error {
+		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+	})
+	if err != nil {
+		return err
+	}
+	return s.afterLaunch(capturing)
+}

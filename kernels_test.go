@@ -17,8 +17,9 @@ import (
 // paramStructs maps each kernel family (by entry-name prefix, longest match
 // wins) to the Go struct whose fields are its parameters.
 var paramStructs = map[string]reflect.Type{
-	"cache_append_flash_": reflect.TypeFor[cacheAppendParams](),
-	"paged_decode_":       reflect.TypeFor[pagedDecodeParams](),
+	"cache_append_": reflect.TypeFor[cacheAppendParams](),
+	"cache_gather_": reflect.TypeFor[cacheGatherParams](),
+	"paged_decode_": reflect.TypeFor[pagedDecodeParams](),
 }
 
 func paramStructFor(entry string) (reflect.Type, bool) {

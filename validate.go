@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strconv"
 
 	"github.com/pagedkv/pagedkv/driver"
 )
@@ -82,3 +83,5 @@ func cacheScale(arg, field string, v float32, cache DType) error {
 func log2(v int) int32 { return int32(bits.TrailingZeros(uint(v))) }
 
 func ptrOf(b Buffer) driver.DevicePtr { return b.Ptr }
+
+func itoa(v int) string { return strconv.Itoa(v) }

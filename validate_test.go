@@ -53,6 +53,11 @@ func TestAppendArgsValidate(t *testing.T) {
 		{"fp8 scale", func(a *AppendArgs) { a.CacheDType = E4M3; a.KScale = 1; a.VScale = 0 }, "AppendArgs.VScale=0 is not allowed with an e4m3 cache"},
 		{"remap ragged", func(a *AppendArgs) { a.SlotRemap = fakeBuffer(12) }, "AppendArgs.SlotRemap holds 12 bytes, not a whole number"},
 		{"blocks", func(a *AppendArgs) { a.NumBlocks = 0 }, "AppendArgs.NumBlocks=0 is out of range"},
+		{"layout", func(a *AppendArgs) { a.Layout = 7 }, "AppendArgs.Layout=7 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"x-split fp8 head dim", func(a *AppendArgs) {
+			a.HeadDim, a.CacheDType, a.KScale, a.VScale, a.Layout = 120, E4M3, 1, 1, LayoutXSplit
+		}, "AppendArgs.HeadDim=120 is not allowed with the x-split layout and a e4m3 cache; allowed: a multiple of 16"},
+		{"shuffle block size", func(a *AppendArgs) { a.BlockSize, a.Layout = 4, LayoutShuffle }, "AppendArgs.BlockSize=4 is not allowed with the shuffle layout and a f16 cache; allowed: a multiple of 8"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,6 +68,19 @@ func TestAppendArgsValidate(t *testing.T) {
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
+}
+
+func TestAppendDegenerateStridesAreCanonical(t *testing.T) {
+	a := goodAppend()
+	a.NumKVHeads, a.KeyHeadStride, a.ValueHeadStride = 1, 3, 1 // one head: its stride never moves an address
+	a.KeyCache.Bytes, a.ValueCache.Bytes = 8*16*128*2, 8*16*128*2
+	require.NoError(t, a.Validate())
+	_, kh, _, vh := a.strides()
+	assert.Equal(t, int64(128), kh)
+	assert.Equal(t, int64(128), vh)
+	a = goodAppend()
+	a.NumTokens, a.KeyTokenStride = 1, 5 // one token
+	require.NoError(t, a.Validate())
 }
 
 func TestAppendStridedInputNeedsOnlyItsSpan(t *testing.T) {
@@ -114,6 +132,39 @@ func TestDecodeArgsValidate(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			a := goodDecode()
+			c.mutate(&a)
+			err := a.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestGatherArgsValidate(t *testing.T) {
+	good := func() GatherArgs {
+		const tok, h, d, bs, nb = 10, 4, 128, 16, 8
+		return GatherArgs{
+			KeyCache: fakeBuffer(nb * bs * h * d * 2), ValueCache: fakeBuffer(nb * bs * h * d * 2), Slots: fakeBuffer(tok * 8),
+			KeyOut: fakeBuffer(tok * h * d * 2), ValueOut: fakeBuffer(tok * h * d * 2),
+			NumTokens: tok, NumKVHeads: h, HeadDim: d, BlockSize: bs, NumBlocks: nb, CacheDType: F16, Layout: LayoutShuffle,
+		}
+	}
+	a := good()
+	require.NoError(t, a.Validate())
+	cases := []struct {
+		name   string
+		mutate func(a *GatherArgs)
+		want   string
+	}{
+		{"dtype", func(a *GatherArgs) { a.CacheDType = 0 }, "GatherArgs.CacheDType=DType(0) is not supported"},
+		{"out small", func(a *GatherArgs) { a.ValueOut.Bytes-- }, "GatherArgs.ValueOut holds 10239 bytes; the shapes need 10240"},
+		{"slots", func(a *GatherArgs) { a.Slots = Buffer{} }, "GatherArgs.Slots is missing"},
+		{"shuffle fp8 block", func(a *GatherArgs) { a.CacheDType = E4M3; a.BlockSize = 8 }, "GatherArgs.BlockSize=8 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
+		{"cache small", func(a *GatherArgs) { a.KeyCache.Bytes = 64 }, "GatherArgs.KeyCache holds 64 bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := good()
 			c.mutate(&a)
 			err := a.Validate()
 			require.Error(t, err)

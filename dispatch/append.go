@@ -20,6 +20,26 @@ type AppendShape struct {
 // with Grid.X == 0, meaning nothing to launch. Errors wrap ErrInvalidShape. On
 // success it allocates nothing.
 func PlanAppend(a AppendShape) (Plan, error) {
+	kernel, err := AppendKernelName(a.In, a.Cache)
+	if err != nil {
+		return Plan{}, err
+	}
+	return planRows(a, kernel)
+}
+
+// PlanGather plans a cache gather launch (the inverse of an append, reading
+// the Cache dtype; In is ignored) with the same geometry as PlanAppend.
+func PlanGather(a AppendShape) (Plan, error) {
+	kernel, err := GatherKernelName(a.Cache)
+	if err != nil {
+		return Plan{}, err
+	}
+	return planRows(a, kernel)
+}
+
+// planRows is the geometry shared by append and gather: one thread per 8
+// elements of one token's head.
+func planRows(a AppendShape, kernel string) (Plan, error) {
 	switch {
 	case a.NumTokens < 0:
 		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d is negative", a.NumTokens)
@@ -27,10 +47,6 @@ func PlanAppend(a AppendShape) (Plan, error) {
 		return Plan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
 	case a.HeadDim < appendVector || a.HeadDim > 256 || a.HeadDim%appendVector != 0:
 		return Plan{}, errf("dispatch: AppendShape.HeadDim=%d is not supported; supported: a multiple of 8 from 8 to 256", a.HeadDim)
-	}
-	kernel, err := AppendKernelName(a.In, a.Cache)
-	if err != nil {
-		return Plan{}, err
 	}
 	perToken := int64(a.NumKVHeads) * int64(a.HeadDim/appendVector)
 	maxThreads := int64(math.MaxInt32) * AppendThreads

@@ -25,6 +25,7 @@ const MaxGroupSize = 16
 type nameTables struct {
 	decode [len(activationTypes)][2][len(headDims)][len(groupTiles)]string
 	append [len(activationTypes)][2]string
+	gather [3]string // by cache dtype: f16, bf16, e4m3
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -33,13 +34,16 @@ var tables = buildNames()
 
 func buildNames() *nameTables {
 	t := new(nameTables)
+	for i, d := range [...]DType{F16, BF16, E4M3} {
+		t.gather[i] = "cache_gather_" + d.String()
+	}
 	for qi, q := range activationTypes {
 		for fp8 := range 2 {
 			cache := ""
 			if fp8 == 1 {
 				cache = "_" + E4M3.String()
 			}
-			t.append[qi][fp8] = "cache_append_flash_" + q.String() + cache
+			t.append[qi][fp8] = "cache_append_" + q.String() + cache
 			for hi, d := range headDims {
 				hd := "_hd" + strconv.Itoa(d)
 				for gi, g := range groupTiles {
@@ -161,5 +165,16 @@ func AppendKernelNames() []string {
 
 // KernelNames returns every kernel entry name the planner can put in a Plan.
 func KernelNames() []string {
-	return append(DecodeKernelNames(), AppendKernelNames()...)
+	return append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...)
 }
+
+// GatherKernelName returns the cache gather kernel for a cache of dtype cache.
+func GatherKernelName(cache DType) (string, error) {
+	if !cache.Valid() {
+		return "", errf("dispatch: cache dtype %s is not supported; supported: f16, bf16, e4m3", cache)
+	}
+	return tables.gather[cache-F16], nil
+}
+
+// GatherKernelNames returns every cache gather kernel entry name.
+func GatherKernelNames() []string { return append([]string(nil), tables.gather[:]...) }

@@ -304,12 +304,12 @@ func TestKernelNameLists(t *testing.T) {
 	assert.Contains(t, decode, "paged_decode_f16_hd64_g1")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256_g16")
 	assert.Equal(t, []string{
-		"cache_append_flash_f16", "cache_append_flash_f16_e4m3",
-		"cache_append_flash_bf16", "cache_append_flash_bf16_e4m3",
+		"cache_append_f16", "cache_append_f16_e4m3",
+		"cache_append_bf16", "cache_append_bf16_e4m3",
 	}, AppendKernelNames())
 
 	all := KernelNames()
-	assert.Len(t, all, len(decode)+4)
+	assert.Len(t, all, len(decode)+4+3)
 	seen := map[string]bool{}
 	for _, name := range all {
 		assert.False(t, seen[name], "duplicate %s", name)
@@ -400,14 +400,14 @@ func TestPlanAppend(t *testing.T) {
 		gridX  uint32
 	}{
 		// 1 token · 8 heads · 128/8 = 128 threads → 1 block.
-		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_flash_f16", 1},
+		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 1},
 		// 4096 · 8 · 16 = 524288 threads → 2048 blocks.
-		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: BF16}, "cache_append_flash_bf16", 2048},
+		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: BF16}, "cache_append_bf16", 2048},
 		// 3 · 1 · 1 = 3 threads → 1 block.
-		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, In: F16, Cache: E4M3}, "cache_append_flash_f16_e4m3", 1},
+		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, In: F16, Cache: E4M3}, "cache_append_f16_e4m3", 1},
 		// 100 · 5 · 32 = 16000 threads → 62.5 → 63 blocks.
-		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_flash_bf16_e4m3", 63},
-		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_flash_f16", 0},
+		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_bf16_e4m3", 63},
+		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kernel, func(t *testing.T) {

@@ -13,10 +13,13 @@ const (
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
 const (
-	CacheAppendFlashBf16     = "cache_append_flash_bf16"
-	CacheAppendFlashBf16E4m3 = "cache_append_flash_bf16_e4m3"
-	CacheAppendFlashF16      = "cache_append_flash_f16"
-	CacheAppendFlashF16E4m3  = "cache_append_flash_f16_e4m3"
+	CacheAppendBf16     = "cache_append_bf16"
+	CacheAppendBf16E4m3 = "cache_append_bf16_e4m3"
+	CacheAppendF16      = "cache_append_f16"
+	CacheAppendF16E4m3  = "cache_append_f16_e4m3"
+	CacheGatherBf16     = "cache_gather_bf16"
+	CacheGatherE4m3     = "cache_gather_e4m3"
+	CacheGatherF16      = "cache_gather_f16"
 )
 
 // Entry points of decode_bf16.ptx (kernels_src/decode_bf16.cu).

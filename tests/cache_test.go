@@ -26,6 +26,10 @@ func TestAppendMatchesReference(t *testing.T) {
 		{Tokens: 77, KVHeads: 2, HeadDim: 72, BlockSize: 32, NumBlocks: 5, In: pagedkv.BF16, Cache: pagedkv.E4M3, PadToken: 16, PadHead: 8},
 		{Tokens: 100, KVHeads: 3, HeadDim: 64, BlockSize: 8, NumBlocks: 40, In: pagedkv.F16, Cache: pagedkv.F16, PadToken: 8, Remap: true},
 		{Tokens: 0, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 1, In: pagedkv.F16, Cache: pagedkv.F16},
+		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit},
+		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PadToken: 8},
+		{Tokens: 70, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 4, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, Remap: true},
+		{Tokens: 70, KVHeads: 3, HeadDim: 80, BlockSize: 8, NumBlocks: 12, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit},
 	}
 	for range 8 {
 		shapes = append(shapes, check.RandomAppendShape(g))

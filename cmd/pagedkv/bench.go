@@ -227,14 +227,36 @@ func (b *bencher) benchAppend() error {
 			}
 			sets[i] = a
 		}
-		us, err := b.measure(func(i int) error { return b.r.Append(b.s, &sets[i%rot]) })
-		if err != nil {
-			return err
+		layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash}
+		if tokens == 65536 {
+			layouts = append(layouts, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle)
 		}
-		gbps := float64(bytes) / us / 1e3
-		b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
-			Shape:  fmt.Sprintf("T=%d KH=%d D=%d bs=%d", tokens, kvHeads, headDim, blockSize),
-			Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
+		for _, layout := range layouts {
+			for i := range sets {
+				sets[i].Layout = layout
+			}
+			us, err := b.measure(func(i int) error { return b.r.Append(b.s, &sets[i%rot]) })
+			if err != nil {
+				return err
+			}
+			gbps := float64(bytes) / us / 1e3
+			b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
+				Shape:  fmt.Sprintf("T=%d KH=%d D=%d bs=%d %s", tokens, kvHeads, headDim, blockSize, layout),
+				Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
+		}
+		if tokens == 65536 { // gather everything back from the shuffle layout
+			g := pagedkv.GatherArgs{KeyCache: kc, ValueCache: vc, Slots: sets[0].SlotMapping, KeyOut: sets[0].Key, ValueOut: sets[0].Value,
+				NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: maxSlots / blockSize,
+				CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle}
+			us, err := b.measure(func(int) error { return b.r.Gather(b.s, &g) })
+			if err != nil {
+				return err
+			}
+			gbps := float64(bytes) / us / 1e3
+			b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
+				Shape:  fmt.Sprintf("gather T=%d KH=%d D=%d bs=%d shuffle", tokens, kvHeads, headDim, blockSize),
+				Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
+		}
 	}
 	return nil
 }

@@ -15,11 +15,12 @@ type AppendShape struct {
 	PadToken, PadHead                              int  // extra input stride, multiples of 8 elements
 	Remap                                          bool // use a sliding-window remap table
 	FewBlocks                                      bool // tokens share few physical blocks
+	Layout                                         pagedkv.CacheLayout
 }
 
 func (c AppendShape) String() string {
-	return fmt.Sprintf("T%d_KH%d_D%d_bs%d_nb%d_%s_%s_pad%d.%d_remap%v", c.Tokens, c.KVHeads, c.HeadDim, c.BlockSize,
-		c.NumBlocks, c.In, c.Cache, c.PadToken, c.PadHead, c.Remap)
+	return fmt.Sprintf("T%d_KH%d_D%d_bs%d_nb%d_%s_%s_%s_pad%d.%d_remap%v", c.Tokens, c.KVHeads, c.HeadDim, c.BlockSize,
+		c.NumBlocks, c.In, c.Cache, c.Layout, c.PadToken, c.PadHead, c.Remap)
 }
 
 // RandomAppendShape draws a random append shape: head dims that are any
@@ -39,6 +40,14 @@ func RandomAppendShape(g *rand.Rand) AppendShape {
 	c.Cache = c.In
 	if g.IntN(2) == 0 {
 		c.Cache = pagedkv.E4M3
+	}
+	// A layout the shape allows: x-split needs HeadDim, shuffle also
+	// BlockSize, to be multiples of x (8 for 16-bit caches, 16 for fp8).
+	x := 16 / c.Cache.Size()
+	switch l := pagedkv.CacheLayout(g.IntN(3)); {
+	case l == pagedkv.LayoutShuffle && c.HeadDim%x == 0 && c.BlockSize%x == 0,
+		l == pagedkv.LayoutXSplit && c.HeadDim%x == 0:
+		c.Layout = l
 	}
 	c.NumBlocks = (c.Tokens+c.BlockSize-1)/c.BlockSize + 1 + g.IntN(3)
 	return c
@@ -99,7 +108,7 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 	*a = pagedkv.AppendArgs{
 		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
 		KeyTokenStride: tokenStride, KeyHeadStride: headStride, ValueTokenStride: tokenStride, ValueHeadStride: headStride,
-		DType: c.In, CacheDType: c.Cache,
+		DType: c.In, CacheDType: c.Cache, Layout: c.Layout,
 	}
 	if c.Cache == pagedkv.E4M3 {
 		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
@@ -154,12 +163,104 @@ func (p *AppendProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error
 		KeyTokenStride: a.KeyTokenStride, ValueTokenStride: a.ValueTokenStride,
 		KeyHeadStride: a.KeyHeadStride, ValueHeadStride: a.ValueHeadStride,
 		In: ref.DType(c.In), Cache: ref.DType(c.Cache), KScale: a.KScale, VScale: a.VScale,
+		Layout: ref.Layout(c.Layout),
 	})
 	if i := FirstDiff(wantK, gotK); i >= 0 {
 		return errorf("%v: key cache byte %d is %#x, want %#x", c, i, gotK[i], wantK[i])
 	}
 	if i := FirstDiff(wantV, gotV); i >= 0 {
 		return errorf("%v: value cache byte %d is %#x, want %#x", c, i, gotV[i], wantV[i])
+	}
+	return p.gatherAndCheck(r, s, wantK, wantV)
+}
+
+// gatherAndCheck gathers every written slot back to token-major rows on the
+// device and checks them against the reference gather of the expected caches
+// and, for unconverted caches, against the input rows themselves (the gather
+// inverts the write bit for bit).
+func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wantK, wantV []byte) error {
+	c := p.Shape
+	slots := make([]int64, c.Tokens)
+	for t, slot := range p.Slots {
+		if slot >= 0 && p.Remap != nil {
+			slot = p.Remap[slot]
+		}
+		slots[t] = slot
+	}
+	size := c.Cache.Size()
+	rowBytes := c.KVHeads * c.HeadDim * size
+	// Rows of skipped tokens keep their poison.
+	poison := make([]byte, max(c.Tokens*rowBytes, 16))
+	for i := range poison {
+		poison[i] = 0xA5
+	}
+	a := pagedkv.GatherArgs{NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
+		NumBlocks: c.NumBlocks, CacheDType: c.Cache, Layout: c.Layout, KeyCache: p.Args.KeyCache, ValueCache: p.Args.ValueCache}
+	var err error
+	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
+		return func(b pagedkv.Buffer, e error) {
+			if err == nil {
+				*dst, err = b, e
+			}
+		}
+	}
+	up(&a.Slots)(Upload(p.Arena, s, slots, 8))
+	up(&a.KeyOut)(Upload(p.Arena, s, poison, 1))
+	up(&a.ValueOut)(Upload(p.Arena, s, poison, 1))
+	if err != nil {
+		return err
+	}
+	if err := r.Gather(s, &a); err != nil {
+		return err
+	}
+	if err := s.Fault(); err != nil {
+		return err
+	}
+	gotK := make([]byte, len(poison))
+	gotV := make([]byte, len(poison))
+	if err := pagedkv.Download(s, gotK, a.KeyOut); err != nil {
+		return err
+	}
+	if err := pagedkv.Download(s, gotV, a.ValueOut); err != nil {
+		return err
+	}
+	refK := append([]byte(nil), poison...)
+	refV := append([]byte(nil), poison...)
+	ref.CacheGatherTokens(ref.CacheGather{KeyCache: wantK, ValueCache: wantV, Slots: slots, KeyOut: refK, ValueOut: refV,
+		NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
+		Cache: ref.DType(c.Cache), Layout: ref.Layout(c.Layout)})
+	if i := FirstDiff(refK, gotK); i >= 0 {
+		return errorf("%v: gathered key byte %d is %#x, want %#x", c, i, gotK[i], refK[i])
+	}
+	if i := FirstDiff(refV, gotV); i >= 0 {
+		return errorf("%v: gathered value byte %d is %#x, want %#x", c, i, gotV[i], refV[i])
+	}
+	if c.Cache != c.In {
+		return nil
+	}
+	// Round trip: every row whose slot no later token overwrote equals its input row.
+	last := map[int64]int{}
+	for t, slot := range slots {
+		if slot >= 0 {
+			last[slot] = t
+		}
+	}
+	in := c.HeadDim * size
+	for t, slot := range slots {
+		if slot < 0 || last[slot] != t {
+			continue
+		}
+		for h := range c.KVHeads {
+			src := (t*p.Args.KeyTokenStride + h*p.Args.KeyHeadStride) * size
+			dst := (t*c.KVHeads + h) * in
+			if i := FirstDiff(p.KeyRaw[src:src+in], gotK[dst:dst+in]); i >= 0 {
+				return errorf("%v: round trip of token %d head %d differs at byte %d", c, t, h, i)
+			}
+			src = (t*p.Args.ValueTokenStride + h*p.Args.ValueHeadStride) * size
+			if i := FirstDiff(p.ValueRaw[src:src+in], gotV[dst:dst+in]); i >= 0 {
+				return errorf("%v: value round trip of token %d head %d differs at byte %d", c, t, h, i)
+			}
+		}
 	}
 	return nil
 }

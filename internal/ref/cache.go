@@ -31,6 +31,40 @@ type CacheAppend struct {
 	// KScale and VScale divide K and V before the fp8 conversion; they are
 	// ignored when Cache == In.
 	KScale, VScale float32
+	// Layout is the caches' layout (the zero value is LayoutFlash).
+	Layout Layout
+}
+
+// Layout is a paged KV-cache layout. x is 16 bytes over the cache element
+// size (8 for f16/bf16, 16 for fp8), b = block, o = row in the block.
+type Layout int
+
+const (
+	// LayoutFlash: K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	LayoutFlash Layout = iota
+	// LayoutXSplit: K [NumBlocks, NumKVHeads, HeadDim/x, BlockSize, x],
+	// V [NumBlocks, NumKVHeads, HeadDim, BlockSize].
+	LayoutXSplit
+	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
+	// BlockSize/x, HeadDim, x].
+	LayoutShuffle
+)
+
+// CacheIndex returns the element index of (slot, head h, element d) of the K
+// (value=false) or V cache in layout l.
+func CacheIndex(l Layout, value bool, slot, h, d, numKVHeads, headDim, blockSize, x int) int {
+	b, o := slot/blockSize, slot%blockSize
+	switch {
+	case l == LayoutFlash:
+		return (slot*numKVHeads+h)*headDim + d
+	case !value: // x-split K, also the shuffle layout's K
+		return (((b*numKVHeads+h)*(headDim/x)+d/x)*blockSize+o)*x + d%x
+	case l == LayoutXSplit:
+		return ((b*numKVHeads+h)*headDim+d)*blockSize + o
+	case l == LayoutShuffle:
+		return (((b*numKVHeads+h)*(blockSize/x)+o/x)*headDim+d)*x + o%x
+	}
+	panic(fmt.Sprintf("ref: unknown layout %d", l))
 }
 
 // CacheAppendFlash writes each token of a.Key and a.Value into its slot of
@@ -62,12 +96,13 @@ func CacheAppendFlash(a CacheAppend) {
 			len(a.SlotMapping), a.NumTokens))
 	}
 
+	x := 16 / cacheSize
 	// copyToken moves one token of src (dtype In) into cache slot slot.
-	copyToken := func(dst, src []byte, t, slot, tokenStride, headStride int, scale float32) {
+	copyToken := func(dst, src []byte, value bool, t, slot, tokenStride, headStride int, scale float32) {
 		for h := range a.NumKVHeads {
 			for d := range a.HeadDim {
 				si := t*tokenStride + h*headStride + d
-				di := slot*tokenElems + h*a.HeadDim + d
+				di := CacheIndex(a.Layout, value, slot, h, d, a.NumKVHeads, a.HeadDim, a.BlockSize, x)
 				if !convert {
 					copy(dst[di*cacheSize:(di+1)*cacheSize], src[si*inSize:(si+1)*inSize])
 					continue
@@ -95,7 +130,49 @@ func CacheAppendFlash(a CacheAppend) {
 			panic(fmt.Sprintf("ref: CacheAppendFlash: token %d has slot %d, cache has %d slots",
 				t, slot, numSlots))
 		}
-		copyToken(a.KeyCache, a.Key, t, int(slot), a.KeyTokenStride, a.KeyHeadStride, a.KScale)
-		copyToken(a.ValueCache, a.Value, t, int(slot), a.ValueTokenStride, a.ValueHeadStride, a.VScale)
+		copyToken(a.KeyCache, a.Key, false, t, int(slot), a.KeyTokenStride, a.KeyHeadStride, a.KScale)
+		copyToken(a.ValueCache, a.Value, true, t, int(slot), a.ValueTokenStride, a.ValueHeadStride, a.VScale)
+	}
+}
+
+// CacheGather holds the arguments of CacheGatherTokens.
+type CacheGather struct {
+	// KeyCache and ValueCache are the caches, dtype Cache, in Layout.
+	KeyCache, ValueCache []byte
+	// Slots[t] is the slot gathered into row t; a negative slot leaves row t
+	// untouched.
+	Slots []int64
+	// KeyOut and ValueOut are [len(Slots), NumKVHeads, HeadDim] of dtype
+	// Cache, written in place.
+	KeyOut, ValueOut []byte
+
+	NumKVHeads, HeadDim, BlockSize, NumBlocks int
+	Cache                                     DType
+	Layout                                    Layout
+}
+
+// CacheGatherTokens copies the cache elements of each slot back to token-major
+// rows, bit for bit: the inverse of CacheAppendFlash with Cache == In. A slot
+// outside the cache panics.
+func CacheGatherTokens(a CacheGather) {
+	size := a.Cache.Size()
+	x := 16 / size
+	numSlots := a.NumBlocks * a.BlockSize
+	for t, slot := range a.Slots {
+		if slot < 0 {
+			continue
+		}
+		if slot >= int64(numSlots) {
+			panic(fmt.Sprintf("ref: CacheGatherTokens: row %d has slot %d, cache has %d slots", t, slot, numSlots))
+		}
+		for h := range a.NumKVHeads {
+			for d := range a.HeadDim {
+				oi := (t*a.NumKVHeads+h)*a.HeadDim + d
+				ki := CacheIndex(a.Layout, false, int(slot), h, d, a.NumKVHeads, a.HeadDim, a.BlockSize, x)
+				vi := CacheIndex(a.Layout, true, int(slot), h, d, a.NumKVHeads, a.HeadDim, a.BlockSize, x)
+				copy(a.KeyOut[oi*size:(oi+1)*size], a.KeyCache[ki*size:(ki+1)*size])
+				copy(a.ValueOut[oi*size:(oi+1)*size], a.ValueCache[vi*size:(vi+1)*size])
+			}
+		}
 	}
 }

@@ -175,3 +175,57 @@ func TestCacheAppendFlashPanics(t *testing.T) {
 		assert.Panics(t, func() { CacheAppendFlash(a) })
 	})
 }
+
+// TestCacheIndexIsABijection checks that every layout maps (slot, head,
+// element) onto each cache element exactly once, for K and for V.
+func TestCacheIndexIsABijection(t *testing.T) {
+	const blocks, heads = 3, 2
+	for _, l := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+		for _, x := range []int{8, 16} {
+			for _, value := range []bool{false, true} {
+				bs, dim := 32, 48
+				seen := make([]int, blocks*bs*heads*dim)
+				for slot := range blocks * bs {
+					for h := range heads {
+						for d := range dim {
+							seen[CacheIndex(l, value, slot, h, d, heads, dim, bs, x)]++
+						}
+					}
+				}
+				for i, n := range seen {
+					require.Equal(t, 1, n, "layout %d x %d value %v: element %d hit %d times", l, x, value, i, n)
+				}
+			}
+		}
+	}
+}
+
+// TestCacheGatherInvertsAppend writes tokens in every layout and gathers them
+// back bit for bit.
+func TestCacheGatherInvertsAppend(t *testing.T) {
+	const tokens, heads, dim, bs, blocks = 20, 3, 32, 16, 2
+	g := rand.New(rand.NewPCG(1, 2))
+	vals := make([]float32, tokens*heads*dim)
+	for i := range vals {
+		vals[i] = float32(g.NormFloat64())
+	}
+	key := EncodeSlice(F16, vals)
+	slots := make([]int64, tokens)
+	for i, p := range g.Perm(blocks * bs)[:tokens] {
+		slots[i] = int64(p)
+	}
+	for _, l := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+		kc := make([]byte, blocks*bs*heads*dim*2)
+		vc := make([]byte, len(kc))
+		CacheAppendFlash(CacheAppend{Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slots,
+			NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
+			KeyTokenStride: heads * dim, ValueTokenStride: heads * dim, KeyHeadStride: dim, ValueHeadStride: dim,
+			In: F16, Cache: F16, Layout: l})
+		ko := make([]byte, len(key))
+		vo := make([]byte, len(key))
+		CacheGatherTokens(CacheGather{KeyCache: kc, ValueCache: vc, Slots: slots, KeyOut: ko, ValueOut: vo,
+			NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks, Cache: F16, Layout: l})
+		require.Equal(t, key, ko, "layout %d keys", l)
+		require.Equal(t, key, vo, "layout %d values", l)
+	}
+}
