@@ -86,109 +86,35 @@ type AppendArgs struct {
 
 const appendArg = "AppendArgs"
 
-// strides returns the strides in effect: 0 means contiguous, and the stride
-// of a dimension of size 1 (one KV head, one token) is canonicalized to the
-// contiguous one, since it never moves an address.
+// strides returns the strides in effect (see tokenRows).
 func (a *AppendArgs) strides() (kt, kh, vt, vh int64) {
-	row := int64(a.HeadDim)
-	span := int64(a.NumKVHeads) * row
-	pick := func(v int, n int, contiguous int64) int64 {
-		if v == 0 || n == 1 {
-			return contiguous
-		}
-		return int64(v)
-	}
-	kh = pick(a.KeyHeadStride, a.NumKVHeads, row)
-	vh = pick(a.ValueHeadStride, a.NumKVHeads, row)
-	kt = pick(a.KeyTokenStride, a.NumTokens, span)
-	vt = pick(a.ValueTokenStride, a.NumTokens, span)
+	kt, kh = a.keyRows().strides()
+	vt, vh = a.valueRows().strides()
 	return
+}
+
+func (a *AppendArgs) keyRows() tokenRows {
+	return tokenRows{"Key", "KeyTokenStride", "KeyHeadStride", a.Key, a.NumTokens, a.NumKVHeads, a.HeadDim, a.KeyTokenStride, a.KeyHeadStride}
+}
+
+func (a *AppendArgs) valueRows() tokenRows {
+	return tokenRows{"Value", "ValueTokenStride", "ValueHeadStride", a.Value, a.NumTokens, a.NumKVHeads, a.HeadDim, a.ValueTokenStride, a.ValueHeadStride}
+}
+
+func (a *AppendArgs) target() cacheTarget {
+	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, a.NumTokens, a.NumKVHeads, a.HeadDim,
+		a.BlockSize, a.NumBlocks, a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
 }
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *AppendArgs) Validate() error {
-	if a.DType != F16 && a.DType != BF16 {
-		return errf("%s.DType=%s is not supported; allowed: f16, bf16", appendArg, a.DType)
-	}
-	if a.CacheDType != a.DType && a.CacheDType != E4M3 {
-		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", appendArg, a.CacheDType, a.DType, a.DType)
-	}
-	if a.HeadDim%8 != 0 || a.HeadDim < 8 || a.HeadDim > 256 {
-		return errf("%s.HeadDim=%d is not supported; allowed: a multiple of 8 from 8 to 256", appendArg, a.HeadDim)
-	}
-	if err := inRange(appendArg, "NumKVHeads", a.NumKVHeads, 1, 1<<16); err != nil {
+	if err := a.target().check(appendArg); err != nil {
 		return err
 	}
-	if err := inRange(appendArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
+	if err := a.keyRows().check(appendArg, a.DType); err != nil {
 		return err
 	}
-	if err := powerOfTwo(appendArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
-		return err
-	}
-	if err := inRange(appendArg, "NumBlocks", a.NumBlocks, 1, 1<<40); err != nil {
-		return err
-	}
-	if err := checkLayout(appendArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
-		return err
-	}
-	if err := cacheScale(appendArg, "KScale", a.KScale, a.CacheDType); err != nil {
-		return err
-	}
-	if err := cacheScale(appendArg, "VScale", a.VScale, a.CacheDType); err != nil {
-		return err
-	}
-	row := int64(a.HeadDim)
-	kt, kh, vt, vh := a.strides()
-	for _, s := range []struct {
-		field         string
-		token, head   int64
-		tokenF, headF string
-	}{
-		{"Key", kt, kh, "KeyTokenStride", "KeyHeadStride"},
-		{"Value", vt, vh, "ValueTokenStride", "ValueHeadStride"},
-	} {
-		if s.head%8 != 0 || s.head < row {
-			return errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=%d", appendArg, s.headF, s.head, row)
-		}
-		span := int64(a.NumKVHeads-1)*s.head + row
-		if s.token%8 != 0 || s.token < span {
-			return errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ %d (the heads' span)", appendArg, s.tokenF, s.token, span)
-		}
-	}
-	esize := int64(a.DType.Size())
-	if a.NumTokens > 0 {
-		kneed := (int64(a.NumTokens-1)*kt + int64(a.NumKVHeads-1)*kh + row) * esize
-		vneed := (int64(a.NumTokens-1)*vt + int64(a.NumKVHeads-1)*vh + row) * esize
-		if err := buffer(appendArg, "Key", a.Key, kneed, 16); err != nil {
-			return err
-		}
-		if err := buffer(appendArg, "Value", a.Value, vneed, 16); err != nil {
-			return err
-		}
-		if err := buffer(appendArg, "SlotMapping", a.SlotMapping, int64(a.NumTokens)*8, 8); err != nil {
-			return err
-		}
-	}
-	cacheElems, err := mul(appendArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), row)
-	if err != nil {
-		return err
-	}
-	cbytes := cacheElems * int64(a.CacheDType.Size())
-	if err := buffer(appendArg, "KeyCache", a.KeyCache, cbytes, 16); err != nil {
-		return err
-	}
-	if err := buffer(appendArg, "ValueCache", a.ValueCache, cbytes, 16); err != nil {
-		return err
-	}
-	if !a.SlotRemap.IsZero() {
-		if err := buffer(appendArg, "SlotRemap", a.SlotRemap, 8, 8); err != nil {
-			return err
-		}
-		if a.SlotRemap.Bytes%8 != 0 {
-			return errf("%s.SlotRemap holds %d bytes, not a whole number of int64 entries", appendArg, a.SlotRemap.Bytes)
-		}
-	}
-	return nil
+	return a.valueRows().check(appendArg, a.DType)
 }
 
 // cacheAppendParams is the parameter list of the cache_append_* kernels, in
@@ -218,13 +144,6 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 	if err != nil {
 		return err
 	}
-	if plan.Grid.X == 0 {
-		return nil
-	}
-	fn, _, err := r.function(plan.Kernel)
-	if err != nil {
-		return err
-	}
 	kt, kh, vt, vh := a.strides()
 	p := cacheAppendParams{
 		Key: a.Key.Ptr, Value: a.Value.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
@@ -233,11 +152,21 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 		NumRemap:  a.SlotRemap.Bytes / 8,
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
 		KeyTokenStride: kt, KeyHeadStride: kh, ValueTokenStride: vt, ValueHeadStride: vh,
-		KScale: 1, VScale: 1,
 		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
 	}
-	if a.CacheDType == E4M3 {
-		p.KScale, p.VScale = a.KScale, a.VScale
+	p.KScale, p.VScale = a.target().scales()
+	return launchPlan(r, s, &plan, &p)
+}
+
+// launchPlan enqueues the single kernel of plan with parameters p on s and
+// applies the CHECK_BOUNDS mode. A plan with an empty grid launches nothing.
+func launchPlan[T any](r *Runtime, s *Stream, plan *dispatch.Plan, p *T) error {
+	if plan.Grid.X == 0 {
+		return nil
+	}
+	fn, _, err := r.function(plan.Kernel)
+	if err != nil {
+		return err
 	}
 	capturing := false
 	if r.cfg.CheckBounds {
@@ -246,7 +175,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 		}
 	}
 	err = r.do(func() error {
-		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, p)
 	})
 	if err != nil {
 		return err
@@ -345,10 +274,6 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 	plan, err := dispatch.PlanGather(dispatch.AppendShape{
 		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, In: a.CacheDType, Cache: a.CacheDType,
 	})
-	if err != nil || plan.Grid.X == 0 {
-		return err
-	}
-	fn, _, err := r.function(plan.Kernel)
 	if err != nil {
 		return err
 	}
@@ -358,17 +283,5 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
 		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
 	}
-	capturing := false
-	if r.cfg.CheckBounds {
-		if capturing, err = s.capturing(); err != nil {
-			return err
-		}
-	}
-	err = r.do(func() error {
-		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
-	})
-	if err != nil {
-		return err
-	}
-	return s.afterLaunch(capturing)
+	return launchPlan(r, s, &plan, &p)
 }

@@ -20,6 +20,7 @@ var paramStructs = map[string]reflect.Type{
 	"cache_append_": reflect.TypeFor[cacheAppendParams](),
 	"cache_gather_": reflect.TypeFor[cacheGatherParams](),
 	"paged_decode_": reflect.TypeFor[pagedDecodeParams](),
+	"rope_cache_":   reflect.TypeFor[ropeCacheParams](),
 }
 
 func paramStructFor(entry string) (reflect.Type, bool) {

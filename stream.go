@@ -18,6 +18,7 @@ const (
 	faultRemapBeyondTable = 2
 	faultKVLenBeyondTable = 3
 	faultBlockBeyondPool  = 4
+	faultPositionBeyond   = 5
 )
 
 // FaultError is a bad device-resident index found by a kernel: the first one
@@ -35,6 +36,8 @@ func (e *FaultError) Error() string {
 		return fmt.Sprintf("pagedkv: token %d has slot %d, outside SlotRemap of %d entries; that token was not written", e.A, e.B, e.C)
 	case faultKVLenBeyondTable:
 		return fmt.Sprintf("pagedkv: KVLens[%d]=%d exceeds MaxBlocksPerSeq·BlockSize=%d; it was clamped", e.A, e.B, e.C)
+	case faultPositionBeyond:
+		return fmt.Sprintf("pagedkv: position %d of token %d is outside the cos/sin table of %d rows; that token was not written", e.B, e.A, e.C)
 	case faultBlockBeyondPool:
 		return fmt.Sprintf("pagedkv: BlockTables[%d][%d]=%d is outside the pool of NumBlocks blocks; block 0 was read instead", e.A, e.B, e.C)
 	}

@@ -63,3 +63,21 @@ func planRows(a AppendShape, kernel string) (Plan, error) {
 		RequestedSplits: 1,
 	}, nil
 }
+
+// PlanRope plans a fused RoPE + cache write: one block of RopeThreads per
+// token, NumTokens being every token written to the cache (rotated or
+// KV-only). NumTokens == 0 gives Grid.X == 0.
+func PlanRope(a AppendShape) (Plan, error) {
+	switch {
+	case a.NumTokens < 0 || a.NumTokens > math.MaxInt32:
+		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d is out of range; allowed: 0..%d", a.NumTokens, math.MaxInt32)
+	case a.NumKVHeads < 1:
+		return Plan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
+	}
+	kernel, err := RopeKernelName(a.In, a.Cache)
+	if err != nil {
+		return Plan{}, err
+	}
+	return Plan{Kernel: kernel, Grid: Dim3{uint32(a.NumTokens), 1, 1}, Block: Dim3{RopeThreads, 1, 1},
+		Splits: 1, RequestedSplits: 1}, nil
+}

@@ -25,6 +25,7 @@ const MaxSplits = 64
 // Threads per block of each kernel family.
 const (
 	DecodeThreads = 128
+	RopeThreads   = 128
 	AppendThreads = 256
 )
 

@@ -26,6 +26,7 @@ type nameTables struct {
 	decode [len(activationTypes)][2][len(headDims)][len(groupTiles)]string
 	append [len(activationTypes)][2]string
 	gather [3]string // by cache dtype: f16, bf16, e4m3
+	rope   [len(activationTypes)][2]string
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -44,6 +45,7 @@ func buildNames() *nameTables {
 				cache = "_" + E4M3.String()
 			}
 			t.append[qi][fp8] = "cache_append_" + q.String() + cache
+			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			for hi, d := range headDims {
 				hd := "_hd" + strconv.Itoa(d)
 				for gi, g := range groupTiles {
@@ -165,7 +167,7 @@ func AppendKernelNames() []string {
 
 // KernelNames returns every kernel entry name the planner can put in a Plan.
 func KernelNames() []string {
-	return append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...)
+	return append(append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...), RopeKernelNames()...)
 }
 
 // GatherKernelName returns the cache gather kernel for a cache of dtype cache.
@@ -178,3 +180,23 @@ func GatherKernelName(cache DType) (string, error) {
 
 // GatherKernelNames returns every cache gather kernel entry name.
 func GatherKernelNames() []string { return append([]string(nil), tables.gather[:]...) }
+
+// RopeKernelName returns the fused RoPE + cache write kernel for input dtype
+// in and cache dtype cache (in, or E4M3).
+func RopeKernelName(in, cache DType) (string, error) {
+	if _, err := AppendKernelName(in, cache); err != nil { // the same dtype rules
+		return "", err
+	}
+	ii, _ := activationIndex(in)
+	ci, _ := cacheIndex(in, cache)
+	return tables.rope[ii][ci], nil
+}
+
+// RopeKernelNames returns every fused RoPE + cache write kernel entry name.
+func RopeKernelNames() []string {
+	var names []string
+	for qi := range tables.rope {
+		names = append(names, tables.rope[qi][:]...)
+	}
+	return names
+}

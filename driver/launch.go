@@ -10,9 +10,9 @@ import (
 
 const (
 	// maxParamBytes bounds the size of a kernel parameter struct.
-	maxParamBytes = 256
+	maxParamBytes = 384
 	// maxParams bounds the number of kernel parameters.
-	maxParams = 32
+	maxParams = 48
 )
 
 // ParamField describes one kernel parameter of a Go parameter struct: its
@@ -51,7 +51,7 @@ func layoutOf[T any]() *paramLayout {
 // is a struct whose fields, in order, are the kernel's parameters; each
 // field's kind must be uintptr (DevicePtr included), int32, uint32, float32,
 // int64 or uint64 (named types of those kinds are fine). The struct may hold
-// at most 32 fields and 256 bytes. Go lays such fields out at their natural
+// at most 48 fields and 384 bytes. Go lays such fields out at their natural
 // alignment, as C does, so Offset is also where the bytes land in the
 // parameter buffer.
 func ParamLayout(t reflect.Type) ([]ParamField, error) {

@@ -43,10 +43,11 @@ func TestParamLayoutAccepts(t *testing.T) {
 }
 
 func TestParamLayoutRejects(t *testing.T) {
-	type big struct{ A [40]uint64 }
+	type big struct{ A [50]uint64 }
 	type many struct {
 		A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15,
-		A16, A17, A18, A19, A20, A21, A22, A23, A24, A25, A26, A27, A28, A29, A30, A31, A32 int32
+		A16, A17, A18, A19, A20, A21, A22, A23, A24, A25, A26, A27, A28, A29, A30, A31, A32,
+		A33, A34, A35, A36, A37, A38, A39, A40, A41, A42, A43, A44, A45, A46, A47, A48 int32
 	}
 	tests := []struct {
 		name string
@@ -60,8 +61,8 @@ func TestParamLayoutRejects(t *testing.T) {
 		{"pointer", reflect.TypeFor[struct{ P *float32 }](), "P has type *float32"},
 		{"unsafe.Pointer", reflect.TypeFor[struct{ P unsafe.Pointer }](), "P has type unsafe.Pointer"},
 		{"nested", reflect.TypeFor[struct{ D Dim3 }](), "D has type driver.Dim3"},
-		{"array", reflect.TypeFor[big](), "is 320 bytes"},
-		{"too many", reflect.TypeFor[many](), "has 33 fields"},
+		{"array", reflect.TypeFor[big](), "is 400 bytes"},
+		{"too many", reflect.TypeFor[many](), "has 49 fields"},
 		{"blank", reflect.TypeFor[struct {
 			A int32
 			_ int32

@@ -23,6 +23,7 @@ enum FaultCode : long long {
   kFaultRemapBeyondTable = 2,  // a = token, b = slot, c = remap entries
   kFaultKVLenBeyondTable = 3,  // a = sequence, b = kv_len, c = table capacity
   kFaultBlockBeyondPool = 4,   // a = sequence, b = table entry index, c = block id
+  kFaultPositionBeyondTable = 5,  // a = token, b = position, c = cos/sin rows
 };
 
 // record_fault keeps the first fault of a launch: fault points at four

@@ -9,6 +9,7 @@ const (
 	ModuleDecodeBf16E4m3 = "decode_bf16_e4m3"
 	ModuleDecodeF16      = "decode_f16"
 	ModuleDecodeF16E4m3  = "decode_f16_e4m3"
+	ModuleRope           = "rope"
 )
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
@@ -96,4 +97,12 @@ const (
 	PagedDecodeF16E4m3Hd64G2   = "paged_decode_f16_e4m3_hd64_g2"
 	PagedDecodeF16E4m3Hd64G4   = "paged_decode_f16_e4m3_hd64_g4"
 	PagedDecodeF16E4m3Hd64G8   = "paged_decode_f16_e4m3_hd64_g8"
+)
+
+// Entry points of rope.ptx (kernels_src/rope.cu).
+const (
+	RopeCacheBf16     = "rope_cache_bf16"
+	RopeCacheBf16E4m3 = "rope_cache_bf16_e4m3"
+	RopeCacheF16      = "rope_cache_f16"
+	RopeCacheF16E4m3  = "rope_cache_f16_e4m3"
 )

@@ -27,11 +27,11 @@ for step in $STEPS; do
   verify) run verify 120 .gpu/pagedkv verify -n 40 ;;
   bench) run bench 200 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
-    reduced='TestAppendMatchesReference|TestAppendFaults|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay'
+    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay'
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 140s
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference' -test.timeout 140s
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference|TestRopeCacheMatchesReference' -test.timeout 140s
     ;;
   esac
 done

@@ -103,6 +103,11 @@ func runBench(args []string) error {
 			return err
 		}
 	}
+	if *op == "all" || *op == "append" {
+		if err := b.benchRope(); err != nil {
+			return err
+		}
+	}
 	if *op == "all" || *op == "decode" {
 		if err := b.benchDecode(*quick, !*noSweep); err != nil {
 			return err
@@ -256,6 +261,67 @@ func (b *bencher) benchAppend() error {
 			b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
 				Shape:  fmt.Sprintf("gather T=%d KH=%d D=%d bs=%d shuffle", tokens, kvHeads, headDim, blockSize),
 				Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
+		}
+	}
+	return nil
+}
+
+// benchRope measures the fused RoPE + cache write (32 q / 8 KV heads, head
+// dim 128, NeoX, half-width table, flash f16 cache): bytes are q, k, v read
+// plus q_out, k_out and both cache rows written.
+func (b *bencher) benchRope() error {
+	const qHeads, kvHeads, headDim, blockSize, maxPos = 32, 8, 128, 16, 4096
+	for _, tokens := range []int{1, 64, 4096, 65536} {
+		b.status(fmt.Sprintf("rope+cache f16 T=%d", tokens))
+		a := check.NewArena(b.r)
+		args := pagedkv.RopeCacheArgs{NumTokens: tokens, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim,
+			BlockSize: blockSize, NumBlocks: tokens/blockSize + 1, MaxPos: maxPos, RotDim: headDim / 2, NeoX: true,
+			DType: pagedkv.F16, CacheDType: pagedkv.F16}
+		qRaw, _ := check.RandomTensor(b.g, pagedkv.F16, tokens*qHeads*headDim, 1)
+		kRaw, _ := check.RandomTensor(b.g, pagedkv.F16, tokens*kvHeads*headDim, 1)
+		cosSin := make([]float32, maxPos*headDim)
+		for i := range cosSin {
+			cosSin[i] = float32(2*b.g.Float64() - 1)
+		}
+		positions := make([]int64, tokens)
+		slots := make([]int64, tokens)
+		for i, p := range b.g.Perm(args.NumBlocks * blockSize)[:tokens] {
+			positions[i], slots[i] = int64(b.g.IntN(maxPos)), int64(p)
+		}
+		var err error
+		set := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
+			return func(v pagedkv.Buffer, e error) {
+				if err == nil {
+					*dst, err = v, e
+				}
+			}
+		}
+		cacheBytes := int64(args.NumBlocks * blockSize * kvHeads * headDim * 2)
+		set(&args.Q)(check.Upload(a, b.s, qRaw, 1))
+		set(&args.K)(check.Upload(a, b.s, kRaw, 1))
+		set(&args.V)(check.Upload(a, b.s, kRaw, 1))
+		set(&args.QOut)(a.Alloc(int64(len(qRaw))))
+		set(&args.KOut)(a.Alloc(int64(len(kRaw))))
+		set(&args.KeyCache)(a.Alloc(cacheBytes))
+		set(&args.ValueCache)(a.Alloc(cacheBytes))
+		set(&args.Positions)(check.Upload(a, b.s, positions, 8))
+		set(&args.SlotMapping)(check.Upload(a, b.s, slots, 8))
+		set(&args.CosSin)(check.Upload(a, b.s, cosSin, 4))
+		if err == nil {
+			var us float64
+			if us, err = b.measure(func(int) error { return b.r.RopeCache(b.s, &args) }); err == nil {
+				bytes := float64(2*len(qRaw) + 6*len(kRaw))
+				gbps := bytes / us / 1e3
+				b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
+					Shape:  fmt.Sprintf("rope+cache T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
+					Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
+			}
+		}
+		if ferr := a.Free(); err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -443,7 +509,7 @@ func (b *bencher) print() {
 		}
 	}
 	if len(app) > 0 {
-		fmt.Fprintln(tw, "append\tshape\tµs\tGB/s\t% copy\t")
+		fmt.Fprintln(tw, "cache op\tshape\tµs\tGB/s\t% copy\t")
 		for _, r := range app {
 			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.0f\t%.1f\t\n", r.DType, r.Shape, r.Micros, r.GBps, r.PctCopy)
 		}

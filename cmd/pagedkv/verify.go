@@ -51,6 +51,17 @@ func runVerify(args []string) error {
 		}
 	}
 	for range *n {
+		c := check.RandomRopeShape(g)
+		p, err := check.NewRopeProblem(r, s, g, c)
+		if err != nil {
+			return err
+		}
+		record("rope+cache", p.RunAndCheck(r, s))
+		if err := p.Arena.Free(); err != nil {
+			return err
+		}
+	}
+	for range *n {
 		c := check.RandomDecodeShape(g)
 		p, err := check.NewDecodeProblem(r, s, g, c)
 		if err != nil {
@@ -90,7 +101,7 @@ func runVerify(args []string) error {
 	}
 	total := 0
 	fmt.Println()
-	for _, op := range []string{"append", "decode auto", "decode single-pass", "decode forced split-K"} {
+	for _, op := range []string{"append", "rope+cache", "decode auto", "decode single-pass", "decode forced split-K"} {
 		fmt.Printf("%-24s pass %4d  fail %4d\n", op, pass[op], fail[op])
 		total += fail[op]
 	}

@@ -229,3 +229,21 @@ func TestCacheGatherInvertsAppend(t *testing.T) {
 		require.Equal(t, key, vo, "layout %d values", l)
 	}
 }
+
+func TestRopeRotate(t *testing.T) {
+	// One head of 4 elements at position 1 with angle θ for every pair: the
+	// pairs (x0, x2) for NeoX and (x0, x1) for GPT-J rotate by θ.
+	const c, s = 0.6, 0.8
+	table := []float32{1, 1, 0, 0, c, c, s, s} // rot = 2: [cos, cos, sin, sin] per row
+	x := []float64{1, 2, 3, 4}
+	neox := RopeRotate(x, 1, 4, []int64{1}, table, 2, true)
+	assert.InDeltaSlice(t, []float64{1*c - 3*s, 2*c - 4*s, 3*c + 1*s, 4*c + 2*s}, neox, 1e-6)
+	gptj := RopeRotate(x, 1, 4, []int64{1}, table, 2, false)
+	assert.InDeltaSlice(t, []float64{1*c - 2*s, 2*c + 1*s, 3*c - 4*s, 4*c + 3*s}, gptj, 1e-6)
+	// Position 0 (cos 1, sin 0) is the identity; a full-width table gives the
+	// same result when its values repeat the half-width ones.
+	assert.Equal(t, x, RopeRotate(x, 1, 4, []int64{0}, table, 2, true))
+	full := []float32{1, 1, 1, 1, 0, 0, 0, 0, c, c, c, c, s, s, s, s}
+	assert.InDeltaSlice(t, neox, RopeRotate(x, 1, 4, []int64{1}, full, 4, true), 1e-6)
+	assert.Panics(t, func() { RopeRotate(x, 1, 4, []int64{2}, table, 2, true) })
+}

@@ -1,0 +1,251 @@
+package check
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// RopeShape is the shape of one fused RoPE + cache write problem.
+type RopeShape struct {
+	Tokens, KVOnly                int // rotated tokens; trailing KV-only tokens
+	QHeads, KVHeads, HeadDim      int
+	BlockSize, NumBlocks          int
+	In, Cache                     pagedkv.DType
+	Layout                        pagedkv.CacheLayout
+	NeoX, HalfRot, Offsets, Remap bool
+	Zeros                         bool
+	PadToken                      int // extra input token stride, a multiple of 8
+}
+
+func (c RopeShape) String() string {
+	return fmt.Sprintf("T%d+%d_QH%d_KH%d_D%d_bs%d_%s_%s_%s_neox%v_half%v_off%v_remap%v", c.Tokens, c.KVOnly, c.QHeads,
+		c.KVHeads, c.HeadDim, c.BlockSize, c.In, c.Cache, c.Layout, c.NeoX, c.HalfRot, c.Offsets, c.Remap)
+}
+
+// RandomRopeShape draws a random shape: GQA 1/4/8, both styles and table
+// widths, offsets, KV-only tokens, remap, fp8 and every layout it allows.
+func RandomRopeShape(g *rand.Rand) RopeShape {
+	c := RopeShape{
+		Tokens:    1 + g.IntN(300),
+		KVHeads:   1 + g.IntN(4),
+		HeadDim:   []int{64, 128, 256}[g.IntN(3)],
+		BlockSize: 1 << (3 + g.IntN(6)),
+		In:        []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+		NeoX:      g.IntN(2) == 0,
+		HalfRot:   g.IntN(2) == 0,
+		Offsets:   g.IntN(2) == 0,
+		Remap:     g.IntN(3) == 0,
+		Zeros:     g.IntN(2) == 0,
+		PadToken:  8 * g.IntN(2),
+	}
+	if g.IntN(2) == 0 {
+		c.KVOnly = g.IntN(20)
+	}
+	c.QHeads = c.KVHeads * []int{1, 4, 8}[g.IntN(3)]
+	c.Cache = c.In
+	if g.IntN(3) == 0 {
+		c.Cache = pagedkv.E4M3
+	}
+	x := 16 / c.Cache.Size()
+	if l := pagedkv.CacheLayout(g.IntN(3)); l == pagedkv.LayoutFlash || c.BlockSize%x == 0 {
+		c.Layout = l
+	}
+	c.NumBlocks = (c.Tokens+c.KVOnly+c.BlockSize-1)/c.BlockSize + 1 + g.IntN(3)
+	return c
+}
+
+// RopeProblem is a RoPE + cache write problem on the device.
+type RopeProblem struct {
+	Shape RopeShape
+	Args  pagedkv.RopeCacheArgs
+	Arena *Arena
+
+	Q, K, V         []float64 // decoded inputs, contiguous
+	KRaw, VRaw      []byte    // contiguous raw K and V, [Tokens+KVOnly, KVHeads, HeadDim]
+	KCache, VCache  []byte    // initial cache bytes
+	Positions       []int64   // positions with offsets applied
+	CosSin          []float32
+	Slots, Remap    []int64
+	rot, maxPos     int
+	qElems, kvElems int
+}
+
+// NewRopeProblem draws random inputs, a random cos/sin table and slots, and
+// uploads them on s.
+func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeShape) (*RopeProblem, error) {
+	p := &RopeProblem{Shape: c, Arena: NewArena(r), maxPos: 64 + g.IntN(4000)}
+	p.rot = c.HeadDim
+	if c.HalfRot {
+		p.rot = c.HeadDim / 2
+	}
+	kvTokens := c.Tokens + c.KVOnly
+	row := c.HeadDim
+	qStride := c.QHeads*row + c.PadToken
+	kvStride := c.KVHeads*row + c.PadToken
+	qRaw, qAll := RandomTensor(g, c.In, c.Tokens*qStride, 1)
+	kRawStrided, kAll := RandomTensor(g, c.In, kvTokens*kvStride, 1)
+	vRawStrided, _ := RandomTensor(g, c.In, kvTokens*kvStride, 1)
+	size := c.In.Size()
+	p.qElems, p.kvElems = c.QHeads*row, c.KVHeads*row
+	p.Q = make([]float64, c.Tokens*p.qElems)
+	for t := range c.Tokens {
+		copy(p.Q[t*p.qElems:(t+1)*p.qElems], qAll[t*qStride:])
+	}
+	p.K = make([]float64, kvTokens*p.kvElems)
+	p.KRaw = make([]byte, kvTokens*p.kvElems*size)
+	p.VRaw = make([]byte, kvTokens*p.kvElems*size)
+	for t := range kvTokens {
+		copy(p.K[t*p.kvElems:(t+1)*p.kvElems], kAll[t*kvStride:])
+		copy(p.KRaw[t*p.kvElems*size:(t+1)*p.kvElems*size], kRawStrided[t*kvStride*size:])
+		copy(p.VRaw[t*p.kvElems*size:(t+1)*p.kvElems*size], vRawStrided[t*kvStride*size:])
+	}
+	p.CosSin = make([]float32, p.maxPos*2*p.rot)
+	for i := range p.CosSin {
+		p.CosSin[i] = float32(2*g.Float64() - 1)
+	}
+	positions := make([]int64, c.Tokens)
+	offsets := make([]int64, c.Tokens)
+	p.Positions = make([]int64, c.Tokens)
+	for t := range positions {
+		positions[t] = int64(g.IntN(p.maxPos - 16))
+		if c.Offsets {
+			offsets[t] = int64(g.IntN(16))
+		}
+		p.Positions[t] = positions[t] + offsets[t]
+	}
+	numSlots := c.NumBlocks * c.BlockSize
+	cacheBytes := numSlots * p.kvElems * c.Cache.Size()
+	p.KCache, p.VCache = make([]byte, cacheBytes), make([]byte, cacheBytes)
+	for i := range p.KCache {
+		p.KCache[i], p.VCache[i] = byte(g.Uint32()), byte(g.Uint32())
+	}
+	perm := g.Perm(numSlots)
+	p.Slots = make([]int64, kvTokens)
+	for t := range p.Slots {
+		p.Slots[t] = -1
+		if t < len(perm) && g.IntN(7) != 0 {
+			p.Slots[t] = int64(perm[t])
+		}
+	}
+	if c.Remap {
+		p.Remap = make([]int64, numSlots)
+		for i, q := range g.Perm(numSlots) {
+			p.Remap[i] = int64(q)
+			if g.IntN(9) == 0 {
+				p.Remap[i] = -1
+			}
+		}
+	}
+	a := &p.Args
+	*a = pagedkv.RopeCacheArgs{
+		NumTokens: c.Tokens, NumKVTokens: kvTokens, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxPos: p.maxPos, RotDim: p.rot, NeoX: c.NeoX,
+		QTokenStride: qStride, KTokenStride: kvStride, VTokenStride: kvStride,
+		DType: c.In, CacheDType: c.Cache, Layout: c.Layout,
+	}
+	if c.Cache == pagedkv.E4M3 {
+		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
+	}
+	var err error
+	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
+		return func(b pagedkv.Buffer, e error) {
+			if err == nil {
+				*dst, err = b, e
+			}
+		}
+	}
+	up(&a.Q)(Upload(p.Arena, s, qRaw, 1))
+	up(&a.K)(Upload(p.Arena, s, kRawStrided, 1))
+	up(&a.V)(Upload(p.Arena, s, vRawStrided, 1))
+	up(&a.QOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
+	up(&a.KOut)(p.Arena.Alloc(int64(c.Tokens * p.kvElems * size)))
+	if c.Zeros {
+		up(&a.ZerosOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
+	}
+	up(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
+	up(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
+	up(&a.Positions)(Upload(p.Arena, s, positions, 8))
+	if c.Offsets {
+		up(&a.Offsets)(Upload(p.Arena, s, offsets, 8))
+	}
+	up(&a.CosSin)(Upload(p.Arena, s, p.CosSin, 4))
+	up(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
+	if p.Remap != nil {
+		up(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
+	}
+	if err != nil {
+		_ = p.Arena.Free()
+		return nil, err
+	}
+	return p, nil
+}
+
+// RunAndCheck poisons the outputs, runs the op on s and checks q_out and
+// k_out against the float64 rotation, zeros_out for zeros, and both caches
+// bit for bit against the reference append of what the kernel must write
+// (k_out for rotated tokens, k as given for KV-only ones, v as given).
+func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
+	c, a := p.Shape, &p.Args
+	for _, b := range []pagedkv.Buffer{a.QOut, a.KOut, a.ZerosOut} {
+		if err := s.Fill32(b, NaNPattern(c.In)); err != nil {
+			return err
+		}
+	}
+	if err := r.RopeCache(s, a); err != nil {
+		return err
+	}
+	if err := s.Fault(); err != nil {
+		return err
+	}
+	size := c.In.Size()
+	qOut := make([]byte, c.Tokens*p.qElems*size)
+	kOut := make([]byte, c.Tokens*p.kvElems*size)
+	gotK := make([]byte, len(p.KCache))
+	gotV := make([]byte, len(p.VCache))
+	for _, d := range []struct {
+		dst []byte
+		src pagedkv.Buffer
+	}{{qOut, a.QOut}, {kOut, a.KOut}, {gotK, a.KeyCache}, {gotV, a.ValueCache}} {
+		if err := pagedkv.Download(s, d.dst, d.src); err != nil {
+			return err
+		}
+	}
+	wantQ := ref.RopeRotate(p.Q, c.QHeads, c.HeadDim, p.Positions, p.CosSin, p.rot, c.NeoX)
+	wantK := ref.RopeRotate(p.K[:c.Tokens*p.kvElems], c.KVHeads, c.HeadDim, p.Positions, p.CosSin, p.rot, c.NeoX)
+	if e := ref.RelL2(ref.DecodeSlice(ref.DType(c.In), qOut), wantQ); !(e <= Tolerance(c.In)) {
+		return errorf("%v: q_out relative L2 error %.3g", c, e)
+	}
+	if e := ref.RelL2(ref.DecodeSlice(ref.DType(c.In), kOut), wantK); !(e <= Tolerance(c.In)) {
+		return errorf("%v: k_out relative L2 error %.3g", c, e)
+	}
+	if c.Zeros {
+		zeros := make([]byte, len(qOut))
+		if err := pagedkv.Download(s, zeros, a.ZerosOut); err != nil {
+			return err
+		}
+		for i, b := range zeros {
+			if b != 0 {
+				return errorf("%v: zeros_out byte %d is %#x", c, i, b)
+			}
+		}
+	}
+	keyFinal := append(append([]byte(nil), kOut...), p.KRaw[len(kOut):]...)
+	expK := append([]byte(nil), p.KCache...)
+	expV := append([]byte(nil), p.VCache...)
+	ref.CacheAppendFlash(ref.CacheAppend{
+		Key: keyFinal, Value: p.VRaw, KeyCache: expK, ValueCache: expV, SlotMapping: p.Slots, SlotRemap: p.Remap,
+		NumTokens: c.Tokens + c.KVOnly, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
+		KeyTokenStride: p.kvElems, ValueTokenStride: p.kvElems, KeyHeadStride: c.HeadDim, ValueHeadStride: c.HeadDim,
+		In: ref.DType(c.In), Cache: ref.DType(c.Cache), KScale: a.KScale, VScale: a.VScale, Layout: ref.Layout(c.Layout),
+	})
+	if i := FirstDiff(expK, gotK); i >= 0 {
+		return errorf("%v: key cache byte %d is %#x, want %#x", c, i, gotK[i], expK[i])
+	}
+	if i := FirstDiff(expV, gotV); i >= 0 {
+		return errorf("%v: value cache byte %d is %#x, want %#x", c, i, gotV[i], expV[i])
+	}
+	return nil
+}

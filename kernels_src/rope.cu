@@ -1,0 +1,164 @@
+// rope.cu: rotary position embedding fused with the paged KV-cache write.
+//
+// rope_cache_<in>[_e4m3]
+//   q            [num_tokens, num_q_heads, head_dim] of <in> at strides (token, head)
+//   k, v         [num_kv_tokens, num_kv_heads, head_dim] of <in> at strides; the
+//                first num_tokens tokens are rotated, the trailing
+//                num_kv_tokens - num_tokens are KV-only: no RoPE, cached as given.
+//   positions    int64 [num_tokens]; offsets (optional) int64 [num_tokens] are
+//                added. A position outside [0, max_pos) is recorded in fault
+//                (code 5) and nothing of that token is written.
+//   cos_sin      f32 [max_pos, 2·rot]: a row holds rot cosines, then rot sines.
+//                rot = head_dim: one value per element; rot = head_dim/2: one
+//                per rotated pair (element j and j + head_dim/2 for NeoX, 2i
+//                and 2i+1 for GPT-J).
+//   neox         1: rotate halves (x[j], x[j + D/2]); 0: GPT-J, interleaved
+//                pairs (x[2i], x[2i+1]). out1 = x1·c1 − x2·s1,
+//                out2 = x2·c2 + x1·s2, in f32.
+//   q_out        [num_tokens, num_q_heads, head_dim] rotated q; k_out
+//                [num_tokens, num_kv_heads, head_dim] rotated k (contiguous);
+//                zeros_out (optional) shaped like q_out, written with zeros.
+//   key_cache,   layout as cache.cuh; <in> or fp8 e4m3 (value / scale, nearest
+//   value_cache  even, saturated) for _e4m3. k goes in rotated (KV-only tokens
+//                as given), v as given. Slot rules as cache_append (negative
+//                skips, optional remap, out of range recorded and skipped).
+// Grid: num_kv_tokens blocks of 128 threads, one token each; each KV head is
+// written once whatever the GQA group. No shared memory.
+#include "cache.cuh"
+
+namespace pkv {
+
+template <typename In, bool FP8>
+__device__ __forceinline__ void store_cache1(void* cache, int64_t at, float x, float scale) {
+  if constexpr (FP8) {
+    static_cast<uint8_t*>(cache)[at] = (uint8_t)f32_to_e4m3(__fdiv_rn(x, scale));
+  } else {
+    static_cast<In*>(cache)[at] = from_float<In>(x);
+  }
+}
+
+template <typename In, bool FP8>
+__device__ __forceinline__ void rope_cache(
+    const In* __restrict__ q, const In* __restrict__ k, const In* __restrict__ v,
+    In* __restrict__ q_out, In* __restrict__ k_out, In* __restrict__ zeros_out,
+    void* __restrict__ key_cache, void* __restrict__ value_cache,
+    const int64_t* __restrict__ positions, const int64_t* __restrict__ offsets,
+    const float* __restrict__ cos_sin, int64_t max_pos, int rot,
+    const int64_t* __restrict__ slot_mapping, const int64_t* __restrict__ slot_remap,
+    int64_t num_remap, unsigned long long* fault, int64_t num_slots, int num_tokens,
+    int num_kv_tokens, int num_q_heads, int num_kv_heads, int head_dim, int64_t q_token_stride,
+    int64_t q_head_stride, int64_t k_token_stride, int64_t k_head_stride,
+    int64_t v_token_stride, int64_t v_head_stride, float k_scale, float v_scale, int neox,
+    int layout, int block_size_log2) {
+  constexpr int X = FP8 ? 16 : 8;
+  const int64_t t = blockIdx.x;
+  if (t >= num_kv_tokens) return;
+  const bool rotate = t < num_tokens;
+  const float* row = nullptr;
+  if (rotate) {
+    const int64_t pos = positions[t] + (offsets != nullptr ? offsets[t] : 0);
+    if (pos < 0 || pos >= max_pos) {
+      if (threadIdx.x == 0) record_fault(fault, kFaultPositionBeyondTable, t, pos, max_pos);
+      return;
+    }
+    row = cos_sin + pos * 2 * rot;
+  }
+  const int64_t slot = resolve_slot(t, slot_mapping, slot_remap, num_remap, num_slots, fault);
+  const int half = head_dim >> 1;
+
+  // One rotated pair per iteration: q heads first, then k heads.
+  if (rotate) {
+    const int pairs = (num_q_heads + num_kv_heads) * half;
+    for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+      const int hh = i / half;
+      const int j = i - hh * half;
+      const int e1 = neox ? j : 2 * j;
+      const int e2 = neox ? j + half : 2 * j + 1;
+      const int c1 = rot == head_dim ? e1 : j;
+      const int c2 = rot == head_dim ? e2 : j;
+      const float cos1 = row[c1], sin1 = row[rot + c1];
+      const float cos2 = row[c2], sin2 = row[rot + c2];
+      const bool is_q = hh < num_q_heads;
+      const int h = is_q ? hh : hh - num_q_heads;
+      const In* src = is_q ? q + t * q_token_stride + h * q_head_stride : k + t * k_token_stride + h * k_head_stride;
+      const float x1 = to_float(src[e1]);
+      const float x2 = to_float(src[e2]);
+      const float o1 = x1 * cos1 - x2 * sin1;
+      const float o2 = x2 * cos2 + x1 * sin2;
+      if (is_q) {
+        In* dst = q_out + (t * num_q_heads + h) * head_dim;
+        dst[e1] = from_float<In>(o1);
+        dst[e2] = from_float<In>(o2);
+        if (zeros_out != nullptr) {
+          In* z = zeros_out + (t * num_q_heads + h) * head_dim;
+          z[e1] = from_float<In>(0.0f);
+          z[e2] = from_float<In>(0.0f);
+        }
+      } else {
+        In* dst = k_out + (t * num_kv_heads + h) * head_dim;
+        dst[e1] = from_float<In>(o1);
+        dst[e2] = from_float<In>(o2);
+        if (slot >= 0) {
+          int st1, st2;
+          int64_t a1 = cache_place<X>(layout, false, slot, h, e1 & ~7, num_kv_heads, head_dim, block_size_log2, &st1);
+          int64_t a2 = cache_place<X>(layout, false, slot, h, e2 & ~7, num_kv_heads, head_dim, block_size_log2, &st2);
+          a1 += (int64_t)(e1 & 7) * st1;
+          a2 += (int64_t)(e2 & 7) * st2;
+          // The cache holds what k_out holds: the rotation rounded to <in>.
+          store_cache1<In, FP8>(key_cache, a1, to_float(from_float<In>(o1)), k_scale);
+          store_cache1<In, FP8>(key_cache, a2, to_float(from_float<In>(o2)), k_scale);
+        }
+      }
+    }
+  }
+  if (slot < 0) return;
+  // V (and, for KV-only tokens, K) go to the cache as given, 8 elements per
+  // thread.
+  const int vecs = num_kv_heads * (head_dim >> 3);
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const int h = i / (head_dim >> 3);
+    const int d = (i - h * (head_dim >> 3)) << 3;
+    int st;
+    const uint4 vv = load8(v + t * v_token_stride + h * v_head_stride + d);
+    const int64_t va = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+    if constexpr (FP8) {
+      store8<1>(value_cache, va, st, to_e4m3x8<In>(vv, v_scale));
+    } else {
+      store8<2>(value_cache, va, st, vv);
+    }
+    if (!rotate) {
+      const uint4 kk = load8(k + t * k_token_stride + h * k_head_stride + d);
+      const int64_t ka = cache_place<X>(layout, false, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+      if constexpr (FP8) {
+        store8<1>(key_cache, ka, st, to_e4m3x8<In>(kk, k_scale));
+      } else {
+        store8<2>(key_cache, ka, st, kk);
+      }
+    }
+  }
+}
+
+}  // namespace pkv
+
+#define PKV_ROPE_CACHE(name, In, FP8)                                                             \
+  extern "C" __global__ void __launch_bounds__(128) name(                                         \
+      const In* q, const In* k, const In* v, In* q_out, In* k_out, In* zeros_out,                 \
+      void* key_cache, void* value_cache, const int64_t* positions, const int64_t* offsets,       \
+      const float* cos_sin, int64_t max_pos, int rot, const int64_t* slot_mapping,                \
+      const int64_t* slot_remap, int64_t num_remap, unsigned long long* fault, int64_t num_slots, \
+      int num_tokens, int num_kv_tokens, int num_q_heads, int num_kv_heads, int head_dim,         \
+      int64_t q_token_stride, int64_t q_head_stride, int64_t k_token_stride,                      \
+      int64_t k_head_stride, int64_t v_token_stride, int64_t v_head_stride, float k_scale,        \
+      float v_scale, int neox, int layout, int block_size_log2) {                                 \
+    pkv::rope_cache<In, FP8>(q, k, v, q_out, k_out, zeros_out, key_cache, value_cache, positions, \
+                             offsets, cos_sin, max_pos, rot, slot_mapping, slot_remap, num_remap, \
+                             fault, num_slots, num_tokens, num_kv_tokens, num_q_heads,            \
+                             num_kv_heads, head_dim, q_token_stride, q_head_stride,               \
+                             k_token_stride, k_head_stride, v_token_stride, v_head_stride,        \
+                             k_scale, v_scale, neox, layout, block_size_log2);                    \
+  }
+
+PKV_ROPE_CACHE(rope_cache_f16, __half, false)
+PKV_ROPE_CACHE(rope_cache_bf16, __nv_bfloat16, false)
+PKV_ROPE_CACHE(rope_cache_f16_e4m3, __half, true)
+PKV_ROPE_CACHE(rope_cache_bf16_e4m3, __nv_bfloat16, true)

@@ -1,0 +1,183 @@
+package pagedkv
+
+import (
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+)
+
+// RopeCacheArgs describes rotary position embedding fused with the paged
+// cache write.
+//
+//   - Q: [NumTokens, NumQHeads, HeadDim]; K, V: [NumKVTokens, NumKVHeads,
+//     HeadDim] (NumKVTokens ≥ NumTokens; 0 means NumTokens), all of DType at
+//     element strides (0 = contiguous). Tokens NumTokens.. are KV-only: no
+//     RoPE, cached as given.
+//   - Positions: int64 [NumTokens]; Offsets (optional): int64 [NumTokens]
+//     added to them. CosSin: f32 [MaxPos, 2·RotDim], each row RotDim cosines
+//     then RotDim sines; RotDim is HeadDim (one value per element) or
+//     HeadDim/2 (one per rotated pair, reused for both halves). NeoX rotates
+//     halves (x[j], x[j+HeadDim/2]); otherwise GPT-J rotates interleaved pairs
+//     (x[2i], x[2i+1]). A position outside [0, MaxPos) is recorded in the
+//     stream's fault record and nothing of that token is written.
+//   - QOut: rotated q [NumTokens, NumQHeads, HeadDim]; KOut: rotated k
+//     [NumTokens, NumKVHeads, HeadDim]; ZerosOut (optional) shaped like QOut
+//     is filled with zeros. All contiguous, of DType.
+//   - The caches, slots, layout and fp8 scales follow AppendArgs: rotated k
+//     (exactly KOut's values) and v go to slot SlotMapping[t]; each KV head is
+//     written once whatever the GQA group.
+type RopeCacheArgs struct {
+	Q, K, V                Buffer
+	QOut, KOut, ZerosOut   Buffer
+	KeyCache, ValueCache   Buffer
+	Positions, Offsets     Buffer
+	CosSin                 Buffer
+	SlotMapping, SlotRemap Buffer
+
+	NumTokens, NumKVTokens         int
+	NumQHeads, NumKVHeads, HeadDim int
+	BlockSize, NumBlocks           int
+	MaxPos, RotDim                 int
+	NeoX                           bool
+	QTokenStride, QHeadStride      int
+	KTokenStride, KHeadStride      int
+	VTokenStride, VHeadStride      int
+	DType, CacheDType              DType
+	KScale, VScale                 float32
+	Layout                         CacheLayout
+}
+
+const ropeArg = "RopeCacheArgs"
+
+func (a *RopeCacheArgs) kvTokens() int {
+	if a.NumKVTokens == 0 {
+		return a.NumTokens
+	}
+	return a.NumKVTokens
+}
+
+func (a *RopeCacheArgs) target() cacheTarget {
+	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, a.kvTokens(), a.NumKVHeads, a.HeadDim,
+		a.BlockSize, a.NumBlocks, a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
+}
+
+func (a *RopeCacheArgs) rows() (q, k, v tokenRows) {
+	q = tokenRows{"Q", "QTokenStride", "QHeadStride", a.Q, a.NumTokens, a.NumQHeads, a.HeadDim, a.QTokenStride, a.QHeadStride}
+	k = tokenRows{"K", "KTokenStride", "KHeadStride", a.K, a.kvTokens(), a.NumKVHeads, a.HeadDim, a.KTokenStride, a.KHeadStride}
+	v = tokenRows{"V", "VTokenStride", "VHeadStride", a.V, a.kvTokens(), a.NumKVHeads, a.HeadDim, a.VTokenStride, a.VHeadStride}
+	return
+}
+
+// Validate checks every shape, dtype, stride, alignment and buffer capacity.
+func (a *RopeCacheArgs) Validate() error {
+	if err := a.target().check(ropeArg); err != nil {
+		return err
+	}
+	if err := inRange(ropeArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
+		return err
+	}
+	if a.NumKVTokens != 0 && a.NumKVTokens < a.NumTokens {
+		return errf("%s.NumKVTokens=%d is below NumTokens=%d; allowed: 0 (= NumTokens) or ≥ NumTokens", ropeArg, a.NumKVTokens, a.NumTokens)
+	}
+	if a.HeadDim&(a.HeadDim-1) != 0 {
+		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 8 to 256", ropeArg, a.HeadDim)
+	}
+	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 {
+		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", ropeArg, a.NumQHeads, a.NumKVHeads)
+	}
+	if a.RotDim != a.HeadDim && a.RotDim != a.HeadDim/2 {
+		return errf("%s.RotDim=%d is not allowed; allowed: HeadDim=%d or HeadDim/2=%d", ropeArg, a.RotDim, a.HeadDim, a.HeadDim/2)
+	}
+	if err := inRange(ropeArg, "MaxPos", a.MaxPos, 1, 1<<30); err != nil {
+		return err
+	}
+	q, k, v := a.rows()
+	for _, r := range []tokenRows{q, k, v} {
+		if err := r.check(ropeArg, a.DType); err != nil {
+			return err
+		}
+	}
+	if err := buffer(ropeArg, "CosSin", a.CosSin, int64(a.MaxPos)*int64(2*a.RotDim)*4, 4); err != nil {
+		return err
+	}
+	if a.NumTokens == 0 {
+		return nil
+	}
+	esize := int64(a.DType.Size())
+	qBytes := int64(a.NumTokens) * int64(a.NumQHeads) * int64(a.HeadDim) * esize
+	if err := buffer(ropeArg, "QOut", a.QOut, qBytes, 16); err != nil {
+		return err
+	}
+	if err := buffer(ropeArg, "KOut", a.KOut, int64(a.NumTokens)*int64(a.NumKVHeads)*int64(a.HeadDim)*esize, 16); err != nil {
+		return err
+	}
+	if !a.ZerosOut.IsZero() {
+		if err := buffer(ropeArg, "ZerosOut", a.ZerosOut, qBytes, 16); err != nil {
+			return err
+		}
+	}
+	if err := buffer(ropeArg, "Positions", a.Positions, int64(a.NumTokens)*8, 8); err != nil {
+		return err
+	}
+	if !a.Offsets.IsZero() {
+		if err := buffer(ropeArg, "Offsets", a.Offsets, int64(a.NumTokens)*8, 8); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ropeCacheParams is the parameter list of the rope_cache_* kernels, in PTX
+// order (kernels_src/rope.cu).
+type ropeCacheParams struct {
+	Q, K, V, QOut, KOut, ZerosOut                          driver.DevicePtr
+	KeyCache, ValueCache, Positions, Offsets, CosSin       driver.DevicePtr
+	MaxPos                                                 int64
+	RotDim                                                 int32
+	SlotMapping, SlotRemap                                 driver.DevicePtr
+	NumRemap                                               int64
+	Fault                                                  driver.DevicePtr
+	NumSlots                                               int64
+	NumTokens, NumKVTokens, NumQHeads, NumKVHeads, HeadDim int32
+	QTokenStride, QHeadStride                              int64
+	KTokenStride, KHeadStride                              int64
+	VTokenStride, VHeadStride                              int64
+	KScale, VScale                                         float32
+	NeoX, Layout, BlockSizeLog2                            int32
+}
+
+// RopeCache rotates q and k and writes k and v into the paged caches on
+// stream s, in one launch.
+func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	plan, err := dispatch.PlanRope(dispatch.AppendShape{
+		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, In: a.DType, Cache: a.CacheDType,
+	})
+	if err != nil {
+		return err
+	}
+	q, k, v := a.rows()
+	qt, qh := q.strides()
+	kt, kh := k.strides()
+	vt, vh := v.strides()
+	p := ropeCacheParams{
+		Q: a.Q.Ptr, K: a.K.Ptr, V: a.V.Ptr, QOut: a.QOut.Ptr, KOut: a.KOut.Ptr, ZerosOut: a.ZerosOut.Ptr,
+		KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr, Positions: a.Positions.Ptr, Offsets: a.Offsets.Ptr,
+		CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim),
+		SlotMapping: a.SlotMapping.Ptr, SlotRemap: a.SlotRemap.Ptr, NumRemap: a.SlotRemap.Bytes / 8, Fault: s.fault,
+		NumSlots:  int64(a.NumBlocks) * int64(a.BlockSize),
+		NumTokens: int32(a.NumTokens), NumKVTokens: int32(a.kvTokens()), NumQHeads: int32(a.NumQHeads),
+		NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
+		QTokenStride: qt, QHeadStride: qh, KTokenStride: kt, KHeadStride: kh, VTokenStride: vt, VHeadStride: vh,
+		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
+	}
+	if a.NeoX {
+		p.NeoX = 1
+	}
+	p.KScale, p.VScale = a.target().scales()
+	return launchPlan(r, s, &plan, &p)
+}

@@ -1,0 +1,58 @@
+package tests
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/internal/check"
+)
+
+func ropeProblem(t *testing.T, r *pagedkv.Runtime, g *rand.Rand, c check.RopeShape) *check.RopeProblem {
+	t.Helper()
+	p, err := check.NewRopeProblem(r, r.Stream(), g, c)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Arena.Free()) })
+	return p
+}
+
+func TestRopeCacheMatchesReference(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	shapes := []check.RopeShape{
+		{Tokens: 64, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 6, In: pagedkv.F16, Cache: pagedkv.F16, NeoX: true, HalfRot: true},
+		{Tokens: 50, KVOnly: 7, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, NumBlocks: 9, In: pagedkv.BF16, Cache: pagedkv.BF16, Offsets: true, Zeros: true, PadToken: 8},
+		{Tokens: 33, QHeads: 16, KVHeads: 2, HeadDim: 256, BlockSize: 32, NumBlocks: 3, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, NeoX: true, Remap: true},
+		{Tokens: 40, KVOnly: 3, QHeads: 4, KVHeads: 1, HeadDim: 128, BlockSize: 16, NumBlocks: 4, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutXSplit, HalfRot: true},
+	}
+	for range 8 {
+		shapes = append(shapes, check.RandomRopeShape(g))
+	}
+	for _, c := range shapes {
+		t.Run(c.String(), func(t *testing.T) {
+			p := ropeProblem(t, r, g, c)
+			require.NoError(t, p.RunAndCheck(r, r.Stream()))
+		})
+	}
+}
+
+// TestRopeCachePositionFault checks that a position outside the cos/sin
+// table is reported and that token is not written.
+func TestRopeCachePositionFault(t *testing.T) {
+	r := open(t, config.Options{CheckBounds: ptr(true)})
+	g := rng(t)
+	p := ropeProblem(t, r, g, check.RopeShape{Tokens: 4, QHeads: 4, KVHeads: 2, HeadDim: 64, BlockSize: 16, NumBlocks: 2,
+		In: pagedkv.F16, Cache: pagedkv.F16, NeoX: true})
+	s := r.Stream()
+	require.NoError(t, pagedkv.Upload(s, p.Args.Positions, []int64{1, 2, 1 << 40, 3}))
+	err := r.RopeCache(s, &p.Args)
+	var fe *pagedkv.FaultError
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Equal(t, int64(2), fe.A)
+	assert.Contains(t, fe.Error(), "outside the cos/sin table")
+}
