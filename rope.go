@@ -78,8 +78,8 @@ func (a *RopeCacheArgs) Validate() error {
 	if a.NumKVTokens != 0 && a.NumKVTokens < a.NumTokens {
 		return errf("%s.NumKVTokens=%d is below NumTokens=%d; allowed: 0 (= NumTokens) or ≥ NumTokens", ropeArg, a.NumKVTokens, a.NumTokens)
 	}
-	if a.HeadDim&(a.HeadDim-1) != 0 {
-		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 8 to 256", ropeArg, a.HeadDim)
+	if a.HeadDim < 16 || a.HeadDim&(a.HeadDim-1) != 0 {
+		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 16 to 256", ropeArg, a.HeadDim)
 	}
 	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 {
 		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", ropeArg, a.NumQHeads, a.NumKVHeads)

@@ -172,3 +172,43 @@ func TestGatherArgsValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestRopeCacheArgsValidate(t *testing.T) {
+	good := func() RopeCacheArgs {
+		const tok, qh, kh, d, bs, nb, maxPos = 10, 8, 2, 64, 16, 4, 100
+		return RopeCacheArgs{
+			Q: fakeBuffer(tok * qh * d * 2), K: fakeBuffer(tok * kh * d * 2), V: fakeBuffer(tok * kh * d * 2),
+			QOut: fakeBuffer(tok * qh * d * 2), KOut: fakeBuffer(tok * kh * d * 2),
+			KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+			Positions: fakeBuffer(tok * 8), CosSin: fakeBuffer(maxPos * d * 4), SlotMapping: fakeBuffer(tok * 8),
+			NumTokens: tok, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb,
+			MaxPos: maxPos, RotDim: d / 2, NeoX: true, DType: F16, CacheDType: F16,
+		}
+	}
+	a := good()
+	require.NoError(t, a.Validate())
+	cases := []struct {
+		name   string
+		mutate func(a *RopeCacheArgs)
+		want   string
+	}{
+		{"rot", func(a *RopeCacheArgs) { a.RotDim = 48 }, "RopeCacheArgs.RotDim=48 is not allowed; allowed: HeadDim=64 or HeadDim/2=32"},
+		{"head dim", func(a *RopeCacheArgs) { a.HeadDim = 8; a.RotDim = 4 }, "RopeCacheArgs.HeadDim=8 is not allowed"},
+		{"gqa", func(a *RopeCacheArgs) { a.NumQHeads = 3 }, "RopeCacheArgs.NumQHeads=3 is not a multiple of NumKVHeads=2"},
+		{"kv tokens", func(a *RopeCacheArgs) { a.NumKVTokens = 5 }, "RopeCacheArgs.NumKVTokens=5 is below NumTokens=10"},
+		{"table", func(a *RopeCacheArgs) { a.CosSin.Bytes = 100 }, "RopeCacheArgs.CosSin holds 100 bytes; the shapes need 25600"},
+		{"k small", func(a *RopeCacheArgs) { a.NumKVTokens = 11; a.SlotMapping.Bytes = 88 }, "RopeCacheArgs.K holds 2560 bytes; the shapes need 2816"},
+		{"positions", func(a *RopeCacheArgs) { a.Positions = Buffer{} }, "RopeCacheArgs.Positions is missing"},
+		{"zeros", func(a *RopeCacheArgs) { a.ZerosOut = fakeBuffer(8) }, "RopeCacheArgs.ZerosOut holds 8 bytes"},
+		{"max pos", func(a *RopeCacheArgs) { a.MaxPos = 0 }, "RopeCacheArgs.MaxPos=0 is out of range"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := good()
+			c.mutate(&a)
+			err := a.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}

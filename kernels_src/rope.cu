@@ -14,7 +14,8 @@
 //                and 2i+1 for GPT-J).
 //   neox         1: rotate halves (x[j], x[j + D/2]); 0: GPT-J, interleaved
 //                pairs (x[2i], x[2i+1]). out1 = x1·c1 − x2·s1,
-//                out2 = x2·c2 + x1·s2, in f32.
+//                out2 = x2·c2 + x1·s2, in f32. Threads move 16-byte pieces
+//                (head_dim ≥ 16 for NeoX so that each half holds whole pieces).
 //   q_out        [num_tokens, num_q_heads, head_dim] rotated q; k_out
 //                [num_tokens, num_kv_heads, head_dim] rotated k (contiguous);
 //                zeros_out (optional) shaped like q_out, written with zeros.
@@ -28,12 +29,24 @@
 
 namespace pkv {
 
+// pack8 rounds 8 floats to In and packs them as 16 bytes.
+template <typename In>
+__device__ __forceinline__ uint4 pack8(const float f[8]) {
+  uint4 v;
+  In* e = reinterpret_cast<In*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = from_float<In>(f[i]);
+  return v;
+}
+
+// store_k8 writes 8 elements of k (already rounded to In, packed) to the K
+// cache at element index at (K layouts keep 8 elements contiguous).
 template <typename In, bool FP8>
-__device__ __forceinline__ void store_cache1(void* cache, int64_t at, float x, float scale) {
+__device__ __forceinline__ void store_k8(void* cache, int64_t at, uint4 v, float scale) {
   if constexpr (FP8) {
-    static_cast<uint8_t*>(cache)[at] = (uint8_t)f32_to_e4m3(__fdiv_rn(x, scale));
+    store8<1>(cache, at, 1, to_e4m3x8<In>(v, scale));
   } else {
-    static_cast<In*>(cache)[at] = from_float<In>(x);
+    store8<2>(cache, at, 1, v);
   }
 }
 
@@ -66,47 +79,67 @@ __device__ __forceinline__ void rope_cache(
   const int64_t slot = resolve_slot(t, slot_mapping, slot_remap, num_remap, num_slots, fault);
   const int half = head_dim >> 1;
 
-  // One rotated pair per iteration: q heads first, then k heads.
+  // One chunk per iteration, q heads first, then k heads. NeoX: elements
+  // j0..j0+7 and j0+half..j0+half+7 (8 pairs); GPT-J: elements e0..e0+7
+  // (4 interleaved pairs). Loads and stores are 16 bytes.
   if (rotate) {
-    const int pairs = (num_q_heads + num_kv_heads) * half;
-    for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
-      const int hh = i / half;
-      const int j = i - hh * half;
-      const int e1 = neox ? j : 2 * j;
-      const int e2 = neox ? j + half : 2 * j + 1;
-      const int c1 = rot == head_dim ? e1 : j;
-      const int c2 = rot == head_dim ? e2 : j;
-      const float cos1 = row[c1], sin1 = row[rot + c1];
-      const float cos2 = row[c2], sin2 = row[rot + c2];
+    const int chunks_per_head = neox ? half / 8 : head_dim / 8;
+    const int chunks = (num_q_heads + num_kv_heads) * chunks_per_head;
+    for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
+      const int hh = i / chunks_per_head;
+      const int c = i - hh * chunks_per_head;
       const bool is_q = hh < num_q_heads;
       const int h = is_q ? hh : hh - num_q_heads;
       const In* src = is_q ? q + t * q_token_stride + h * q_head_stride : k + t * k_token_stride + h * k_head_stride;
-      const float x1 = to_float(src[e1]);
-      const float x2 = to_float(src[e2]);
-      const float o1 = x1 * cos1 - x2 * sin1;
-      const float o2 = x2 * cos2 + x1 * sin2;
-      if (is_q) {
-        In* dst = q_out + (t * num_q_heads + h) * head_dim;
-        dst[e1] = from_float<In>(o1);
-        dst[e2] = from_float<In>(o2);
-        if (zeros_out != nullptr) {
-          In* z = zeros_out + (t * num_q_heads + h) * head_dim;
-          z[e1] = from_float<In>(0.0f);
-          z[e2] = from_float<In>(0.0f);
+      In* dst = is_q ? q_out + (t * num_q_heads + h) * head_dim : k_out + (t * num_kv_heads + h) * head_dim;
+      float o1[8], o2[8];
+      int ea, eb;  // element offsets of the two 8-element pieces written
+      if (neox) {
+        const int j0 = c * 8;
+        ea = j0;
+        eb = j0 + half;
+        float x1[8], x2[8];
+        to_float8(load8(src + ea), src, x1);
+        to_float8(load8(src + eb), src, x2);
+        const float* c1 = row + (rot == head_dim ? ea : j0);
+        const float* c2 = row + (rot == head_dim ? eb : j0);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          o1[e] = x1[e] * c1[e] - x2[e] * c1[rot + e];
+          o2[e] = x2[e] * c2[e] + x1[e] * c2[rot + e];
         }
       } else {
-        In* dst = k_out + (t * num_kv_heads + h) * head_dim;
-        dst[e1] = from_float<In>(o1);
-        dst[e2] = from_float<In>(o2);
-        if (slot >= 0) {
-          int st1, st2;
-          int64_t a1 = cache_place<X>(layout, false, slot, h, e1 & ~7, num_kv_heads, head_dim, block_size_log2, &st1);
-          int64_t a2 = cache_place<X>(layout, false, slot, h, e2 & ~7, num_kv_heads, head_dim, block_size_log2, &st2);
-          a1 += (int64_t)(e1 & 7) * st1;
-          a2 += (int64_t)(e2 & 7) * st2;
-          // The cache holds what k_out holds: the rotation rounded to <in>.
-          store_cache1<In, FP8>(key_cache, a1, to_float(from_float<In>(o1)), k_scale);
-          store_cache1<In, FP8>(key_cache, a2, to_float(from_float<In>(o2)), k_scale);
+        ea = c * 8;
+        eb = -1;
+        float x[8];
+        to_float8(load8(src + ea), src, x);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const int ca = rot == head_dim ? ea + 2 * p : (ea >> 1) + p;
+          const int cb = rot == head_dim ? ea + 2 * p + 1 : (ea >> 1) + p;
+          o1[2 * p] = x[2 * p] * row[ca] - x[2 * p + 1] * row[rot + ca];
+          o1[2 * p + 1] = x[2 * p + 1] * row[cb] + x[2 * p] * row[rot + cb];
+        }
+      }
+      const uint4 va = pack8<In>(o1);
+      *reinterpret_cast<uint4*>(dst + ea) = va;
+      uint4 vb;
+      if (eb >= 0) {
+        vb = pack8<In>(o2);
+        *reinterpret_cast<uint4*>(dst + eb) = vb;
+      }
+      if (is_q) {
+        if (zeros_out != nullptr) {
+          In* z = zeros_out + (t * num_q_heads + h) * head_dim;
+          *reinterpret_cast<uint4*>(z + ea) = make_uint4(0u, 0u, 0u, 0u);
+          if (eb >= 0) *reinterpret_cast<uint4*>(z + eb) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      } else if (slot >= 0) {
+        // The cache holds what k_out holds: the rotation rounded to <in>.
+        int st;
+        store_k8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, ea, num_kv_heads, head_dim, block_size_log2, &st), va, k_scale);
+        if (eb >= 0) {
+          store_k8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, eb, num_kv_heads, head_dim, block_size_log2, &st), vb, k_scale);
         }
       }
     }
