@@ -64,7 +64,7 @@ func planRows(a AppendShape, kernel string) (Plan, error) {
 	}, nil
 }
 
-// PlanRope plans a fused RoPE + cache write: one block of RopeThreads per
+// PlanRope plans a fused RoPE + cache write: one block of TokenThreads per
 // token, NumTokens being every token written to the cache (rotated or
 // KV-only). NumTokens == 0 gives Grid.X == 0.
 func PlanRope(a AppendShape) (Plan, error) {
@@ -78,6 +78,5 @@ func PlanRope(a AppendShape) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	return Plan{Kernel: kernel, Grid: Dim3{uint32(a.NumTokens), 1, 1}, Block: Dim3{RopeThreads, 1, 1},
-		Splits: 1, RequestedSplits: 1}, nil
+	return PlanTokens(kernel, a.NumTokens)
 }

@@ -25,7 +25,7 @@ const MaxSplits = 64
 // Threads per block of each kernel family.
 const (
 	DecodeThreads = 128
-	RopeThreads   = 128
+	TokenThreads  = 128 // per-token kernels (RoPE + cache, MLA helpers)
 	AppendThreads = 256
 )
 

@@ -27,6 +27,7 @@ type nameTables struct {
 	append [len(activationTypes)][2]string
 	gather [3]string // by cache dtype: f16, bf16, e4m3
 	rope   [len(activationTypes)][2]string
+	mla    [len(activationTypes)][2]string // rope+quant, concat
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -37,6 +38,9 @@ func buildNames() *nameTables {
 	t := new(nameTables)
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
+	}
+	for qi, q := range activationTypes {
+		t.mla[qi] = [2]string{"mla_rope_quant_" + q.String(), "mla_concat_q_" + q.String()}
 	}
 	for qi, q := range activationTypes {
 		for fp8 := range 2 {
@@ -167,7 +171,12 @@ func AppendKernelNames() []string {
 
 // KernelNames returns every kernel entry name the planner can put in a Plan.
 func KernelNames() []string {
-	return append(append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...), RopeKernelNames()...)
+	names := append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...)
+	names = append(names, RopeKernelNames()...)
+	for qi := range tables.mla {
+		names = append(names, tables.mla[qi][:]...)
+	}
+	return names
 }
 
 // GatherKernelName returns the cache gather kernel for a cache of dtype cache.
@@ -200,3 +209,24 @@ func RopeKernelNames() []string {
 	}
 	return names
 }
+
+// MLAKernelNames returns the MLA rope+quant and concat kernels for input
+// dtype in (f16 or bf16).
+func MLAKernelNames(in DType) (ropeQuant, concat string, err error) {
+	ii, ok := activationIndex(in)
+	if !ok {
+		return "", "", errf("dispatch: MLA input dtype %v is not supported; supported: f16, bf16", in)
+	}
+	return tables.mla[ii][0], tables.mla[ii][1], nil
+}
+
+// PlanTokens plans a per-token kernel: one block of TokenThreads per token.
+func PlanTokens(kernel string, tokens int) (Plan, error) {
+	if tokens < 0 || tokens > maxGridX {
+		return Plan{}, errf("dispatch: %d tokens is out of range; allowed: 0..%d", tokens, maxGridX)
+	}
+	return Plan{Kernel: kernel, Grid: Dim3{uint32(tokens), 1, 1}, Block: Dim3{TokenThreads, 1, 1}, Splits: 1, RequestedSplits: 1}, nil
+}
+
+// maxGridX is CUDA's limit on gridDim.x.
+const maxGridX = 1<<31 - 1

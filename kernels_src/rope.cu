@@ -25,7 +25,7 @@
 //                skips, optional remap, out of range recorded and skipped).
 // Grid: num_kv_tokens blocks of 128 threads, one token each; each KV head is
 // written once whatever the GQA group. No shared memory.
-#include "cache.cuh"
+#include "rope.cuh"
 
 namespace pkv {
 
@@ -93,34 +93,8 @@ __device__ __forceinline__ void rope_cache(
       const In* src = is_q ? q + t * q_token_stride + h * q_head_stride : k + t * k_token_stride + h * k_head_stride;
       In* dst = is_q ? q_out + (t * num_q_heads + h) * head_dim : k_out + (t * num_kv_heads + h) * head_dim;
       float o1[8], o2[8];
-      int ea, eb;  // element offsets of the two 8-element pieces written
-      if (neox) {
-        const int j0 = c * 8;
-        ea = j0;
-        eb = j0 + half;
-        float x1[8], x2[8];
-        to_float8(load8(src + ea), src, x1);
-        to_float8(load8(src + eb), src, x2);
-        const float* c1 = row + (rot == head_dim ? ea : j0);
-        const float* c2 = row + (rot == head_dim ? eb : j0);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          o1[e] = x1[e] * c1[e] - x2[e] * c1[rot + e];
-          o2[e] = x2[e] * c2[e] + x1[e] * c2[rot + e];
-        }
-      } else {
-        ea = c * 8;
-        eb = -1;
-        float x[8];
-        to_float8(load8(src + ea), src, x);
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-          const int ca = rot == head_dim ? ea + 2 * p : (ea >> 1) + p;
-          const int cb = rot == head_dim ? ea + 2 * p + 1 : (ea >> 1) + p;
-          o1[2 * p] = x[2 * p] * row[ca] - x[2 * p + 1] * row[rot + ca];
-          o1[2 * p + 1] = x[2 * p + 1] * row[cb] + x[2 * p] * row[rot + cb];
-        }
-      }
+      int ea, eb;  // element offsets of the pieces written (eb < 0: one piece)
+      rotate8<In>(src, row, rot, head_dim, neox != 0, c, o1, o2, &ea, &eb);
       const uint4 va = pack8<In>(o1);
       *reinterpret_cast<uint4*>(dst + ea) = va;
       uint4 vb;

@@ -9,6 +9,7 @@ const (
 	ModuleDecodeBf16E4m3 = "decode_bf16_e4m3"
 	ModuleDecodeF16      = "decode_f16"
 	ModuleDecodeF16E4m3  = "decode_f16_e4m3"
+	ModuleMla            = "mla"
 	ModuleRope           = "rope"
 )
 
@@ -97,6 +98,14 @@ const (
 	PagedDecodeF16E4m3Hd64G2   = "paged_decode_f16_e4m3_hd64_g2"
 	PagedDecodeF16E4m3Hd64G4   = "paged_decode_f16_e4m3_hd64_g4"
 	PagedDecodeF16E4m3Hd64G8   = "paged_decode_f16_e4m3_hd64_g8"
+)
+
+// Entry points of mla.ptx (kernels_src/mla.cu).
+const (
+	MlaConcatQBf16   = "mla_concat_q_bf16"
+	MlaConcatQF16    = "mla_concat_q_f16"
+	MlaRopeQuantBf16 = "mla_rope_quant_bf16"
+	MlaRopeQuantF16  = "mla_rope_quant_f16"
 )
 
 // Entry points of rope.ptx (kernels_src/rope.cu).

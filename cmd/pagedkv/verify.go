@@ -62,6 +62,9 @@ func runVerify(args []string) error {
 		}
 	}
 	for range *n {
+		record("mla", check.RunMLA(r, s, g, check.RandomMLAShape(g)))
+	}
+	for range *n {
 		c := check.RandomDecodeShape(g)
 		p, err := check.NewDecodeProblem(r, s, g, c)
 		if err != nil {
@@ -101,7 +104,7 @@ func runVerify(args []string) error {
 	}
 	total := 0
 	fmt.Println()
-	for _, op := range []string{"append", "rope+cache", "decode auto", "decode single-pass", "decode forced split-K"} {
+	for _, op := range []string{"append", "rope+cache", "mla", "decode auto", "decode single-pass", "decode forced split-K"} {
 		fmt.Printf("%-24s pass %4d  fail %4d\n", op, pass[op], fail[op])
 		total += fail[op]
 	}

@@ -1,0 +1,242 @@
+package pagedkv
+
+import (
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+)
+
+// MLARopeQuantArgs describes the multi-head latent attention input step:
+// RoPE on the rope parts of q and k, and fp8 e4m3 quantization of all four
+// parts in one pass.
+//
+//   - QNope [NumTokens, NumHeads, LoraRank], QRope [NumTokens, NumHeads,
+//     RopeDim], KNope [NumTokens, NumKVHeads, LoraRank], KRope [NumTokens,
+//     NumKVHeads, RopeDim], all of DType at element strides (0 = contiguous).
+//   - Positions int64 [NumTokens]; CosSin, RotDim (RopeDim or RopeDim/2) and
+//     NeoX as in RopeCacheArgs.
+//   - Outputs, fp8 e4m3, x / QScale or x / KScale rounded to nearest even and
+//     saturated: QOut [NumTokens, NumHeads, LoraRank+RopeDim] (nope first,
+//     then the rotated rope part), KNopeOut [NumTokens, NumKVHeads, LoraRank],
+//     KRopeOut [NumTokens, NumKVHeads, RopeDim] (rotated).
+type MLARopeQuantArgs struct {
+	QNope, QRope, KNope, KRope        Buffer
+	QOut, KNopeOut, KRopeOut          Buffer
+	Positions, CosSin                 Buffer
+	NumTokens, NumHeads               int
+	NumKVHeads                        int
+	LoraRank, RopeDim                 int
+	MaxPos, RotDim                    int
+	NeoX                              bool
+	QNopeTokenStride, QNopeHeadStride int
+	QRopeTokenStride, QRopeHeadStride int
+	KNopeTokenStride, KNopeHeadStride int
+	KRopeTokenStride, KRopeHeadStride int
+	DType                             DType
+	QScale, KScale                    float32
+}
+
+const mlaArg = "MLARopeQuantArgs"
+
+func (a *MLARopeQuantArgs) rows() (qn, qr, kn, kr tokenRows) {
+	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
+	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
+	kn = tokenRows{"KNope", "KNopeTokenStride", "KNopeHeadStride", a.KNope, a.NumTokens, a.NumKVHeads, a.LoraRank, a.KNopeTokenStride, a.KNopeHeadStride}
+	kr = tokenRows{"KRope", "KRopeTokenStride", "KRopeHeadStride", a.KRope, a.NumTokens, a.NumKVHeads, a.RopeDim, a.KRopeTokenStride, a.KRopeHeadStride}
+	return
+}
+
+// Validate checks every shape, dtype, stride, alignment and buffer capacity.
+func (a *MLARopeQuantArgs) Validate() error {
+	if a.DType != F16 && a.DType != BF16 {
+		return errf("%s.DType=%s is not supported; allowed: f16, bf16", mlaArg, a.DType)
+	}
+	if err := inRange(mlaArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
+		return err
+	}
+	if err := inRange(mlaArg, "NumHeads", a.NumHeads, 1, 1<<12); err != nil {
+		return err
+	}
+	if err := inRange(mlaArg, "NumKVHeads", a.NumKVHeads, 1, 1<<12); err != nil {
+		return err
+	}
+	if a.LoraRank < 8 || a.LoraRank%8 != 0 || a.LoraRank > 4096 {
+		return errf("%s.LoraRank=%d is not supported; allowed: a multiple of 8 from 8 to 4096", mlaArg, a.LoraRank)
+	}
+	if a.RopeDim < 16 || a.RopeDim%16 != 0 || a.RopeDim > 512 {
+		return errf("%s.RopeDim=%d is not supported; allowed: a multiple of 16 from 16 to 512", mlaArg, a.RopeDim)
+	}
+	if a.RotDim != a.RopeDim && a.RotDim != a.RopeDim/2 {
+		return errf("%s.RotDim=%d is not allowed; allowed: RopeDim=%d or RopeDim/2=%d", mlaArg, a.RotDim, a.RopeDim, a.RopeDim/2)
+	}
+	if err := inRange(mlaArg, "MaxPos", a.MaxPos, 1, 1<<30); err != nil {
+		return err
+	}
+	for _, sc := range []struct {
+		field string
+		v     float32
+	}{{"QScale", a.QScale}, {"KScale", a.KScale}} {
+		if err := cacheScale(mlaArg, sc.field, sc.v, E4M3); err != nil {
+			return err
+		}
+	}
+	qn, qr, kn, kr := a.rows()
+	for _, r := range []tokenRows{qn, qr, kn, kr} {
+		if err := r.check(mlaArg, a.DType); err != nil {
+			return err
+		}
+	}
+	if err := buffer(mlaArg, "CosSin", a.CosSin, int64(a.MaxPos)*int64(2*a.RotDim)*4, 4); err != nil {
+		return err
+	}
+	if a.NumTokens == 0 {
+		return nil
+	}
+	t := int64(a.NumTokens)
+	for _, o := range []struct {
+		field string
+		buf   Buffer
+		bytes int64
+	}{
+		{"QOut", a.QOut, t * int64(a.NumHeads) * int64(a.LoraRank+a.RopeDim)},
+		{"KNopeOut", a.KNopeOut, t * int64(a.NumKVHeads) * int64(a.LoraRank)},
+		{"KRopeOut", a.KRopeOut, t * int64(a.NumKVHeads) * int64(a.RopeDim)},
+		{"Positions", a.Positions, t * 8},
+	} {
+		if err := buffer(mlaArg, o.field, o.buf, o.bytes, 8); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mlaRopeQuantParams is the parameter list of the mla_rope_quant_* kernels,
+// in PTX order (kernels_src/mla.cu).
+type mlaRopeQuantParams struct {
+	QNope, QRope, KNope, KRope, QOut, KNopeOut, KRopeOut, Positions, CosSin driver.DevicePtr
+	MaxPos                                                                  int64
+	RotDim                                                                  int32
+	Fault                                                                   driver.DevicePtr
+	NumTokens, NumHeads, NumKVHeads, LoraRank, RopeDim                      int32
+	QNopeTokenStride, QNopeHeadStride, QRopeTokenStride, QRopeHeadStride    int64
+	KNopeTokenStride, KNopeHeadStride, KRopeTokenStride, KRopeHeadStride    int64
+	QScale, KScale                                                          float32
+	NeoX                                                                    int32
+}
+
+// MLARopeQuant runs the MLA rope + fp8 quantization step on stream s.
+func (r *Runtime) MLARopeQuant(s *Stream, a *MLARopeQuantArgs) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	kernel, _, err := dispatch.MLAKernelNames(a.DType)
+	if err != nil {
+		return err
+	}
+	plan, err := dispatch.PlanTokens(kernel, a.NumTokens)
+	if err != nil {
+		return err
+	}
+	qn, qr, kn, kr := a.rows()
+	p := mlaRopeQuantParams{
+		QNope: a.QNope.Ptr, QRope: a.QRope.Ptr, KNope: a.KNope.Ptr, KRope: a.KRope.Ptr,
+		QOut: a.QOut.Ptr, KNopeOut: a.KNopeOut.Ptr, KRopeOut: a.KRopeOut.Ptr,
+		Positions: a.Positions.Ptr, CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: s.fault,
+		NumTokens: int32(a.NumTokens), NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads),
+		LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim), QScale: a.QScale, KScale: a.KScale,
+	}
+	p.QNopeTokenStride, p.QNopeHeadStride = qn.strides()
+	p.QRopeTokenStride, p.QRopeHeadStride = qr.strides()
+	p.KNopeTokenStride, p.KNopeHeadStride = kn.strides()
+	p.KRopeTokenStride, p.KRopeHeadStride = kr.strides()
+	if a.NeoX {
+		p.NeoX = 1
+	}
+	return launchPlan(r, s, &plan, &p)
+}
+
+// MLAConcatQArgs concatenates QNope [NumTokens, NumHeads, LoraRank] and QRope
+// [NumTokens, NumHeads, RopeDim] (DType, element strides, 0 = contiguous)
+// into Out [NumTokens, NumHeads, LoraRank+RopeDim], bit for bit.
+type MLAConcatQArgs struct {
+	QNope, QRope, Out                 Buffer
+	NumTokens, NumHeads               int
+	LoraRank, RopeDim                 int
+	QNopeTokenStride, QNopeHeadStride int
+	QRopeTokenStride, QRopeHeadStride int
+	DType                             DType
+}
+
+const concatArg = "MLAConcatQArgs"
+
+func (a *MLAConcatQArgs) rows() (qn, qr tokenRows) {
+	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
+	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
+	return
+}
+
+// Validate checks every shape, dtype, stride, alignment and buffer capacity.
+func (a *MLAConcatQArgs) Validate() error {
+	if a.DType != F16 && a.DType != BF16 {
+		return errf("%s.DType=%s is not supported; allowed: f16, bf16", concatArg, a.DType)
+	}
+	if err := inRange(concatArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
+		return err
+	}
+	if err := inRange(concatArg, "NumHeads", a.NumHeads, 1, 1<<12); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		field string
+		v     int
+	}{{"LoraRank", a.LoraRank}, {"RopeDim", a.RopeDim}} {
+		if d.v < 8 || d.v%8 != 0 || d.v > 4096 {
+			return errf("%s.%s=%d is not supported; allowed: a multiple of 8 from 8 to 4096", concatArg, d.field, d.v)
+		}
+	}
+	qn, qr := a.rows()
+	if err := qn.check(concatArg, a.DType); err != nil {
+		return err
+	}
+	if err := qr.check(concatArg, a.DType); err != nil {
+		return err
+	}
+	if a.NumTokens == 0 {
+		return nil
+	}
+	return buffer(concatArg, "Out", a.Out, int64(a.NumTokens)*int64(a.NumHeads)*int64(a.LoraRank+a.RopeDim)*int64(a.DType.Size()), 16)
+}
+
+// mlaConcatQParams is the parameter list of the mla_concat_q_* kernels, in
+// PTX order (kernels_src/mla.cu).
+type mlaConcatQParams struct {
+	QNope, QRope, Out                                                    driver.DevicePtr
+	NumTokens, NumHeads, LoraRank, RopeDim                               int32
+	QNopeTokenStride, QNopeHeadStride, QRopeTokenStride, QRopeHeadStride int64
+}
+
+// MLAConcatQ concatenates the nope and rope parts of q on stream s.
+func (r *Runtime) MLAConcatQ(s *Stream, a *MLAConcatQArgs) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	_, kernel, err := dispatch.MLAKernelNames(a.DType)
+	if err != nil {
+		return err
+	}
+	plan, err := dispatch.PlanTokens(kernel, a.NumTokens)
+	if err != nil {
+		return err
+	}
+	qn, qr := a.rows()
+	p := mlaConcatQParams{QNope: a.QNope.Ptr, QRope: a.QRope.Ptr, Out: a.Out.Ptr,
+		NumTokens: int32(a.NumTokens), NumHeads: int32(a.NumHeads), LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim)}
+	p.QNopeTokenStride, p.QNopeHeadStride = qn.strides()
+	p.QRopeTokenStride, p.QRopeHeadStride = qr.strides()
+	return launchPlan(r, s, &plan, &p)
+}
