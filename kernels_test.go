@@ -23,6 +23,7 @@ var paramStructs = map[string]reflect.Type{
 	"rope_cache_":     reflect.TypeFor[ropeCacheParams](),
 	"mla_rope_quant_": reflect.TypeFor[mlaRopeQuantParams](),
 	"mla_concat_q_":   reflect.TypeFor[mlaConcatQParams](),
+	"qkv_norm_rope_":  reflect.TypeFor[qkvNormRopeParams](),
 }
 
 func paramStructFor(entry string) (reflect.Type, bool) {

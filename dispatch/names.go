@@ -28,6 +28,7 @@ type nameTables struct {
 	gather [3]string // by cache dtype: f16, bf16, e4m3
 	rope   [len(activationTypes)][2]string
 	mla    [len(activationTypes)][2]string // rope+quant, concat
+	qkv    [len(activationTypes)][2]string
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -50,6 +51,7 @@ func buildNames() *nameTables {
 			}
 			t.append[qi][fp8] = "cache_append_" + q.String() + cache
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
+			t.qkv[qi][fp8] = "qkv_norm_rope_" + q.String() + cache
 			for hi, d := range headDims {
 				hd := "_hd" + strconv.Itoa(d)
 				for gi, g := range groupTiles {
@@ -175,6 +177,7 @@ func KernelNames() []string {
 	names = append(names, RopeKernelNames()...)
 	for qi := range tables.mla {
 		names = append(names, tables.mla[qi][:]...)
+		names = append(names, tables.qkv[qi][:]...)
 	}
 	return names
 }
@@ -230,3 +233,14 @@ func PlanTokens(kernel string, tokens int) (Plan, error) {
 
 // maxGridX is CUDA's limit on gridDim.x.
 const maxGridX = 1<<31 - 1
+
+// QKVKernelName returns the split-QKV + norm + RoPE + cache kernel for input
+// dtype in and cache dtype cache (in, or E4M3).
+func QKVKernelName(in, cache DType) (string, error) {
+	if _, err := AppendKernelName(in, cache); err != nil { // the same dtype rules
+		return "", err
+	}
+	ii, _ := activationIndex(in)
+	ci, _ := cacheIndex(in, cache)
+	return tables.qkv[ii][ci], nil
+}

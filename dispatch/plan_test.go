@@ -309,7 +309,7 @@ func TestKernelNameLists(t *testing.T) {
 	}, AppendKernelNames())
 
 	all := KernelNames()
-	assert.Len(t, all, len(decode)+4+3+4+4)
+	assert.Len(t, all, len(decode)+4+3+4+4+4)
 	seen := map[string]bool{}
 	for _, name := range all {
 		assert.False(t, seen[name], "duplicate %s", name)

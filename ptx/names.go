@@ -10,6 +10,7 @@ const (
 	ModuleDecodeF16      = "decode_f16"
 	ModuleDecodeF16E4m3  = "decode_f16_e4m3"
 	ModuleMla            = "mla"
+	ModuleQkv            = "qkv"
 	ModuleRope           = "rope"
 )
 
@@ -106,6 +107,14 @@ const (
 	MlaConcatQF16    = "mla_concat_q_f16"
 	MlaRopeQuantBf16 = "mla_rope_quant_bf16"
 	MlaRopeQuantF16  = "mla_rope_quant_f16"
+)
+
+// Entry points of qkv.ptx (kernels_src/qkv.cu).
+const (
+	QkvNormRopeBf16     = "qkv_norm_rope_bf16"
+	QkvNormRopeBf16E4m3 = "qkv_norm_rope_bf16_e4m3"
+	QkvNormRopeF16      = "qkv_norm_rope_f16"
+	QkvNormRopeF16E4m3  = "qkv_norm_rope_f16_e4m3"
 )
 
 // Entry points of rope.ptx (kernels_src/rope.cu).

@@ -107,6 +107,9 @@ func runBench(args []string) error {
 		if err := b.benchRope(); err != nil {
 			return err
 		}
+		if err := b.benchQKV(); err != nil {
+			return err
+		}
 	}
 	if *op == "all" || *op == "decode" {
 		if err := b.benchDecode(*quick, !*noSweep); err != nil {
@@ -314,6 +317,69 @@ func (b *bencher) benchRope() error {
 				gbps := bytes / us / 1e3
 				b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
 					Shape:  fmt.Sprintf("rope+cache T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
+					Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
+			}
+		}
+		if ferr := a.Free(); err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchQKV measures split QKV + RMSNorm + RoPE + cache write (32 q / 8 KV
+// heads, head dim 128, NeoX, half-width tables, flash f16 cache, one
+// sequence): bytes are the QKV rows read plus q_out and both cache rows
+// written.
+func (b *bencher) benchQKV() error {
+	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
+	for _, tokens := range []int{1, 64, 4096, 65536} {
+		b.status(fmt.Sprintf("qkv+norm+rope f16 T=%d", tokens))
+		a := check.NewArena(b.r)
+		maxBlocks := tokens/blockSize + 1
+		args := pagedkv.QKVNormRopeArgs{NumTokens: tokens, NumSeqs: 1, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim,
+			BlockSize: blockSize, NumBlocks: maxBlocks, MaxBlocksPerSeq: maxBlocks, MaxPos: tokens, RotDim: headDim / 2, NeoX: true,
+			Norm: pagedkv.NormQK, Eps: 1e-6, DType: pagedkv.F16, CacheDType: pagedkv.F16}
+		width := (qHeads + 2*kvHeads) * headDim
+		qkvRaw, _ := check.RandomTensor(b.g, pagedkv.F16, tokens*width, 1)
+		wRaw, _ := check.RandomTensor(b.g, pagedkv.F16, headDim, 1)
+		table := make([]float32, tokens*headDim/2)
+		for i := range table {
+			table[i] = float32(2*b.g.Float64() - 1)
+		}
+		tables := make([]int32, maxBlocks)
+		for i, p := range b.g.Perm(maxBlocks) {
+			tables[i] = int32(p)
+		}
+		var err error
+		set := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
+			return func(v pagedkv.Buffer, e error) {
+				if err == nil {
+					*dst, err = v, e
+				}
+			}
+		}
+		cacheBytes := int64(maxBlocks * blockSize * kvHeads * headDim * 2)
+		set(&args.QKV)(check.Upload(a, b.s, qkvRaw, 1))
+		set(&args.QOut)(a.Alloc(int64(tokens * qHeads * headDim * 2)))
+		set(&args.KeyCache)(a.Alloc(cacheBytes))
+		set(&args.ValueCache)(a.Alloc(cacheBytes))
+		set(&args.BlockTables)(check.Upload(a, b.s, tables, 4))
+		set(&args.PosOffsets)(check.Upload(a, b.s, []int64{0}, 8))
+		set(&args.Cos)(check.Upload(a, b.s, table, 4))
+		set(&args.Sin)(check.Upload(a, b.s, table, 4))
+		set(&args.QNormWeight)(check.Upload(a, b.s, wRaw, 1))
+		set(&args.KNormWeight)(check.Upload(a, b.s, wRaw, 1))
+		if err == nil {
+			var us float64
+			if us, err = b.measure(func(int) error { return b.r.QKVNormRope(b.s, &args) }); err == nil {
+				bytes := float64(tokens * headDim * 2 * (qHeads + 2*kvHeads + qHeads + 2*kvHeads))
+				gbps := bytes / us / 1e3
+				b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
+					Shape:  fmt.Sprintf("qkv+norm+rope T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
 					Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
 			}
 		}

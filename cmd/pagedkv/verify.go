@@ -63,6 +63,7 @@ func runVerify(args []string) error {
 	}
 	for range *n {
 		record("mla", check.RunMLA(r, s, g, check.RandomMLAShape(g)))
+		record("qkv+norm+rope", check.RunQKV(r, s, g, check.RandomQKVShape(g)))
 	}
 	for range *n {
 		c := check.RandomDecodeShape(g)
@@ -104,7 +105,7 @@ func runVerify(args []string) error {
 	}
 	total := 0
 	fmt.Println()
-	for _, op := range []string{"append", "rope+cache", "mla", "decode auto", "decode single-pass", "decode forced split-K"} {
+	for _, op := range []string{"append", "rope+cache", "mla", "qkv+norm+rope", "decode auto", "decode single-pass", "decode forced split-K"} {
 		fmt.Printf("%-24s pass %4d  fail %4d\n", op, pass[op], fail[op])
 		total += fail[op]
 	}

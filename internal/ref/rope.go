@@ -1,6 +1,9 @@
 package ref
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // RopeRotate applies rotary position embedding in float64 to x
 // [tokens, heads, headDim] (token t at positions[t]) and returns the result.
@@ -38,6 +41,24 @@ func RopeRotate(x []float64, heads, headDim int, positions []int64, cosSin []flo
 				out[base+e1] = x1*float64(row[c1]) - x2*float64(row[rot+c1])
 				out[base+e2] = x2*float64(row[c2]) + x1*float64(row[rot+c2])
 			}
+		}
+	}
+	return out
+}
+
+// RMSNormHeads returns x [tokens, heads, dim] with every head scaled by
+// w[d] / sqrt(mean(x²) + eps), in float64.
+func RMSNormHeads(x []float64, heads, dim int, w []float64, eps float64) []float64 {
+	out := make([]float64, len(x))
+	for r := 0; r < len(x)/dim; r++ {
+		row := x[r*dim : (r+1)*dim]
+		ss := 0.0
+		for _, v := range row {
+			ss += v * v
+		}
+		inv := 1 / math.Sqrt(ss/float64(dim)+eps)
+		for d, v := range row {
+			out[r*dim+d] = v * inv * w[d]
 		}
 	}
 	return out

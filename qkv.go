@@ -1,0 +1,214 @@
+package pagedkv
+
+import (
+	"math"
+
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+)
+
+// NormMode selects the per-head normalization of QKVNormRopeArgs.
+type NormMode int
+
+const (
+	NormNone NormMode = iota // no normalization
+	NormQK                   // RMSNorm of every q head and every k head
+)
+
+// QKVNormRopeArgs splits a fused QKV activation, RMSNorms q and k per head,
+// applies RoPE, writes q token-major and K/V into the flash-layout paged
+// cache, for one sequence or a batch of them (varlen).
+//
+//   - QKV: [NumTokens, (NumQHeads+2·NumKVHeads)·HeadDim] of DType starting
+//     QKVOffset bytes into the buffer, token stride QKVTokenStride elements
+//     (0 = contiguous): q heads, then k heads, then v heads.
+//   - CuSeqlensQ (optional): int32 [NumSeqs+1], token t belongs to sequence s
+//     when CuSeqlensQ[s] ≤ t < CuSeqlensQ[s+1]; left out, all tokens are one
+//     sequence (NumSeqs must be 1). PosOffsets: int64 [NumSeqs]; token t of
+//     sequence s sits at position PosOffsets[s] + t − CuSeqlensQ[s], its RoPE
+//     position and its place in the cache.
+//   - Norm: NormNone or NormQK with QNormWeight and KNormWeight ([HeadDim] of
+//     DType) and Eps: x·w/√(mean(x²)+Eps) in f32.
+//   - Cos, Sin: f32 [MaxPos, RotDim], RotDim = HeadDim or HeadDim/2; NeoX as
+//     in RopeCacheArgs.
+//   - QOut: [NumTokens, NumQHeads, HeadDim] of DType starting QOutOffset bytes
+//     into the buffer.
+//   - KeyCache, ValueCache: flash layout [NumBlocks, BlockSize, NumKVHeads,
+//     HeadDim] of CacheDType (DType or E4M3 with KScale, VScale); position p
+//     of sequence s goes to block BlockTables[s][p/BlockSize] (int32
+//     [NumSeqs, MaxBlocksPerSeq]), row p%BlockSize. Device-side values out of
+//     range are recorded in the stream's fault record and not written.
+type QKVNormRopeArgs struct {
+	QKV                      Buffer
+	QKVOffset                int64
+	QKVTokenStride           int
+	QOut                     Buffer
+	QOutOffset               int64
+	KeyCache, ValueCache     Buffer
+	BlockTables              Buffer
+	CuSeqlensQ, PosOffsets   Buffer
+	Cos, Sin                 Buffer
+	QNormWeight, KNormWeight Buffer
+	Norm                     NormMode
+	Eps                      float32
+
+	NumTokens, NumSeqs                    int
+	NumQHeads, NumKVHeads, HeadDim        int
+	BlockSize, NumBlocks, MaxBlocksPerSeq int
+	MaxPos, RotDim                        int
+	NeoX                                  bool
+	DType, CacheDType                     DType
+	KScale, VScale                        float32
+}
+
+const qkvArg = "QKVNormRopeArgs"
+
+// views returns QKV and QOut from their offsets.
+func (a *QKVNormRopeArgs) views() (qkv, qOut Buffer, err error) {
+	if a.QKVOffset < 0 || a.QKVOffset > a.QKV.Bytes {
+		return qkv, qOut, errf("%s.QKVOffset=%d is outside QKV of %d bytes", qkvArg, a.QKVOffset, a.QKV.Bytes)
+	}
+	if a.QOutOffset < 0 || a.QOutOffset > a.QOut.Bytes {
+		return qkv, qOut, errf("%s.QOutOffset=%d is outside QOut of %d bytes", qkvArg, a.QOutOffset, a.QOut.Bytes)
+	}
+	qkv, _ = a.QKV.Slice(a.QKVOffset, a.QKV.Bytes-a.QKVOffset)
+	qOut, _ = a.QOut.Slice(a.QOutOffset, a.QOut.Bytes-a.QOutOffset)
+	return qkv, qOut, nil
+}
+
+// Validate checks every shape, dtype, stride, alignment and buffer capacity.
+func (a *QKVNormRopeArgs) Validate() error {
+	// The cache target: flash layout, one slot per token.
+	t := cacheTarget{a.KeyCache, a.ValueCache, Buffer{}, Buffer{}, 0, a.NumKVHeads, a.HeadDim, a.BlockSize, a.NumBlocks,
+		a.DType, a.CacheDType, a.KScale, a.VScale, LayoutFlash}
+	if err := t.check(qkvArg); err != nil {
+		return err
+	}
+	if err := inRange(qkvArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
+		return err
+	}
+	if err := inRange(qkvArg, "NumSeqs", a.NumSeqs, 1, 1<<20); err != nil {
+		return err
+	}
+	if a.CuSeqlensQ.IsZero() && a.NumSeqs != 1 {
+		return errf("%s.NumSeqs=%d needs CuSeqlensQ; without it the tokens are one sequence", qkvArg, a.NumSeqs)
+	}
+	if a.HeadDim < 16 || a.HeadDim&(a.HeadDim-1) != 0 {
+		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 16 to 256", qkvArg, a.HeadDim)
+	}
+	if err := inRange(qkvArg, "NumQHeads", a.NumQHeads, 1, 1<<12); err != nil {
+		return err
+	}
+	if a.NumQHeads%a.NumKVHeads != 0 {
+		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", qkvArg, a.NumQHeads, a.NumKVHeads)
+	}
+	if a.RotDim != a.HeadDim && a.RotDim != a.HeadDim/2 {
+		return errf("%s.RotDim=%d is not allowed; allowed: HeadDim=%d or HeadDim/2=%d", qkvArg, a.RotDim, a.HeadDim, a.HeadDim/2)
+	}
+	if err := inRange(qkvArg, "MaxPos", a.MaxPos, 1, 1<<30); err != nil {
+		return err
+	}
+	if err := inRange(qkvArg, "MaxBlocksPerSeq", a.MaxBlocksPerSeq, 1, math.MaxInt32/a.BlockSize); err != nil {
+		return err
+	}
+	switch a.Norm {
+	case NormNone:
+		if !a.QNormWeight.IsZero() || !a.KNormWeight.IsZero() || a.Eps != 0 {
+			return errf("%s: QNormWeight, KNormWeight and Eps are only used with Norm=NormQK; with NormNone leave them unset", qkvArg)
+		}
+	case NormQK:
+		if !(a.Eps > 0) || math.IsInf(float64(a.Eps), 0) {
+			return errf("%s.Eps=%g is not allowed with NormQK; allowed: a finite value > 0", qkvArg, a.Eps)
+		}
+		w := int64(a.HeadDim) * int64(a.DType.Size())
+		if err := buffer(qkvArg, "QNormWeight", a.QNormWeight, w, 16); err != nil {
+			return err
+		}
+		if err := buffer(qkvArg, "KNormWeight", a.KNormWeight, w, 16); err != nil {
+			return err
+		}
+	default:
+		return errf("%s.Norm=%d is not supported; allowed: NormNone, NormQK", qkvArg, int(a.Norm))
+	}
+	qkv, qOut, err := a.views()
+	if err != nil {
+		return err
+	}
+	rows := tokenRows{"QKV", "QKVTokenStride", "", qkv, a.NumTokens, 1, (a.NumQHeads + 2*a.NumKVHeads) * a.HeadDim, a.QKVTokenStride, 0}
+	if err := rows.check(qkvArg, a.DType); err != nil {
+		return err
+	}
+	table := int64(a.MaxPos) * int64(a.RotDim) * 4
+	if err := buffer(qkvArg, "Cos", a.Cos, table, 4); err != nil {
+		return err
+	}
+	if err := buffer(qkvArg, "Sin", a.Sin, table, 4); err != nil {
+		return err
+	}
+	if err := buffer(qkvArg, "PosOffsets", a.PosOffsets, int64(a.NumSeqs)*8, 8); err != nil {
+		return err
+	}
+	if !a.CuSeqlensQ.IsZero() {
+		if err := buffer(qkvArg, "CuSeqlensQ", a.CuSeqlensQ, int64(a.NumSeqs+1)*4, 4); err != nil {
+			return err
+		}
+	}
+	if err := buffer(qkvArg, "BlockTables", a.BlockTables, int64(a.NumSeqs)*int64(a.MaxBlocksPerSeq)*4, 4); err != nil {
+		return err
+	}
+	if a.NumTokens == 0 {
+		return nil
+	}
+	return buffer(qkvArg, "QOut", qOut, int64(a.NumTokens)*int64(a.NumQHeads)*int64(a.HeadDim)*int64(a.DType.Size()), 16)
+}
+
+// qkvNormRopeParams is the parameter list of the qkv_norm_rope_* kernels, in
+// PTX order (kernels_src/qkv.cu).
+type qkvNormRopeParams struct {
+	QKV, QOut, KeyCache, ValueCache, CuSeqlens, PosOffsets, BlockTables driver.DevicePtr
+	QWeight, KWeight, Cos, Sin                                          driver.DevicePtr
+	MaxPos                                                              int64
+	RotDim                                                              int32
+	Fault                                                               driver.DevicePtr
+	NumTokens, NumSeqs, NumQHeads, NumKVHeads, HeadDim                  int32
+	QKVTokenStride                                                      int64
+	MaxBlocksPerSeq, BlockSizeLog2                                      int32
+	NumBlocks                                                           int64
+	Norm                                                                int32
+	Eps, KScale, VScale                                                 float32
+	NeoX                                                                int32
+}
+
+// QKVNormRope runs the split + norm + RoPE + cache write on stream s.
+func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	kernel, err := dispatch.QKVKernelName(a.DType, a.CacheDType)
+	if err != nil {
+		return err
+	}
+	plan, err := dispatch.PlanTokens(kernel, a.NumTokens)
+	if err != nil {
+		return err
+	}
+	qkv, qOut, _ := a.views()
+	rows := tokenRows{"QKV", "QKVTokenStride", "", qkv, a.NumTokens, 1, (a.NumQHeads + 2*a.NumKVHeads) * a.HeadDim, a.QKVTokenStride, 0}
+	ts, _ := rows.strides()
+	p := qkvNormRopeParams{
+		QKV: qkv.Ptr, QOut: qOut.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr, CuSeqlens: a.CuSeqlensQ.Ptr,
+		PosOffsets: a.PosOffsets.Ptr, BlockTables: a.BlockTables.Ptr, QWeight: a.QNormWeight.Ptr, KWeight: a.KNormWeight.Ptr,
+		Cos: a.Cos.Ptr, Sin: a.Sin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: s.fault,
+		NumTokens: int32(a.NumTokens), NumSeqs: int32(a.NumSeqs), NumQHeads: int32(a.NumQHeads), NumKVHeads: int32(a.NumKVHeads),
+		HeadDim: int32(a.HeadDim), QKVTokenStride: ts, MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
+		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks), Norm: int32(a.Norm), Eps: a.Eps,
+	}
+	p.KScale, p.VScale = cacheTarget{cache: a.CacheDType, kScale: a.KScale, vScale: a.VScale}.scales()
+	if a.NeoX {
+		p.NeoX = 1
+	}
+	return launchPlan(r, s, &plan, &p)
+}
