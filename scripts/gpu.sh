@@ -27,18 +27,18 @@ for step in $STEPS; do
     # One process per group, so a fault in one cannot hide the others' results.
     for group in 'TestAppend|TestGather' 'TestRope' 'TestMLA' 'TestQKV' 'TestDecode'; do
       name="tests-${group%%|*}"
-      run "$name" 200 .gpu/tests.test -test.v -test.run "$group" -test.timeout 190s
+      run "$name" 100 .gpu/tests.test -test.v -test.run "$group" -test.timeout 95s
       cat "$OUT/$name.log" >>"$OUT/tests.log"; rm -f "$OUT/$name.log"
     done
     ;;
-  verify) run verify 120 .gpu/pagedkv verify -n 40 ;;
-  bench) run bench 200 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
+  verify) run verify 90 .gpu/pagedkv verify -n 25 ;;
+  bench) run bench 150 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
     reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay'
-    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      .gpu/tests.test -test.run "$reduced" -test.timeout 140s
-    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference|TestRopeCacheMatchesReference' -test.timeout 140s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      .gpu/tests.test -test.run "$reduced" -test.timeout 95s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 100 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference|TestRopeCacheMatchesReference' -test.timeout 95s
     ;;
   esac
 done
