@@ -7,6 +7,34 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// badCase is one invalid mutation of a good argument struct and the text
+// its Validate error must contain.
+type badCase[T any] struct {
+	name   string
+	mutate func(a *T)
+	want   string
+}
+
+// validator is an argument struct pointer with a Validate method.
+type validator[T any] interface {
+	*T
+	Validate() error
+}
+
+// expectErrors applies each case to a fresh good value and checks the error.
+func expectErrors[T any, P validator[T]](t *testing.T, good func() T, cases []badCase[T]) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := good()
+			c.mutate(&a)
+			err := P(&a).Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
 // fakeBuffer is a buffer at a plausible, aligned device address.
 func fakeBuffer(bytes int64) Buffer { return Buffer{Ptr: 0x7f0000000000, Bytes: bytes} }
 
@@ -28,11 +56,7 @@ func TestAppendArgsValidate(t *testing.T) {
 	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 2
 	require.NoError(t, fp8.Validate())
 
-	cases := []struct {
-		name   string
-		mutate func(a *AppendArgs)
-		want   string
-	}{
+	cases := []badCase[AppendArgs]{
 		{"dtype", func(a *AppendArgs) { a.DType = E4M3 }, "AppendArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
 		{"cache dtype", func(a *AppendArgs) { a.CacheDType = BF16 }, "AppendArgs.CacheDType=bf16 is not supported with DType=f16"},
 		{"head dim", func(a *AppendArgs) { a.HeadDim = 100 }, "AppendArgs.HeadDim=100 is not supported; allowed: a multiple of 8 from 8 to 256"},
@@ -59,15 +83,7 @@ func TestAppendArgsValidate(t *testing.T) {
 		}, "AppendArgs.HeadDim=120 is not allowed with the x-split layout and a e4m3 cache; allowed: a multiple of 16"},
 		{"shuffle block size", func(a *AppendArgs) { a.BlockSize, a.Layout = 4, LayoutShuffle }, "AppendArgs.BlockSize=4 is not allowed with the shuffle layout and a f16 cache; allowed: a multiple of 8"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a := goodAppend()
-			c.mutate(&a)
-			err := a.Validate()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
-		})
-	}
+	expectErrors(t, goodAppend, cases)
 }
 
 func TestAppendDegenerateStridesAreCanonical(t *testing.T) {
@@ -106,11 +122,7 @@ func goodDecode() DecodeArgs {
 func TestDecodeArgsValidate(t *testing.T) {
 	good := goodDecode()
 	require.NoError(t, good.Validate())
-	cases := []struct {
-		name   string
-		mutate func(a *DecodeArgs)
-		want   string
-	}{
+	cases := []badCase[DecodeArgs]{
 		{"heads", func(a *DecodeArgs) { a.NumQHeads = 30 }, "DecodeArgs.NumQHeads=30 is not a multiple of NumKVHeads=8"},
 		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
 		{"head dim", func(a *DecodeArgs) { a.HeadDim = 96 }, "DecodeArgs.HeadDim=96 is not supported; allowed: 64, 128, 256"},
@@ -129,15 +141,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"seqs", func(a *DecodeArgs) { a.NumSeqs = 0 }, "DecodeArgs.NumSeqs=0 is out of range"},
 		{"misaligned cache", func(a *DecodeArgs) { a.VCache.Ptr += 2 }, "DecodeArgs.VCache pointer"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a := goodDecode()
-			c.mutate(&a)
-			err := a.Validate()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
-		})
-	}
+	expectErrors(t, goodDecode, cases)
 }
 
 func TestGatherArgsValidate(t *testing.T) {
@@ -151,26 +155,14 @@ func TestGatherArgsValidate(t *testing.T) {
 	}
 	a := good()
 	require.NoError(t, a.Validate())
-	cases := []struct {
-		name   string
-		mutate func(a *GatherArgs)
-		want   string
-	}{
+	cases := []badCase[GatherArgs]{
 		{"dtype", func(a *GatherArgs) { a.CacheDType = 0 }, "GatherArgs.CacheDType=DType(0) is not supported"},
 		{"out small", func(a *GatherArgs) { a.ValueOut.Bytes-- }, "GatherArgs.ValueOut holds 10239 bytes; the shapes need 10240"},
 		{"slots", func(a *GatherArgs) { a.Slots = Buffer{} }, "GatherArgs.Slots is missing"},
 		{"shuffle fp8 block", func(a *GatherArgs) { a.CacheDType = E4M3; a.BlockSize = 8 }, "GatherArgs.BlockSize=8 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
 		{"cache small", func(a *GatherArgs) { a.KeyCache.Bytes = 64 }, "GatherArgs.KeyCache holds 64 bytes"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a := good()
-			c.mutate(&a)
-			err := a.Validate()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
-		})
-	}
+	expectErrors(t, good, cases)
 }
 
 func TestRopeCacheArgsValidate(t *testing.T) {
@@ -187,11 +179,7 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 	}
 	a := good()
 	require.NoError(t, a.Validate())
-	cases := []struct {
-		name   string
-		mutate func(a *RopeCacheArgs)
-		want   string
-	}{
+	cases := []badCase[RopeCacheArgs]{
 		{"rot", func(a *RopeCacheArgs) { a.RotDim = 48 }, "RopeCacheArgs.RotDim=48 is not allowed; allowed: HeadDim=64 or HeadDim/2=32"},
 		{"head dim", func(a *RopeCacheArgs) { a.HeadDim = 8; a.RotDim = 4 }, "RopeCacheArgs.HeadDim=8 is not allowed"},
 		{"gqa", func(a *RopeCacheArgs) { a.NumQHeads = 3 }, "RopeCacheArgs.NumQHeads=3 is not a multiple of NumKVHeads=2"},
@@ -202,13 +190,5 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 		{"zeros", func(a *RopeCacheArgs) { a.ZerosOut = fakeBuffer(8) }, "RopeCacheArgs.ZerosOut holds 8 bytes"},
 		{"max pos", func(a *RopeCacheArgs) { a.MaxPos = 0 }, "RopeCacheArgs.MaxPos=0 is out of range"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a := good()
-			c.mutate(&a)
-			err := a.Validate()
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
-		})
-	}
+	expectErrors(t, good, cases)
 }

@@ -243,27 +243,22 @@ func (b *bencher) benchAppend() error {
 			for i := range sets {
 				sets[i].Layout = layout
 			}
-			us, err := b.measure(func(i int) error { return b.r.Append(b.s, &sets[i%rot]) })
+			call := 0
+			err := b.row(fmt.Sprintf("T=%d KH=%d D=%d bs=%d %s", tokens, kvHeads, headDim, blockSize, layout), float64(bytes),
+				func() error { call++; return b.r.Append(b.s, &sets[call%rot]) })
 			if err != nil {
 				return err
 			}
-			gbps := float64(bytes) / us / 1e3
-			b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
-				Shape:  fmt.Sprintf("T=%d KH=%d D=%d bs=%d %s", tokens, kvHeads, headDim, blockSize, layout),
-				Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
 		}
 		if tokens == 65536 { // gather everything back from the shuffle layout
 			g := pagedkv.GatherArgs{KeyCache: kc, ValueCache: vc, Slots: sets[0].SlotMapping, KeyOut: sets[0].Key, ValueOut: sets[0].Value,
 				NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: maxSlots / blockSize,
 				CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle}
-			us, err := b.measure(func(int) error { return b.r.Gather(b.s, &g) })
+			err := b.row(fmt.Sprintf("gather T=%d KH=%d D=%d bs=%d shuffle", tokens, kvHeads, headDim, blockSize), float64(bytes),
+				func() error { return b.r.Gather(b.s, &g) })
 			if err != nil {
 				return err
 			}
-			gbps := float64(bytes) / us / 1e3
-			b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
-				Shape:  fmt.Sprintf("gather T=%d KH=%d D=%d bs=%d shuffle", tokens, kvHeads, headDim, blockSize),
-				Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
 		}
 	}
 	return nil
@@ -291,34 +286,22 @@ func (b *bencher) benchRope() error {
 		for i, p := range b.g.Perm(args.NumBlocks * blockSize)[:tokens] {
 			positions[i], slots[i] = int64(b.g.IntN(maxPos)), int64(p)
 		}
-		var err error
-		set := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-			return func(v pagedkv.Buffer, e error) {
-				if err == nil {
-					*dst, err = v, e
-				}
-			}
-		}
+		var set check.Setter
 		cacheBytes := int64(args.NumBlocks * blockSize * kvHeads * headDim * 2)
-		set(&args.Q)(check.Upload(a, b.s, qRaw, 1))
-		set(&args.K)(check.Upload(a, b.s, kRaw, 1))
-		set(&args.V)(check.Upload(a, b.s, kRaw, 1))
-		set(&args.QOut)(a.Alloc(int64(len(qRaw))))
-		set(&args.KOut)(a.Alloc(int64(len(kRaw))))
-		set(&args.KeyCache)(a.Alloc(cacheBytes))
-		set(&args.ValueCache)(a.Alloc(cacheBytes))
-		set(&args.Positions)(check.Upload(a, b.s, positions, 8))
-		set(&args.SlotMapping)(check.Upload(a, b.s, slots, 8))
-		set(&args.CosSin)(check.Upload(a, b.s, cosSin, 4))
+		set.To(&args.Q)(check.Upload(a, b.s, qRaw, 1))
+		set.To(&args.K)(check.Upload(a, b.s, kRaw, 1))
+		set.To(&args.V)(check.Upload(a, b.s, kRaw, 1))
+		set.To(&args.QOut)(a.Alloc(int64(len(qRaw))))
+		set.To(&args.KOut)(a.Alloc(int64(len(kRaw))))
+		set.To(&args.KeyCache)(a.Alloc(cacheBytes))
+		set.To(&args.ValueCache)(a.Alloc(cacheBytes))
+		set.To(&args.Positions)(check.Upload(a, b.s, positions, 8))
+		set.To(&args.SlotMapping)(check.Upload(a, b.s, slots, 8))
+		set.To(&args.CosSin)(check.Upload(a, b.s, cosSin, 4))
+		err := set.Err
 		if err == nil {
-			var us float64
-			if us, err = b.measure(func(int) error { return b.r.RopeCache(b.s, &args) }); err == nil {
-				bytes := float64(2*len(qRaw) + 6*len(kRaw))
-				gbps := bytes / us / 1e3
-				b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
-					Shape:  fmt.Sprintf("rope+cache T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
-					Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
-			}
+			err = b.row(fmt.Sprintf("rope+cache T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
+				float64(2*len(qRaw)+6*len(kRaw)), func() error { return b.r.RopeCache(b.s, &args) })
 		}
 		if ferr := a.Free(); err == nil {
 			err = ferr
@@ -327,6 +310,18 @@ func (b *bencher) benchRope() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// row measures fn and records it as a cache-op row moving bytes per call.
+func (b *bencher) row(shape string, bytes float64, fn func() error) error {
+	us, err := b.measure(func(int) error { return fn() })
+	if err != nil {
+		return err
+	}
+	gbps := bytes / us / 1e3
+	b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16", Shape: shape,
+		Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
 	return nil
 }
 
@@ -354,34 +349,22 @@ func (b *bencher) benchQKV() error {
 		for i, p := range b.g.Perm(maxBlocks) {
 			tables[i] = int32(p)
 		}
-		var err error
-		set := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-			return func(v pagedkv.Buffer, e error) {
-				if err == nil {
-					*dst, err = v, e
-				}
-			}
-		}
+		var set check.Setter
 		cacheBytes := int64(maxBlocks * blockSize * kvHeads * headDim * 2)
-		set(&args.QKV)(check.Upload(a, b.s, qkvRaw, 1))
-		set(&args.QOut)(a.Alloc(int64(tokens * qHeads * headDim * 2)))
-		set(&args.KeyCache)(a.Alloc(cacheBytes))
-		set(&args.ValueCache)(a.Alloc(cacheBytes))
-		set(&args.BlockTables)(check.Upload(a, b.s, tables, 4))
-		set(&args.PosOffsets)(check.Upload(a, b.s, []int64{0}, 8))
-		set(&args.Cos)(check.Upload(a, b.s, table, 4))
-		set(&args.Sin)(check.Upload(a, b.s, table, 4))
-		set(&args.QNormWeight)(check.Upload(a, b.s, wRaw, 1))
-		set(&args.KNormWeight)(check.Upload(a, b.s, wRaw, 1))
+		set.To(&args.QKV)(check.Upload(a, b.s, qkvRaw, 1))
+		set.To(&args.QOut)(a.Alloc(int64(tokens * qHeads * headDim * 2)))
+		set.To(&args.KeyCache)(a.Alloc(cacheBytes))
+		set.To(&args.ValueCache)(a.Alloc(cacheBytes))
+		set.To(&args.BlockTables)(check.Upload(a, b.s, tables, 4))
+		set.To(&args.PosOffsets)(check.Upload(a, b.s, []int64{0}, 8))
+		set.To(&args.Cos)(check.Upload(a, b.s, table, 4))
+		set.To(&args.Sin)(check.Upload(a, b.s, table, 4))
+		set.To(&args.QNormWeight)(check.Upload(a, b.s, wRaw, 1))
+		set.To(&args.KNormWeight)(check.Upload(a, b.s, wRaw, 1))
+		err := set.Err
 		if err == nil {
-			var us float64
-			if us, err = b.measure(func(int) error { return b.r.QKVNormRope(b.s, &args) }); err == nil {
-				bytes := float64(tokens * headDim * 2 * (qHeads + 2*kvHeads + qHeads + 2*kvHeads))
-				gbps := bytes / us / 1e3
-				b.rep.Results = append(b.rep.Results, benchResult{Op: "append", DType: "f16",
-					Shape:  fmt.Sprintf("qkv+norm+rope T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
-					Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps})
-			}
+			err = b.row(fmt.Sprintf("qkv+norm+rope T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
+				float64(tokens*headDim*2*(qHeads+2*kvHeads+qHeads+2*kvHeads)), func() error { return b.r.QKVNormRope(b.s, &args) })
 		}
 		if ferr := a.Free(); err == nil {
 			err = ferr

@@ -74,11 +74,7 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 	p.KeyRaw, _ = RandomTensor(g, c.In, max(c.Tokens*tokenStride, 8), 2)
 	p.ValueRaw, _ = RandomTensor(g, c.In, max(c.Tokens*tokenStride, 8), 2)
 	numSlots := c.NumBlocks * c.BlockSize
-	cacheBytes := numSlots * c.KVHeads * c.HeadDim * c.Cache.Size()
-	p.KCache, p.VCache = make([]byte, cacheBytes), make([]byte, cacheBytes)
-	for i := range p.KCache {
-		p.KCache[i], p.VCache[i] = byte(g.Uint32()), byte(g.Uint32())
-	}
+	p.KCache, p.VCache = RandomCaches(g, numSlots*c.KVHeads*c.HeadDim*c.Cache.Size())
 	perm := g.Perm(numSlots)
 	if c.FewBlocks { // consecutive slots of a few random blocks
 		perm = perm[:0]
@@ -88,21 +84,9 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 			}
 		}
 	}
-	p.Slots = make([]int64, c.Tokens)
-	for i := range p.Slots {
-		p.Slots[i] = -1
-		if i < len(perm) && g.IntN(7) != 0 {
-			p.Slots[i] = int64(perm[i])
-		}
-	}
+	p.Slots = RandomSlots(g, c.Tokens, perm)
 	if c.Remap {
-		p.Remap = make([]int64, numSlots)
-		for i, q := range g.Perm(numSlots) {
-			p.Remap[i] = int64(q)
-			if g.IntN(9) == 0 {
-				p.Remap[i] = -1
-			}
-		}
+		p.Remap = RandomRemap(g, numSlots)
 	}
 	a := &p.Args
 	*a = pagedkv.AppendArgs{
@@ -113,26 +97,18 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 	if c.Cache == pagedkv.E4M3 {
 		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
 	}
-	var err error
-	// up(&field)(buffer, err) keeps the first error.
-	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-		return func(b pagedkv.Buffer, e error) {
-			if err == nil {
-				*dst, err = b, e
-			}
-		}
-	}
-	up(&a.Key)(Upload(p.Arena, s, p.KeyRaw, 1))
-	up(&a.Value)(Upload(p.Arena, s, p.ValueRaw, 1))
-	up(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
-	up(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
-	up(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
+	var set Setter
+	set.To(&a.Key)(Upload(p.Arena, s, p.KeyRaw, 1))
+	set.To(&a.Value)(Upload(p.Arena, s, p.ValueRaw, 1))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
+	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
 	if p.Remap != nil {
-		up(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
+		set.To(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
 	}
-	if err != nil {
+	if set.Err != nil {
 		_ = p.Arena.Free()
-		return nil, err
+		return nil, set.Err
 	}
 	return p, nil
 }
@@ -196,19 +172,12 @@ func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wa
 	}
 	a := pagedkv.GatherArgs{NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
 		NumBlocks: c.NumBlocks, CacheDType: c.Cache, Layout: c.Layout, KeyCache: p.Args.KeyCache, ValueCache: p.Args.ValueCache}
-	var err error
-	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-		return func(b pagedkv.Buffer, e error) {
-			if err == nil {
-				*dst, err = b, e
-			}
-		}
-	}
-	up(&a.Slots)(Upload(p.Arena, s, slots, 8))
-	up(&a.KeyOut)(Upload(p.Arena, s, poison, 1))
-	up(&a.ValueOut)(Upload(p.Arena, s, poison, 1))
-	if err != nil {
-		return err
+	var set Setter
+	set.To(&a.Slots)(Upload(p.Arena, s, slots, 8))
+	set.To(&a.KeyOut)(Upload(p.Arena, s, poison, 1))
+	set.To(&a.ValueOut)(Upload(p.Arena, s, poison, 1))
+	if set.Err != nil {
+		return set.Err
 	}
 	if err := r.Gather(s, &a); err != nil {
 		return err

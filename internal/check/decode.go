@@ -118,25 +118,17 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 		MaxKVLen: maxLen(p.Lens), QSeqStride: qStride,
 		DType: c.DType, CacheDType: c.Cache, KScale: kScale, VScale: vScale,
 	}
-	var err error
-	// up(&field)(buffer, err) keeps the first error.
-	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-		return func(b pagedkv.Buffer, e error) {
-			if err == nil {
-				*dst, err = b, e
-			}
-		}
-	}
-	up(&a.Q)(Upload(p.Arena, s, qRaw, 1))
-	up(&a.KCache)(Upload(p.Arena, s, kRaw, 1))
-	up(&a.VCache)(Upload(p.Arena, s, vRaw, 1))
-	up(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
-	up(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
-	up(&a.Out)(p.Arena.Alloc(int64(c.Seqs * rowElems * c.DType.Size())))
-	up(&a.LSE)(p.Arena.Alloc(int64(c.Seqs * c.QHeads * 4)))
-	if err != nil {
+	var set Setter
+	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
+	set.To(&a.KCache)(Upload(p.Arena, s, kRaw, 1))
+	set.To(&a.VCache)(Upload(p.Arena, s, vRaw, 1))
+	set.To(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
+	set.To(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
+	set.To(&a.Out)(p.Arena.Alloc(int64(c.Seqs * rowElems * c.DType.Size())))
+	set.To(&a.LSE)(p.Arena.Alloc(int64(c.Seqs * c.QHeads * 4)))
+	if set.Err != nil {
 		_ = p.Arena.Free()
-		return nil, err
+		return nil, set.Err
 	}
 	return p, nil
 }

@@ -95,3 +95,52 @@ func FirstDiff(a, b []byte) int {
 }
 
 func errorf(format string, a ...any) error { return fmt.Errorf("check: "+format, a...) }
+
+// Setter assigns a series of (buffer, error) results, keeping the first
+// error: set.To(&args.Q)(Upload(...)).
+type Setter struct{ Err error }
+
+// To returns the assignment to dst.
+func (s *Setter) To(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
+	return func(b pagedkv.Buffer, err error) {
+		if s.Err == nil {
+			*dst, s.Err = b, err
+		}
+	}
+}
+
+// RandomCaches returns a K and a V cache of bytes random bytes each, so that
+// tests also see which bytes a kernel must leave alone.
+func RandomCaches(g *rand.Rand, bytes int) (k, v []byte) {
+	k, v = make([]byte, bytes), make([]byte, bytes)
+	for i := range k {
+		k[i], v[i] = byte(g.Uint32()), byte(g.Uint32())
+	}
+	return k, v
+}
+
+// RandomSlots returns n slots taken in order from perm (distinct when perm
+// is), about one in seven replaced by -1 (skip), and -1 past the end of perm.
+func RandomSlots(g *rand.Rand, n int, perm []int) []int64 {
+	slots := make([]int64, n)
+	for i := range slots {
+		slots[i] = -1
+		if i < len(perm) && g.IntN(7) != 0 {
+			slots[i] = int64(perm[i])
+		}
+	}
+	return slots
+}
+
+// RandomRemap returns a sliding-window remap table over numSlots slots: a
+// random permutation with about one entry in nine replaced by -1.
+func RandomRemap(g *rand.Rand, numSlots int) []int64 {
+	remap := make([]int64, numSlots)
+	for i, q := range g.Perm(numSlots) {
+		remap[i] = int64(q)
+		if g.IntN(9) == 0 {
+			remap[i] = -1
+		}
+	}
+	return remap
+}

@@ -78,25 +78,18 @@ func RunMLA(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c MLAShape) err
 		MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX, DType: c.In, QScale: qScale, KScale: kScale,
 		QNopeTokenStride: qn.tokenStride, QRopeTokenStride: qr.tokenStride, KNopeTokenStride: kn.tokenStride, KRopeTokenStride: kr.tokenStride}
 	qOutBytes := c.Tokens * c.Heads * (c.Lora + c.Rope)
-	var err error
-	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-		return func(b pagedkv.Buffer, e error) {
-			if err == nil {
-				*dst, err = b, e
-			}
-		}
-	}
-	up(&args.QNope)(Upload(a, s, qn.raw, 1))
-	up(&args.QRope)(Upload(a, s, qr.raw, 1))
-	up(&args.KNope)(Upload(a, s, kn.raw, 1))
-	up(&args.KRope)(Upload(a, s, kr.raw, 1))
-	up(&args.QOut)(a.Alloc(int64(qOutBytes)))
-	up(&args.KNopeOut)(a.Alloc(int64(c.Tokens * c.KVHeads * c.Lora)))
-	up(&args.KRopeOut)(a.Alloc(int64(c.Tokens * c.KVHeads * c.Rope)))
-	up(&args.Positions)(Upload(a, s, positions, 8))
-	up(&args.CosSin)(Upload(a, s, cosSin, 4))
-	if err != nil {
-		return err
+	var set Setter
+	set.To(&args.QNope)(Upload(a, s, qn.raw, 1))
+	set.To(&args.QRope)(Upload(a, s, qr.raw, 1))
+	set.To(&args.KNope)(Upload(a, s, kn.raw, 1))
+	set.To(&args.KRope)(Upload(a, s, kr.raw, 1))
+	set.To(&args.QOut)(a.Alloc(int64(qOutBytes)))
+	set.To(&args.KNopeOut)(a.Alloc(int64(c.Tokens * c.KVHeads * c.Lora)))
+	set.To(&args.KRopeOut)(a.Alloc(int64(c.Tokens * c.KVHeads * c.Rope)))
+	set.To(&args.Positions)(Upload(a, s, positions, 8))
+	set.To(&args.CosSin)(Upload(a, s, cosSin, 4))
+	if set.Err != nil {
+		return set.Err
 	}
 	for _, b := range []pagedkv.Buffer{args.QOut, args.KNopeOut, args.KRopeOut} {
 		if err := s.Fill(b, 0x7F); err != nil { // e4m3 NaN
@@ -158,9 +151,11 @@ func RunMLA(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c MLAShape) err
 	cat := pagedkv.MLAConcatQArgs{QNope: args.QNope, QRope: args.QRope, NumTokens: c.Tokens, NumHeads: c.Heads,
 		LoraRank: c.Lora, RopeDim: c.Rope, QNopeTokenStride: qn.tokenStride, QRopeTokenStride: qr.tokenStride, DType: c.In}
 	size := c.In.Size()
-	if cat.Out, err = a.Alloc(int64(c.Tokens * c.Heads * qRow * size)); err != nil {
+	out, err := a.Alloc(int64(c.Tokens * c.Heads * qRow * size))
+	if err != nil {
 		return err
 	}
+	cat.Out = out
 	if err := s.Fill32(cat.Out, NaNPattern(c.In)); err != nil {
 		return err
 	}

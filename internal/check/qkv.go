@@ -87,10 +87,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	}
 	kvElems := c.KVHeads * hd
 	cacheBytes := numBlocks * c.BlockSize * kvElems * c.Cache.Size()
-	kc, vc := make([]byte, cacheBytes), make([]byte, cacheBytes)
-	for i := range kc {
-		kc[i], vc[i] = byte(g.Uint32()), byte(g.Uint32())
-	}
+	kc, vc := RandomCaches(g, cacheBytes)
 	args := pagedkv.QKVNormRopeArgs{
 		QKVOffset: c.QKVOffset, QKVTokenStride: stride, QOutOffset: c.QOutOffset,
 		NumTokens: tokens, NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: hd,
@@ -101,14 +98,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		args.KScale, args.VScale = 0.05+g.Float32(), 0.05+g.Float32()
 	}
 	var qw, kw []float64
-	var err error
-	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-		return func(b pagedkv.Buffer, e error) {
-			if err == nil {
-				*dst, err = b, e
-			}
-		}
-	}
+	var set Setter
 	if c.Norm {
 		args.Norm, args.Eps = pagedkv.NormQK, 1e-5
 		// Weights near 1.
@@ -117,23 +107,23 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		qwRaw := ref.EncodeSlice(ref.DType(c.In), shift(q0, 1))
 		kwRaw := ref.EncodeSlice(ref.DType(c.In), shift(k0, 1))
 		qw, kw = ref.DecodeSlice(ref.DType(c.In), qwRaw), ref.DecodeSlice(ref.DType(c.In), kwRaw)
-		up(&args.QNormWeight)(Upload(a, s, qwRaw, 1))
-		up(&args.KNormWeight)(Upload(a, s, kwRaw, 1))
+		set.To(&args.QNormWeight)(Upload(a, s, qwRaw, 1))
+		set.To(&args.KNormWeight)(Upload(a, s, kwRaw, 1))
 	}
 	withOffset := func(raw []byte, off int64) []byte { return append(make([]byte, off), raw...) }
-	up(&args.QKV)(Upload(a, s, withOffset(qkvRaw, c.QKVOffset), 1))
-	up(&args.QOut)(a.Alloc(c.QOutOffset + int64(tokens*c.QHeads*hd*size)))
-	up(&args.KeyCache)(Upload(a, s, kc, 1))
-	up(&args.ValueCache)(Upload(a, s, vc, 1))
-	up(&args.BlockTables)(Upload(a, s, tables, 4))
+	set.To(&args.QKV)(Upload(a, s, withOffset(qkvRaw, c.QKVOffset), 1))
+	set.To(&args.QOut)(a.Alloc(c.QOutOffset + int64(tokens*c.QHeads*hd*size)))
+	set.To(&args.KeyCache)(Upload(a, s, kc, 1))
+	set.To(&args.ValueCache)(Upload(a, s, vc, 1))
+	set.To(&args.BlockTables)(Upload(a, s, tables, 4))
 	if c.Varlen {
-		up(&args.CuSeqlensQ)(Upload(a, s, cu, 4))
+		set.To(&args.CuSeqlensQ)(Upload(a, s, cu, 4))
 	}
-	up(&args.PosOffsets)(Upload(a, s, posOff, 8))
-	up(&args.Cos)(Upload(a, s, cosT, 4))
-	up(&args.Sin)(Upload(a, s, sinT, 4))
-	if err != nil {
-		return err
+	set.To(&args.PosOffsets)(Upload(a, s, posOff, 8))
+	set.To(&args.Cos)(Upload(a, s, cosT, 4))
+	set.To(&args.Sin)(Upload(a, s, sinT, 4))
+	if set.Err != nil {
+		return set.Err
 	}
 	if err := s.Fill32(args.QOut, NaNPattern(c.In)); err != nil {
 		return err

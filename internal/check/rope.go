@@ -117,27 +117,10 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 		p.Positions[t] = positions[t] + offsets[t]
 	}
 	numSlots := c.NumBlocks * c.BlockSize
-	cacheBytes := numSlots * p.kvElems * c.Cache.Size()
-	p.KCache, p.VCache = make([]byte, cacheBytes), make([]byte, cacheBytes)
-	for i := range p.KCache {
-		p.KCache[i], p.VCache[i] = byte(g.Uint32()), byte(g.Uint32())
-	}
-	perm := g.Perm(numSlots)
-	p.Slots = make([]int64, kvTokens)
-	for t := range p.Slots {
-		p.Slots[t] = -1
-		if t < len(perm) && g.IntN(7) != 0 {
-			p.Slots[t] = int64(perm[t])
-		}
-	}
+	p.KCache, p.VCache = RandomCaches(g, numSlots*p.kvElems*c.Cache.Size())
+	p.Slots = RandomSlots(g, kvTokens, g.Perm(numSlots))
 	if c.Remap {
-		p.Remap = make([]int64, numSlots)
-		for i, q := range g.Perm(numSlots) {
-			p.Remap[i] = int64(q)
-			if g.IntN(9) == 0 {
-				p.Remap[i] = -1
-			}
-		}
+		p.Remap = RandomRemap(g, numSlots)
 	}
 	a := &p.Args
 	*a = pagedkv.RopeCacheArgs{
@@ -149,36 +132,29 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 	if c.Cache == pagedkv.E4M3 {
 		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
 	}
-	var err error
-	up := func(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
-		return func(b pagedkv.Buffer, e error) {
-			if err == nil {
-				*dst, err = b, e
-			}
-		}
-	}
-	up(&a.Q)(Upload(p.Arena, s, qRaw, 1))
-	up(&a.K)(Upload(p.Arena, s, kRawStrided, 1))
-	up(&a.V)(Upload(p.Arena, s, vRawStrided, 1))
-	up(&a.QOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
-	up(&a.KOut)(p.Arena.Alloc(int64(c.Tokens * p.kvElems * size)))
+	var set Setter
+	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
+	set.To(&a.K)(Upload(p.Arena, s, kRawStrided, 1))
+	set.To(&a.V)(Upload(p.Arena, s, vRawStrided, 1))
+	set.To(&a.QOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
+	set.To(&a.KOut)(p.Arena.Alloc(int64(c.Tokens * p.kvElems * size)))
 	if c.Zeros {
-		up(&a.ZerosOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
+		set.To(&a.ZerosOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
 	}
-	up(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
-	up(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
-	up(&a.Positions)(Upload(p.Arena, s, positions, 8))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
+	set.To(&a.Positions)(Upload(p.Arena, s, positions, 8))
 	if c.Offsets {
-		up(&a.Offsets)(Upload(p.Arena, s, offsets, 8))
+		set.To(&a.Offsets)(Upload(p.Arena, s, offsets, 8))
 	}
-	up(&a.CosSin)(Upload(p.Arena, s, p.CosSin, 4))
-	up(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
+	set.To(&a.CosSin)(Upload(p.Arena, s, p.CosSin, 4))
+	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
 	if p.Remap != nil {
-		up(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
+		set.To(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
 	}
-	if err != nil {
+	if set.Err != nil {
 		_ = p.Arena.Free()
-		return nil, err
+		return nil, set.Err
 	}
 	return p, nil
 }
