@@ -5,7 +5,11 @@
 // binary (package ptx), JIT-loaded by the driver on first use, and launched
 // through the CUDA driver API (package driver, bound at run time with purego).
 // A Runtime owns one device: its primary context, its loaded modules, its
-// streams and its split-K scratch pool. Each op takes an argument struct whose
+// streams and its split-K scratch pools. The ops: Append and Gather (paged
+// cache writes and their inverse, in the flash, x-split and shuffle layouts),
+// RopeCache (RoPE fused with the cache write), QKVNormRope (split QKV, RMSNorm,
+// RoPE, cache write; varlen), MLARopeQuant and MLAConcatQ (MLA inputs), and
+// Decode (batched paged decode attention). Each op takes an argument struct whose
 // Validate method checks every shape, dtype, alignment and buffer capacity the
 // host can see before anything is launched; the op's plan comes from package
 // dispatch, a pure function of the shape, the device and the configuration.
