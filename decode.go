@@ -333,7 +333,8 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan) error {
 	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
 	want := dispatch.Plan{
 		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32(a.NumSeqs), Z: uint32(plan.Splits)},
-		Block: dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1},
+		Block:       dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1},
+		SharedBytes: uint32(dispatch.KernelSharedBytes(kernel)),
 	}
 	if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
@@ -342,7 +343,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan) error {
 		want.SumOffset = want.MaxOffset + rows
 	}
 	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
-		plan.Block != want.Block || plan.SharedBytes != 0 || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
+		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset {
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)

@@ -99,9 +99,22 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 			if err != nil {
 				return err
 			}
+			// Kernels with more dynamic shared memory than the default 48 KiB
+			// opt in; one this device cannot hold gets occupancy 0 and the
+			// planner refuses it by name.
+			shared := dispatch.KernelSharedBytes(e)
+			if shared > r.info.MaxSharedPerBlockOptin {
+				occupancy[e] = 0
+				continue
+			}
+			if shared > 48<<10 {
+				if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSizeBytes, shared); err != nil {
+					return fmt.Errorf("pagedkv: module %s: %s: %w", name, e, err)
+				}
+			}
 			// Every pagedkv kernel is launched with its __launch_bounds__ block
 			// size, which is what the driver reports as the maximum.
-			n, err := f.MaxActiveBlocksPerSM(block, 0)
+			n, err := f.MaxActiveBlocksPerSM(block, shared)
 			if err != nil {
 				return err
 			}

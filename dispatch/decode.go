@@ -121,9 +121,8 @@ type DecodeShape struct {
 type Plan struct {
 	Kernel      string // kernel entry name
 	Grid, Block Dim3
-	SharedBytes uint32 // dynamic shared memory; the kernels use static shared memory
+	SharedBytes uint32 // dynamic shared memory of the launch
 	Splits      int    // 1 = single-pass, no merge and no scratch
-	GroupTile   int    // query heads one decode block handles per KV head
 
 	// Counters is the number of uint32 split counters the fused merge needs
 	// ([NumSeqs, NumKVHeads], zero before the launch; the kernel leaves them
@@ -156,8 +155,12 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	qi, _ := activationIndex(s.QType)
 	ci, _ := cacheIndex(s.QType, s.CacheType)
 	hi, _ := headDimIndex(s.HeadDim)
-	group := s.NumQHeads / s.NumKVHeads
-	kernel := tables.decode[qi][ci][hi][groupTileIndex(group)]
+	kernel := tables.decode[qi][ci][hi]
+	shared := tables.shared[kernel]
+	if shared > dev.MaxSharedPerBlockOptin {
+		return Plan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheType=%v needs %d bytes of shared memory per block; %s allows %d",
+			s.HeadDim, s.CacheType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
+	}
 
 	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel)
 
@@ -165,8 +168,8 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		Kernel:          kernel,
 		Grid:            Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(splits)},
 		Block:           Dim3{DecodeThreads, 1, 1},
+		SharedBytes:     uint32(shared),
 		Splits:          splits,
-		GroupTile:       GroupTile(group),
 		RequestedSplits: requested,
 		Clamped:         splits != requested,
 		Reason:          reason,

@@ -2,16 +2,11 @@ package dispatch
 
 import (
 	"fmt"
-	"math/bits"
 	"strconv"
 )
 
 // HeadDims lists the head dimensions the decode kernels are instantiated for.
 var headDims = [...]int{64, 128, 256}
-
-// groupTiles lists the GQA group tiles the decode kernels are instantiated for;
-// a group of G query heads per KV head runs on the smallest tile ≥ G.
-var groupTiles = [...]int{1, 2, 4, 8, 16}
 
 // activationTypes lists the q / input dtypes, in table order.
 var activationTypes = [...]DType{F16, BF16}
@@ -21,9 +16,11 @@ const MaxGroupSize = 16
 
 // nameTables holds every kernel entry name, built once so that planning never
 // builds a string. Index order: activation dtype, fp8 cache (0 = the cache
-// dtype equals the activation dtype, 1 = e4m3), head dim, group tile.
+// dtype equals the activation dtype, 1 = e4m3), head dim. One decode kernel
+// serves every GQA group size (the group is the rows of its mma tile).
 type nameTables struct {
-	decode [len(activationTypes)][2][len(headDims)][len(groupTiles)]string
+	decode [len(activationTypes)][2][len(headDims)]string
+	shared map[string]int // dynamic shared memory of each decode kernel
 	append [len(activationTypes)][2]string
 	gather [3]string // by cache dtype: f16, bf16, e4m3
 	rope   [len(activationTypes)][2]string
@@ -36,7 +33,7 @@ type nameTables struct {
 var tables = buildNames()
 
 func buildNames() *nameTables {
-	t := new(nameTables)
+	t := &nameTables{shared: map[string]int{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -53,10 +50,13 @@ func buildNames() *nameTables {
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			t.qkv[qi][fp8] = "qkv_norm_rope_" + q.String() + cache
 			for hi, d := range headDims {
-				hd := "_hd" + strconv.Itoa(d)
-				for gi, g := range groupTiles {
-					t.decode[qi][fp8][hi][gi] = "paged_decode_" + q.String() + cache + hd + "_g" + strconv.Itoa(g)
+				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
+				t.decode[qi][fp8][hi] = name
+				size := q.Size()
+				if fp8 == 1 {
+					size = E4M3.Size()
 				}
+				t.shared[name] = decodeSharedBytes(d, size)
 			}
 		}
 	}
@@ -98,23 +98,24 @@ func headDimIndex(d int) (int, bool) {
 	return 0, false
 }
 
-// GroupTile returns the group tile a GQA group of g query heads per KV head
-// runs on: the smallest power of two ≥ g. It returns 0 when g is outside
-// 1..MaxGroupSize.
-func GroupTile(g int) int {
-	if g < 1 || g > MaxGroupSize {
-		return 0
-	}
-	return 1 << bits.Len(uint(g-1))
+// decodeSharedBytes mirrors DecodeSmem<C, D>::kBytes in
+// kernels_src/decode.cuh (the kernel traps when launched with less): a ring
+// of 2..4 stages, each the K and V rows of a 16-token tile for 4 warps, in
+// 96 KiB less q; at least the warps' f32 outputs; then q as 16 rows of 16-bit.
+func decodeSharedBytes(headDim, cacheSize int) int {
+	const warps, tileTokens, rows, budget = 4, 16, 16, 96 << 10
+	qBytes := rows * headDim * 2
+	stage := warps * 2 * tileTokens * headDim * cacheSize
+	stages := min(max((budget-qBytes)/stage, 2), 4)
+	return max(stages*stage, warps*rows*headDim*4) + qBytes
 }
 
-// groupTileIndex returns the column of GroupTile(g) in groupTiles; g must be in
-// 1..MaxGroupSize.
-func groupTileIndex(g int) int { return bits.Len(uint(g - 1)) }
+// KernelSharedBytes returns the dynamic shared memory a kernel is launched
+// with (0 for kernels that use only static shared memory).
+func KernelSharedBytes(kernel string) int { return tables.shared[kernel] }
 
 // DecodeKernelName returns the decode kernel entry point for q dtype q, cache
-// dtype cache, head dimension headDim and GQA group size group (which is
-// rounded up to its group tile).
+// dtype cache, head dimension headDim and GQA group size group (1..MaxGroupSize).
 func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 	qi, ok := activationIndex(q)
 	if !ok {
@@ -128,10 +129,10 @@ func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 	if !ok {
 		return "", errHeadDim(headDim)
 	}
-	if GroupTile(group) == 0 {
+	if group < 1 || group > MaxGroupSize {
 		return "", newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
 	}
-	return tables.decode[qi][ci][hi][groupTileIndex(group)], nil
+	return tables.decode[qi][ci][hi], nil
 }
 
 // AppendKernelName returns the cache append kernel for input dtype in and
@@ -151,12 +152,10 @@ func AppendKernelName(in, cache DType) (string, error) {
 // DecodeKernelNames returns every decode kernel entry name, for the root
 // package to query occupancy once at module load. The slice is a fresh copy.
 func DecodeKernelNames() []string {
-	names := make([]string, 0, len(activationTypes)*2*len(headDims)*len(groupTiles))
+	names := make([]string, 0, len(activationTypes)*2*len(headDims))
 	for qi := range tables.decode {
 		for ci := range tables.decode[qi] {
-			for hi := range tables.decode[qi][ci] {
-				names = append(names, tables.decode[qi][ci][hi][:]...)
-			}
+			names = append(names, tables.decode[qi][ci][:]...)
 		}
 	}
 	return names

@@ -8,23 +8,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// occupancyG4 gives every g4 decode kernel 4 resident blocks per SM and leaves
-// the others out (so they count as 1).
-func occupancyG4() map[string]int {
+// occupancyHD128 gives every head-dim-128 decode kernel 4 resident blocks per
+// SM and leaves the others out (so they count as 1).
+func occupancyHD128() map[string]int {
 	occ := map[string]int{}
 	for _, name := range DecodeKernelNames() {
-		if strings.HasSuffix(name, "_g4") {
+		if strings.HasSuffix(name, "_hd128") {
 			occ[name] = 4
 		}
 	}
 	return occ
 }
 
-// Two device profiles: 528 slots for a g4 kernel on the H100/H200-like part,
+// Two device profiles: 528 slots for a head-dim-128 kernel on the H100/H200-like part,
 // 432 on the A100-like one.
 var (
-	hopper = DeviceFacts{Name: "H100-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Occupancy: occupancyG4()}
-	ampere = DeviceFacts{Name: "A100-like", SMs: 108, MaxSharedPerBlockOptin: 163 << 10, Occupancy: occupancyG4()}
+	hopper = DeviceFacts{Name: "H100-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Occupancy: occupancyHD128()}
+	ampere = DeviceFacts{Name: "A100-like", SMs: 108, MaxSharedPerBlockOptin: 163 << 10, Occupancy: occupancyHD128()}
 )
 
 // llama returns a Llama-style GQA shape: 32 q heads over 8 KV heads (group 4),
@@ -121,10 +121,10 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
-			// Group 1 has no occupancy entry, so 1 block per SM: 32 blocks on
-			// 132 slots → 4.
+			// Head dim 64 has no occupancy entry, so 1 block per SM: 32
+			// blocks on 132 slots → 4.
 			name: "h100 mha occupancy missing", dev: hopper,
-			shape: DecodeShape{NumSeqs: 1, NumQHeads: 32, NumKVHeads: 32, HeadDim: 128, BlockSize: 16,
+			shape: DecodeShape{NumSeqs: 1, NumQHeads: 32, NumKVHeads: 32, HeadDim: 64, BlockSize: 16,
 				MaxKVLen: 4096, MaxBlocksPerSeq: 256, QType: BF16, CacheType: BF16},
 			knobs:  DefaultKnobs(),
 			splits: 4, requested: 4, reason: ReasonFillSMs,
@@ -223,8 +223,7 @@ func checkGeometry(t *testing.T, s DecodeShape, p Plan) {
 	t.Helper()
 	assert.Equal(t, Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(p.Splits)}, p.Grid)
 	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
-	assert.Zero(t, p.SharedBytes)
-	assert.Equal(t, GroupTile(s.NumQHeads/s.NumKVHeads), p.GroupTile)
+	assert.Equal(t, uint32(KernelSharedBytes(p.Kernel)), p.SharedBytes)
 	wantKernel, err := DecodeKernelName(s.QType, s.CacheType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
 	require.NoError(t, err)
 	assert.Equal(t, wantKernel, p.Kernel)
@@ -253,8 +252,8 @@ func TestPlanDecodeScratchLayout(t *testing.T) {
 	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
 	require.NoError(t, err)
 	assert.Equal(t, Plan{
-		Kernel: "paged_decode_f16_hd128_g4", Grid: Dim3{8, 1, 8}, Block: Dim3{128, 1, 1},
-		Splits: 8, GroupTile: 4, Counters: 8,
+		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 8}, Block: Dim3{128, 1, 1}, SharedBytes: 69632,
+		Splits: 8, Counters: 8,
 		ScratchFloats: 33280, PartialOutOffset: 0, MaxOffset: 32768, SumOffset: 33024,
 		RequestedSplits: 8, Reason: ReasonFillSMs,
 	}, p)
@@ -265,17 +264,16 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 		q, cache       DType
 		headDim, group int
 		kernel         string
-		tile           int
 	}{
-		{F16, F16, 128, 1, "paged_decode_f16_hd128_g1", 1},
-		{F16, F16, 128, 2, "paged_decode_f16_hd128_g2", 2},
-		{F16, F16, 64, 3, "paged_decode_f16_hd64_g4", 4},
-		{BF16, BF16, 64, 4, "paged_decode_bf16_hd64_g4", 4},
-		{BF16, BF16, 256, 5, "paged_decode_bf16_hd256_g8", 8},
-		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128_g8", 8},
-		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128_g8", 8},
-		{BF16, E4M3, 256, 9, "paged_decode_bf16_e4m3_hd256_g16", 16},
-		{F16, E4M3, 64, 16, "paged_decode_f16_e4m3_hd64_g16", 16},
+		{F16, F16, 128, 1, "paged_decode_f16_hd128"},
+		{F16, F16, 128, 2, "paged_decode_f16_hd128"},
+		{F16, F16, 64, 3, "paged_decode_f16_hd64"},
+		{BF16, BF16, 64, 4, "paged_decode_bf16_hd64"},
+		{BF16, BF16, 256, 5, "paged_decode_bf16_hd256"},
+		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128"},
+		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128"},
+		{BF16, E4M3, 256, 9, "paged_decode_bf16_e4m3_hd256"},
+		{F16, E4M3, 64, 16, "paged_decode_f16_e4m3_hd64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kernel, func(t *testing.T) {
@@ -285,24 +283,51 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.kernel, p.Kernel)
 			assert.Equal(t, int64(4), p.Counters)
-			assert.Equal(t, tt.tile, p.GroupTile)
 			assert.Equal(t, Dim3{2, 2, 2}, p.Grid)
 		})
 	}
 }
 
-func TestGroupTile(t *testing.T) {
-	want := []int{0, 1, 2, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16, 16, 16, 16, 16, 0}
-	for g, tile := range want {
-		assert.Equal(t, tile, GroupTile(g), "group %d", g)
+func TestDecodeSharedBytes(t *testing.T) {
+	// DecodeSmem<C, D>::kBytes of kernels_src/decode.cuh: stages of
+	// 4 warps × K and V × 16 tokens × D elements, 2..4 of them in 96 KiB
+	// less q, then q (16 rows of 16-bit).
+	for _, tt := range []struct{ headDim, size, want int }{
+		{64, 2, 4*16384 + 2048},
+		{128, 2, 2*32768 + 4096},
+		{256, 2, 2*65536 + 8192},
+		{64, 1, 4*8192 + 2048},
+		{128, 1, 4*16384 + 4096},
+		{256, 1, 2*32768 + 8192},
+	} {
+		assert.Equal(t, tt.want, decodeSharedBytes(tt.headDim, tt.size), "head dim %d, %d-byte cache", tt.headDim, tt.size)
 	}
+	assert.Equal(t, 2*32768+4096, KernelSharedBytes("paged_decode_bf16_hd128"))
+	assert.Equal(t, 2*32768+8192, KernelSharedBytes("paged_decode_f16_e4m3_hd256"))
+	assert.Zero(t, KernelSharedBytes("cache_append_f16"))
+}
+
+func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
+	// An sm_86-like part (99 KiB per block) cannot hold the head-dim-256
+	// f16 kernel (136 KiB): the planner says so by name.
+	small := hopper
+	small.Name, small.MaxSharedPerBlockOptin = "sm86-like", 99<<10
+	s := llama(4, 1024)
+	s.HeadDim = 256
+	_, err := PlanDecode(s, small, DefaultKnobs())
+	require.ErrorIs(t, err, ErrInvalidShape)
+	assert.Contains(t, err.Error(), "HeadDim=256")
+	assert.Contains(t, err.Error(), "sm86-like allows 101376")
+	s.HeadDim = 128
+	_, err = PlanDecode(s, small, DefaultKnobs())
+	assert.NoError(t, err)
 }
 
 func TestKernelNameLists(t *testing.T) {
 	decode := DecodeKernelNames()
-	assert.Len(t, decode, 2*2*3*5)
-	assert.Contains(t, decode, "paged_decode_f16_hd64_g1")
-	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256_g16")
+	assert.Len(t, decode, 2*2*3)
+	assert.Contains(t, decode, "paged_decode_f16_hd64")
+	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256")
 	assert.Equal(t, []string{
 		"cache_append_f16", "cache_append_f16_e4m3",
 		"cache_append_bf16", "cache_append_bf16_e4m3",
@@ -317,7 +342,7 @@ func TestKernelNameLists(t *testing.T) {
 	}
 	// Callers own the returned slices.
 	decode[0] = "changed"
-	assert.Equal(t, "paged_decode_f16_hd64_g1", DecodeKernelNames()[0])
+	assert.Equal(t, "paged_decode_f16_hd64", DecodeKernelNames()[0])
 }
 
 func TestPlanDecodeErrors(t *testing.T) {

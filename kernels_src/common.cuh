@@ -59,9 +59,14 @@ __device__ __forceinline__ typename Vec8<T>::type load8(const T* p) {
 // values divided by 256: moving the 4-bit exponent and 3-bit mantissa into a
 // half's fields keeps the bias difference (15 - 7) as a power of two, and
 // e4m3 subnormals land on half subnormals, so the decode is exact.
+// The two bytes are picked from x by a __byte_perm selector that puts them
+// in bytes 1 and 3 and zeros in bytes 0 and 2 (0x1404: bytes 0 and 1).
+__device__ __forceinline__ uint32_t e4m3_pair_to_half2_bits_div256(uint32_t x, uint32_t selector) {
+  const uint32_t u = __byte_perm(x, 0u, selector);
+  return (u & 0x80008000u) | ((u & 0x7F007F00u) >> 1);
+}
 __device__ __forceinline__ __half2 e4m3x2_to_half2_div256(uint32_t x) {
-  uint32_t u = __byte_perm(x, 0u, 0x1404);  // bytes: 0, b0, 0, b1
-  uint32_t h = (u & 0x80008000u) | ((u & 0x7F007F00u) >> 1);
+  uint32_t h = e4m3_pair_to_half2_bits_div256(x, 0x1404);
   return *reinterpret_cast<__half2*>(&h);
 }
 

@@ -1,7 +1,8 @@
 // decode.cuh: batched paged decode attention, one query token per sequence,
-// single-pass and split-K (phase 1), grouped by KV head.
+// single-pass and split-K (phase 1 and the fused phase 2), grouped by KV head,
+// on tensor cores (mma.sync m16n8k16).
 //
-// paged_decode_<q>[_e4m3]_hd<D>_g<GT>
+// paged_decode_<q>[_e4m3]_hd<D>
 //   q            [num_seqs, num_q_heads, D] of type <q>, sequence stride q_seq_stride
 //                elements (heads contiguous).
 //   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of type <q>,
@@ -25,25 +26,157 @@
 //                [num_seqs, num_kv_heads] (uint32, zero before the launch and
 //                reset to zero by that block), merges the splits by
 //                log-sum-exp into out and lse.
-// Grid: (num_kv_heads, num_seqs, splits). Block: 128 threads. One block loads
-// each K/V row of its KV head once for all G = num_q_heads/num_kv_heads query
-// heads (G ≤ GT, the next power of two). Threads form groups of D/8 lanes;
-// each lane owns 8 of the D elements, each group streams its own tokens with
-// an online softmax, and the groups are merged at the end through shuffles
-// and static shared memory (GT·D + 8·GT floats + GT·D floats of q).
+// Grid: (num_kv_heads, num_seqs, splits). Block: 128 threads (4 warps), and
+// DecodeSmem<C, D>::kBytes of dynamic shared memory (dispatch mirrors it).
+//
+// How a block works. The G = num_q_heads/num_kv_heads query heads of its KV
+// head are the 16 rows of an mma A tile (rows ≥ G are zero), so one block
+// reads each K/V row once for the whole group. The block's tokens are cut into
+// tiles of 16; warp w takes tiles w, w+4, ... and streams them through its own
+// ring of kStages shared-memory stages with cp.async (K and V rows of one
+// tile per stage; 16-byte chunks XOR-swizzled per row so ldmatrix is free of
+// bank conflicts). Per tile: S = Q·Kᵀ (16 × 16, f32), an online softmax per
+// row, O += P·V with P rounded to <q>. The four warps merge (max, sum, O)
+// through shared memory at the end.
+//
+// fp8 caches are read by ldmatrix as 16-bit pairs and widened to <q> in
+// registers (the e4m3 → half move of common.cuh, exact). That fixes which d
+// each lane holds: for QKᵀ a lane gets 4 consecutive bytes of a K row, so the
+// k order inside each 16-wide k-step is permuted (k = 2c+e ↔ d = 4c+e,
+// k = 8+2c+e ↔ d = 4c+2+e), and q is stored in shared memory in that order;
+// for P·V a lane gets 2 bytes (d = 2n, 2n+1) of two tokens, so each 16-byte
+// chunk of V feeds two n-tiles, the even and the odd d.
 #pragma once
 #include "common.cuh"
 
 namespace pkv {
 
 constexpr int kDecodeThreads = 128;
+constexpr int kDecodeWarps = kDecodeThreads / 32;
+constexpr int kTileTokens = 16;  // tokens per warp tile: the k of P·V
+constexpr int kTileRows = 16;    // query-head rows of the mma tile: G ≤ 16
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-// The largest split count: the fused merge keeps GT·kMaxSplits weights in
-// the shared memory of the accumulators (GT·D floats, D ≥ 64).
+// The largest split count: the fused merge keeps kTileRows·kMaxSplits
+// weights and sums in shared memory.
 constexpr int kMaxSplits = 64;
 
-template <typename T, typename C, int D, int GT>
+// DecodeSmem is the dynamic shared memory of a block (mirrored by
+// dispatch.DecodeSharedBytes): the cp.async ring, reused at the end for the
+// warps' f32 outputs and the split weights, then q as <q>.
+template <typename C, int D>
+struct DecodeSmem {
+  static constexpr int kRowBytes = D * (int)sizeof(C);
+  static constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per K/V row
+  static constexpr int kTileBytes = kTileTokens * kRowBytes;
+  static constexpr int kStageBytes = kDecodeWarps * 2 * kTileBytes;  // K and V of every warp
+  static constexpr int kStagesFit = 98304 / kStageBytes;
+  static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 4 ? 4 : kStagesFit);
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kOutBytes = kDecodeWarps * kTileRows * D * 4;
+  static constexpr int kQOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
+  static constexpr int kBytes = kQOffset + kTileRows * D * 2;
+  static_assert(kQOffset >= 2 * kTileRows * kMaxSplits * 4, "merge weights must fit");
+};
+
+// swizzle returns the position, in 16-byte chunks, of chunk c of row r of a
+// tile whose rows are CHUNKS chunks long: the eight rows an ldmatrix reads
+// land in eight different bank groups.
+template <int CHUNKS>
+__device__ __forceinline__ int swizzle(int r, int c) {
+  constexpr int mask = CHUNKS >= 8 ? 7 : CHUNKS - 1;
+  constexpr int shift = CHUNKS >= 8 ? 0 : (CHUNKS == 4 ? 1 : 2);
+  return r * CHUNKS + (c ^ ((r >> shift) & mask));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// cp_async16 copies 16 bytes global → shared, or writes 16 zero bytes when
+// bytes is 0 (src is then not read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// mma16816 accumulates c += a·b for one m16n8k16 tile of T (f16 or bf16).
+template <typename T>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// pack2 rounds two floats to T and packs them, lo in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// e4m3_pair widens two e4m3 bytes of x (picked by selector, see
+// e4m3_pair_to_half2_bits_div256) to a pair of T holding value/256, exactly.
+template <typename T>
+__device__ __forceinline__ uint32_t e4m3_pair(uint32_t x, uint32_t selector);
+template <>
+__device__ __forceinline__ uint32_t e4m3_pair<__half>(uint32_t x, uint32_t selector) {
+  return e4m3_pair_to_half2_bits_div256(x, selector);
+}
+template <>
+__device__ __forceinline__ uint32_t e4m3_pair<__nv_bfloat16>(uint32_t x, uint32_t selector) {
+  uint32_t h = e4m3_pair_to_half2_bits_div256(x, selector);
+  const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
+  return pack2<__nv_bfloat16>(f.x, f.y);
+}
+
+// q_position returns the d whose value sits at position k of a 16-bit q row
+// in shared memory: d itself for 16-bit caches; for fp8 caches the k-step
+// permutation described at the top.
+template <typename C>
+__device__ __forceinline__ int q_position(int k) {
+  if constexpr (sizeof(C) == 2) {
+    return k;
+  } else {
+    const int kk = k & 15;
+    return (k & ~15) + 4 * ((kk & 7) >> 1) + 2 * (kk >> 3) + (kk & 1);
+  }
+}
+
+template <typename T, typename C, int D>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
     float* __restrict__ partial_max, float* __restrict__ partial_sum,
@@ -52,16 +185,26 @@ __device__ __forceinline__ void paged_decode(
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
     int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale) {
-  constexpr int LPT = D / 8;             // lanes per token
-  constexpr int GPW = 32 / LPT;          // token groups per warp
-  constexpr int NG = (kDecodeThreads / 32) * GPW;  // token groups per block
-  constexpr int U = GT >= 8 ? 2 : 4;     // tokens in flight per group
-  constexpr int NW = kDecodeThreads / 32;
+  using Smem = DecodeSmem<C, D>;
+  constexpr int CH = Smem::kChunks;
+  constexpr int QCH = D / 8;         // 16-byte chunks per q row
+  constexpr int NT = D / 8;          // n-tiles of the output
+  constexpr int KSTEPS = D / 16;
+  constexpr int STAGES = Smem::kStages;
+  constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
+  constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
 
-  __shared__ __align__(16) float q_s[GT][D];
-  __shared__ __align__(16) float acc_s[GT][D];
-  __shared__ float m_s[NW][GT];
-  __shared__ float l_s[NW][GT];
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float m_s[kDecodeWarps][kTileRows];
+  __shared__ float l_s[kDecodeWarps][kTileRows];
+  __shared__ bool last_s;
+  {
+    uint32_t have;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+    if (have < (uint32_t)Smem::kBytes) __trap();  // the launch must pass DecodeSmem::kBytes
+  }
+  T* q_s = reinterpret_cast<T*>(smem + Smem::kQOffset);
 
   const int kvh = blockIdx.x;
   const int num_kv_heads = gridDim.x;
@@ -71,17 +214,14 @@ __device__ __forceinline__ void paged_decode(
   const int G = num_q_heads / num_kv_heads;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int gl = lane % LPT;
 
-  // q is pre-multiplied by scale·log2(e)·k_scale so scores come out in log2 units.
-  const float q_mul = scale * kLog2e * k_scale * decode_scale<C>();
-  for (int i = threadIdx.x; i < GT * D; i += kDecodeThreads) {
+  // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled.
+  for (int i = threadIdx.x; i < kTileRows * D; i += kDecodeThreads) {
     const int g = i / D;
-    const int d = i - g * D;
-    float x = 0.0f;
-    if (g < G) x = to_float(q[seq * q_seq_stride + (int64_t)(kvh * G + g) * D + d]) * q_mul;
-    q_s[g][d] = x;
-    acc_s[g][d] = 0.0f;
+    const int k = i - g * D;
+    T x = from_float<T>(0.0f);
+    if (g < G) x = q[seq * q_seq_stride + (int64_t)(kvh * G + g) * D + q_position<C>(k)];
+    q_s[swizzle<QCH>(g, k >> 3) * 8 + (k & 7)] = x;
   }
 
   int len = kv_lens[seq];
@@ -95,146 +235,205 @@ __device__ __forceinline__ void paged_decode(
   const int chunk_pages = (pages + splits - 1) / splits;
   const int start = (split * chunk_pages) << block_size_log2;
   const int end = min(len, start + (chunk_pages << block_size_log2));
+  const int tiles = end > start ? (end - start + kTileTokens - 1) / kTileTokens : 0;
+  const int mine = tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
   const int* table = block_tables + (int64_t)seq * max_blocks_per_seq;
   const int64_t row_stride = (int64_t)num_kv_heads * D;
-  const int64_t head_off = (int64_t)kvh * D + gl * 8;
+  const C* k_head = k_cache + (int64_t)kvh * D;
+  const C* v_head = v_cache + (int64_t)kvh * D;
 
-  float m[GT], l[GT], acc[GT][8];
-#pragma unroll
-  for (int g = 0; g < GT; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
-  __syncthreads();
-
-  using V8 = typename Vec8<C>::type;
-  // The trip count must be the same for every lane of a warp (the score
-  // reduction shuffles across the whole warp), so the loop runs over the
-  // warp's tiles and each group masks the tokens past end.
-  for (int wbase = start + warp * GPW; wbase < end; wbase += NG * U) {
-    const int base = wbase + lane / LPT;
-    V8 kr[U], vr[U];
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const int t = base + j * NG;
-      if (t < end) {
-        int blk = table[t >> block_size_log2];
-        if (blk < 0 || blk >= num_blocks) {
-          record_fault(fault, kFaultBlockBeyondPool, seq, t >> block_size_log2, blk);
-          blk = 0;
-        }
-        const int64_t off = (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride + head_off;
-        kr[j] = load8(k_cache + off);
-        vr[j] = load8(v_cache + off);
-      } else {
-        kr[j] = V8{};
-        vr[j] = V8{};
-      }
+  // The block id of token (lane mod 16) of this warp's tile i (0 past the end).
+  auto block_id = [&](int i) -> int {
+    const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
+    if (i >= mine || t >= end) return 0;
+    int blk = table[t >> block_size_log2];
+    if (blk < 0 || blk >= num_blocks) {
+      record_fault(fault, kFaultBlockBeyondPool, seq, t >> block_size_log2, blk);
+      blk = 0;
     }
-    float s[U][GT];
+    return blk;
+  };
+  // issue starts the copy of this warp's tile i into stage st; ids holds the
+  // tile's block ids as block_id(i) returned them. Tokens past end are zeros.
+  const int chunk = lane % CH;
+  auto issue = [&](int i, int ids, int st) {
+    const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
+    unsigned char* kt = smem + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    const uint32_t kdst = smem_addr(kt);
+    const uint32_t vdst = kdst + Smem::kTileBytes;
+#pragma unroll
+    for (int j = 0; j < ISSUES; ++j) {
+      const int r = lane / CH + ROWS_PER_ISSUE * j;
+      const int t = base + r;
+      const int blk = __shfl_sync(0xffffffffu, ids, r);
+      const bool ok = t < end;
+      const int64_t off = ok ? (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride : 0;
+      const int at = swizzle<CH>(r, chunk) * 16;
+      cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + chunk * 16, ok ? 16 : 0);
+      cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + chunk * 16, ok ? 16 : 0);
+    }
+  };
+
+  // Running state of rows r0 = lane/4 and r1 = r0 + 8 (shared by a lane quad):
+  // max in log2 units, this lane's part of the sum, and the output tile.
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float acc[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  // Scores come out in log2 units: scale·log2(e)·k_scale (·256 for fp8).
+  const float q_mul = scale * kLog2e * k_scale * decode_scale<C>();
+  const uint32_t q_base = smem_addr(q_s);
+
+  int next_ids = block_id(0);
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    const int ids = next_ids;
+    next_ids = block_id(st + 1);
+    if (st < mine) issue(st, ids, st);
+    cp_async_commit();
+  }
+  __syncthreads();  // q_s is written
+
+  for (int i = 0; i < mine; ++i) {
     {
-      float kf[U][8];
+      const int j = i + STAGES - 1;
+      const int ids = next_ids;
+      next_ids = block_id(j + 1);
+      if (j < mine) issue(j, ids, j % STAGES);
+      cp_async_commit();
+    }
+    cp_async_wait<STAGES - 1>();
+    __syncwarp();
+    const unsigned char* kt = smem + ((i % STAGES) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    const uint32_t kbase = smem_addr(kt);
+    const uint32_t vbase = kbase + Smem::kTileBytes;
+    const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
+
+    // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // matrices: rows 0-7, 8-15, 0-7, 8-15
+    if constexpr (!kFP8) {
+      const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
 #pragma unroll
-      for (int j = 0; j < U; ++j) to_float8(kr[j], k_cache, kf[j]);
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t a[4], b[4];
+        ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+        ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
+        mma16816<T>(s[0], a, b[0], b[1]);
+        mma16816<T>(s[1], a, b[2], b[3]);
+      }
+    } else {
+      // A 16-byte fp8 chunk is one k-step; one x4 load covers two, both n-tiles.
 #pragma unroll
-      for (int g = 0; g < GT; ++g) {
-        const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][gl * 8]);
-        const float4 qb = *reinterpret_cast<const float4*>(&q_s[g][gl * 8 + 4]);
+      for (int ks = 0; ks < KSTEPS; ks += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kbase + swizzle<CH>(x4_row, ks + (lane >> 4)) * 16);
 #pragma unroll
-        for (int j = 0; j < U; ++j) {
-          float x = qa.x * kf[j][0];
-          x = fmaf(qa.y, kf[j][1], x);
-          x = fmaf(qa.z, kf[j][2], x);
-          x = fmaf(qa.w, kf[j][3], x);
-          x = fmaf(qb.x, kf[j][4], x);
-          x = fmaf(qb.y, kf[j][5], x);
-          x = fmaf(qb.z, kf[j][6], x);
-          x = fmaf(qb.w, kf[j][7], x);
-          s[j][g] = x;
+        for (int h = 0; h < 2; ++h) {
+          uint32_t a[4];
+          ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * (ks + h) + (lane >> 4)) * 16);
+          mma16816<T>(s[0], a, e4m3_pair<T>(b[2 * h], 0x1404), e4m3_pair<T>(b[2 * h], 0x3424));
+          mma16816<T>(s[1], a, e4m3_pair<T>(b[2 * h + 1], 0x1404), e4m3_pair<T>(b[2 * h + 1], 0x3424));
         }
       }
     }
-#pragma unroll
-    for (int o = LPT / 2; o > 0; o >>= 1) {
-#pragma unroll
-      for (int j = 0; j < U; ++j)
-#pragma unroll
-        for (int g = 0; g < GT; ++g) s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o);
-    }
-    // Online softmax over this tile. A group whose tokens all lie past end
-    // (and that has seen none before) keeps max -inf: alpha 1, weights 0.
-#pragma unroll
-    for (int g = 0; g < GT; ++g) {
-      float mt = m[g];
-#pragma unroll
-      for (int j = 0; j < U; ++j) {
-        if (base + j * NG >= end) s[j][g] = -INFINITY;
-        mt = fmaxf(mt, s[j][g]);
-      }
-      const bool none = mt == -INFINITY;
-      const float alpha = none ? 1.0f : exp2f(m[g] - mt);
-      float psum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < U; ++j) {
-        s[j][g] = none ? 0.0f : exp2f(s[j][g] - mt);
-        psum += s[j][g];
-      }
-      l[g] = l[g] * alpha + psum;
-      m[g] = mt;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] *= alpha;
-    }
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      float vf[8];
-      to_float8(vr[j], v_cache, vf);
-#pragma unroll
-      for (int g = 0; g < GT; ++g)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[j][g], vf[e], acc[g][e]);
-    }
-  }
 
-  // Merge the token groups of each warp.
+    // Online softmax of rows r0 (s[n][0..1]) and r1 (s[n][2..3]); tokens
+    // past end score -inf. Every tile holds at least one token below end.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-  for (int o = LPT; o < 32; o <<= 1) {
+    for (int n = 0; n < 2; ++n) {
 #pragma unroll
-    for (int g = 0; g < GT; ++g) {
-      const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
-      const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
-      const float mn = fmaxf(m[g], mo);
-      const float a = mn == -INFINITY ? 0.0f : exp2f(m[g] - mn);
-      const float b = mn == -INFINITY ? 0.0f : exp2f(mo - mn);
-      l[g] = l[g] * a + lo * b;
-      m[g] = mn;
+      for (int e = 0; e < 4; ++e) {
+        const int t = base + 8 * n + 2 * (lane & 3) + (e & 1);
+        s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float ao = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
-        acc[g][e] = acc[g][e] * a + ao * b;
+    for (int o = 1; o < 4; o <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+    }
+    mx0 = fmaxf(mx0, m0);
+    mx1 = fmaxf(mx1, m1);
+    const float alpha0 = exp2f(m0 - mx0);  // 0 on the first tile (m = -inf)
+    const float alpha1 = exp2f(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    uint32_t p[4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float p0 = exp2f(s[n][0] - mx0), p1 = exp2f(s[n][1] - mx0);
+      const float p2 = exp2f(s[n][2] - mx1), p3 = exp2f(s[n][3] - mx1);
+      l0 = fmaf(l0, n == 0 ? alpha0 : 1.0f, p0 + p1);
+      l1 = fmaf(l1, n == 0 ? alpha1 : 1.0f, p2 + p3);
+      // A fragment of P: (r0, k 2c..), (r1, k 2c..), (r0, k 8+2c..), (r1, k 8+2c..).
+      p[2 * n] = pack2<T>(p0, p1);
+      p[2 * n + 1] = pack2<T>(p2, p3);
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      acc[n][0] *= alpha0;
+      acc[n][1] *= alpha0;
+      acc[n][2] *= alpha1;
+      acc[n][3] *= alpha1;
+    }
+
+    // O += P·V: one x4.trans load gives the B fragments of two n-tiles.
+    if constexpr (!kFP8) {
+#pragma unroll
+      for (int n = 0; n < NT; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, n + (lane >> 4)) * 16);
+        mma16816<T>(acc[n], p, b[0], b[1]);
+        mma16816<T>(acc[n + 1], p, b[2], b[3]);
+      }
+    } else {
+      // Chunk j (16 d) feeds n-tiles 2j (even d) and 2j+1 (odd d).
+#pragma unroll
+      for (int j = 0; j < CH; j += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, j + (lane >> 4)) * 16);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t lo = b[2 * h], hi = b[2 * h + 1];  // tokens 0-7, 8-15
+          mma16816<T>(acc[2 * (j + h)], p, e4m3_pair<T>(lo, 0x2404), e4m3_pair<T>(hi, 0x2404));
+          mma16816<T>(acc[2 * (j + h) + 1], p, e4m3_pair<T>(lo, 0x3414), e4m3_pair<T>(hi, 0x3414));
+        }
       }
     }
+    __syncwarp();  // this stage is refilled next iteration
   }
-  // Merge the warps through shared memory.
-  if (lane == 0) {
+  cp_async_wait<0>();
+
+  // Merge the four warps: each writes its rows < G to shared memory (the
+  // ring is free once every warp is past its loop).
 #pragma unroll
-    for (int g = 0; g < GT; ++g) {
-      m_s[warp][g] = m[g];
-      l_s[warp][g] = l[g];
-    }
+  for (int o = 1; o < 4; o <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
   }
   __syncthreads();
-  if (lane < LPT) {
+  float* o_s = reinterpret_cast<float*>(smem);  // [warps][kTileRows][D]
+  const int r0 = lane >> 2;
 #pragma unroll
-    for (int g = 0; g < GT; ++g) {
-      float mx = m_s[0][g];
+  for (int n = 0; n < NT; ++n) {
 #pragma unroll
-      for (int w = 1; w < NW; ++w) mx = fmaxf(mx, m_s[w][g]);
-      const float f = mx == -INFINITY ? 0.0f : exp2f(m[g] - mx);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) atomicAdd(&acc_s[g][gl * 8 + e], acc[g][e] * f);
+    for (int e = 0; e < 4; ++e) {
+      const int r = r0 + 8 * (e >> 1);
+      const int col = 2 * (lane & 3) + (e & 1);
+      // The d of column col of n-tile n (see the top for fp8).
+      const int d = kFP8 ? 16 * (n >> 1) + 2 * col + (n & 1) : 8 * n + col;
+      if (r < G) o_s[(warp * kTileRows + r) * D + d] = acc[n][e];
     }
+  }
+  if ((lane & 3) == 0) {
+    m_s[warp][r0] = m0;
+    l_s[warp][r0] = l0;
+    m_s[warp][r0 + 8] = m1;
+    l_s[warp][r0 + 8] = l1;
   }
   __syncthreads();
 
@@ -244,13 +443,17 @@ __device__ __forceinline__ void paged_decode(
     const int d = i - g * D;
     float mx = m_s[0][g];
 #pragma unroll
-    for (int w = 1; w < NW; ++w) mx = fmaxf(mx, m_s[w][g]);
-    float sum = 0.0f;
+    for (int w = 1; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w][g]);
+    float sum = 0.0f, o = 0.0f;
     if (mx != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < NW; ++w) sum += l_s[w][g] * exp2f(m_s[w][g] - mx);
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float f = exp2f(m_s[w][g] - mx);
+        sum = fmaf(l_s[w][g], f, sum);
+        o = fmaf(o_s[(w * kTileRows + g) * D + d], f, o);
+      }
     }
-    const float o = sum > 0.0f ? acc_s[g][d] * v_mul / sum : 0.0f;
+    o = sum > 0.0f ? o * v_mul / sum : 0.0f;
     const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
     if (splits == 1) {
       out[row * D + d] = from_float<T>(o);
@@ -269,7 +472,6 @@ __device__ __forceinline__ void paged_decode(
   // Split-K phase 2, fused: the last block of this (sequence, KV head) to
   // finish merges every split by log-sum-exp and resets the counter, so the
   // counters are zero again for the next launch (and graph replay).
-  __shared__ bool last_s;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -281,13 +483,14 @@ __device__ __forceinline__ void paged_decode(
   if (!last_s) return;
   __threadfence();
   // Weights of each split for each head: w = sum_z · 2^(max_z − M) / L.
-  float* w_s = &acc_s[0][0];  // reused: GT·D ≥ GT·kMaxSplits floats
+  float* w_s = reinterpret_cast<float*>(smem);  // [kTileRows][kMaxSplits], o_s is done
+  float* z_s = w_s + kTileRows * kMaxSplits;    // the splits' sums
   for (int i = threadIdx.x; i < G * splits; i += kDecodeThreads) {
     const int g = i / splits;
     const int z = i - g * splits;
     const int64_t prow = ((int64_t)seq * num_q_heads + kvh * G + g) * splits + z;
     w_s[g * kMaxSplits + z] = __ldcg(partial_max + prow);
-    q_s[g][z] = __ldcg(partial_sum + prow);  // q_s is free now
+    z_s[g * kMaxSplits + z] = __ldcg(partial_sum + prow);
   }
   __syncthreads();
   if (threadIdx.x < G) {
@@ -296,7 +499,7 @@ __device__ __forceinline__ void paged_decode(
     for (int z = 0; z < splits; ++z) mx = fmaxf(mx, w_s[g * kMaxSplits + z]);
     float sum = 0.0f;
     for (int z = 0; z < splits; ++z) {
-      const float w = mx == -INFINITY ? 0.0f : q_s[g][z] * exp2f(w_s[g * kMaxSplits + z] - mx);
+      const float w = mx == -INFINITY ? 0.0f : z_s[g * kMaxSplits + z] * exp2f(w_s[g * kMaxSplits + z] - mx);
       w_s[g * kMaxSplits + z] = w;
       sum += w;
     }
@@ -317,29 +520,21 @@ __device__ __forceinline__ void paged_decode(
 }
 
 }  // namespace pkv
-#define PKV_DECODE(name, T, C, D, GT)                                                           \
-  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                       \
-      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,            \
-      unsigned int* counters, const T* q, const C* k_cache, const C* v_cache, const int* block_tables,                   \
-      const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride, int num_q_heads,      \
-      int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, float scale,              \
-      float k_scale, float v_scale) {                                                            \
-    pkv::paged_decode<T, C, D, GT>(out, lse, partial_out, partial_max, partial_sum, counters, q, \
-                                   k_cache,                                                      \
-                                   v_cache, block_tables, kv_lens, fault, q_seq_stride,          \
-                                   num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, \
-                                   scale, k_scale, v_scale);                                     \
+
+#define PKV_DECODE(name, T, C, D)                                                                  \
+  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                          \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,               \
+      unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                       \
+      const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride, \
+      int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,             \
+      float scale, float k_scale, float v_scale) {                                                  \
+    pkv::paged_decode<T, C, D>(out, lse, partial_out, partial_max, partial_sum, counters, q,        \
+                               k_cache, v_cache, block_tables, kv_lens, fault, q_seq_stride,        \
+                               num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,        \
+                               scale, k_scale, v_scale);                                            \
   }
 
-#define PKV_DECODE_ALL_G(prefix, T, C, D) \
-  PKV_DECODE(prefix##_hd##D##_g1, T, C, D, 1) \
-  PKV_DECODE(prefix##_hd##D##_g2, T, C, D, 2) \
-  PKV_DECODE(prefix##_hd##D##_g4, T, C, D, 4) \
-  PKV_DECODE(prefix##_hd##D##_g8, T, C, D, 8) \
-  PKV_DECODE(prefix##_hd##D##_g16, T, C, D, 16)
-
 #define PKV_DECODE_ALL(prefix, T, C) \
-  PKV_DECODE_ALL_G(prefix, T, C, 64)  \
-  PKV_DECODE_ALL_G(prefix, T, C, 128) \
-  PKV_DECODE_ALL_G(prefix, T, C, 256)
-
+  PKV_DECODE(prefix##_hd64, T, C, 64)  \
+  PKV_DECODE(prefix##_hd128, T, C, 128) \
+  PKV_DECODE(prefix##_hd256, T, C, 256)

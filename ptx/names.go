@@ -27,78 +27,30 @@ const (
 
 // Entry points of decode_bf16.ptx (kernels_src/decode_bf16.cu).
 const (
-	PagedDecodeBf16Hd128G1  = "paged_decode_bf16_hd128_g1"
-	PagedDecodeBf16Hd128G16 = "paged_decode_bf16_hd128_g16"
-	PagedDecodeBf16Hd128G2  = "paged_decode_bf16_hd128_g2"
-	PagedDecodeBf16Hd128G4  = "paged_decode_bf16_hd128_g4"
-	PagedDecodeBf16Hd128G8  = "paged_decode_bf16_hd128_g8"
-	PagedDecodeBf16Hd256G1  = "paged_decode_bf16_hd256_g1"
-	PagedDecodeBf16Hd256G16 = "paged_decode_bf16_hd256_g16"
-	PagedDecodeBf16Hd256G2  = "paged_decode_bf16_hd256_g2"
-	PagedDecodeBf16Hd256G4  = "paged_decode_bf16_hd256_g4"
-	PagedDecodeBf16Hd256G8  = "paged_decode_bf16_hd256_g8"
-	PagedDecodeBf16Hd64G1   = "paged_decode_bf16_hd64_g1"
-	PagedDecodeBf16Hd64G16  = "paged_decode_bf16_hd64_g16"
-	PagedDecodeBf16Hd64G2   = "paged_decode_bf16_hd64_g2"
-	PagedDecodeBf16Hd64G4   = "paged_decode_bf16_hd64_g4"
-	PagedDecodeBf16Hd64G8   = "paged_decode_bf16_hd64_g8"
+	PagedDecodeBf16Hd128 = "paged_decode_bf16_hd128"
+	PagedDecodeBf16Hd256 = "paged_decode_bf16_hd256"
+	PagedDecodeBf16Hd64  = "paged_decode_bf16_hd64"
 )
 
 // Entry points of decode_bf16_e4m3.ptx (kernels_src/decode_bf16_e4m3.cu).
 const (
-	PagedDecodeBf16E4m3Hd128G1  = "paged_decode_bf16_e4m3_hd128_g1"
-	PagedDecodeBf16E4m3Hd128G16 = "paged_decode_bf16_e4m3_hd128_g16"
-	PagedDecodeBf16E4m3Hd128G2  = "paged_decode_bf16_e4m3_hd128_g2"
-	PagedDecodeBf16E4m3Hd128G4  = "paged_decode_bf16_e4m3_hd128_g4"
-	PagedDecodeBf16E4m3Hd128G8  = "paged_decode_bf16_e4m3_hd128_g8"
-	PagedDecodeBf16E4m3Hd256G1  = "paged_decode_bf16_e4m3_hd256_g1"
-	PagedDecodeBf16E4m3Hd256G16 = "paged_decode_bf16_e4m3_hd256_g16"
-	PagedDecodeBf16E4m3Hd256G2  = "paged_decode_bf16_e4m3_hd256_g2"
-	PagedDecodeBf16E4m3Hd256G4  = "paged_decode_bf16_e4m3_hd256_g4"
-	PagedDecodeBf16E4m3Hd256G8  = "paged_decode_bf16_e4m3_hd256_g8"
-	PagedDecodeBf16E4m3Hd64G1   = "paged_decode_bf16_e4m3_hd64_g1"
-	PagedDecodeBf16E4m3Hd64G16  = "paged_decode_bf16_e4m3_hd64_g16"
-	PagedDecodeBf16E4m3Hd64G2   = "paged_decode_bf16_e4m3_hd64_g2"
-	PagedDecodeBf16E4m3Hd64G4   = "paged_decode_bf16_e4m3_hd64_g4"
-	PagedDecodeBf16E4m3Hd64G8   = "paged_decode_bf16_e4m3_hd64_g8"
+	PagedDecodeBf16E4m3Hd128 = "paged_decode_bf16_e4m3_hd128"
+	PagedDecodeBf16E4m3Hd256 = "paged_decode_bf16_e4m3_hd256"
+	PagedDecodeBf16E4m3Hd64  = "paged_decode_bf16_e4m3_hd64"
 )
 
 // Entry points of decode_f16.ptx (kernels_src/decode_f16.cu).
 const (
-	PagedDecodeF16Hd128G1  = "paged_decode_f16_hd128_g1"
-	PagedDecodeF16Hd128G16 = "paged_decode_f16_hd128_g16"
-	PagedDecodeF16Hd128G2  = "paged_decode_f16_hd128_g2"
-	PagedDecodeF16Hd128G4  = "paged_decode_f16_hd128_g4"
-	PagedDecodeF16Hd128G8  = "paged_decode_f16_hd128_g8"
-	PagedDecodeF16Hd256G1  = "paged_decode_f16_hd256_g1"
-	PagedDecodeF16Hd256G16 = "paged_decode_f16_hd256_g16"
-	PagedDecodeF16Hd256G2  = "paged_decode_f16_hd256_g2"
-	PagedDecodeF16Hd256G4  = "paged_decode_f16_hd256_g4"
-	PagedDecodeF16Hd256G8  = "paged_decode_f16_hd256_g8"
-	PagedDecodeF16Hd64G1   = "paged_decode_f16_hd64_g1"
-	PagedDecodeF16Hd64G16  = "paged_decode_f16_hd64_g16"
-	PagedDecodeF16Hd64G2   = "paged_decode_f16_hd64_g2"
-	PagedDecodeF16Hd64G4   = "paged_decode_f16_hd64_g4"
-	PagedDecodeF16Hd64G8   = "paged_decode_f16_hd64_g8"
+	PagedDecodeF16Hd128 = "paged_decode_f16_hd128"
+	PagedDecodeF16Hd256 = "paged_decode_f16_hd256"
+	PagedDecodeF16Hd64  = "paged_decode_f16_hd64"
 )
 
 // Entry points of decode_f16_e4m3.ptx (kernels_src/decode_f16_e4m3.cu).
 const (
-	PagedDecodeF16E4m3Hd128G1  = "paged_decode_f16_e4m3_hd128_g1"
-	PagedDecodeF16E4m3Hd128G16 = "paged_decode_f16_e4m3_hd128_g16"
-	PagedDecodeF16E4m3Hd128G2  = "paged_decode_f16_e4m3_hd128_g2"
-	PagedDecodeF16E4m3Hd128G4  = "paged_decode_f16_e4m3_hd128_g4"
-	PagedDecodeF16E4m3Hd128G8  = "paged_decode_f16_e4m3_hd128_g8"
-	PagedDecodeF16E4m3Hd256G1  = "paged_decode_f16_e4m3_hd256_g1"
-	PagedDecodeF16E4m3Hd256G16 = "paged_decode_f16_e4m3_hd256_g16"
-	PagedDecodeF16E4m3Hd256G2  = "paged_decode_f16_e4m3_hd256_g2"
-	PagedDecodeF16E4m3Hd256G4  = "paged_decode_f16_e4m3_hd256_g4"
-	PagedDecodeF16E4m3Hd256G8  = "paged_decode_f16_e4m3_hd256_g8"
-	PagedDecodeF16E4m3Hd64G1   = "paged_decode_f16_e4m3_hd64_g1"
-	PagedDecodeF16E4m3Hd64G16  = "paged_decode_f16_e4m3_hd64_g16"
-	PagedDecodeF16E4m3Hd64G2   = "paged_decode_f16_e4m3_hd64_g2"
-	PagedDecodeF16E4m3Hd64G4   = "paged_decode_f16_e4m3_hd64_g4"
-	PagedDecodeF16E4m3Hd64G8   = "paged_decode_f16_e4m3_hd64_g8"
+	PagedDecodeF16E4m3Hd128 = "paged_decode_f16_e4m3_hd128"
+	PagedDecodeF16E4m3Hd256 = "paged_decode_f16_e4m3_hd256"
+	PagedDecodeF16E4m3Hd64  = "paged_decode_f16_e4m3_hd64"
 )
 
 // Entry points of mla.ptx (kernels_src/mla.cu).
