@@ -11,7 +11,8 @@ import (
 // per sequence attending over its paged KV cache.
 //
 //   - Q: [NumSeqs, NumQHeads, HeadDim] of DType (f16 or bf16); QSeqStride is
-//     the element stride between sequences (0 = NumQHeads·HeadDim).
+//     the element stride between sequences (0 = NumQHeads·HeadDim; else a
+//     multiple of 8, and Q 16-byte aligned: q rows are read in 16-byte pieces).
 //   - KCache, VCache: flash layout [NumBlocks, BlockSize, NumKVHeads, HeadDim]
 //     of CacheDType: DType, or E4M3 with real value = stored · KScale (VScale).
 //   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs]
@@ -91,11 +92,12 @@ func (a *DecodeArgs) Validate() error {
 	if qs == 0 {
 		qs = rowElems
 	}
-	if qs < rowElems {
-		return errf("%s.QSeqStride=%d is not allowed; allowed: 0 (contiguous) or ≥ NumQHeads·HeadDim=%d", decodeArg, a.QSeqStride, rowElems)
+	if qs < rowElems || qs%8 != 0 {
+		return errf("%s.QSeqStride=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d",
+			decodeArg, a.QSeqStride, rowElems)
 	}
 	esize := int64(a.DType.Size())
-	if err := buffer(decodeArg, "Q", a.Q, (int64(a.NumSeqs-1)*qs+rowElems)*esize, uintptr(esize)); err != nil {
+	if err := buffer(decodeArg, "Q", a.Q, (int64(a.NumSeqs-1)*qs+rowElems)*esize, 16); err != nil {
 		return err
 	}
 	cacheElems, err := mul(decodeArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))

@@ -130,6 +130,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"max kv", func(a *DecodeArgs) { a.MaxKVLen = 257 }, "DecodeArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
 		{"q small", func(a *DecodeArgs) { a.Q.Bytes -= 2 }, "DecodeArgs.Q holds"},
 		{"q stride", func(a *DecodeArgs) { a.QSeqStride = 100 }, "DecodeArgs.QSeqStride=100 is not allowed"},
+		{"q stride unaligned", func(a *DecodeArgs) { a.QSeqStride = 32*128 + 4 }, "allowed: 0 (contiguous) or a multiple of 8"},
 		{"cache small", func(a *DecodeArgs) { a.KCache.Bytes = 100 }, "DecodeArgs.KCache holds 100 bytes"},
 		{"tables small", func(a *DecodeArgs) { a.BlockTables.Bytes = 4 }, "DecodeArgs.BlockTables holds 4 bytes; the shapes need 256"},
 		{"lens", func(a *DecodeArgs) { a.KVLens = Buffer{} }, "DecodeArgs.KVLens is missing"},

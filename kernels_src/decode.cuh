@@ -70,12 +70,13 @@ struct DecodeSmem {
   static constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per K/V row
   static constexpr int kTileBytes = kTileTokens * kRowBytes;
   static constexpr int kStageBytes = kDecodeWarps * 2 * kTileBytes;  // K and V of every warp
-  static constexpr int kStagesFit = 98304 / kStageBytes;
+  static constexpr int kQBytes = kTileRows * D * 2;
+  static constexpr int kStagesFit = (98304 - kQBytes) / kStageBytes;  // a 96 KiB budget
   static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 4 ? 4 : kStagesFit);
   static constexpr int kRingBytes = kStages * kStageBytes;
   static constexpr int kOutBytes = kDecodeWarps * kTileRows * D * 4;
   static constexpr int kQOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
-  static constexpr int kBytes = kQOffset + kTileRows * D * 2;
+  static constexpr int kBytes = kQOffset + kQBytes;
   static_assert(kQOffset >= 2 * kTileRows * kMaxSplits * 4, "merge weights must fit");
 };
 
@@ -163,19 +164,6 @@ __device__ __forceinline__ uint32_t e4m3_pair<__nv_bfloat16>(uint32_t x, uint32_
   return pack2<__nv_bfloat16>(f.x, f.y);
 }
 
-// q_position returns the d whose value sits at position k of a 16-bit q row
-// in shared memory: d itself for 16-bit caches; for fp8 caches the k-step
-// permutation described at the top.
-template <typename C>
-__device__ __forceinline__ int q_position(int k) {
-  if constexpr (sizeof(C) == 2) {
-    return k;
-  } else {
-    const int kk = k & 15;
-    return (k & ~15) + 4 * ((kk & 7) >> 1) + 2 * (kk >> 3) + (kk & 1);
-  }
-}
-
 template <typename T, typename C, int D>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
@@ -215,16 +203,43 @@ __device__ __forceinline__ void paged_decode(
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
-  // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled.
-  for (int i = threadIdx.x; i < kTileRows * D; i += kDecodeThreads) {
-    const int g = i / D;
-    const int k = i - g * D;
-    T x = from_float<T>(0.0f);
-    if (g < G) x = q[seq * q_seq_stride + (int64_t)(kvh * G + g) * D + q_position<C>(k)];
-    q_s[swizzle<QCH>(g, k >> 3) * 8 + (k & 7)] = x;
+  int len = kv_lens[seq];
+  // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled:
+  // each thread moves 16-element groups (two 16-byte loads, all issued
+  // before the first store).
+  {
+    constexpr int GROUPS = kTileRows * D / 16;
+    constexpr int PER_THREAD = (GROUPS + kDecodeThreads - 1) / kDecodeThreads;
+    uint4 x[PER_THREAD][2];
+#pragma unroll
+    for (int j = 0; j < PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * kDecodeThreads;
+      const int g = i / (D / 16);
+      x[j][0] = x[j][1] = make_uint4(0u, 0u, 0u, 0u);
+      if (i < GROUPS && g < G) {
+        const T* src = q + seq * q_seq_stride + (int64_t)(kvh * G + g) * D + (i % (D / 16)) * 16;
+        x[j][0] = load8(src);
+        x[j][1] = load8(src + 8);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * kDecodeThreads;
+      if (i >= GROUPS) break;
+      const int g = i / (D / 16);
+      const int c = (i % (D / 16)) * 2;  // first 16-byte chunk of the group
+      uint4 lo = x[j][0], hi = x[j][1];
+      if constexpr (kFP8) {
+        // Position k holds d = q_position(k): from 32-bit words w = d/2 of
+        // the group, k-words 0-3 take d-words 0,2,4,6 and k-words 4-7 take 1,3,5,7.
+        lo = make_uint4(x[j][0].x, x[j][0].z, x[j][1].x, x[j][1].z);
+        hi = make_uint4(x[j][0].y, x[j][0].w, x[j][1].y, x[j][1].w);
+      }
+      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c) * 8) = lo;
+      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c + 1) * 8) = hi;
+    }
   }
 
-  int len = kv_lens[seq];
   const int cap = max_blocks_per_seq << block_size_log2;
   if (len > cap || len < 0) {
     if (kvh == 0 && split == 0 && threadIdx.x == 0) record_fault(fault, kFaultKVLenBeyondTable, seq, len, cap);
