@@ -260,7 +260,7 @@ func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) e
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	if err := checkDecodePlan(a, &plan); err != nil {
+	if err := checkDecodePlan(a, &plan, r.info.MaxSharedPerBlockOptin); err != nil {
 		return err
 	}
 	fn, _, err := r.function(plan.Kernel)
@@ -327,7 +327,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 
 // checkDecodePlan checks that plan is a valid plan for a's shape: the right
 // kernels, geometry and scratch layout for its split count.
-func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan) error {
+func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, optin int) error {
 	kernel, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, a.NumQHeads/a.NumKVHeads)
 	if err != nil {
 		return err
@@ -336,7 +336,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan) error {
 	want := dispatch.Plan{
 		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32(a.NumSeqs), Z: uint32(plan.Splits)},
 		Block:       dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1},
-		SharedBytes: uint32(dispatch.KernelSharedBytes(kernel)),
+		SharedBytes: uint32(dispatch.KernelSharedBytes(kernel, optin)),
 	}
 	if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)

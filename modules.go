@@ -102,7 +102,7 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 			// Kernels with more dynamic shared memory than the default 48 KiB
 			// opt in; one this device cannot hold gets occupancy 0 and the
 			// planner refuses it by name.
-			shared := dispatch.KernelSharedBytes(e)
+			shared := dispatch.KernelSharedBytes(e, r.info.MaxSharedPerBlockOptin)
 			if shared > r.info.MaxSharedPerBlockOptin {
 				occupancy[e] = 0
 				continue

@@ -14,7 +14,7 @@ var (
 	// split decode then takes about kv/s + SplitCostTokens·s, least at
 	// s = √(kv / SplitCostTokens); the H200 sweeps in docs/perf-notes.md put
 	// it at 8. Forced split counts ignore it.
-	SplitCostTokens = 8.0
+	SplitCostTokens = 32.0
 )
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
@@ -156,7 +156,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	ci, _ := cacheIndex(s.QType, s.CacheType)
 	hi, _ := headDimIndex(s.HeadDim)
 	kernel := tables.decode[qi][ci][hi]
-	shared := tables.shared[kernel]
+	shared := KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	if shared > dev.MaxSharedPerBlockOptin {
 		return Plan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheType=%v needs %d bytes of shared memory per block; %s allows %d",
 			s.HeadDim, s.CacheType, shared, dev.Name, dev.MaxSharedPerBlockOptin)

@@ -20,7 +20,7 @@ const MaxGroupSize = 16
 // serves every GQA group size (the group is the rows of its mma tile).
 type nameTables struct {
 	decode [len(activationTypes)][2][len(headDims)]string
-	shared map[string]int // dynamic shared memory of each decode kernel
+	shape  map[string][2]int // decode kernel → {head dim, cache element size}
 	append [len(activationTypes)][2]string
 	gather [3]string // by cache dtype: f16, bf16, e4m3
 	rope   [len(activationTypes)][2]string
@@ -33,7 +33,7 @@ type nameTables struct {
 var tables = buildNames()
 
 func buildNames() *nameTables {
-	t := &nameTables{shared: map[string]int{}}
+	t := &nameTables{shape: map[string][2]int{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -56,7 +56,7 @@ func buildNames() *nameTables {
 				if fp8 == 1 {
 					size = E4M3.Size()
 				}
-				t.shared[name] = decodeSharedBytes(d, size)
+				t.shape[name] = [2]int{d, size}
 			}
 		}
 	}
@@ -98,21 +98,32 @@ func headDimIndex(d int) (int, bool) {
 	return 0, false
 }
 
-// decodeSharedBytes mirrors DecodeSmem<C, D>::kBytes in
-// kernels_src/decode.cuh (the kernel traps when launched with less): a ring
-// of 2..4 stages, each the K and V rows of a 16-token tile for 4 warps, in
-// 96 KiB less q; at least the warps' f32 outputs; then q as 16 rows of 16-bit.
-func decodeSharedBytes(headDim, cacheSize int) int {
-	const warps, tileTokens, rows, budget = 4, 16, 16, 96 << 10
-	qBytes := rows * headDim * 2
+// DecodeSharedBytes returns the dynamic shared memory a decode kernel for
+// headDim and a cache of cacheSize-byte elements is launched with on a device
+// whose blocks may opt in to optin bytes: q (16 rows of 16-bit), then as many
+// cp.async ring stages (2 to 4; each the K and V rows of a 16-token tile for
+// 4 warps) as fit in half of optin less 2 KiB, so that two blocks share an SM.
+// The kernel (DecodeSmem in kernels_src/decode.cuh) derives its stage count
+// from the size; it needs at least two stages, so the result may exceed optin
+// (the planner then refuses the shape).
+func DecodeSharedBytes(headDim, cacheSize, optin int) int {
+	const warps, tileTokens, rows, maxStages = 4, 16, 16, 4
+	q := rows * headDim * 2
 	stage := warps * 2 * tileTokens * headDim * cacheSize
-	stages := min(max((budget-qBytes)/stage, 2), 4)
-	return max(stages*stage, warps*rows*headDim*4) + qBytes
+	stages := min(max((optin/2-2048-q)/stage, 2), maxStages)
+	return q + stages*stage
 }
 
-// KernelSharedBytes returns the dynamic shared memory a kernel is launched
-// with (0 for kernels that use only static shared memory).
-func KernelSharedBytes(kernel string) int { return tables.shared[kernel] }
+// KernelSharedBytes returns the dynamic shared memory kernel is launched with
+// on a device whose blocks may opt in to optin bytes (0 for kernels that use
+// only static shared memory).
+func KernelSharedBytes(kernel string, optin int) int {
+	shape, ok := tables.shape[kernel]
+	if !ok {
+		return 0
+	}
+	return DecodeSharedBytes(shape[0], shape[1], optin)
+}
 
 // DecodeKernelName returns the decode kernel entry point for q dtype q, cache
 // dtype cache, head dimension headDim and GQA group size group (1..MaxGroupSize).

@@ -213,17 +213,17 @@ func TestPlanDecodeSplits(t *testing.T) {
 			assert.Equal(t, tt.requested, p.RequestedSplits, "requested splits")
 			assert.Equal(t, tt.clamped, p.Clamped, "clamped")
 			assert.Equal(t, tt.reason, p.Reason, "reason")
-			checkGeometry(t, tt.shape, p)
+			checkGeometry(t, tt.shape, tt.dev, p)
 		})
 	}
 }
 
 // checkGeometry checks what follows from the split count.
-func checkGeometry(t *testing.T, s DecodeShape, p Plan) {
+func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p Plan) {
 	t.Helper()
 	assert.Equal(t, Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(p.Splits)}, p.Grid)
 	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
-	assert.Equal(t, uint32(KernelSharedBytes(p.Kernel)), p.SharedBytes)
+	assert.Equal(t, uint32(KernelSharedBytes(p.Kernel, dev.MaxSharedPerBlockOptin)), p.SharedBytes)
 	wantKernel, err := DecodeKernelName(s.QType, s.CacheType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
 	require.NoError(t, err)
 	assert.Equal(t, wantKernel, p.Kernel)
@@ -252,7 +252,7 @@ func TestPlanDecodeScratchLayout(t *testing.T) {
 	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
 	require.NoError(t, err)
 	assert.Equal(t, Plan{
-		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 8}, Block: Dim3{128, 1, 1}, SharedBytes: 69632,
+		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 8}, Block: Dim3{128, 1, 1}, SharedBytes: 102400,
 		Splits: 8, Counters: 8,
 		ScratchFloats: 33280, PartialOutOffset: 0, MaxOffset: 32768, SumOffset: 33024,
 		RequestedSplits: 8, Reason: ReasonFillSMs,
@@ -289,22 +289,25 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 }
 
 func TestDecodeSharedBytes(t *testing.T) {
-	// DecodeSmem<C, D>::kBytes of kernels_src/decode.cuh: stages of
-	// 4 warps × K and V × 16 tokens × D elements, 2..4 of them in 96 KiB
-	// less q, then q (16 rows of 16-bit).
-	for _, tt := range []struct{ headDim, size, want int }{
-		{64, 2, 4*16384 + 2048},
-		{128, 2, 2*32768 + 4096},
-		{256, 2, 2*65536 + 8192},
-		{64, 1, 4*8192 + 2048},
-		{128, 1, 4*16384 + 4096},
-		{256, 1, 2*32768 + 8192},
+	// q (16 rows × D × 2 bytes), then 2..4 stages of 4 warps × K and V ×
+	// 16 tokens × D elements in half of optin less 2 KiB.
+	const h200, a100, sm86 = 227 << 10, 163 << 10, 99 << 10
+	for _, tt := range []struct{ headDim, size, optin, want int }{
+		{64, 2, h200, 2048 + 4*16384},
+		{128, 2, h200, 4096 + 3*32768},
+		{256, 2, h200, 8192 + 2*65536},
+		{64, 1, h200, 2048 + 4*8192},
+		{128, 1, h200, 4096 + 4*16384},
+		{256, 1, h200, 8192 + 3*32768},
+		{128, 2, a100, 4096 + 2*32768},
+		{128, 2, sm86, 4096 + 2*32768}, // two stages at least: one block per SM
+		{256, 2, sm86, 8192 + 2*65536}, // more than sm86 holds: the planner refuses
 	} {
-		assert.Equal(t, tt.want, decodeSharedBytes(tt.headDim, tt.size), "head dim %d, %d-byte cache", tt.headDim, tt.size)
+		assert.Equal(t, tt.want, DecodeSharedBytes(tt.headDim, tt.size, tt.optin), "head dim %d, %d-byte cache, optin %d", tt.headDim, tt.size, tt.optin)
 	}
-	assert.Equal(t, 2*32768+4096, KernelSharedBytes("paged_decode_bf16_hd128"))
-	assert.Equal(t, 2*32768+8192, KernelSharedBytes("paged_decode_f16_e4m3_hd256"))
-	assert.Zero(t, KernelSharedBytes("cache_append_f16"))
+	assert.Equal(t, 4096+3*32768, KernelSharedBytes("paged_decode_bf16_hd128", h200))
+	assert.Equal(t, 8192+3*32768, KernelSharedBytes("paged_decode_f16_e4m3_hd256", h200))
+	assert.Zero(t, KernelSharedBytes("cache_append_f16", h200))
 }
 
 func TestPlanDecodeSharedMemoryLimit(t *testing.T) {

@@ -27,7 +27,8 @@
 //                reset to zero by that block), merges the splits by
 //                log-sum-exp into out and lse.
 // Grid: (num_kv_heads, num_seqs, splits). Block: 128 threads (4 warps), and
-// DecodeSmem<C, D>::kBytes of dynamic shared memory (dispatch mirrors it).
+// dynamic shared memory for q and 2 to 4 ring stages (DecodeSmem; the size
+// comes from dispatch.DecodeSharedBytes).
 //
 // How a block works. The G = num_q_heads/num_kv_heads query heads of its KV
 // head are the 16 rows of an mma A tile (rows ≥ G are zero), so one block
@@ -61,9 +62,11 @@ constexpr float kLn2 = 0.6931471805599453f;
 // weights and sums in shared memory.
 constexpr int kMaxSplits = 64;
 
-// DecodeSmem is the dynamic shared memory of a block (mirrored by
-// dispatch.DecodeSharedBytes): the cp.async ring, reused at the end for the
-// warps' f32 outputs and the split weights, then q as <q>.
+// DecodeSmem describes the dynamic shared memory of a block: q as <q>
+// (kTileRows × D, 16-bit), then a ring of 2 to 4 cp.async stages, as many as
+// the launch's dynamic shared memory holds (dispatch.DecodeSharedBytes picks
+// the size per device). At the end the ring holds the warps' f32 outputs and
+// then the split weights.
 template <typename C, int D>
 struct DecodeSmem {
   static constexpr int kRowBytes = D * (int)sizeof(C);
@@ -71,13 +74,9 @@ struct DecodeSmem {
   static constexpr int kTileBytes = kTileTokens * kRowBytes;
   static constexpr int kStageBytes = kDecodeWarps * 2 * kTileBytes;  // K and V of every warp
   static constexpr int kQBytes = kTileRows * D * 2;
-  static constexpr int kStagesFit = (98304 - kQBytes) / kStageBytes;  // a 96 KiB budget
-  static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 4 ? 4 : kStagesFit);
-  static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr int kOutBytes = kDecodeWarps * kTileRows * D * 4;
-  static constexpr int kQOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
-  static constexpr int kBytes = kQOffset + kQBytes;
-  static_assert(kQOffset >= 2 * kTileRows * kMaxSplits * 4, "merge weights must fit");
+  static constexpr int kMaxStages = 4;
+  static_assert(2 * kStageBytes >= kDecodeWarps * kTileRows * D * 4, "warp outputs must fit in 2 stages");
+  static_assert(2 * kStageBytes >= 2 * kTileRows * kMaxSplits * 4, "merge weights must fit in 2 stages");
 };
 
 // swizzle returns the position, in 16-byte chunks, of chunk c of row r of a
@@ -178,7 +177,6 @@ __device__ __forceinline__ void paged_decode(
   constexpr int QCH = D / 8;         // 16-byte chunks per q row
   constexpr int NT = D / 8;          // n-tiles of the output
   constexpr int KSTEPS = D / 16;
-  constexpr int STAGES = Smem::kStages;
   constexpr bool kFP8 = sizeof(C) == 1;
   constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
   constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
@@ -187,12 +185,15 @@ __device__ __forceinline__ void paged_decode(
   __shared__ float m_s[kDecodeWarps][kTileRows];
   __shared__ float l_s[kDecodeWarps][kTileRows];
   __shared__ bool last_s;
+  int stages;
   {
     uint32_t have;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-    if (have < (uint32_t)Smem::kBytes) __trap();  // the launch must pass DecodeSmem::kBytes
+    stages = min(((int)have - Smem::kQBytes) / Smem::kStageBytes, Smem::kMaxStages);
+    if (stages < 2) __trap();  // the launch must pass room for q and two stages
   }
-  T* q_s = reinterpret_cast<T*>(smem + Smem::kQOffset);
+  T* q_s = reinterpret_cast<T*>(smem);
+  unsigned char* ring = smem + Smem::kQBytes;
 
   const int kvh = blockIdx.x;
   const int num_kv_heads = gridDim.x;
@@ -203,6 +204,18 @@ __device__ __forceinline__ void paged_decode(
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
+  // The block ids of this warp's first two tiles, read before kv_len
+  // arrives on the guess that this split starts where it would if the
+  // table were exactly full (always right for split 0); checked below.
+  const int* table = block_tables + (int64_t)seq * max_blocks_per_seq;
+  // raw_id returns the table entry of token (lane mod 16) of this warp's tile
+  // i of a split starting at token s0 (0 past the table); unchecked.
+  auto raw_id = [&](int s0, int i) -> int {
+    const int page = (s0 + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15)) >> block_size_log2;
+    return page < max_blocks_per_seq ? __ldg(table + page) : 0;
+  };
+  const int guess = (split * ((max_blocks_per_seq + splits - 1) / splits)) << block_size_log2;
+  int id_cur = raw_id(guess, 0), id_next = raw_id(guess, 1);
   int len = kv_lens[seq];
   // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled:
   // each thread moves 16-element groups (two 16-byte loads, all issued
@@ -252,28 +265,32 @@ __device__ __forceinline__ void paged_decode(
   const int end = min(len, start + (chunk_pages << block_size_log2));
   const int tiles = end > start ? (end - start + kTileTokens - 1) / kTileTokens : 0;
   const int mine = tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
-  const int* table = block_tables + (int64_t)seq * max_blocks_per_seq;
+  if (start != guess) {
+    id_cur = raw_id(start, 0);
+    id_next = raw_id(start, 1);
+  }
   const int64_t row_stride = (int64_t)num_kv_heads * D;
   const C* k_head = k_cache + (int64_t)kvh * D;
   const C* v_head = v_cache + (int64_t)kvh * D;
 
-  // The block id of token (lane mod 16) of this warp's tile i (0 past the end).
-  auto block_id = [&](int i) -> int {
+  // checked_id returns raw, the block id of token (lane mod 16) of this warp's
+  // tile i, once checked: 0 past the end, and 0 with a fault for an id
+  // outside the pool.
+  auto checked_id = [&](int raw, int i) -> int {
     const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
     if (i >= mine || t >= end) return 0;
-    int blk = table[t >> block_size_log2];
-    if (blk < 0 || blk >= num_blocks) {
-      record_fault(fault, kFaultBlockBeyondPool, seq, t >> block_size_log2, blk);
-      blk = 0;
+    if (raw < 0 || raw >= num_blocks) {
+      record_fault(fault, kFaultBlockBeyondPool, seq, t >> block_size_log2, raw);
+      return 0;
     }
-    return blk;
+    return raw;
   };
   // issue starts the copy of this warp's tile i into stage st; ids holds the
-  // tile's block ids as block_id(i) returned them. Tokens past end are zeros.
+  // tile's block ids as checked_id returned them. Tokens past end are zeros.
   const int chunk = lane % CH;
   auto issue = [&](int i, int ids, int st) {
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
-    unsigned char* kt = smem + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    unsigned char* kt = ring + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kdst = smem_addr(kt);
     const uint32_t vdst = kdst + Smem::kTileBytes;
 #pragma unroll
@@ -299,27 +316,34 @@ __device__ __forceinline__ void paged_decode(
   const float q_mul = scale * kLog2e * k_scale * decode_scale<C>();
   const uint32_t q_base = smem_addr(q_s);
 
-  int next_ids = block_id(0);
-#pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    const int ids = next_ids;
-    next_ids = block_id(st + 1);
-    if (st < mine) issue(st, ids, st);
+  // Tile j is issued with id_cur = its raw ids and id_next = tile j+1's;
+  // tile j+2's are read then, two issues ahead of their use.
+  for (int j = 0; j < stages - 1; ++j) {
+    if (j < mine) issue(j, checked_id(id_cur, j), j);
     cp_async_commit();
+    id_cur = id_next;
+    id_next = raw_id(start, j + 2);
   }
   __syncthreads();  // q_s is written
 
   for (int i = 0; i < mine; ++i) {
     {
-      const int j = i + STAGES - 1;
-      const int ids = next_ids;
-      next_ids = block_id(j + 1);
-      if (j < mine) issue(j, ids, j % STAGES);
+      const int j = i + stages - 1;
+      if (j < mine) issue(j, checked_id(id_cur, j), j % stages);
       cp_async_commit();
+      id_cur = id_next;
+      id_next = raw_id(start, j + 2);
     }
-    cp_async_wait<STAGES - 1>();
+    // Wait for tile i: the stages - 1 groups committed after it may pend.
+    if (stages == 2) {
+      cp_async_wait<1>();
+    } else if (stages == 3) {
+      cp_async_wait<2>();
+    } else {
+      cp_async_wait<3>();
+    }
     __syncwarp();
-    const unsigned char* kt = smem + ((i % STAGES) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    const unsigned char* kt = ring + ((i % stages) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kbase = smem_addr(kt);
     const uint32_t vbase = kbase + Smem::kTileBytes;
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
@@ -431,7 +455,7 @@ __device__ __forceinline__ void paged_decode(
     l1 += __shfl_xor_sync(0xffffffffu, l1, o);
   }
   __syncthreads();
-  float* o_s = reinterpret_cast<float*>(smem);  // [warps][kTileRows][D]
+  float* o_s = reinterpret_cast<float*>(ring);  // [warps][kTileRows][D]
   const int r0 = lane >> 2;
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
@@ -498,7 +522,7 @@ __device__ __forceinline__ void paged_decode(
   if (!last_s) return;
   __threadfence();
   // Weights of each split for each head: w = sum_z · 2^(max_z − M) / L.
-  float* w_s = reinterpret_cast<float*>(smem);  // [kTileRows][kMaxSplits], o_s is done
+  float* w_s = reinterpret_cast<float*>(ring);  // [kTileRows][kMaxSplits], o_s is done
   float* z_s = w_s + kTileRows * kMaxSplits;    // the splits' sums
   for (int i = threadIdx.x; i < G * splits; i += kDecodeThreads) {
     const int g = i / splits;
