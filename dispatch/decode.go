@@ -13,7 +13,8 @@ var (
 	// and its share of the merge), in KV tokens streamed by one block. A
 	// split decode then takes about kv/s + SplitCostTokens·s, least at
 	// s = √(kv / SplitCostTokens); the H200 sweeps in docs/perf-notes.md put
-	// it at 8. Forced split counts ignore it.
+	// it at 32 for the tensor-core kernel (8 for the CUDA-core one before it).
+	// Forced split counts ignore it.
 	SplitCostTokens = 32.0
 )
 

@@ -48,7 +48,7 @@ func knobs(edit func(*Knobs)) Knobs {
 func TestPlanDecodeSplits(t *testing.T) {
 	// Auto: splits = min(slots / blocks, maxSplits) with slots = SMs ×
 	// occupancy, blocks = seqs × KV heads and maxSplits = min(MaxSplits,
-	// pages, round(√(MaxKVLen / 8))): fill one wave, never add one. The
+	// pages, round(√(MaxKVLen / 32))): fill one wave, never add one. The
 	// winner is then normalized to whole pages. The comments give the
 	// arithmetic each pinned number comes from.
 	tests := []struct {
@@ -62,9 +62,9 @@ func TestPlanDecodeSplits(t *testing.T) {
 		reason    string
 	}{
 		{
-			// 8 blocks, 528/8 = 66; maxSplits = min(64, 32 pages, √(512/8) = 8).
+			// 8 blocks, 528/8 = 66; maxSplits = min(64, 32 pages, √(512/32) = 4).
 			name: "h100 seqs=1 kv=512", dev: hopper, shape: llama(1, 512), knobs: DefaultKnobs(),
-			splits: 8, requested: 8, reason: ReasonFillSMs,
+			splits: 4, requested: 4, reason: ReasonFillSMs,
 		},
 		{
 			// 1024 blocks over 528 slots: already two waves.
@@ -72,9 +72,9 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
-			// 66 capped at MaxSplits = 64; 2048 pages / 64 = 32 each.
+			// 66 capped at √(32768/32) = 32; 2048 pages / 32 = 64 each.
 			name: "h100 seqs=1 kv=32768", dev: hopper, shape: llama(1, 32768), knobs: DefaultKnobs(),
-			splits: 64, requested: 64, reason: ReasonFillSMs,
+			splits: 32, requested: 32, reason: ReasonFillSMs,
 		},
 		{
 			// 64 blocks: 528/64 = 8 fills one wave (512 ≤ 528).
@@ -101,14 +101,14 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 1, reason: ReasonGridFills,
 		},
 		{
-			// 432/8 = 54, capped by √(512/8) = 8.
+			// 432/8 = 54, capped by √(512/32) = 4.
 			name: "a100 seqs=1 kv=512", dev: ampere, shape: llama(1, 512), knobs: DefaultKnobs(),
-			splits: 8, requested: 8, reason: ReasonFillSMs,
+			splits: 4, requested: 4, reason: ReasonFillSMs,
 		},
 		{
-			// 432/8 = 54. 2048 pages / 54 → 38 pages each → 54 splits.
+			// 432/8 = 54, capped by √(32768/32) = 32: 64 pages each.
 			name: "a100 seqs=1 kv=32768", dev: ampere, shape: llama(1, 32768), knobs: DefaultKnobs(),
-			splits: 54, requested: 54, reason: ReasonFillSMs,
+			splits: 32, requested: 32, reason: ReasonFillSMs,
 		},
 		{
 			// 432/64 = 6; 512 pages / 6 → 86 each → 6.
@@ -130,7 +130,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 4, requested: 4, reason: ReasonFillSMs,
 		},
 		{
-			// √(16/8) rounds to 1.
+			// √(16/32) rounds to 1.
 			name: "kv too short to split", dev: hopper, shape: llama(1, 16), knobs: DefaultKnobs(),
 			splits: 1, requested: 1, reason: ReasonShortKV,
 		},
@@ -147,7 +147,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			splits: 1, requested: 1, reason: ReasonSplitKOff,
 		},
 		{
-			// Forced counts ignore the √ rule (auto stops at 8).
+			// Forced counts ignore the √ rule (auto stops at 4).
 			name: "forced 16", dev: hopper, shape: llama(1, 512), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 16 }),
 			splits: 16, requested: 16, reason: ReasonForced,
 		},
@@ -180,25 +180,25 @@ func TestPlanDecodeSplits(t *testing.T) {
 		},
 		{
 			name: "split-K on keeps a larger auto choice", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
-			splits: 64, requested: 64, reason: ReasonSplitOn,
+			splits: 32, requested: 32, reason: ReasonSplitOn,
 		},
 		{
 			name: "split-K on, kv too short", dev: hopper, shape: llama(1, 16), knobs: knobs(func(k *Knobs) { k.SplitK = SplitOn }),
 			splits: 1, requested: 1, reason: ReasonSplitOnShortKV,
 		},
 		{
-			// 64 splits need 32·64·130·4 = 1064960 bytes. 100000 bytes hold
+			// 32 splits need 32·32·130·4 = 532480 bytes. 100000 bytes hold
 			// floor(100000 / (32·130·4)) = 6 splits; 2048 pages / 6 → 342 each → 6.
 			name: "scratch limit lowers splits", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ScratchLimitBytes = 100000 }),
-			splits: 6, requested: 64, clamped: true, reason: ReasonScratchLimit,
+			splits: 6, requested: 32, clamped: true, reason: ReasonScratchLimit,
 		},
 		{
 			name: "scratch limit forces single pass", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ScratchLimitBytes = 10000 }),
-			splits: 1, requested: 64, clamped: true, reason: ReasonScratchLimit,
+			splits: 1, requested: 32, clamped: true, reason: ReasonScratchLimit,
 		},
 		{
-			name: "scratch limit large enough", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ScratchLimitBytes = 1064960 }),
-			splits: 64, requested: 64, reason: ReasonFillSMs,
+			name: "scratch limit large enough", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ScratchLimitBytes = 532480 }),
+			splits: 32, requested: 32, reason: ReasonFillSMs,
 		},
 		{
 			name: "scratch limit lowers a forced count", dev: hopper, shape: llama(1, 32768), knobs: knobs(func(k *Knobs) { k.ForcedSplits = 64; k.ScratchLimitBytes = 100000 }),
@@ -247,15 +247,15 @@ func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p Plan) {
 }
 
 func TestPlanDecodeScratchLayout(t *testing.T) {
-	// 1 seq, 32 q heads, 8 splits, head dim 128: out 32·8·128 = 32768
-	// floats, max 256 floats, sum 256 floats; 8 counters (1 seq × 8 KV heads).
+	// 1 seq, 32 q heads, 4 splits, head dim 128: out 32·4·128 = 16384
+	// floats, max 128 floats, sum 128 floats; 8 counters (1 seq × 8 KV heads).
 	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
 	require.NoError(t, err)
 	assert.Equal(t, Plan{
-		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 8}, Block: Dim3{128, 1, 1}, SharedBytes: 102400,
-		Splits: 8, Counters: 8,
-		ScratchFloats: 33280, PartialOutOffset: 0, MaxOffset: 32768, SumOffset: 33024,
-		RequestedSplits: 8, Reason: ReasonFillSMs,
+		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 102400,
+		Splits: 4, Counters: 8,
+		ScratchFloats: 16640, PartialOutOffset: 0, MaxOffset: 16384, SumOffset: 16512,
+		RequestedSplits: 4, Reason: ReasonFillSMs,
 	}, p)
 }
 

@@ -128,8 +128,9 @@ var ctxCells = sync.Pool{New: func() any { return new(Context) }}
 // CUDA keeps the current context per OS thread while Go moves goroutines
 // between threads, so Do locks the goroutine to its thread
 // (runtime.LockOSThread), remembers the thread's current context, makes c
-// current if it is not already, runs fn, restores the previous context (even
-// if fn panics) and unlocks the thread. Calls nest. fn must not start
+// current if it is not already, runs fn, restores the previous context if
+// there was one (even if fn panics; a thread that had none keeps c) and
+// unlocks the thread. Calls nest. fn must not start
 // goroutines that make driver calls expecting c to be current; they must use
 // Do themselves.
 //
@@ -158,6 +159,12 @@ func (c Context) do(fn func() error) (err error) {
 	if prev != c {
 		if err := check("cuCtxSetCurrent", cuCtxSetCurrent(c)); err != nil {
 			return err
+		}
+		// A thread that had no current context keeps c: the next Do on it
+		// then makes no driver call beyond cuCtxGetCurrent (two calls fewer
+		// per launch). A context someone else made current is restored.
+		if prev == 0 {
+			return fn()
 		}
 		defer func() {
 			if rerr := check("cuCtxSetCurrent", cuCtxSetCurrent(prev)); rerr != nil && err == nil {
