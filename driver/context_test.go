@@ -35,10 +35,11 @@ func TestContextDo(t *testing.T) {
 		current  Context
 		c        Context
 		wantSets []Context
+		after    Context // current after Do
 	}{
-		{"no current context", 0, 0x10, []Context{0x10, 0}},
-		{"other context current", 0x20, 0x10, []Context{0x10, 0x20}},
-		{"already current", 0x10, 0x10, nil},
+		{"no current context: c stays", 0, 0x10, []Context{0x10}, 0x10},
+		{"other context current: restored", 0x20, 0x10, []Context{0x10, 0x20}, 0x20},
+		{"already current", 0x10, 0x10, nil, 0x10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,7 +48,7 @@ func TestContextDo(t *testing.T) {
 			err := tt.c.do(func() error { inside = *cur; return nil })
 			require.NoError(t, err)
 			assert.Equal(t, tt.c, inside, "c is current inside fn")
-			assert.Equal(t, tt.current, *cur, "previous context restored")
+			assert.Equal(t, tt.after, *cur, "current context after Do")
 			assert.Equal(t, tt.wantSets, *sets)
 		})
 	}
@@ -75,7 +76,7 @@ func TestContextDoErrors(t *testing.T) {
 		assert.Equal(t, Context(0x20), *cur)
 	})
 	t.Run("nested", func(t *testing.T) {
-		cur, _ := fakeThreadContext(t, 0, ResultSuccess)
+		cur, _ := fakeThreadContext(t, 0x20, ResultSuccess)
 		err := Context(0x10).do(func() error {
 			return Context(0x30).do(func() error {
 				assert.Equal(t, Context(0x30), *cur)
@@ -83,7 +84,7 @@ func TestContextDoErrors(t *testing.T) {
 			})
 		})
 		require.NoError(t, err)
-		assert.Equal(t, Context(0), *cur)
+		assert.Equal(t, Context(0x20), *cur)
 	})
 }
 
