@@ -140,34 +140,12 @@ __device__ __forceinline__ uint2 to_e4m3x8(uint4 v, float scale) {
   return make_uint2(w[0], w[1]);
 }
 
-// resolve_slot applies the slot rules of every cache write: a negative slot
-// skips the token; with a remap table, slot = slot_remap[slot] (negative
-// skips); a slot or remap index out of range is recorded in fault and skips.
-// Returns -1 for "skip".
-__device__ __forceinline__ int64_t resolve_slot(int64_t t, const int64_t* slot_mapping,
-                                                const int64_t* slot_remap, int64_t num_remap,
-                                                int64_t num_slots, unsigned long long* fault) {
-  int64_t slot = slot_mapping[t];
-  if (slot < 0) return -1;
-  if (slot_remap != nullptr) {
-    if (slot >= num_remap) {
-      record_fault(fault, kFaultRemapBeyondTable, t, slot, num_remap);
-      return -1;
-    }
-    slot = slot_remap[slot];
-    if (slot < 0) return -1;
-  }
-  if (slot >= num_slots) {
-    record_fault(fault, kFaultSlotBeyondCache, t, slot, num_slots);
-    return -1;
-  }
-  return slot;
-}
-
-// resolve_slots applies resolve_slot to the n ≤ N tokens t0, t0+1, ... (and
-// gives -1 for j ≥ n), loading the N slots, then the N remap entries, each as
-// one batch: in resolve_slot's order every load would wait for the branch on
-// the one before.
+// resolve_slots applies the slot rules of every cache write to the n ≤ N
+// tokens t0, t0+1, ... (slot[j] = -1 for j ≥ n): a negative slot skips the
+// token; with a remap table, slot = slot_remap[slot] (negative skips); a
+// slot or remap index out of range is recorded in fault and skips. -1 means
+// "skip". The N slots, then the N remap entries, are each loaded as one batch
+// before any branch on them.
 template <int N>
 __device__ __forceinline__ void resolve_slots(int64_t t0, int n, const int64_t* slot_mapping,
                                               const int64_t* slot_remap, int64_t num_remap,
@@ -192,6 +170,15 @@ __device__ __forceinline__ void resolve_slots(int64_t t0, int n, const int64_t* 
       slot[j] = -1;
     }
   }
+}
+
+// resolve_slot is resolve_slots for the one token t.
+__device__ __forceinline__ int64_t resolve_slot(int64_t t, const int64_t* slot_mapping,
+                                                const int64_t* slot_remap, int64_t num_remap,
+                                                int64_t num_slots, unsigned long long* fault) {
+  int64_t slot[1];
+  resolve_slots(t, 1, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
+  return slot[0];
 }
 
 }  // namespace pkv
