@@ -2,8 +2,15 @@ package dispatch
 
 import "math"
 
-// appendVector is how many elements one append thread moves (16 bytes of f16).
+// appendVector is how many elements one append thread moves per token (16
+// bytes of f16).
 const appendVector = 8
+
+// AppendGroupTokens is how many consecutive tokens one append or gather
+// thread moves (kGroupTokens in kernels_src/cache.cu): enough to transpose
+// an 8×8 tile of a token-minor V page in registers, and to keep 16 loads in
+// flight per thread in every layout.
+const AppendGroupTokens = 8
 
 // AppendShape describes one cache append launch: NumTokens new tokens' K and V
 // written into the paged cache.
@@ -16,9 +23,10 @@ type AppendShape struct {
 }
 
 // PlanAppend plans a cache append launch: one thread per 8 elements of one
-// token's head, 256 threads per block, a 1-D grid. NumTokens == 0 gives a Plan
-// with Grid.X == 0, meaning nothing to launch. Errors wrap ErrInvalidShape. On
-// success it allocates nothing.
+// head for a group of AppendGroupTokens consecutive tokens, AppendThreads
+// threads per block, a 1-D grid. NumTokens == 0 gives a Plan with Grid.X == 0,
+// meaning nothing to launch. Errors wrap ErrInvalidShape. On success it
+// allocates nothing.
 func PlanAppend(a AppendShape) (Plan, error) {
 	kernel, err := AppendKernelName(a.In, a.Cache)
 	if err != nil {
@@ -38,7 +46,8 @@ func PlanGather(a AppendShape) (Plan, error) {
 }
 
 // planRows is the geometry shared by append and gather: one thread per 8
-// elements of one token's head.
+// elements of one head for each group of AppendGroupTokens tokens (the last
+// group may be partial).
 func planRows(a AppendShape, kernel string) (Plan, error) {
 	switch {
 	case a.NumTokens < 0:
@@ -48,13 +57,14 @@ func planRows(a AppendShape, kernel string) (Plan, error) {
 	case a.HeadDim < appendVector || a.HeadDim > 256 || a.HeadDim%appendVector != 0:
 		return Plan{}, errf("dispatch: AppendShape.HeadDim=%d is not supported; supported: a multiple of 8 from 8 to 256", a.HeadDim)
 	}
-	perToken := int64(a.NumKVHeads) * int64(a.HeadDim/appendVector)
+	groups := (int64(a.NumTokens) + AppendGroupTokens - 1) / AppendGroupTokens
+	perGroup := int64(a.NumKVHeads) * int64(a.HeadDim/appendVector)
 	maxThreads := int64(math.MaxInt32) * AppendThreads
-	if a.NumTokens > 0 && perToken > maxThreads/int64(a.NumTokens) {
+	if groups > 0 && perGroup > maxThreads/groups {
 		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d × NumKVHeads=%d × HeadDim=%d needs a grid larger than %d blocks",
 			a.NumTokens, a.NumKVHeads, a.HeadDim, math.MaxInt32)
 	}
-	threads := int64(a.NumTokens) * perToken
+	threads := groups * perGroup
 	return Plan{
 		Kernel:          kernel,
 		Grid:            Dim3{uint32((threads + AppendThreads - 1) / AppendThreads), 1, 1},

@@ -27,7 +27,7 @@ const MaxSplits = 64
 const (
 	DecodeThreads = 128
 	TokenThreads  = 128 // per-token kernels (RoPE + cache, MLA helpers)
-	AppendThreads = 256
+	AppendThreads = 128 // cache append and gather (__launch_bounds__ in kernels_src/cache.cu)
 )
 
 // maxGridY is CUDA's limit on gridDim.y and gridDim.z.

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -427,23 +428,25 @@ func TestPlanAppend(t *testing.T) {
 		kernel string
 		gridX  uint32
 	}{
-		// 1 token · 8 heads · 128/8 = 128 threads → 1 block.
+		// 1 group of 8 tokens · 8 heads · 128/8 = 128 threads → 1 block.
 		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 1},
-		// 4096 · 8 · 16 = 524288 threads → 2048 blocks.
-		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: BF16}, "cache_append_bf16", 2048},
-		// 3 · 1 · 1 = 3 threads → 1 block.
+		// 4096/8 = 512 groups · 8 · 16 = 65536 threads → 512 blocks.
+		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: BF16}, "cache_append_bf16", 512},
+		// 1 group · 1 · 1 = 1 thread → 1 block.
 		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, In: F16, Cache: E4M3}, "cache_append_f16_e4m3", 1},
-		// 100 · 5 · 32 = 16000 threads → 62.5 → 63 blocks.
-		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_bf16_e4m3", 63},
+		// ceil(100/8) = 13 groups · 5 · 32 = 2080 threads → 16.25 → 17 blocks.
+		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_bf16_e4m3", 17},
+		// 9 tokens are two groups: 2 · 8 · 16 = 256 threads → 2 blocks.
+		{AppendShape{NumTokens: 9, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 2},
 		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 0},
 	}
 	for _, tt := range tests {
-		t.Run(tt.kernel, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/T=%d", tt.kernel, tt.shape.NumTokens), func(t *testing.T) {
 			p, err := PlanAppend(tt.shape)
 			require.NoError(t, err)
 			assert.Equal(t, tt.kernel, p.Kernel)
 			assert.Equal(t, Dim3{tt.gridX, 1, 1}, p.Grid)
-			assert.Equal(t, Dim3{256, 1, 1}, p.Block)
+			assert.Equal(t, Dim3{128, 1, 1}, p.Block)
 			assert.Equal(t, 1, p.Splits)
 			assert.Zero(t, p.ScratchFloats)
 		})
@@ -482,11 +485,12 @@ func TestPlanAppendErrors(t *testing.T) {
 		})
 	}
 
-	// The largest grid that fits: 2^31-1 blocks of 256 threads.
-	p, err := PlanAppend(AppendShape{NumTokens: (1<<31 - 1) * 256 / 16, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
+	// The largest grid that fits: 2^31-1 blocks of 128 threads, 16 threads
+	// per group of 8 tokens; one more token starts another group.
+	p, err := PlanAppend(AppendShape{NumTokens: (1<<31 - 1) * 128 / 16 * 8, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
 	require.NoError(t, err)
 	assert.Equal(t, uint32(1<<31-1), p.Grid.X)
-	_, err = PlanAppend(AppendShape{NumTokens: (1<<31-1)*256/16 + 1, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
+	_, err = PlanAppend(AppendShape{NumTokens: (1<<31-1)*128/16*8 + 1, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
 	assert.ErrorIs(t, err, ErrInvalidShape)
 }
 

@@ -18,11 +18,74 @@
 //                the elements of slots[t], bit for bit (the inverse of append
 //                with an unconverted cache); a negative slot leaves row t as
 //                it was, a slot beyond the cache is recorded in fault.
-// Grid: ceil(num_tokens·num_kv_heads·head_dim/8 / 256) blocks of 256 threads;
-// each thread moves 8 elements of K and 8 of V. No shared memory.
+//
+// Grid: ceil(ceil(num_tokens/8)·num_kv_heads·head_dim/8 / 128) blocks of 128
+// threads (dispatch.PlanAppend). Each thread moves 8 elements (one 16-byte
+// piece of a 16-bit row) of one head, of K and of V, for a group of 8
+// consecutive tokens: threads are numbered piece fastest, then head, then
+// token group, so a warp's accesses to one token row are consecutive 16-byte
+// pieces. No shared memory.
+//
+// V in the x-split and shuffle layouts is token-minor: the elements (o, d) of
+// one page and head for the 8 rows o = o0..o0+7, o0 a multiple of 8, are
+// contiguous (16 bytes of a 16-bit cache, 8 of fp8). When a group's 8
+// resolved slots are such a run (s0 % 8 == 0, s_j = s0 + j, block_size ≥ 8:
+// what a prefill's slot mapping gives), the thread transposes the 8×8 tile in
+// registers and writes (or reads) V as 8 vector pieces, one per element.
+// Every other group (the flash layout, scattered decode slots, skipped or
+// remapped-away tokens, a partial group at the end) moves each token on its
+// own, V at the layout's element stride.
 #include "cache.cuh"
 
 namespace pkv {
+
+// kGroupTokens is how many consecutive tokens one thread moves; the host
+// plans ceil(num_tokens / kGroupTokens) token groups (dispatch/append.go).
+constexpr int kGroupTokens = 8;
+
+// TokenGroup is the work of one thread: element d..d+7 of head h for tokens
+// t0 .. t0+n-1.
+struct TokenGroup {
+  int64_t t0;
+  int n, h, d;
+};
+
+// token_group maps this thread to its group; false for a thread past the end.
+__device__ __forceinline__ bool token_group(int num_tokens, int num_kv_heads, int head_dim, TokenGroup* g) {
+  const int vecs_per_head = head_dim >> 3;
+  const int64_t vecs_per_group = (int64_t)num_kv_heads * vecs_per_head;
+  const int64_t groups = ((int64_t)num_tokens + kGroupTokens - 1) / kGroupTokens;
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= groups * vecs_per_group) return false;
+  const int64_t q = i / vecs_per_group;
+  const int r = (int)(i - q * vecs_per_group);
+  g->h = r / vecs_per_head;
+  g->d = (r - g->h * vecs_per_head) << 3;
+  g->t0 = q * kGroupTokens;
+  g->n = (int)min((int64_t)kGroupTokens, (int64_t)num_tokens - g->t0);
+  return true;
+}
+
+// page_run reports whether the group's resolved slots (-1 = skip) are one
+// aligned run of rows inside a page whose V is token-minor (see above).
+__device__ __forceinline__ bool page_run(const int64_t (&slot)[kGroupTokens], int n, int layout,
+                                         int block_size_log2) {
+  bool run = layout != kLayoutFlash && n == kGroupTokens && block_size_log2 >= 3 && slot[0] >= 0 &&
+             (slot[0] & (kGroupTokens - 1)) == 0;
+#pragma unroll
+  for (int j = 1; j < kGroupTokens; ++j) run &= slot[j] == slot[0] + j;
+  return run;
+}
+
+// to_cache converts 8 input elements to the cache type.
+template <typename In, bool FP8>
+__device__ __forceinline__ typename Raw<FP8 ? 1 : 2>::vec to_cache(uint4 v, float scale) {
+  if constexpr (FP8) {
+    return to_e4m3x8<In>(v, scale);
+  } else {
+    return v;
+  }
+}
 
 template <typename In, bool FP8>
 __device__ __forceinline__ void cache_append(
@@ -33,28 +96,46 @@ __device__ __forceinline__ void cache_append(
     int64_t key_head_stride, int64_t value_token_stride, int64_t value_head_stride, float k_scale,
     float v_scale, int layout, int block_size_log2) {
   constexpr int X = FP8 ? 16 : 8;
-  const int vecs_per_head = head_dim >> 3;
-  const int64_t vecs_per_token = (int64_t)num_kv_heads * vecs_per_head;
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (int64_t)num_tokens * vecs_per_token) return;
-  const int64_t t = i / vecs_per_token;
-  const int r = (int)(i - t * vecs_per_token);
-  const int h = r / vecs_per_head;
-  const int d = (r - h * vecs_per_head) << 3;
+  constexpr int SIZE = FP8 ? 1 : 2;
+  using Vec = typename Raw<SIZE>::vec;
+  TokenGroup g;
+  if (!token_group(num_tokens, num_kv_heads, head_dim, &g)) return;
 
-  const int64_t slot = resolve_slot(t, slot_mapping, slot_remap, num_remap, num_slots, fault);
-  if (slot < 0) return;
-  const uint4 k = load8(key + t * key_token_stride + h * key_head_stride + d);
-  const uint4 v = load8(value + t * value_token_stride + h * value_head_stride + d);
+  int64_t slot[kGroupTokens];
+  resolve_slots(g.t0, g.n, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
+  // Every load is issued before the first store.
+  Vec k[kGroupTokens], v[kGroupTokens];
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] < 0) continue;
+    const int64_t t = g.t0 + j;
+    k[j] = to_cache<In, FP8>(load8(key + t * key_token_stride + g.h * key_head_stride + g.d), k_scale);
+    v[j] = to_cache<In, FP8>(load8(value + t * value_token_stride + g.h * value_head_stride + g.d), v_scale);
+  }
+
   int ks, vs;
-  const int64_t kat = cache_place<X>(layout, false, slot, h, d, num_kv_heads, head_dim, block_size_log2, &ks);
-  const int64_t vat = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &vs);
-  if constexpr (FP8) {
-    store8<1>(key_cache, kat, ks, to_e4m3x8<In>(k, k_scale));
-    store8<1>(value_cache, vat, vs, to_e4m3x8<In>(v, v_scale));
-  } else {
-    store8<2>(key_cache, kat, ks, k);
-    store8<2>(value_cache, vat, vs, v);
+  if (page_run(slot, g.n, layout, block_size_log2)) {
+    // K rows of consecutive slots are adjacent: 8 pieces, one per token.
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j)
+      store8<SIZE>(key_cache,
+                   cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
+                   1, k[j]);
+    // Element d+e of the 8 rows starts at vat + e·vs and is contiguous.
+    Vec col[kGroupTokens];
+    transpose8x8(v, col);
+    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] < 0) continue;
+    const int64_t kat = cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+    const int64_t vat = cache_place<X>(layout, true, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+    store8<SIZE>(key_cache, kat, ks, k[j]);
+    store8<SIZE>(value_cache, vat, vs, v[j]);
   }
 }
 
@@ -66,32 +147,57 @@ __device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* _
                                              int64_t num_slots, int num_tokens, int num_kv_heads,
                                              int head_dim, int layout, int block_size_log2) {
   constexpr int X = 16 / SIZE;
-  const int vecs_per_head = head_dim >> 3;
-  const int64_t vecs_per_token = (int64_t)num_kv_heads * vecs_per_head;
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (int64_t)num_tokens * vecs_per_token) return;
-  const int64_t t = i / vecs_per_token;
-  const int r = (int)(i - t * vecs_per_token);
-  const int h = r / vecs_per_head;
-  const int d = (r - h * vecs_per_head) << 3;
-  const int64_t slot = slots[t];
-  if (slot < 0) return;
-  if (slot >= num_slots) {
-    record_fault(fault, kFaultSlotBeyondCache, t, slot, num_slots);
-    return;
+  using Vec = typename Raw<SIZE>::vec;
+  TokenGroup g;
+  if (!token_group(num_tokens, num_kv_heads, head_dim, &g)) return;
+
+  int64_t slot[kGroupTokens];
+  // All slots are loaded before the first branch on one.
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) slot[j] = j < g.n ? slots[g.t0 + j] : -1;
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] >= num_slots) {
+      record_fault(fault, kFaultSlotBeyondCache, g.t0 + j, slot[j], num_slots);
+      slot[j] = -1;
+    }
   }
+  Vec k[kGroupTokens], v[kGroupTokens];
   int ks, vs;
-  const int64_t kat = cache_place<X>(layout, false, slot, h, d, num_kv_heads, head_dim, block_size_log2, &ks);
-  const int64_t vat = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &vs);
-  const int64_t out = (t * num_kv_heads + h) * head_dim + d;
-  store8<SIZE>(key_out, out, 1, load8_raw<SIZE>(key_cache, kat, ks));
-  store8<SIZE>(value_out, out, 1, load8_raw<SIZE>(value_cache, vat, vs));
+  if (page_run(slot, g.n, layout, block_size_log2)) {
+    Vec col[kGroupTokens];
+    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) col[e] = load8_raw<SIZE>(value_cache, vat + (int64_t)e * vs, 1);
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j)
+      k[j] = load8_raw<SIZE>(key_cache,
+                             cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
+                             1);
+    transpose8x8(col, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j) {
+      if (slot[j] < 0) continue;
+      const int64_t kat = cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+      const int64_t vat = cache_place<X>(layout, true, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+      k[j] = load8_raw<SIZE>(key_cache, kat, ks);
+      v[j] = load8_raw<SIZE>(value_cache, vat, vs);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] < 0) continue;
+    const int64_t out = ((g.t0 + j) * num_kv_heads + g.h) * head_dim + g.d;
+    store8<SIZE>(key_out, out, 1, k[j]);
+    store8<SIZE>(value_out, out, 1, v[j]);
+  }
 }
 
 }  // namespace pkv
 
 #define PKV_CACHE_APPEND(name, In, FP8)                                                          \
-  extern "C" __global__ void __launch_bounds__(256) name(                                        \
+  extern "C" __global__ void __launch_bounds__(128) name(                                        \
       const In* key, const In* value, void* key_cache, void* value_cache,                        \
       const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault,         \
       int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim,      \
@@ -109,7 +215,7 @@ PKV_CACHE_APPEND(cache_append_f16_e4m3, __half, true)
 PKV_CACHE_APPEND(cache_append_bf16_e4m3, __nv_bfloat16, true)
 
 #define PKV_CACHE_GATHER(name, SIZE)                                                            \
-  extern "C" __global__ void __launch_bounds__(256) name(                                       \
+  extern "C" __global__ void __launch_bounds__(128) name(                                       \
       void* key_out, void* value_out, const void* key_cache, const void* value_cache,           \
       const int64_t* slots, unsigned long long* fault, int64_t num_slots, int num_tokens,       \
       int num_kv_heads, int head_dim, int layout, int block_size_log2) {                        \

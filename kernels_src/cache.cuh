@@ -78,6 +78,58 @@ __device__ __forceinline__ typename Raw<SIZE>::vec load8_raw(const void* base, i
   return v;
 }
 
+// word returns 32-bit word k (a constant after unrolling) of v.
+__device__ __forceinline__ uint32_t word(const uint4& v, int k) {
+  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+// transpose8x8 transposes 8 vectors of 8 elements: element j of out[e] is
+// element e of in[j]. It is its own inverse, so it turns 8 token rows into 8
+// token-minor element columns and back.
+//
+// 16-bit elements: word k of a vector holds elements 2k (low half) and 2k+1
+// (high half), so each output word pairs one half of two input words: one
+// byte permute per output word, 64 in all.
+__device__ __forceinline__ void transpose8x8(const uint4 (&in)[8], uint4 (&out)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const uint32_t sel = (e & 1) ? 0x7632u : 0x5410u;
+    uint32_t w[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) w[m] = __byte_perm(word(in[2 * m], e / 2), word(in[2 * m + 1], e / 2), sel);
+    out[e] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// fp8 elements: two rounds of 16 byte permutes. The first interleaves rows
+// 2p and 2p+1 byte by byte: for elements e and e+1 it gives the word holding
+// (row 2p, e), (row 2p+1, e), (row 2p, e+1), (row 2p+1, e+1). The second
+// takes the halves for element e (or e+1) of two such words, of row pairs 2q
+// and 2q+1, giving word q of column e: rows 4q..4q+3.
+__device__ __forceinline__ void transpose8x8(const uint2 (&in)[8], uint2 (&out)[8]) {
+  uint32_t lo[4][2], hi[4][2];  // [pair][word]: elements 4w, 4w+1 and 4w+2, 4w+3
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    lo[p][0] = __byte_perm(in[2 * p].x, in[2 * p + 1].x, 0x5140u);
+    hi[p][0] = __byte_perm(in[2 * p].x, in[2 * p + 1].x, 0x7362u);
+    lo[p][1] = __byte_perm(in[2 * p].y, in[2 * p + 1].y, 0x5140u);
+    hi[p][1] = __byte_perm(in[2 * p].y, in[2 * p + 1].y, 0x7362u);
+  }
+  uint32_t col[8][2];  // [element][word q: rows 4q..4q+3]
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      col[4 * w + 0][q] = __byte_perm(lo[2 * q][w], lo[2 * q + 1][w], 0x5410u);
+      col[4 * w + 1][q] = __byte_perm(lo[2 * q][w], lo[2 * q + 1][w], 0x7632u);
+      col[4 * w + 2][q] = __byte_perm(hi[2 * q][w], hi[2 * q + 1][w], 0x5410u);
+      col[4 * w + 3][q] = __byte_perm(hi[2 * q][w], hi[2 * q + 1][w], 0x7632u);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = make_uint2(col[e][0], col[e][1]);
+}
+
 template <typename In>
 __device__ __forceinline__ uint2 to_e4m3x8(uint4 v, float scale) {
   float f[8];
@@ -88,28 +140,45 @@ __device__ __forceinline__ uint2 to_e4m3x8(uint4 v, float scale) {
   return make_uint2(w[0], w[1]);
 }
 
-// resolve_slot applies the slot rules of every cache write: a negative slot
-// skips the token; with a remap table, slot = slot_remap[slot] (negative
-// skips); a slot or remap index out of range is recorded in fault and skips.
-// Returns -1 for "skip".
+// resolve_slots applies the slot rules of every cache write to the n ≤ N
+// tokens t0, t0+1, ... (slot[j] = -1 for j ≥ n): a negative slot skips the
+// token; with a remap table, slot = slot_remap[slot] (negative skips); a
+// slot or remap index out of range is recorded in fault and skips. -1 means
+// "skip". The N slots, then the N remap entries, are each loaded as one batch
+// before any branch on them.
+template <int N>
+__device__ __forceinline__ void resolve_slots(int64_t t0, int n, const int64_t* slot_mapping,
+                                              const int64_t* slot_remap, int64_t num_remap,
+                                              int64_t num_slots, unsigned long long* fault,
+                                              int64_t (&slot)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) slot[j] = j < n ? slot_mapping[t0 + j] : -1;
+  if (slot_remap != nullptr) {
+    int64_t remapped[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) remapped[j] = slot[j] >= 0 && slot[j] < num_remap ? slot_remap[slot[j]] : -1;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      if (slot[j] >= num_remap) record_fault(fault, kFaultRemapBeyondTable, t0 + j, slot[j], num_remap);
+      slot[j] = remapped[j];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    if (slot[j] >= num_slots) {
+      record_fault(fault, kFaultSlotBeyondCache, t0 + j, slot[j], num_slots);
+      slot[j] = -1;
+    }
+  }
+}
+
+// resolve_slot is resolve_slots for the one token t.
 __device__ __forceinline__ int64_t resolve_slot(int64_t t, const int64_t* slot_mapping,
                                                 const int64_t* slot_remap, int64_t num_remap,
                                                 int64_t num_slots, unsigned long long* fault) {
-  int64_t slot = slot_mapping[t];
-  if (slot < 0) return -1;
-  if (slot_remap != nullptr) {
-    if (slot >= num_remap) {
-      record_fault(fault, kFaultRemapBeyondTable, t, slot, num_remap);
-      return -1;
-    }
-    slot = slot_remap[slot];
-    if (slot < 0) return -1;
-  }
-  if (slot >= num_slots) {
-    record_fault(fault, kFaultSlotBeyondCache, t, slot, num_slots);
-    return -1;
-  }
-  return slot;
+  int64_t slot[1];
+  resolve_slots(t, 1, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
+  return slot[0];
 }
 
 }  // namespace pkv

@@ -221,9 +221,16 @@ func (b *bencher) rotations(bytes int64, most int) int {
 	return int(min(max((3*b.l2+bytes-1)/max(bytes, 1), 1), int64(most)))
 }
 
+// benchAppend measures the cache append (f16, 8 KV heads, head dim 128,
+// block 16) and its inverse gather. The headline rows map the tokens the way
+// a prefill does, filling random pages in order (slot = page[t/16]·16 +
+// t%16): what the transposing x-split and shuffle path is for. At T=65536,
+// extra rows give each token its own random slot (the decode pattern at
+// prefill size), which every layout moves token by token.
 func (b *bencher) benchAppend() error {
 	const kvHeads, headDim, blockSize = 8, 128, 16
 	const maxSlots = 65536
+	const numBlocks = maxSlots / blockSize
 	cacheBytes := int64(maxSlots * kvHeads * headDim * 2)
 	kc, err := b.arena.Alloc(cacheBytes)
 	if err != nil {
@@ -233,22 +240,25 @@ func (b *bencher) benchAppend() error {
 	if err != nil {
 		return err
 	}
+	allLayouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
 	for _, tokens := range []int{1, 64, 4096, 65536} {
 		b.status(fmt.Sprintf("append f16 T=%d", tokens))
 		elems := tokens * kvHeads * headDim
 		bytes := int64(4*elems*2 + 8*tokens) // K, V read; K, V written; slots read
-		rot := min(b.rotations(bytes, 16), maxSlots/tokens)
-		perm := b.g.Perm(maxSlots)
+		pagesPerSet := (tokens + blockSize - 1) / blockSize
+		rot := min(b.rotations(bytes, 16), numBlocks/pagesPerSet)
+		pages := b.g.Perm(numBlocks)
 		sets := make([]pagedkv.AppendArgs, rot)
 		for i := range sets {
 			kRaw, _ := check.RandomTensor(b.g, pagedkv.F16, elems, 1)
 			vRaw, _ := check.RandomTensor(b.g, pagedkv.F16, elems, 1)
+			own := pages[i*pagesPerSet:]
 			slots := make([]int64, tokens)
 			for t := range slots {
-				slots[t] = int64(perm[i*tokens+t])
+				slots[t] = int64(own[t/blockSize]*blockSize + t%blockSize)
 			}
 			a := pagedkv.AppendArgs{KeyCache: kc, ValueCache: vc, NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim,
-				BlockSize: blockSize, NumBlocks: maxSlots / blockSize, DType: pagedkv.F16, CacheDType: pagedkv.F16}
+				BlockSize: blockSize, NumBlocks: numBlocks, DType: pagedkv.F16, CacheDType: pagedkv.F16}
 			if a.Key, err = check.Upload(b.arena, b.s, kRaw, 1); err != nil {
 				return err
 			}
@@ -260,33 +270,66 @@ func (b *bencher) benchAppend() error {
 			}
 			sets[i] = a
 		}
-		layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash}
+		shape := fmt.Sprintf("T=%d KH=%d D=%d bs=%d", tokens, kvHeads, headDim, blockSize)
+		layouts := allLayouts[:1]
 		if tokens == 65536 {
-			layouts = append(layouts, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle)
+			layouts = allLayouts
 		}
-		for _, layout := range layouts {
-			for i := range sets {
-				sets[i].Layout = layout
-			}
-			call := 0
-			err := b.row(fmt.Sprintf("T=%d KH=%d D=%d bs=%d %s", tokens, kvHeads, headDim, blockSize, layout), float64(bytes),
-				func() error { call++; return b.r.Append(b.s, &sets[call%rot]) })
-			if err != nil {
+		if err := b.appendRows(shape, "prefill slots", bytes, sets, layouts); err != nil {
+			return err
+		}
+		if tokens != 65536 {
+			continue
+		}
+		gather := pagedkv.GatherArgs{KeyCache: kc, ValueCache: vc, Slots: sets[0].SlotMapping, KeyOut: sets[0].Key, ValueOut: sets[0].Value,
+			NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks,
+			CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle}
+		if err := b.gatherRow(shape, "prefill slots", bytes, &gather); err != nil {
+			return err
+		}
+		// The same inputs with one random slot per token.
+		random := make([]int64, tokens)
+		for t, slot := range b.g.Perm(maxSlots)[:tokens] {
+			random[t] = int64(slot)
+		}
+		randomSets := slices.Clone(sets)
+		for i := range randomSets {
+			if randomSets[i].SlotMapping, err = check.Upload(b.arena, b.s, random, 8); err != nil {
 				return err
 			}
 		}
-		if tokens == 65536 { // gather everything back from the shuffle layout
-			g := pagedkv.GatherArgs{KeyCache: kc, ValueCache: vc, Slots: sets[0].SlotMapping, KeyOut: sets[0].Key, ValueOut: sets[0].Value,
-				NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: maxSlots / blockSize,
-				CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle}
-			err := b.row(fmt.Sprintf("gather T=%d KH=%d D=%d bs=%d shuffle", tokens, kvHeads, headDim, blockSize), float64(bytes),
-				func() error { return b.r.Gather(b.s, &g) })
-			if err != nil {
-				return err
-			}
+		if err := b.appendRows(shape, "random slots", bytes, randomSets, allLayouts); err != nil {
+			return err
+		}
+		gather.Slots = randomSets[0].SlotMapping
+		if err := b.gatherRow(shape, "random slots", bytes, &gather); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// appendRows measures one append row per layout, rotating through sets.
+func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.AppendArgs, layouts []pagedkv.CacheLayout) error {
+	for _, layout := range layouts {
+		for i := range sets {
+			sets[i].Layout = layout
+		}
+		call := 0
+		err := b.row(fmt.Sprintf("%s %s %s", shape, layout, slots), float64(bytes),
+			func() error { call++; return b.r.Append(b.s, &sets[call%len(sets)]) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gatherRow measures gathering g's slots back to token rows (the bytes of
+// the matching append).
+func (b *bencher) gatherRow(shape, slots string, bytes int64, g *pagedkv.GatherArgs) error {
+	return b.row(fmt.Sprintf("gather %s %s %s", shape, g.Layout, slots), float64(bytes),
+		func() error { return b.r.Gather(b.s, g) })
 }
 
 // benchRope measures the fused RoPE + cache write (32 q / 8 KV heads, head

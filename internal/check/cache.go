@@ -14,18 +14,26 @@ type AppendShape struct {
 	In, Cache                                      pagedkv.DType
 	PadToken, PadHead                              int  // extra input stride, multiples of 8 elements
 	Remap                                          bool // use a sliding-window remap table
-	FewBlocks                                      bool // tokens share few physical blocks
-	Layout                                         pagedkv.CacheLayout
+	// PageRuns maps the tokens like a batch of prefills (PageRunSlots), and
+	// a remap moves whole pages (PageRemap), so that most 8-token groups are
+	// aligned runs of one page and some are not; otherwise each token gets a
+	// random slot, as decode steps do.
+	PageRuns bool
+	Layout   pagedkv.CacheLayout
 }
 
 func (c AppendShape) String() string {
-	return fmt.Sprintf("T%d_KH%d_D%d_bs%d_nb%d_%s_%s_%s_pad%d.%d_remap%v", c.Tokens, c.KVHeads, c.HeadDim, c.BlockSize,
-		c.NumBlocks, c.In, c.Cache, c.Layout, c.PadToken, c.PadHead, c.Remap)
+	slots := "random"
+	if c.PageRuns {
+		slots = "runs"
+	}
+	return fmt.Sprintf("T%d_KH%d_D%d_bs%d_nb%d_%s_%s_%s_pad%d.%d_remap%v_%s", c.Tokens, c.KVHeads, c.HeadDim, c.BlockSize,
+		c.NumBlocks, c.In, c.Cache, c.Layout, c.PadToken, c.PadHead, c.Remap, slots)
 }
 
 // RandomAppendShape draws a random append shape: head dims that are any
-// multiple of 8 up to 256, block sizes 1..256, strided inputs, fp8 caches
-// and remap tables.
+// multiple of 8 up to 256, block sizes 1..256, strided inputs, fp8 caches,
+// remap tables, and random or page-run slots.
 func RandomAppendShape(g *rand.Rand) AppendShape {
 	c := AppendShape{
 		Tokens:    1 + g.IntN(700),
@@ -36,6 +44,7 @@ func RandomAppendShape(g *rand.Rand) AppendShape {
 		PadToken:  8 * g.IntN(3),
 		PadHead:   8 * g.IntN(2),
 		Remap:     g.IntN(3) == 0,
+		PageRuns:  g.IntN(2) == 0,
 	}
 	c.Cache = c.In
 	if g.IntN(2) == 0 {
@@ -50,7 +59,28 @@ func RandomAppendShape(g *rand.Rand) AppendShape {
 		c.Layout = l
 	}
 	c.NumBlocks = (c.Tokens+c.BlockSize-1)/c.BlockSize + 1 + g.IntN(3)
+	if c.PageRuns { // room for sequences that start inside a page
+		c.NumBlocks += 4
+	}
 	return c
+}
+
+// drawSlots draws the slot mapping and, with Remap, the remap table.
+func (c AppendShape) drawSlots(g *rand.Rand) (slots, remap []int64) {
+	numSlots := c.NumBlocks * c.BlockSize
+	switch {
+	case c.PageRuns:
+		slots = PageRunSlots(g, c.Tokens, c.NumBlocks, c.BlockSize)
+		if c.Remap {
+			remap = PageRemap(g, c.NumBlocks, c.BlockSize)
+		}
+	default:
+		slots = RandomSlots(g, c.Tokens, g.Perm(numSlots))
+		if c.Remap {
+			remap = RandomRemap(g, numSlots)
+		}
+	}
+	return slots, remap
 }
 
 // AppendProblem is an append problem on the device with its reference.
@@ -65,8 +95,9 @@ type AppendProblem struct {
 }
 
 // NewAppendProblem draws random inputs, caches pre-filled with random bytes
-// (so untouched slots are checked too), distinct random slots with some -1,
-// and optionally a remap table, and uploads them on s.
+// (so untouched slots are checked too), distinct slots with some -1 (random,
+// or page runs: see AppendShape.PageRuns), and optionally a remap table, and
+// uploads them on s.
 func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c AppendShape) (*AppendProblem, error) {
 	p := &AppendProblem{Shape: c, Arena: NewArena(r)}
 	headStride := c.HeadDim + c.PadHead
@@ -75,19 +106,7 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 	p.ValueRaw, _ = RandomTensor(g, c.In, max(c.Tokens*tokenStride, 8), 2)
 	numSlots := c.NumBlocks * c.BlockSize
 	p.KCache, p.VCache = RandomCaches(g, numSlots*c.KVHeads*c.HeadDim*c.Cache.Size())
-	perm := g.Perm(numSlots)
-	if c.FewBlocks { // consecutive slots of a few random blocks
-		perm = perm[:0]
-		for _, b := range g.Perm(c.NumBlocks) {
-			for o := range c.BlockSize {
-				perm = append(perm, b*c.BlockSize+o)
-			}
-		}
-	}
-	p.Slots = RandomSlots(g, c.Tokens, perm)
-	if c.Remap {
-		p.Remap = RandomRemap(g, numSlots)
-	}
+	p.Slots, p.Remap = c.drawSlots(g)
 	a := &p.Args
 	*a = pagedkv.AppendArgs{
 		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,

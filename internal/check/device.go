@@ -132,6 +132,79 @@ func RandomSlots(g *rand.Rand, n int, perm []int) []int64 {
 	return slots
 }
 
+// PageRunSlots returns n slots mapped the way an engine maps a batch of
+// prefills: the tokens form sequences of random lengths (some of 1..8
+// tokens), each filling fresh random pages in order, slot = page·blockSize +
+// position % blockSize, from a start position in its first page that is 0,
+// random, or congruent to the sequence's first token index modulo 8 (so that
+// its 8-token groups are page-aligned runs). About one slot in 40 is -1
+// (skip), breaking a run. Slots are distinct; tokens left when the numBlocks
+// pages run out get -1.
+func PageRunSlots(g *rand.Rand, n, numBlocks, blockSize int) []int64 {
+	slots := make([]int64, n)
+	pages := g.Perm(numBlocks)
+	for t := 0; t < n; {
+		length := 1 + g.IntN(n-t)
+		if g.IntN(4) == 0 {
+			length = 1 + g.IntN(min(n-t, 8))
+		}
+		start := 0
+		switch g.IntN(3) {
+		case 1:
+			start = g.IntN(blockSize)
+		case 2:
+			if blockSize >= 8 {
+				start = t%8 + 8*g.IntN(blockSize/8)
+			}
+		}
+		need := (start + length + blockSize - 1) / blockSize
+		if need > len(pages) { // use what is left from the start of a page
+			start, length = 0, min(length, len(pages)*blockSize)
+			need = (length + blockSize - 1) / blockSize
+		}
+		if length == 0 {
+			for ; t < n; t++ {
+				slots[t] = -1
+			}
+			break
+		}
+		for i := range length {
+			pos := start + i
+			slots[t+i] = int64(pages[pos/blockSize]*blockSize + pos%blockSize)
+			if g.IntN(40) == 0 {
+				slots[t+i] = -1
+			}
+		}
+		pages = pages[need:]
+		t += length
+	}
+	return slots
+}
+
+// PageRemap returns a remap table over numBlocks pages of blockSize slots
+// that moves whole pages (keeping each slot's offset, so page runs stay
+// runs), except that one page in 8 is also shuffled within itself and about
+// one entry in 50 is -1: runs that a remap breaks.
+func PageRemap(g *rand.Rand, numBlocks, blockSize int) []int64 {
+	remap := make([]int64, numBlocks*blockSize)
+	offsets := make([]int, blockSize)
+	for p, q := range g.Perm(numBlocks) {
+		for o := range offsets {
+			offsets[o] = o
+		}
+		if g.IntN(8) == 0 {
+			g.Shuffle(blockSize, func(i, j int) { offsets[i], offsets[j] = offsets[j], offsets[i] })
+		}
+		for o, to := range offsets {
+			remap[p*blockSize+o] = int64(q*blockSize + to)
+			if g.IntN(50) == 0 {
+				remap[p*blockSize+o] = -1
+			}
+		}
+	}
+	return remap
+}
+
 // RandomRemap returns a sliding-window remap table over numSlots slots: a
 // random permutation with about one entry in nine replaced by -1.
 func RandomRemap(g *rand.Rand, numSlots int) []int64 {
