@@ -100,7 +100,9 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 				return err
 			}
 			// Every pagedkv kernel is launched with its __launch_bounds__ block
-			// size, which is what the driver reports as the maximum.
+			// size, which is what the driver reports as the maximum, except
+			// qkv_norm_rope, whose block follows the head count (at most that
+			// size; see dispatch.PlanQKV): its figure is for the largest block.
 			n, err := f.MaxActiveBlocksPerSM(block, 0)
 			if err != nil {
 				return err
