@@ -187,11 +187,8 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	kernel, err := dispatch.QKVKernelName(a.DType, a.CacheDType)
-	if err != nil {
-		return err
-	}
-	plan, err := dispatch.PlanTokens(kernel, a.NumTokens)
+	plan, err := dispatch.PlanQKV(dispatch.QKVShape{NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
+		HeadDim: a.HeadDim, In: a.DType, Cache: a.CacheDType})
 	if err != nil {
 		return err
 	}

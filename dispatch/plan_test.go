@@ -547,6 +547,13 @@ func TestPlanNoAllocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs, "PlanAppend")
+	q := QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: E4M3}
+	allocs = testing.AllocsPerRun(100, func() {
+		if _, err := PlanQKV(q); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs, "PlanQKV")
 }
 
 func BenchmarkPlanDecode(b *testing.B) {

@@ -22,12 +22,106 @@
 //                nothing of that token is written; a position beyond the block
 //                table or a block id outside the pool is recorded and that
 //                token's cache rows are not written (q_out still is).
-// Grid: num_tokens blocks of 128 threads. Lanes work in groups of head_dim/8,
-// one group per head, each lane 8 elements; the norm reduces across the
-// group with shuffles and NeoX partners are exchanged with shuffles.
+// head_dim is a power of two from 16 to 256.
+//
+// Grid: ceil(num_tokens / blockDim.y) blocks; blockDim.y tokens per block,
+// blockDim.x threads per token, a multiple of 32 (so that a warp serves one
+// token), blockDim.x·blockDim.y ≤ 256. No shared memory.
+// Work is cut in units: unit c of a head holds its elements 8c..8c+7 and
+// head_dim/2 + 8c..+7 (two 16-byte pieces), which contain every rotated pair
+// of both RoPE styles, so no lane needs another lane's elements; a head is
+// head_dim/16 units on as many adjacent lanes, which reduce the norm with
+// shuffles. Thread x of a token takes units x, x + blockDim.x, … (q heads,
+// then k, then v), kQKVUnits per pass: they all sit at the same c, so its
+// cos/sin values are loaded once per token (as float4 when both tables are
+// 16-byte aligned) and its norm weights always come from the same two pieces.
+// Its QKV loads go out before the sequence, position and block-table
+// lookups, which they do not depend on, so the lookup chain overlaps the
+// DRAM reads.
 #include "cache.cuh"
 
 namespace pkv {
+
+// kQKVUnits is how many units a thread holds per pass (dispatch.QKVUnitsPerThread).
+constexpr int kQKVUnits = 4;
+
+// find_sequence returns the last s in [0, num_seqs) with cu_seqlens[s] ≤ t
+// (0 when there is none), searched by the whole warp 32 points at a time, so
+// that a batch of up to 33 sequences costs one dependent load. Every lane of
+// the warp calls it with the same t.
+__device__ __forceinline__ int find_sequence(const int* __restrict__ cu_seqlens, int num_seqs, int t) {
+  const int lane = threadIdx.x & 31;  // blockDim.x is a multiple of 32
+  int lo = 0, hi = num_seqs - 1;      // the answer is in [lo, hi]
+  while (lo < hi) {
+    // Probe i at lo + ⌈(hi − lo)·(i+1)/32⌉: increasing, the last one at hi.
+    const int p = lo + (int)(((int64_t)(hi - lo) * (lane + 1) + 31) >> 5);
+    const unsigned holds = __ballot_sync(0xffffffffu, cu_seqlens[p] <= t);
+    // k: how many leading probes hold (a prefix when cu_seqlens is sorted).
+    const int k = holds == 0xffffffffu ? 32 : __ffs(~holds) - 1;
+    const int below = __shfl_sync(0xffffffffu, p, k > 0 ? k - 1 : 0);
+    const int above = __shfl_sync(0xffffffffu, p, k < 32 ? k : 31);
+    if (k > 0) lo = below;
+    if (k < 32) hi = above - 1;
+  }
+  return lo;
+}
+
+// load_units loads the two pieces of each of this thread's units of the pass
+// at base (zeros past the last unit).
+template <typename In>
+__device__ __forceinline__ void load_units(const In* __restrict__ src_tok, int base, int units,
+                                           int upr_log2, int head_dim, int d, uint4 ra[kQKVUnits],
+                                           uint4 rb[kQKVUnits]) {
+#pragma unroll
+  for (int j = 0; j < kQKVUnits; ++j) {
+    const int u = base + (int)threadIdx.x + j * (int)blockDim.x;
+    ra[j] = rb[j] = make_uint4(0u, 0u, 0u, 0u);
+    if (u < units) {
+      const In* p = src_tok + (int64_t)(u >> upr_log2) * head_dim + d;
+      ra[j] = load8(p);
+      rb[j] = load8(p + (head_dim >> 1));
+    }
+  }
+}
+
+// load_angles reads the cos or sin values of one piece's 8 elements at p: 8
+// consecutive floats, or with pairs 4, each serving an element pair (GPT-J
+// with one value per pair). vec: p is 16-byte aligned.
+__device__ __forceinline__ void load_angles(const float* __restrict__ p, bool pairs, bool vec, float f[8]) {
+  if (pairs) {
+    const float4 a = vec ? *reinterpret_cast<const float4*>(p) : make_float4(p[0], p[1], p[2], p[3]);
+    f[0] = f[1] = a.x;
+    f[2] = f[3] = a.y;
+    f[4] = f[5] = a.z;
+    f[6] = f[7] = a.w;
+  } else if (vec) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0];
+    const float4 b = reinterpret_cast<const float4*>(p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = p[e];
+  }
+}
+
+template <typename In, bool FP8>
+__device__ __forceinline__ void store_cache8(void* cache, int64_t at, uint4 v, float scale) {
+  if constexpr (FP8) {
+    store8<1>(cache, at, 1, to_e4m3x8<In>(v, scale));
+  } else {
+    store8<2>(cache, at, 1, v);
+  }
+}
+
+template <typename In>
+__device__ __forceinline__ uint4 pack8(const float f[8]) {
+  uint4 v;
+  In* e = reinterpret_cast<In*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = from_float<In>(f[i]);
+  return v;
+}
 
 template <typename In, bool FP8>
 __device__ __forceinline__ void qkv_norm_rope(
@@ -39,22 +133,49 @@ __device__ __forceinline__ void qkv_norm_rope(
     int num_tokens, int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
     int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
     int norm, float eps, float k_scale, float v_scale, int neox) {
-  const int t = blockIdx.x;
-  if (t >= num_tokens) return;
-  // The sequence of this token: the last s with cu_seqlens[s] ≤ t.
+  constexpr int U = kQKVUnits;
+  const int64_t t = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  if (t >= num_tokens) return;  // the token's whole warps: no shuffle is left waiting
+  const int upr = head_dim >> 4;  // units (and lanes) per head
+  const int upr_log2 = __ffs(upr) - 1;
+  const int half = head_dim >> 1;
+  const int d = ((int)threadIdx.x & (upr - 1)) << 3;  // the same for every unit of this thread
+  const int normed = num_q_heads + num_kv_heads;     // heads [0, normed) are normed and rotated
+  const int units = (normed + num_kv_heads) << upr_log2;
+  const int stride = U * (int)blockDim.x;  // units per pass
+  const float inv_dim = 1.0f / head_dim;   // exact: head_dim is a power of two
+  const In* src_tok = qkv + t * qkv_token_stride;
+
+  // The first pass's loads go out before anything that waits.
+  uint4 ra[U], rb[U];
+  load_units(src_tok, 0, units, upr_log2, head_dim, d, ra, rb);
+
+  // The sequence and position of this token.
   int s = 0;
+  int64_t start = 0;
   if (cu_seqlens != nullptr) {
-    int lo = 0, hi = num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (cu_seqlens[mid] <= t) lo = mid; else hi = mid - 1;
-    }
-    s = lo;
+    s = find_sequence(cu_seqlens, num_seqs, (int)t);
+    start = cu_seqlens[s];
   }
-  const int64_t pos = pos_offsets[s] + (t - (cu_seqlens != nullptr ? cu_seqlens[s] : 0));
+  const int64_t pos = pos_offsets[s] + (t - start);
   if (pos < 0 || pos >= max_pos) {
     if (threadIdx.x == 0) record_fault(fault, kFaultPositionBeyondTable, t, pos, max_pos);
     return;
+  }
+  // This thread's cos/sin values: piece a (elements d..) and piece b (half + d..).
+  float ca[8], sa[8], cb[8], sb[8];
+  {
+    const bool full = rot == head_dim;
+    const bool pairs = !neox && !full;  // GPT-J, one value per pair
+    const int oa = full || neox ? d : d >> 1;
+    const int ob = full ? d + half : neox ? d : (d + half) >> 1;
+    const bool vec = ((reinterpret_cast<uintptr_t>(cos_t) | reinterpret_cast<uintptr_t>(sin_t)) & 15) == 0;
+    const float* crow = cos_t + pos * rot;
+    const float* srow = sin_t + pos * rot;
+    load_angles(crow + oa, pairs, vec, ca);
+    load_angles(srow + oa, pairs, vec, sa);
+    load_angles(crow + ob, pairs, vec, cb);
+    load_angles(srow + ob, pairs, vec, sb);
   }
   // The cache slot, or -1 when the table cannot place this position.
   int64_t slot = -1;
@@ -71,105 +192,101 @@ __device__ __forceinline__ void qkv_norm_rope(
       }
     }
   }
-  const int lpt = head_dim >> 3;  // lanes per head
-  const int lane = threadIdx.x & 31;
-  const int gl = lane % lpt;
-  const int groups_per_warp = 32 / lpt;
-  const int groups = (blockDim.x >> 5) * groups_per_warp;
-  const int heads = num_q_heads + num_kv_heads;  // normed and rotated
-  const int half = head_dim >> 1;
-  const In* src_tok = qkv + (int64_t)t * qkv_token_stride;
-  const float* crow = cos_t + pos * rot;
-  const float* srow = sin_t + pos * rot;
-  // Warp-uniform trip count: every lane takes part in the shuffles.
-  for (int hb = (threadIdx.x >> 5) * groups_per_warp; hb < heads; hb += groups) {
-    const int hh = hb + lane / lpt;
-    const bool valid = hh < heads;
-    const bool is_q = hh < num_q_heads;
-    const int h = is_q ? hh : hh - num_q_heads;
-    const int d = gl * 8;
-    float x[8];
-    if (valid) {
-      const In* src = src_tok + (int64_t)hh * head_dim + d;
-      to_float8(load8(src), src, x);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = 0.0f;
-    }
+
+  // The pass loop's trip count is the same for every thread of the token, and
+  // the shuffles sit outside any per-unit branch: every lane takes part.
+  for (int base = 0;;) {
+    // inv[j]: 1/√(mean(x²) + eps) of unit j's head, reduced over its lanes;
+    // the reductions of the U units interleave.
+    float inv[U];
     if (norm) {
-      float ss = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ss = fmaf(x[e], x[e], ss);
-      for (int o = lpt >> 1; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      const float inv = rsqrtf(ss / head_dim + eps);
-      float w[8];
-      if (valid) {
-        const In* wp = (is_q ? q_weight : k_weight) + d;
-        to_float8(load8(wp), wp, w);
+      for (int j = 0; j < U; ++j) {
+        float xa[8], xb[8];
+        to_float8(ra[j], src_tok, xa);
+        to_float8(rb[j], src_tok, xb);
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss = fmaf(xa[e], xa[e], ss);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss = fmaf(xb[e], xb[e], ss);
+        inv[j] = ss;
+      }
+      for (int o = upr >> 1; o > 0; o >>= 1) {
+#pragma unroll
+        for (int j = 0; j < U; ++j) inv[j] += __shfl_xor_sync(0xffffffffu, inv[j], o);
+      }
+#pragma unroll
+      for (int j = 0; j < U; ++j) inv[j] = rsqrtf(inv[j] * inv_dim + eps);
+    }
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int u = base + (int)threadIdx.x + j * (int)blockDim.x;
+      if (u >= units) continue;
+      const int hh = u >> upr_log2;
+      if (hh >= normed) {  // V: copied (or quantized) as given
+        if (slot >= 0) {
+          const int64_t at = (slot * num_kv_heads + (hh - normed)) * head_dim + d;
+          store_cache8<In, FP8>(value_cache, at, ra[j], v_scale);
+          store_cache8<In, FP8>(value_cache, at + half, rb[j], v_scale);
+        }
+        continue;
+      }
+      const bool is_q = hh < num_q_heads;
+      if (!is_q && slot < 0) continue;
+      float xa[8], xb[8];
+      to_float8(ra[j], src_tok, xa);
+      to_float8(rb[j], src_tok, xb);
+      if (norm) {
+        float wa[8], wb[8];
+        const In* w = (is_q ? q_weight : k_weight) + d;
+        to_float8(load8(w), w, wa);
+        to_float8(load8(w + half), w, wb);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          xa[e] = xa[e] * inv[j] * wa[e];
+          xb[e] = xb[e] * inv[j] * wb[e];
+        }
+      }
+      float oa[8], ob[8];
+      if (neox) {
+        // Element d+e pairs with half+d+e.
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          oa[e] = xa[e] * ca[e] - xb[e] * sa[e];
+          ob[e] = xb[e] * cb[e] + xa[e] * sb[e];
+        }
       } else {
+        // Elements 2i and 2i+1 of each piece pair up.
 #pragma unroll
-        for (int e = 0; e < 8; ++e) w[e] = 0.0f;
+        for (int e = 0; e < 8; e += 2) {
+          oa[e] = xa[e] * ca[e] - xa[e + 1] * sa[e];
+          oa[e + 1] = xa[e + 1] * ca[e + 1] + xa[e] * sa[e + 1];
+          ob[e] = xb[e] * cb[e] - xb[e + 1] * sb[e];
+          ob[e + 1] = xb[e + 1] * cb[e + 1] + xb[e] * sb[e + 1];
+        }
       }
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = x[e] * inv * w[e];
-    }
-    float o[8];
-    if (neox) {
-      // The partner of element d+e is d+e ± half, held by lane gl ± lpt/2.
-      const bool first = d < half;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float partner = __shfl_xor_sync(0xffffffffu, x[e], lpt >> 1);
-        const int el = d + e;
-        const int ci = rot == head_dim ? el : (first ? el : el - half);
-        o[e] = first ? x[e] * crow[ci] - partner * srow[ci] : x[e] * crow[ci] + partner * srow[ci];
-      }
-    } else {
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const int ea = d + 2 * p;
-        const int ca = rot == head_dim ? ea : ea >> 1;
-        const int cb = rot == head_dim ? ea + 1 : ea >> 1;
-        o[2 * p] = x[2 * p] * crow[ca] - x[2 * p + 1] * srow[ca];
-        o[2 * p + 1] = x[2 * p + 1] * crow[cb] + x[2 * p] * srow[cb];
-      }
-    }
-    if (!valid) continue;
-    uint4 packed;
-    In* pe = reinterpret_cast<In*>(&packed);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) pe[e] = from_float<In>(o[e]);
-    if (is_q) {
-      *reinterpret_cast<uint4*>(q_out + ((int64_t)t * num_q_heads + h) * head_dim + d) = packed;
-    } else if (slot >= 0) {
-      const int64_t at = (slot * num_kv_heads + h) * head_dim + d;
-      if constexpr (FP8) {
-        store8<1>(key_cache, at, 1, to_e4m3x8<In>(packed, k_scale));
+      const uint4 pa = pack8<In>(oa), pb = pack8<In>(ob);
+      if (is_q) {
+        In* dst = q_out + (t * num_q_heads + hh) * head_dim + d;
+        *reinterpret_cast<uint4*>(dst) = pa;
+        *reinterpret_cast<uint4*>(dst + half) = pb;
       } else {
-        store8<2>(key_cache, at, 1, packed);
+        const int64_t at = (slot * num_kv_heads + (hh - num_q_heads)) * head_dim + d;
+        store_cache8<In, FP8>(key_cache, at, pa, k_scale);
+        store_cache8<In, FP8>(key_cache, at + half, pb, k_scale);
       }
     }
-  }
-  if (slot < 0) return;
-  // V: copied (or quantized) as given.
-  const int vecs = num_kv_heads * lpt;
-  for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
-    const int h = i / lpt;
-    const int d = (i - h * lpt) << 3;
-    const uint4 v = load8(src_tok + (int64_t)(heads + h) * head_dim + d);
-    const int64_t at = (slot * num_kv_heads + h) * head_dim + d;
-    if constexpr (FP8) {
-      store8<1>(value_cache, at, 1, to_e4m3x8<In>(v, v_scale));
-    } else {
-      store8<2>(value_cache, at, 1, v);
-    }
+    base += stride;
+    if (base >= units) break;
+    load_units(src_tok, base, units, upr_log2, head_dim, d, ra, rb);
   }
 }
 
 }  // namespace pkv
 
 #define PKV_QKV(name, In, FP8)                                                                    \
-  extern "C" __global__ void __launch_bounds__(128) name(                                         \
+  extern "C" __global__ void __launch_bounds__(256) name(                                         \
       const In* qkv, In* q_out, void* key_cache, void* value_cache, const int* cu_seqlens,        \
       const int64_t* pos_offsets, const int* block_tables, const In* q_weight,                    \
       const In* k_weight, const float* cos_t, const float* sin_t, int64_t max_pos, int rot,       \

@@ -1,6 +1,8 @@
 package check
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -17,23 +19,50 @@ type QKVShape struct {
 	Norm, NeoX, HalfRot, Varlen bool
 	PadToken                    int   // extra QKV token stride, a multiple of 8
 	QKVOffset, QOutOffset       int64 // byte offsets, multiples of 16
+	TableOffset                 int64 // where Cos and Sin start in their buffers, a multiple of 4 bytes
+	Fault                       QKVFault
 }
 
+// QKVFault names a bad device-side value RunQKV plants in the last sequence.
+type QKVFault int
+
+const (
+	QKVNoFault QKVFault = iota
+	// QKVPositionFault puts every position of the last sequence past the
+	// cos/sin table: none of its tokens may be written.
+	QKVPositionFault
+	// QKVBlockFault makes the block-table entry of the last sequence's first
+	// page name a block outside the pool: the cache rows of that page's
+	// tokens may not be written, their q_out must be.
+	QKVBlockFault
+)
+
 func (c QKVShape) String() string {
-	return fmt.Sprintf("S%d_len%d_QH%d_KH%d_D%d_bs%d_%s_%s_norm%v_neox%v_half%v_varlen%v", c.Seqs, c.MaxLen, c.QHeads, c.KVHeads,
-		c.HeadDim, c.BlockSize, c.In, c.Cache, c.Norm, c.NeoX, c.HalfRot, c.Varlen)
+	s := fmt.Sprintf("S%d_len%d_QH%d_KH%d_D%d_bs%d_%s_%s_norm%v_neox%v_half%v_varlen%v_tab%d", c.Seqs, c.MaxLen, c.QHeads, c.KVHeads,
+		c.HeadDim, c.BlockSize, c.In, c.Cache, c.Norm, c.NeoX, c.HalfRot, c.Varlen, c.TableOffset)
+	switch c.Fault {
+	case QKVPositionFault:
+		s += "_positionfault"
+	case QKVBlockFault:
+		s += "_blockfault"
+	}
+	return s
 }
 
 // RandomQKVShape draws a random shape.
 func RandomQKVShape(g *rand.Rand) QKVShape {
 	c := QKVShape{
-		Seqs: 1, MaxLen: 1 + g.IntN(200), KVHeads: 1 + g.IntN(4), HeadDim: []int{64, 128, 256}[g.IntN(3)],
+		Seqs: 1, MaxLen: 1 + g.IntN(200), KVHeads: 1 + g.IntN(4), HeadDim: []int{16, 32, 64, 128, 256}[g.IntN(5)],
 		BlockSize: 1 << g.IntN(7), In: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		Norm: g.IntN(2) == 0, NeoX: g.IntN(2) == 0, HalfRot: g.IntN(2) == 0, Varlen: g.IntN(2) == 0,
 		PadToken: 8 * g.IntN(2), QKVOffset: 16 * int64(g.IntN(3)), QOutOffset: 16 * int64(g.IntN(3)),
+		TableOffset: 4 * int64(g.IntN(4)),
 	}
 	if c.Varlen {
 		c.Seqs = 1 + g.IntN(5)
+		if g.IntN(4) == 0 { // many short sequences: several steps of the kernel's search
+			c.Seqs, c.MaxLen = 34+g.IntN(100), 1+g.IntN(8)
+		}
 	}
 	c.QHeads = c.KVHeads * []int{1, 2, 4, 8}[g.IntN(4)]
 	c.Cache = c.In
@@ -45,7 +74,9 @@ func RandomQKVShape(g *rand.Rand) QKVShape {
 
 // RunQKV builds a random problem, runs QKVNormRope on s and checks q_out and
 // the K cache against the float64 norm + rotation, the V cache bit for bit,
-// and that no other cache byte changed.
+// and that no other cache byte changed. With c.Fault it also checks the
+// fault record, that the faulting tokens' q_out keeps its NaN poison
+// (position fault) and that their cache rows are untouched.
 func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) error {
 	a := NewArena(r)
 	defer a.Free()
@@ -66,6 +97,15 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	tables := make([]int32, c.Seqs*maxBlocks)
 	for i, b := range g.Perm(numBlocks)[:len(tables)] {
 		tables[i] = int32(b)
+	}
+	last, badPage, badBlock := c.Seqs-1, -1, int32(0)
+	switch c.Fault {
+	case QKVPositionFault:
+		posOff[last] = int64(maxPos + g.IntN(3))
+	case QKVBlockFault:
+		badPage = int(posOff[last]) / c.BlockSize
+		badBlock = []int32{-1, int32(numBlocks), int32(numBlocks + 7)}[g.IntN(3)]
+		tables[last*maxBlocks+badPage] = badBlock
 	}
 	hd := c.HeadDim
 	width := (c.QHeads + 2*c.KVHeads) * hd
@@ -120,18 +160,26 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		set.To(&args.CuSeqlensQ)(Upload(a, s, cu, 4))
 	}
 	set.To(&args.PosOffsets)(Upload(a, s, posOff, 8))
-	set.To(&args.Cos)(Upload(a, s, cosT, 4))
-	set.To(&args.Sin)(Upload(a, s, sinT, 4))
+	table := func(tab []float32) (pagedkv.Buffer, error) {
+		b, err := Upload(a, s, append(make([]float32, c.TableOffset/4), tab...), 4)
+		if err != nil {
+			return b, err
+		}
+		return b.Slice(c.TableOffset, b.Bytes-c.TableOffset)
+	}
+	set.To(&args.Cos)(table(cosT))
+	set.To(&args.Sin)(table(sinT))
 	if set.Err != nil {
 		return set.Err
 	}
 	if err := s.Fill32(args.QOut, NaNPattern(c.In)); err != nil {
 		return err
 	}
-	if err := r.QKVNormRope(s, &args); err != nil {
-		return err
+	err := r.QKVNormRope(s, &args)
+	if err == nil { // with CheckBounds the launch itself returns the fault
+		err = s.Fault()
 	}
-	if err := s.Fault(); err != nil {
+	if err := checkQKVFault(c, err, cu, posOff, maxPos, badPage, badBlock); err != nil {
 		return err
 	}
 	qOutAll := make([]byte, args.QOut.Bytes)
@@ -145,22 +193,42 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		}
 	}
 
-	// Reference: split, norm, rotate.
+	// Reference: split, norm, rotate, for the tokens the kernel must write:
+	// qTok get q_out, kvTok their cache rows (slots[t] < 0 for the others).
+	var qTok, kvTok []int
 	positions := make([]int64, tokens)
 	slots := make([]int64, tokens)
-	q := make([]float64, tokens*c.QHeads*hd)
-	k := make([]float64, tokens*kvElems)
-	vRaw := make([]byte, tokens*kvElems*size)
 	for sq := range c.Seqs {
 		for t := int(cu[sq]); t < int(cu[sq+1]); t++ {
 			p := posOff[sq] + int64(t-int(cu[sq]))
-			positions[t] = p
-			slots[t] = int64(tables[sq*maxBlocks+int(p)/c.BlockSize])*int64(c.BlockSize) + p%int64(c.BlockSize)
+			positions[t], slots[t] = p, -1
+			if p >= int64(maxPos) {
+				continue
+			}
+			qTok = append(qTok, t)
+			page := int(p) / c.BlockSize
+			if sq == last && page == badPage {
+				continue
+			}
+			kvTok = append(kvTok, t)
+			slots[t] = int64(tables[sq*maxBlocks+page])*int64(c.BlockSize) + p%int64(c.BlockSize)
 		}
 	}
+	// rows gathers the heads [first, first+n) of tokens toks from the QKV
+	// activation, with their positions.
+	rows := func(toks []int, first, n int) ([]float64, []int64) {
+		x := make([]float64, 0, len(toks)*n*hd)
+		pos := make([]int64, len(toks))
+		for i, t := range toks {
+			x = append(x, qkvAll[t*stride+first*hd:t*stride+(first+n)*hd]...)
+			pos[i] = positions[t]
+		}
+		return x, pos
+	}
+	q, qPos := rows(qTok, 0, c.QHeads)
+	k, kPos := rows(kvTok, c.QHeads, c.KVHeads)
+	vRaw := make([]byte, tokens*kvElems*size)
 	for t := range tokens {
-		copy(q[t*c.QHeads*hd:], qkvAll[t*stride:t*stride+c.QHeads*hd])
-		copy(k[t*kvElems:], qkvAll[t*stride+c.QHeads*hd:t*stride+c.QHeads*hd+kvElems])
 		vo := (t*stride + c.QHeads*hd + kvElems) * size
 		copy(vRaw[t*kvElems*size:], qkvRaw[vo:vo+kvElems*size])
 	}
@@ -168,16 +236,35 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		q = ref.RMSNormHeads(q, c.QHeads, hd, qw, 1e-5)
 		k = ref.RMSNormHeads(k, c.KVHeads, hd, kw, 1e-5)
 	}
-	wantQ := ref.RopeRotate(q, c.QHeads, hd, positions, combined, rot, c.NeoX)
-	wantK := ref.RopeRotate(k, c.KVHeads, hd, positions, combined, rot, c.NeoX)
-	gotQ := ref.DecodeSlice(ref.DType(c.In), qOutAll[c.QOutOffset:])
-	if e := ref.RelL2(gotQ, wantQ); !(e <= Tolerance(c.In)) {
+	wantQ := ref.RopeRotate(q, c.QHeads, hd, qPos, combined, rot, c.NeoX)
+	wantK := ref.RopeRotate(k, c.KVHeads, hd, kPos, combined, rot, c.NeoX)
+	qElems := c.QHeads * hd
+	allQ := ref.DecodeSlice(ref.DType(c.In), qOutAll[c.QOutOffset:])
+	gotQ := make([]float64, 0, len(wantQ))
+	for _, t := range qTok {
+		gotQ = append(gotQ, allQ[t*qElems:(t+1)*qElems]...)
+	}
+	if e := ref.RelL2(gotQ, wantQ); len(qTok) > 0 && !(e <= Tolerance(c.In)) {
 		return errorf("%v: q_out relative L2 error %.3g", c, e)
+	}
+	// Tokens without q_out keep the poison.
+	poison := NaNPattern(c.In)
+	for t := range tokens {
+		if positions[t] < int64(maxPos) {
+			continue
+		}
+		row := qOutAll[c.QOutOffset+int64(t*qElems*size) : c.QOutOffset+int64((t+1)*qElems*size)]
+		for i := 0; i < len(row); i += 4 {
+			if binary.LittleEndian.Uint32(row[i:]) != poison {
+				return errorf("%v: q_out of token %d (position outside the table) was written", c, t)
+			}
+		}
 	}
 	// K: the written rows against the reference, every other byte unchanged.
 	cs := c.Cache.Size()
 	gotKVals := make([]float64, 0, len(wantK))
-	for _, slot := range slots {
+	for _, t := range kvTok {
+		slot := slots[t]
 		for e := range kvElems {
 			at := (int(slot)*kvElems + e) * cs
 			v := ref.DecodeAt(ref.DType(c.Cache), gotK[at:at+cs], 0)
@@ -192,7 +279,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	if c.Cache == pagedkv.E4M3 {
 		tol = 0.07 // e4m3 keeps 3 mantissa bits
 	}
-	if e := ref.RelL2(gotKVals, wantK); !(e <= tol) {
+	if e := ref.RelL2(gotKVals, wantK); len(kvTok) > 0 && !(e <= tol) {
 		return errorf("%v: K cache relative L2 error %.3g", c, e)
 	}
 	if i := FirstDiff(kc, gotK); i >= 0 {
@@ -204,6 +291,33 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		In: ref.DType(c.In), Cache: ref.DType(c.Cache), KScale: args.VScale, VScale: args.VScale})
 	if i := FirstDiff(vc, gotV); i >= 0 {
 		return errorf("%v: value cache byte %d is %#x, want %#x", c, i, gotV[i], vc[i])
+	}
+	return nil
+}
+
+// checkQKVFault checks the stream's fault record after a RunQKV launch
+// against the fault c plants (see QKVFault).
+func checkQKVFault(c QKVShape, err error, cu []int32, posOff []int64, maxPos, badPage int, badBlock int32) error {
+	if c.Fault == QKVNoFault {
+		return err
+	}
+	var fe *pagedkv.FaultError
+	if !errors.As(err, &fe) {
+		return errorf("%v: want a FaultError, got %v", c, err)
+	}
+	last := c.Seqs - 1
+	switch c.Fault {
+	case QKVPositionFault:
+		// Any token of the last sequence may be the one recorded.
+		first, end := int64(cu[last]), int64(cu[last+1])
+		if fe.Code != 5 || fe.A < first || fe.A >= end || fe.B != posOff[last]+fe.A-first || fe.C != int64(maxPos) {
+			return errorf("%v: fault %+v, want code 5 for a token in [%d, %d) at position %d + (token − %d), table of %d rows",
+				c, *fe, first, end, posOff[last], first, maxPos)
+		}
+	case QKVBlockFault:
+		if want := (pagedkv.FaultError{Code: 4, A: int64(last), B: int64(badPage), C: int64(badBlock)}); *fe != want {
+			return errorf("%v: fault %+v, want %+v", c, *fe, want)
+		}
 	}
 	return nil
 }
