@@ -181,4 +181,25 @@ __device__ __forceinline__ int64_t resolve_slot(int64_t t, const int64_t* slot_m
   return slot[0];
 }
 
+// pack8 rounds 8 floats to In and packs them as 16 bytes.
+template <typename In>
+__device__ __forceinline__ uint4 pack8(const float f[8]) {
+  uint4 v;
+  In* e = reinterpret_cast<In*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = from_float<In>(f[i]);
+  return v;
+}
+
+// store_cache8 writes 8 contiguous elements (packed In) to a cache at element
+// index at: as they are, or as fp8 e4m3 of value / scale.
+template <typename In, bool FP8>
+__device__ __forceinline__ void store_cache8(void* cache, int64_t at, uint4 v, float scale) {
+  if constexpr (FP8) {
+    store8<1>(cache, at, 1, to_e4m3x8<In>(v, scale));
+  } else {
+    store8<2>(cache, at, 1, v);
+  }
+}
+
 }  // namespace pkv

@@ -106,24 +106,6 @@ __device__ __forceinline__ void load_angles(const float* __restrict__ p, bool pa
 }
 
 template <typename In, bool FP8>
-__device__ __forceinline__ void store_cache8(void* cache, int64_t at, uint4 v, float scale) {
-  if constexpr (FP8) {
-    store8<1>(cache, at, 1, to_e4m3x8<In>(v, scale));
-  } else {
-    store8<2>(cache, at, 1, v);
-  }
-}
-
-template <typename In>
-__device__ __forceinline__ uint4 pack8(const float f[8]) {
-  uint4 v;
-  In* e = reinterpret_cast<In*>(&v);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) e[i] = from_float<In>(f[i]);
-  return v;
-}
-
-template <typename In, bool FP8>
 __device__ __forceinline__ void qkv_norm_rope(
     const In* __restrict__ qkv, In* __restrict__ q_out, void* __restrict__ key_cache,
     void* __restrict__ value_cache, const int* __restrict__ cu_seqlens,

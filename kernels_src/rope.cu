@@ -29,27 +29,6 @@
 
 namespace pkv {
 
-// pack8 rounds 8 floats to In and packs them as 16 bytes.
-template <typename In>
-__device__ __forceinline__ uint4 pack8(const float f[8]) {
-  uint4 v;
-  In* e = reinterpret_cast<In*>(&v);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) e[i] = from_float<In>(f[i]);
-  return v;
-}
-
-// store_k8 writes 8 elements of k (already rounded to In, packed) to the K
-// cache at element index at (K layouts keep 8 elements contiguous).
-template <typename In, bool FP8>
-__device__ __forceinline__ void store_k8(void* cache, int64_t at, uint4 v, float scale) {
-  if constexpr (FP8) {
-    store8<1>(cache, at, 1, to_e4m3x8<In>(v, scale));
-  } else {
-    store8<2>(cache, at, 1, v);
-  }
-}
-
 template <typename In, bool FP8>
 __device__ __forceinline__ void rope_cache(
     const In* __restrict__ q, const In* __restrict__ k, const In* __restrict__ v,
@@ -111,9 +90,9 @@ __device__ __forceinline__ void rope_cache(
       } else if (slot >= 0) {
         // The cache holds what k_out holds: the rotation rounded to <in>.
         int st;
-        store_k8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, ea, num_kv_heads, head_dim, block_size_log2, &st), va, k_scale);
+        store_cache8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, ea, num_kv_heads, head_dim, block_size_log2, &st), va, k_scale);
         if (eb >= 0) {
-          store_k8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, eb, num_kv_heads, head_dim, block_size_log2, &st), vb, k_scale);
+          store_cache8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, eb, num_kv_heads, head_dim, block_size_log2, &st), vb, k_scale);
         }
       }
     }
