@@ -9,7 +9,8 @@ const appendVector = 8
 // AppendGroupTokens is how many consecutive tokens one append or gather
 // thread moves (kGroupTokens in kernels_src/cache.cu): enough to transpose
 // an 8×8 tile of a token-minor V page in registers, and to keep 16 loads in
-// flight per thread in every layout.
+// flight per thread in every layout. Groups come in pairs (16 tokens) on
+// adjacent lanes, so the grid covers whole pairs.
 const AppendGroupTokens = 8
 
 // AppendShape describes one cache append launch: NumTokens new tokens' K and V
@@ -46,8 +47,9 @@ func PlanGather(a AppendShape) (Plan, error) {
 }
 
 // planRows is the geometry shared by append and gather: one thread per 8
-// elements of one head for each group of AppendGroupTokens tokens (the last
-// group may be partial).
+// elements of one head for each group of AppendGroupTokens tokens, groups
+// counted in pairs (the last pair may be partial or have an empty second
+// group).
 func planRows(a AppendShape, kernel string) (Plan, error) {
 	switch {
 	case a.NumTokens < 0:
@@ -57,7 +59,7 @@ func planRows(a AppendShape, kernel string) (Plan, error) {
 	case a.HeadDim < appendVector || a.HeadDim > 256 || a.HeadDim%appendVector != 0:
 		return Plan{}, errf("dispatch: AppendShape.HeadDim=%d is not supported; supported: a multiple of 8 from 8 to 256", a.HeadDim)
 	}
-	groups := (int64(a.NumTokens) + AppendGroupTokens - 1) / AppendGroupTokens
+	groups := 2 * ((int64(a.NumTokens) + 2*AppendGroupTokens - 1) / (2 * AppendGroupTokens))
 	perGroup := int64(a.NumKVHeads) * int64(a.HeadDim/appendVector)
 	maxThreads := int64(math.MaxInt32) * AppendThreads
 	if groups > 0 && perGroup > maxThreads/groups {

@@ -428,15 +428,17 @@ func TestPlanAppend(t *testing.T) {
 		kernel string
 		gridX  uint32
 	}{
-		// 1 group of 8 tokens · 8 heads · 128/8 = 128 threads → 1 block.
-		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 1},
+		// 1 pair of groups of 8 tokens · 8 heads · 128/8 = 256 threads → 2 blocks.
+		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 2},
 		// 4096/8 = 512 groups · 8 · 16 = 65536 threads → 512 blocks.
 		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: BF16}, "cache_append_bf16", 512},
-		// 1 group · 1 · 1 = 1 thread → 1 block.
+		// 1 pair · 1 · 1 = 2 threads → 1 block.
 		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, In: F16, Cache: E4M3}, "cache_append_f16_e4m3", 1},
-		// ceil(100/8) = 13 groups · 5 · 32 = 2080 threads → 16.25 → 17 blocks.
-		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_bf16_e4m3", 17},
-		// 9 tokens are two groups: 2 · 8 · 16 = 256 threads → 2 blocks.
+		// ceil(100/16) = 7 pairs = 14 groups · 5 · 32 = 2240 threads → 17.5 → 18 blocks.
+		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_bf16_e4m3", 18},
+		// 17 tokens: 2 pairs = 4 groups · 8 · 16 = 512 threads → 4 blocks.
+		{AppendShape{NumTokens: 17, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 4},
+		// 9 tokens are two groups, one pair: 2 · 8 · 16 = 256 threads → 2 blocks.
 		{AppendShape{NumTokens: 9, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 2},
 		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 0},
 	}

@@ -19,12 +19,13 @@
 //                with an unconverted cache); a negative slot leaves row t as
 //                it was, a slot beyond the cache is recorded in fault.
 //
-// Grid: ceil(ceil(num_tokens/8)·num_kv_heads·head_dim/8 / 128) blocks of 128
-// threads (dispatch.PlanAppend). Each thread moves 8 elements (one 16-byte
-// piece of a 16-bit row) of one head, of K and of V, for a group of 8
-// consecutive tokens: threads are numbered piece fastest, then head, then
-// token group, so a warp's accesses to one token row are consecutive 16-byte
-// pieces. No shared memory.
+// Grid: ceil(2·ceil(num_tokens/16)·num_kv_heads·head_dim/8 / 128) blocks of
+// 128 threads (dispatch.PlanAppend). Each thread moves 8 elements (one
+// 16-byte piece of a 16-bit row) of one head, of K and of V, for a group of 8
+// consecutive tokens. Groups 2q and 2q+1 (tokens 16q..16q+15) form a pair on
+// adjacent lanes: threads are numbered group-in-pair fastest, then piece,
+// then head, then pair, so a warp reads two token rows 8 apart as consecutive
+// 16-byte pieces. No shared memory.
 //
 // V in the x-split and shuffle layouts is token-minor: the elements (o, d) of
 // one page and head for the 8 rows o = o0..o0+7, o0 a multiple of 8, are
@@ -32,6 +33,16 @@
 // resolved slots are such a run (s0 % 8 == 0, s_j = s0 + j, block_size ≥ 8:
 // what a prefill's slot mapping gives), the thread transposes the 8×8 tile in
 // registers and writes (or reads) V as 8 vector pieces, one per element.
+// When both groups of a pair are such runs and together are the 16 rows
+// s0..s0+15 of one page (s0 % 16 == 0: block_size ≥ 16), the two lanes trade
+// pieces with shuffles (pair_interleave) so that each store instruction
+// writes whole 32-byte sectors: K store i puts rows 2i and 2i+1 of the run
+// side by side, shuffle-layout V likewise two adjacent element pieces, and
+// x-split V row d+e gets its two 16-byte halves from the two lanes (16-bit;
+// fp8 K completes a sector with the neighbouring piece's lanes, fp8 V keeps
+// half sectors). Both lanes of a pair reach the shuffles: only whole pairs
+// past the grid end return early, and a second group past the last token
+// runs with n = 0.
 // Every other group (the flash layout, scattered decode slots, skipped or
 // remapped-away tokens, a partial group at the end) moves each token on its
 // own, V at the layout's element stride.
@@ -44,25 +55,32 @@ namespace pkv {
 constexpr int kGroupTokens = 8;
 
 // TokenGroup is the work of one thread: element d..d+7 of head h for tokens
-// t0 .. t0+n-1.
+// t0 .. t0+n-1 (n = 0 for the second group of a pair past the last token).
+// p is which group of its pair the thread moves: token groups 2q and 2q+1
+// (tokens 16q .. 16q+15) sit in lanes 2u and 2u+1 of one warp.
 struct TokenGroup {
   int64_t t0;
-  int n, h, d;
+  int n, h, d, p;
 };
 
-// token_group maps this thread to its group; false for a thread past the end.
+// token_group maps this thread to its group; false for a thread past the
+// end of the grid. Threads are numbered p fastest, then piece, then head,
+// then pair of groups. The grid covers whole pairs and blocks hold whole
+// warps, so both lanes of a pair return together or not at all.
 __device__ __forceinline__ bool token_group(int num_tokens, int num_kv_heads, int head_dim, TokenGroup* g) {
   const int vecs_per_head = head_dim >> 3;
   const int64_t vecs_per_group = (int64_t)num_kv_heads * vecs_per_head;
-  const int64_t groups = ((int64_t)num_tokens + kGroupTokens - 1) / kGroupTokens;
+  const int64_t pairs = ((int64_t)num_tokens + 2 * kGroupTokens - 1) / (2 * kGroupTokens);
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= groups * vecs_per_group) return false;
-  const int64_t q = i / vecs_per_group;
-  const int r = (int)(i - q * vecs_per_group);
+  if (i >= pairs * 2 * vecs_per_group) return false;
+  g->p = (int)(i & 1);
+  const int64_t u = i >> 1;
+  const int64_t q = u / vecs_per_group;
+  const int r = (int)(u - q * vecs_per_group);
   g->h = r / vecs_per_head;
   g->d = (r - g->h * vecs_per_head) << 3;
-  g->t0 = q * kGroupTokens;
-  g->n = (int)min((int64_t)kGroupTokens, (int64_t)num_tokens - g->t0);
+  g->t0 = (2 * q + g->p) * kGroupTokens;
+  g->n = (int)max((int64_t)0, min((int64_t)kGroupTokens, (int64_t)num_tokens - g->t0));
   return true;
 }
 
@@ -75,6 +93,45 @@ __device__ __forceinline__ bool page_run(const int64_t (&slot)[kGroupTokens], in
 #pragma unroll
   for (int j = 1; j < kGroupTokens; ++j) run &= slot[j] == slot[0] + j;
   return run;
+}
+
+// pair_mask is the shuffle mask of this thread's pair of lanes.
+__device__ __forceinline__ unsigned pair_mask() { return 3u << (threadIdx.x & 30u); }
+
+// pair_run reports, identically in both lanes of a pair, whether the pair's
+// two groups are page runs that together are the 16 rows s0 .. s0+15 of one
+// page, s0 % 16 == 0 (so block_size ≥ 16). run is this lane's page_run, s the
+// lane's first resolved slot. Both lanes must call it.
+__device__ __forceinline__ bool pair_run(bool run, int64_t s, int p, int block_size_log2, unsigned mask) {
+  const int64_t start = s - (int64_t)p * kGroupTokens;  // the run start this lane implies
+  const int64_t other_start = __shfl_xor_sync(mask, start, 1);
+  const int other_run = __shfl_xor_sync(mask, (int)run, 1);
+  return run && other_run && other_start == start && block_size_log2 >= 4 && (start & 15) == 0;
+}
+
+// shfl_pair returns the partner lane's v.
+__device__ __forceinline__ uint4 shfl_pair(unsigned mask, uint4 v) {
+  return make_uint4(__shfl_xor_sync(mask, v.x, 1), __shfl_xor_sync(mask, v.y, 1), __shfl_xor_sync(mask, v.z, 1),
+                    __shfl_xor_sync(mask, v.w, 1));
+}
+__device__ __forceinline__ uint2 shfl_pair(unsigned mask, uint2 v) {
+  return make_uint2(__shfl_xor_sync(mask, v.x, 1), __shfl_xor_sync(mask, v.y, 1));
+}
+
+// pair_interleave deals a pair's 16 pieces (lane 0 holds in[0..7] = pieces
+// 0..7, lane 1 holds pieces 8..15) so that out[i] is piece 2i + p: in each
+// store i the two lanes write adjacent pieces. Lane 1 needs lane 0's pieces
+// 2i+1 for i < 4, lane 0 needs lane 1's pieces 2i for i ≥ 4 (its in[2i-8]);
+// round m trades both needs at once.
+template <typename Vec>
+__device__ __forceinline__ void pair_interleave(const Vec (&in)[kGroupTokens], int p, unsigned mask,
+                                                Vec (&out)[kGroupTokens]) {
+#pragma unroll
+  for (int m = 0; m < kGroupTokens / 2; ++m) {
+    const Vec recv = shfl_pair(mask, p ? in[2 * m] : in[2 * m + 1]);
+    out[m] = p ? recv : in[2 * m];
+    out[m + kGroupTokens / 2] = p ? in[2 * m + 1] : recv;
+  }
 }
 
 // to_cache converts 8 input elements to the cache type.
@@ -114,7 +171,39 @@ __device__ __forceinline__ void cache_append(
   }
 
   int ks, vs;
-  if (page_run(slot, g.n, layout, block_size_log2)) {
+  const unsigned mask = pair_mask();
+  const bool run = page_run(slot, g.n, layout, block_size_log2);
+  if (pair_run(run, slot[0], g.p, block_size_log2, mask)) {
+    // A 16-row run: store i writes pieces 2i and 2i+1 of the run from lanes
+    // 0 and 1, one whole 32-byte sector (16-bit; fp8 with the neighbour
+    // piece's pair). K rows of consecutive slots are adjacent, X apart.
+    const int64_t start = slot[0] - (int64_t)g.p * kGroupTokens;
+    Vec out[kGroupTokens];
+    pair_interleave(k, g.p, mask, out);
+    const int64_t kat = cache_place<X>(layout, false, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) store8<SIZE>(key_cache, kat + (int64_t)(2 * i + g.p) * X, 1, out[i]);
+    Vec col[kGroupTokens];
+    transpose8x8(v, col);
+    if (!FP8 && layout == kLayoutShuffle) {
+      // Element d+e of x-block 0 (lane 0) then 1 (lane 1) of the run; the
+      // pieces of one x-block are adjacent, head_dim·X apart between blocks.
+      pair_interleave(col, g.p, mask, out);
+      const int64_t vat = cache_place<X>(layout, true, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+      for (int i = 0; i < kGroupTokens; ++i)
+        store8<SIZE>(value_cache,
+                     vat + (int64_t)(i / 4) * head_dim * X + (int64_t)(2 * (i % 4) + g.p) * X, 1, out[i]);
+    } else {
+      // x-split: element row d+e of the page is 16 rows, lane p writes half
+      // p of it in store e (16-bit: one whole sector).
+      const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
+    }
+    return;
+  }
+  if (run) {
     // K rows of consecutive slots are adjacent: 8 pieces, one per token.
 #pragma unroll
     for (int j = 0; j < kGroupTokens; ++j)

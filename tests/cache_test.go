@@ -45,6 +45,12 @@ func TestAppendMatchesReference(t *testing.T) {
 		{Tokens: 250, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 22, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutShuffle, PageRuns: true, Remap: true},
 		{Tokens: 129, KVHeads: 3, HeadDim: 96, BlockSize: 64, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true, Remap: true},
 		{Tokens: 700, KVHeads: 2, HeadDim: 256, BlockSize: 256, NumBlocks: 7, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadHead: 8},
+		// Odd numbers of token groups and T not a multiple of 16: the last
+		// pair's second group is empty or partial.
+		{Tokens: 24, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 4, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
+		{Tokens: 41, KVHeads: 3, HeadDim: 64, BlockSize: 32, NumBlocks: 6, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true},
+		{Tokens: 56, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, PageRuns: true},
+		{Tokens: 88, KVHeads: 1, HeadDim: 32, BlockSize: 64, NumBlocks: 6, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadToken: 8},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomAppendShape(g))

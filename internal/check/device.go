@@ -149,12 +149,16 @@ func PageRunSlots(g *rand.Rand, n, numBlocks, blockSize int) []int64 {
 			length = 1 + g.IntN(min(n-t, 8))
 		}
 		start := 0
-		switch g.IntN(3) {
+		switch g.IntN(4) {
 		case 1:
 			start = g.IntN(blockSize)
 		case 2:
 			if blockSize >= 8 {
 				start = t%8 + 8*g.IntN(blockSize/8)
+			}
+		case 3: // 16-token runs aligned with the kernels' group pairs
+			if blockSize >= 16 {
+				start = t%16 + 16*g.IntN(blockSize/16)
 			}
 		}
 		need := (start + length + blockSize - 1) / blockSize
