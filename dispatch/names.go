@@ -247,10 +247,13 @@ const maxGridX = 1<<31 - 1
 // QKVKernelName returns the split-QKV + norm + RoPE + cache kernel for input
 // dtype in and cache dtype cache (in, or E4M3).
 func QKVKernelName(in, cache DType) (string, error) {
-	if _, err := AppendKernelName(in, cache); err != nil { // the same dtype rules
-		return "", err
+	ii, ok := activationIndex(in)
+	if !ok {
+		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.In=%v is not supported; supported: f16, bf16", in))
 	}
-	ii, _ := activationIndex(in)
-	ci, _ := cacheIndex(in, cache)
+	ci, ok := cacheIndex(in, cache)
+	if !ok {
+		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.Cache=%v is not supported with In=%v; supported: %v, e4m3", cache, in, in))
+	}
 	return tables.qkv[ii][ci], nil
 }

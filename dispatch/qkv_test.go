@@ -84,8 +84,8 @@ func TestPlanQKVErrors(t *testing.T) {
 		{"head dim 8", func(a *QKVShape) { a.HeadDim = 8 }, "dispatch: QKVShape.HeadDim=8 is not supported; supported: a power of two from 16 to 256"},
 		{"head dim 96", func(a *QKVShape) { a.HeadDim = 96 }, "dispatch: QKVShape.HeadDim=96 is not supported; supported: a power of two from 16 to 256"},
 		{"head dim 512", func(a *QKVShape) { a.HeadDim = 512 }, "dispatch: QKVShape.HeadDim=512 is not supported; supported: a power of two from 16 to 256"},
-		{"input fp8", func(a *QKVShape) { a.In = E4M3; a.Cache = E4M3 }, "dispatch: AppendShape.In=e4m3 is not supported; supported: f16, bf16"},
-		{"cache mismatch", func(a *QKVShape) { a.Cache = BF16 }, "dispatch: AppendShape.Cache=bf16 is not supported with In=f16; supported: f16, e4m3"},
+		{"input fp8", func(a *QKVShape) { a.In = E4M3; a.Cache = E4M3 }, "dispatch: QKVShape.In=e4m3 is not supported; supported: f16, bf16"},
+		{"cache mismatch", func(a *QKVShape) { a.Cache = BF16 }, "dispatch: QKVShape.Cache=bf16 is not supported with In=f16; supported: f16, e4m3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
