@@ -35,7 +35,7 @@ func (e *FaultError) Error() string {
 	case faultRemapBeyondTable:
 		return fmt.Sprintf("pagedkv: token %d has slot %d, outside SlotRemap of %d entries; that token was not written", e.A, e.B, e.C)
 	case faultKVLenBeyondTable:
-		return fmt.Sprintf("pagedkv: sequence %d needs %d tokens (its KVLens entry, or pos_offset + tokens of a QKV cache write), more than MaxBlocksPerSeq·BlockSize=%d; a decode clamped it, a cache write skipped the tokens beyond", e.A, e.B, e.C)
+		return fmt.Sprintf("pagedkv: KVLens[%d]=%d (for a QKV cache write: that sequence's last position + 1) exceeds MaxBlocksPerSeq·BlockSize=%d; a decode clamped it, a cache write skipped the tokens beyond", e.A, e.B, e.C)
 	case faultPositionBeyond:
 		return fmt.Sprintf("pagedkv: position %d of token %d is outside the cos/sin table of %d rows; that token was not written", e.B, e.A, e.C)
 	case faultBlockBeyondPool:
