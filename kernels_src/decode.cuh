@@ -34,7 +34,7 @@
 // head are the 16 rows of an mma A tile (rows ≥ G are zero), so one block
 // reads each K/V row once for the whole group. The block's tokens are cut into
 // tiles of 16; warp w takes tiles w, w+4, ... and streams them through its own
-// ring of kStages shared-memory stages with cp.async (K and V rows of one
+// ring of 2 to 4 shared-memory stages with cp.async (K and V rows of one
 // tile per stage; 16-byte chunks XOR-swizzled per row so ldmatrix is free of
 // bank conflicts). Per tile: S = Q·Kᵀ (16 × 16, f32), an online softmax per
 // row, O += P·V with P rounded to <q>. The four warps merge (max, sum, O)
