@@ -39,7 +39,11 @@
 // writes whole 32-byte sectors: K store i puts rows 2i and 2i+1 of the run
 // side by side, and x-split V row d+e gets its two 16-byte halves from the
 // two lanes (16-bit; fp8 K completes a sector with the neighbouring piece's
-// lanes, fp8 V keeps half sectors). Shuffle-layout V is written per lane. Both lanes of a pair reach the shuffles: only whole pairs
+// lanes, fp8 V keeps half sectors). Shuffle-layout V is written per lane.
+// For 16-bit caches with head_dim a power of two the pairs' runs go through
+// shared memory instead (store_pair_tiles, 32 KiB per block): a warp puts its
+// K and V pieces at their place in each (page run, head) tile and then stores
+// 32 consecutive 16-byte pieces per instruction, as the flash layout does. Both lanes of a pair reach the shuffles: only whole pairs
 // past the grid end return early, and a second group past the last token
 // runs with n = 0.
 // Every other group (the flash layout, scattered decode slots, skipped or
@@ -143,6 +147,84 @@ __device__ __forceinline__ typename Raw<FP8 ? 1 : 2>::vec to_cache(uint4 v, floa
   }
 }
 
+// Threads of an append or gather block (dispatch.AppendThreads).
+constexpr int kAppendThreads = 128;
+constexpr int kAppendWarps = kAppendThreads / 32;
+
+// stage_index swizzles a warp's 16-byte piece index so that the writes of a
+// lane's pieces and the reads of 32 consecutive ones are free of bank
+// conflicts (it only permutes the low 3 bits).
+__device__ __forceinline__ int stage_index(int i) { return i ^ ((i >> 3) & 7); }
+
+// store_pair_tiles writes the 16-row page runs of a warp (16-bit caches,
+// x-split or shuffle layout, head_dim a power of two) through shared memory,
+// so that each store instruction writes 32 consecutive 16-byte pieces of the
+// destination: K's (page, head) tile is [head_dim/8][rows][8] and shuffle V's
+// [rows/8][head_dim][8], contiguous for any block size; x-split V's is
+// [head_dim][block_size], contiguous for block size 16. The lanes of a group
+// (one pair of token groups, one head, at most 16 pieces of the head: 2·cg
+// lanes, p fastest, then piece) put their pieces at their place in the
+// group's tile; then every lane stores pieces lane, lane+32, ... of the warp.
+// pair says this lane's pair is a run starting at slot start; it is the same
+// in every lane of a group. Every lane of the warp must call it.
+template <int X>
+__device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens], const uint4 (&v)[kGroupTokens],
+                                                 bool pair, int64_t start, const TokenGroup& g, void* key_cache,
+                                                 void* value_cache, int layout, int num_kv_heads, int head_dim,
+                                                 int block_size_log2) {
+  constexpr int kPieces = 32 * kGroupTokens;  // per warp, of K and of V
+  __shared__ uint4 k_s[kAppendWarps][kPieces];
+  __shared__ uint4 v_s[kAppendWarps][kPieces];
+  __shared__ int64_t start_s[kAppendWarps][16];  // per group; -1: not a run
+  __shared__ int head_s[kAppendWarps][16], chunk_s[kAppendWarps][16];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = min(head_dim >> 3, 16);  // pieces of a head per group
+  const int lanes = 2 * cg;
+  const int grp = lane / lanes;
+  const int cl = (lane & (lanes - 1)) >> 1;  // this lane's piece within the group
+  const int group_pieces = 16 * cg;
+  const int base = grp * group_pieces;
+  if (pair) {
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j) k_s[warp][stage_index(base + cl * 16 + g.p * 8 + j)] = k[j];
+    uint4 col[kGroupTokens];
+    transpose8x8(v, col);
+#pragma unroll
+    for (int e = 0; e < kGroupTokens; ++e) {
+      const int at = layout == kLayoutXSplit ? 2 * (8 * cl + e) + g.p : g.p * 8 * cg + 8 * cl + e;
+      v_s[warp][stage_index(base + at)] = col[e];
+    }
+  }
+  if ((lane & (lanes - 1)) == 0) {
+    start_s[warp][grp] = pair ? start : -1;
+    head_s[warp][grp] = g.h;
+    chunk_s[warp][grp] = g.d >> 3;  // the group's first piece (cl = 0 here)
+  }
+  __syncwarp();
+  int st;
+#pragma unroll
+  for (int i = 0; i < kGroupTokens; ++i) {
+    const int piece = lane + 32 * i;
+    const int gi = piece / group_pieces;
+    const int pi = piece - gi * group_pieces;
+    const int64_t s0 = start_s[warp][gi];
+    if (s0 < 0) continue;
+    const int h = head_s[warp][gi];
+    const int c0 = chunk_s[warp][gi];
+    // K: piece pi is row pi % 16 of the run, elements 8·(c0 + pi/16) ..
+    const int64_t kat = cache_place<X>(layout, false, s0 + (pi & 15), h, 8 * (c0 + (pi >> 4)), num_kv_heads, head_dim,
+                                       block_size_log2, &st);
+    store8<2>(key_cache, kat, 1, k_s[warp][stage_index(piece)]);
+    // V: x-split piece pi is element row pi/2, rows 8·(pi%2) ..; shuffle
+    // piece pi is x-block pi / (8·cg), element row pi % (8·cg).
+    const int half = layout == kLayoutXSplit ? pi & 1 : pi / (8 * cg);
+    const int d = 8 * c0 + (layout == kLayoutXSplit ? pi >> 1 : pi - half * 8 * cg);
+    const int64_t vat = cache_place<X>(layout, true, s0 + 8 * half, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+    store8<2>(value_cache, vat, 1, v_s[warp][stage_index(piece)]);
+  }
+}
+
 template <typename In, bool FP8>
 __device__ __forceinline__ void cache_append(
     const In* __restrict__ key, const In* __restrict__ value, void* __restrict__ key_cache,
@@ -155,7 +237,9 @@ __device__ __forceinline__ void cache_append(
   constexpr int SIZE = FP8 ? 1 : 2;
   using Vec = typename Raw<SIZE>::vec;
   TokenGroup g;
-  if (!token_group(num_tokens, num_kv_heads, head_dim, &g)) return;
+  // A thread past the grid's end moves nothing but stays: the staged stores
+  // below take every lane of the warp.
+  if (!token_group(num_tokens, num_kv_heads, head_dim, &g)) g = TokenGroup{0, 0, 0, 0, (int)(threadIdx.x & 1)};
 
   int64_t slot[kGroupTokens];
   resolve_slots(g.t0, g.n, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
@@ -172,7 +256,17 @@ __device__ __forceinline__ void cache_append(
   int ks, vs;
   const unsigned mask = pair_mask();
   const bool run = page_run(slot, g.n, layout, block_size_log2);
-  if (pair_run(run, slot[0], g.p, block_size_log2, mask)) {
+  const bool pair = pair_run(run, slot[0], g.p, block_size_log2, mask);
+  if constexpr (!FP8) {
+    // 16-bit caches, head_dim a power of two (so a group never straddles
+    // warps): page runs go through shared memory, see store_pair_tiles.
+    if (layout != kLayoutFlash && (head_dim & (head_dim - 1)) == 0 && __any_sync(0xffffffffu, pair)) {
+      store_pair_tiles<X>(k, v, pair, slot[0] - (int64_t)g.p * kGroupTokens, g, key_cache, value_cache, layout,
+                          num_kv_heads, head_dim, block_size_log2);
+      if (pair) return;
+    }
+  }
+  if (pair) {
     // A 16-row run: store i writes pieces 2i and 2i+1 of the run from lanes
     // 0 and 1, one whole 32-byte sector (16-bit; fp8 with the neighbour
     // piece's pair). K rows of consecutive slots are adjacent, X apart.
@@ -277,7 +371,7 @@ __device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* _
 }  // namespace pkv
 
 #define PKV_CACHE_APPEND(name, In, FP8)                                                          \
-  extern "C" __global__ void __launch_bounds__(128) name(                                        \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                      \
       const In* key, const In* value, void* key_cache, void* value_cache,                        \
       const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault,         \
       int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim,      \
@@ -295,7 +389,7 @@ PKV_CACHE_APPEND(cache_append_f16_e4m3, __half, true)
 PKV_CACHE_APPEND(cache_append_bf16_e4m3, __nv_bfloat16, true)
 
 #define PKV_CACHE_GATHER(name, SIZE)                                                            \
-  extern "C" __global__ void __launch_bounds__(128) name(                                       \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                     \
       void* key_out, void* value_out, const void* key_cache, const void* value_cache,           \
       const int64_t* slots, unsigned long long* fault, int64_t num_slots, int num_tokens,       \
       int num_kv_heads, int head_dim, int layout, int block_size_log2) {                        \

@@ -51,6 +51,11 @@ func TestAppendMatchesReference(t *testing.T) {
 		{Tokens: 41, KVHeads: 3, HeadDim: 64, BlockSize: 32, NumBlocks: 6, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true},
 		{Tokens: 56, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, PageRuns: true},
 		{Tokens: 88, KVHeads: 1, HeadDim: 32, BlockSize: 64, NumBlocks: 6, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadToken: 8},
+		// Staged page tiles with several (pair, head) groups per warp (head
+		// dims 8, 16, 32) and warps that mix runs with other groups.
+		{Tokens: 160, KVHeads: 5, HeadDim: 16, BlockSize: 16, NumBlocks: 14, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
+		{Tokens: 96, KVHeads: 3, HeadDim: 32, BlockSize: 32, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true, Remap: true},
+		{Tokens: 72, KVHeads: 2, HeadDim: 8, BlockSize: 16, NumBlocks: 10, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadHead: 8},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomAppendShape(g))
