@@ -38,7 +38,7 @@ for step in $STEPS; do
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 170 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 165s
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 130 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference|TestRopeCacheMatchesReference' -test.timeout 125s
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestAppendMatchesReference|TestRopeCacheMatchesReference|TestQKVNormRopeMatchesReference' -test.timeout 125s
     ;;
   esac
 done
