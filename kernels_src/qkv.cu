@@ -26,23 +26,18 @@
 //
 // Grid: ceil(num_tokens / blockDim.y) blocks; blockDim.y tokens per block,
 // blockDim.x threads per token, a multiple of 32 (so that a warp serves one
-// token), blockDim.x·blockDim.y ≤ 256. Static shared memory: 16 KB, the cos
-// and sin rows of up to 8 tokens.
+// token), blockDim.x·blockDim.y ≤ 256. No shared memory.
 // Work is cut in units: unit c of a head holds its elements 8c..8c+7 and
 // head_dim/2 + 8c..+7 (two 16-byte pieces), which contain every rotated pair
 // of both RoPE styles, so no lane needs another lane's elements; a head is
 // head_dim/16 units on as many adjacent lanes, which reduce the norm with
 // shuffles. Thread x of a token takes units x, x + blockDim.x, … (q heads,
 // then k, then v), kQKVUnits per pass: they all sit at the same c, so its
-// norm weights always come from the same two pieces. Its QKV loads go out
-// before the sequence, position and block-table lookups, which they do not
-// depend on, so the lookup chain overlaps the DRAM reads. The cos/sin values
-// a token needs are copied once to shared memory (cp.async, 16 bytes at a
-// time when both tables are 16-byte aligned) by the lanes of its first head,
-// and read back 4 per piece where they are used; each unit is computed 4
-// elements of each piece at a time. Both keep the compute phase's registers
-// down (sm_90: 80 for f16/bf16), so that more warps, and more QKV loads, are
-// resident per SM.
+// cos/sin values are loaded once per token (as float4 when both tables are
+// 16-byte aligned) and its norm weights always come from the same two pieces.
+// Its QKV loads go out before the sequence, position and block-table
+// lookups, which they do not depend on, so the lookup chain overlaps the
+// DRAM reads.
 #include "cache.cuh"
 
 namespace pkv {
@@ -89,76 +84,25 @@ __device__ __forceinline__ void load_units(const In* __restrict__ src_tok, int b
   }
 }
 
-// kQKVMaxTokensPerBlock is the most tokens a block can hold (256 threads,
-// a warp per token at least); each has its cos and sin rows staged in shared
-// memory.
-constexpr int kQKVMaxTokensPerBlock = 8;
-constexpr int kQKVMaxRot = 256;
-
-// cp_async4 and cp_async16 start a 4- or 16-byte copy from global to shared
-// memory (address dst) through L1, holding no register while it flies.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
-// stage_angles starts the copy of n consecutive floats (4 or 8) at src to
-// shared address dst: as 16-byte pieces when vec (src 16-byte aligned), else
-// one by one.
-__device__ __forceinline__ void stage_angles(uint32_t dst, const float* src, int n, bool vec) {
-  if (vec) {
-    cp_async16(dst, src);
-    if (n == 8) cp_async16(dst + 16, src + 4);
+// load_angles reads the cos or sin values of one piece's 8 elements at p: 8
+// consecutive floats, or with pairs 4, each serving an element pair (GPT-J
+// with one value per pair). vec: p is 16-byte aligned.
+__device__ __forceinline__ void load_angles(const float* __restrict__ p, bool pairs, bool vec, float f[8]) {
+  if (pairs) {
+    const float4 a = vec ? *reinterpret_cast<const float4*>(p) : make_float4(p[0], p[1], p[2], p[3]);
+    f[0] = f[1] = a.x;
+    f[2] = f[3] = a.y;
+    f[4] = f[5] = a.z;
+    f[6] = f[7] = a.w;
+  } else if (vec) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0];
+    const float4 b = reinterpret_cast<const float4*>(p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
   } else {
-    for (int e = 0; e < n; ++e) cp_async4(dst + 4 * e, src + e);
-  }
-}
-
-// lds4 reads 16 bytes of shared memory at shared address a. Volatile, so
-// that a thread's reads of the same values for its several units are neither
-// merged into one set held in registers across the units nor hoisted out of
-// the pass loop: they come back where they are used, which is what keeps the
-// compute phase's registers low.
-__device__ __forceinline__ float4 lds4(uint32_t a) {
-  float4 v;
-  asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(a));
-  return v;
-}
-
-// angles4 reads the cos or sin values of elements 4h..4h+3 of a piece whose
-// 8 values start at shared address a: 4 consecutive floats, or with pairs the
-// 2 at a + 8h, each serving an element pair (GPT-J with one value per pair).
-// One 16-byte read either way, and the choice is a select, not a branch.
-__device__ __forceinline__ void angles4(uint32_t a, int h, bool pairs, float f[4]) {
-  const float4 v = lds4(pairs ? a : a + 16 * h);
-  const float p0 = h == 0 ? v.x : v.z, p1 = h == 0 ? v.y : v.w;
-  f[0] = pairs ? p0 : v.x;
-  f[1] = pairs ? p0 : v.y;
-  f[2] = pairs ? p1 : v.z;
-  f[3] = pairs ? p1 : v.w;
-}
-
-// to_float4 converts words 2h, 2h+1 (elements 4h..4h+3) of v to float.
-template <typename In>
-__device__ __forceinline__ void to_float4(uint4 v, int h, float f[4]) {
-  float f8[8];
-  to_float8(h == 0 ? make_uint4(v.x, v.y, 0u, 0u) : make_uint4(v.z, v.w, 0u, 0u), static_cast<const In*>(nullptr), f8);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) f[e] = f8[e];
-}
-
-// pack2 rounds 2 floats to In and packs them as one 32-bit word (element 2i
-// in the low half, as pack8).
-template <typename In>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const In e[2] = {from_float<In>(lo), from_float<In>(hi)};
-  uint32_t w;
-  memcpy(&w, e, 4);
-  return w;
+    for (int e = 0; e < 8; ++e) f[e] = p[e];
+  }
 }
 
 template <typename In, bool FP8>
@@ -200,30 +144,20 @@ __device__ __forceinline__ void qkv_norm_rope(
     if (threadIdx.x == 0) record_fault(fault, kFaultPositionBeyondTable, t, pos, max_pos);
     return;
   }
-  // The token's cos and sin rows, as far as its threads read them, go to
-  // shared memory: the lanes of the first head (which between them have
-  // every d) copy each piece's values once, while the block table lookup
-  // below is in flight. Pieces: a (elements d..) at offset oa of a row, b
-  // (half + d..) at ob.
-  const bool full = rot == head_dim;
-  const bool pairs = !neox && !full;  // GPT-J, one value per pair
-  const int oa = full || neox ? d : d >> 1;
-  const int ob = full ? d + half : neox ? d : (d + half) >> 1;
-  __shared__ __align__(16) float angle_rows[kQKVMaxTokensPerBlock][2][kQKVMaxRot];
-  const uint32_t cos_s = (uint32_t)__cvta_generic_to_shared(angle_rows[threadIdx.y][0]);
-  const uint32_t sin_s = cos_s + 4 * kQKVMaxRot;
-  if ((int)threadIdx.x < upr) {
+  // This thread's cos/sin values: piece a (elements d..) and piece b (half + d..).
+  float ca[8], sa[8], cb[8], sb[8];
+  {
+    const bool full = rot == head_dim;
+    const bool pairs = !neox && !full;  // GPT-J, one value per pair
+    const int oa = full || neox ? d : d >> 1;
+    const int ob = full ? d + half : neox ? d : (d + half) >> 1;
     const bool vec = ((reinterpret_cast<uintptr_t>(cos_t) | reinterpret_cast<uintptr_t>(sin_t)) & 15) == 0;
     const float* crow = cos_t + pos * rot;
     const float* srow = sin_t + pos * rot;
-    const int n = pairs ? 4 : 8;
-    stage_angles(cos_s + 4 * oa, crow + oa, n, vec);
-    stage_angles(sin_s + 4 * oa, srow + oa, n, vec);
-    if (ob != oa) {  // NeoX with one value per pair reads the same values twice
-      stage_angles(cos_s + 4 * ob, crow + ob, n, vec);
-      stage_angles(sin_s + 4 * ob, srow + ob, n, vec);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    load_angles(crow + oa, pairs, vec, ca);
+    load_angles(srow + oa, pairs, vec, sa);
+    load_angles(crow + ob, pairs, vec, cb);
+    load_angles(srow + ob, pairs, vec, sb);
   }
   // The cache slot, or -1 when the table cannot place this position.
   int64_t slot = -1;
@@ -240,14 +174,6 @@ __device__ __forceinline__ void qkv_norm_rope(
       }
     }
   }
-
-  // The rows are complete once the copying lanes have waited for their
-  // copies and the token's warps have met (barrier 1 + threadIdx.y, one per
-  // token of the block; every thread of the token gets here).
-  if ((int)threadIdx.x < upr) asm volatile("cp.async.wait_all;\n" ::: "memory");
-  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + (int)threadIdx.y), "r"((int)blockDim.x) : "memory");
-  const uint32_t ca_s = cos_s + 4 * oa, sa_s = sin_s + 4 * oa;
-  const uint32_t cb_s = cos_s + 4 * ob, sb_s = sin_s + 4 * ob;
 
   // The pass loop's trip count is the same for every thread of the token, and
   // the shuffles sit outside any per-unit branch: every lane takes part.
@@ -290,63 +216,39 @@ __device__ __forceinline__ void qkv_norm_rope(
       }
       const bool is_q = hh < num_q_heads;
       if (!is_q && slot < 0) continue;
-      // The unit is converted, normed and rotated 4 elements of each piece
-      // at a time (h = 0, 1), so that only 4 of its cos, sin and weight
-      // values per piece are live at once.
-      uint4 pa, pb;  // the rotated pieces, packed
-      const In* w = (is_q ? q_weight : k_weight) + d;
+      float xa[8], xb[8];
+      to_float8(ra[j], src_tok, xa);
+      to_float8(rb[j], src_tok, xb);
+      if (norm) {
+        float wa[8], wb[8];
+        const In* w = (is_q ? q_weight : k_weight) + d;
+        to_float8(load8(w), w, wa);
+        to_float8(load8(w + half), w, wb);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float xa[4], xb[4];
-        to_float4<In>(ra[j], h, xa);
-        to_float4<In>(rb[j], h, xb);
-        if (norm) {
-          float wa[4], wb[4];
-          const uint2 qa = *reinterpret_cast<const uint2*>(w + 4 * h);
-          const uint2 qb = *reinterpret_cast<const uint2*>(w + half + 4 * h);
-          to_float4<In>(make_uint4(qa.x, qa.y, 0u, 0u), 0, wa);
-          to_float4<In>(make_uint4(qb.x, qb.y, 0u, 0u), 0, wb);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            xa[e] = xa[e] * inv[j] * wa[e];
-            xb[e] = xb[e] * inv[j] * wb[e];
-          }
-        }
-        // NeoX: element d+e pairs with half+d+e; GPT-J: elements 2i and 2i+1
-        // of each piece pair up. The style picks each element's partner and
-        // sign by selects, in one code path for both. Piece a first, then
-        // piece b: 8 angle values live at a time.
-        float oa4[4], ob4[4];
-        {
-          float ca[4], sa[4];
-          angles4(ca_s, h, pairs, ca);
-          angles4(sa_s, h, pairs, sa);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float partner = neox ? xb[e] : xa[e ^ 1];
-            const float sae = neox || (e & 1) == 0 ? -sa[e] : sa[e];
-            oa4[e] = xa[e] * ca[e] + partner * sae;
-          }
-        }
-        {
-          float cb[4], sb[4];
-          angles4(cb_s, h, pairs, cb);
-          angles4(sb_s, h, pairs, sb);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float partner = neox ? xa[e] : xb[e ^ 1];
-            const float sbe = !neox && (e & 1) == 0 ? -sb[e] : sb[e];
-            ob4[e] = xb[e] * cb[e] + partner * sbe;
-          }
-        }
-        const uint32_t a0 = pack2<In>(oa4[0], oa4[1]), a1 = pack2<In>(oa4[2], oa4[3]);
-        const uint32_t b0 = pack2<In>(ob4[0], ob4[1]), b1 = pack2<In>(ob4[2], ob4[3]);
-        if (h == 0) {
-          pa.x = a0, pa.y = a1, pb.x = b0, pb.y = b1;
-        } else {
-          pa.z = a0, pa.w = a1, pb.z = b0, pb.w = b1;
+        for (int e = 0; e < 8; ++e) {
+          xa[e] = xa[e] * inv[j] * wa[e];
+          xb[e] = xb[e] * inv[j] * wb[e];
         }
       }
+      float oa[8], ob[8];
+      if (neox) {
+        // Element d+e pairs with half+d+e.
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          oa[e] = xa[e] * ca[e] - xb[e] * sa[e];
+          ob[e] = xb[e] * cb[e] + xa[e] * sb[e];
+        }
+      } else {
+        // Elements 2i and 2i+1 of each piece pair up.
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          oa[e] = xa[e] * ca[e] - xa[e + 1] * sa[e];
+          oa[e + 1] = xa[e + 1] * ca[e + 1] + xa[e] * sa[e + 1];
+          ob[e] = xb[e] * cb[e] - xb[e + 1] * sb[e];
+          ob[e + 1] = xb[e + 1] * cb[e + 1] + xb[e] * sb[e + 1];
+        }
+      }
+      const uint4 pa = pack8<In>(oa), pb = pack8<In>(ob);
       if (is_q) {
         In* dst = q_out + (t * num_q_heads + hh) * head_dim + d;
         *reinterpret_cast<uint4*>(dst) = pa;
