@@ -125,9 +125,8 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 	if p.Remap != nil {
 		set.To(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
 	}
-	if set.Err != nil {
-		_ = p.Arena.Free()
-		return nil, set.Err
+	if err := set.FreeOnError(p.Arena); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

@@ -126,9 +126,8 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 	set.To(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
 	set.To(&a.Out)(p.Arena.Alloc(int64(c.Seqs * rowElems * c.DType.Size())))
 	set.To(&a.LSE)(p.Arena.Alloc(int64(c.Seqs * c.QHeads * 4)))
-	if set.Err != nil {
-		_ = p.Arena.Free()
-		return nil, set.Err
+	if err := set.FreeOnError(p.Arena); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

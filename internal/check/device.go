@@ -109,6 +109,15 @@ func (s *Setter) To(dst *pagedkv.Buffer) func(pagedkv.Buffer, error) {
 	}
 }
 
+// FreeOnError frees arena when an assignment failed and returns the first
+// error: the last step of every problem constructor.
+func (s *Setter) FreeOnError(arena *Arena) error {
+	if s.Err != nil {
+		_ = arena.Free()
+	}
+	return s.Err
+}
+
 // RandomCaches returns a K and a V cache of bytes random bytes each, so that
 // tests also see which bytes a kernel must leave alone.
 func RandomCaches(g *rand.Rand, bytes int) (k, v []byte) {

@@ -152,9 +152,8 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 	if p.Remap != nil {
 		set.To(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
 	}
-	if set.Err != nil {
-		_ = p.Arena.Free()
-		return nil, set.Err
+	if err := set.FreeOnError(p.Arena); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
