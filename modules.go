@@ -114,8 +114,9 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 			}
 			// Every pagedkv kernel is launched with its __launch_bounds__ block
 			// size, which is what the driver reports as the maximum, except
-			// qkv_norm_rope, whose block follows the head count (at most that
-			// size; see dispatch.PlanQKV): its figure is for the largest block.
+			// qkv_norm_rope, whose block and shared memory follow the shape (at
+			// most that size and KernelSharedBytes; see dispatch.PlanQKV): its
+			// figure is for the largest of both.
 			n, err := f.MaxActiveBlocksPerSM(block, shared)
 			if err != nil {
 				return err

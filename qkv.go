@@ -188,7 +188,7 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 		return err
 	}
 	plan, err := dispatch.PlanQKV(dispatch.QKVShape{NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
-		HeadDim: a.HeadDim, In: a.DType, Cache: a.CacheDType})
+		HeadDim: a.HeadDim, RotDim: a.RotDim, In: a.DType, Cache: a.CacheDType}, *r.facts.Load())
 	if err != nil {
 		return err
 	}

@@ -115,14 +115,19 @@ func DecodeSharedBytes(headDim, cacheSize, optin int) int {
 }
 
 // KernelSharedBytes returns the dynamic shared memory kernel is launched with
-// on a device whose blocks may opt in to optin bytes (0 for kernels that use
-// only static shared memory).
+// on a device whose blocks may opt in to optin bytes: for a decode kernel the
+// size of every launch, for qkv_norm_rope the most any launch uses (its plans
+// size it per shape), and 0 for kernels that use only static shared memory.
 func KernelSharedBytes(kernel string, optin int) int {
-	shape, ok := tables.shape[kernel]
-	if !ok {
-		return 0
+	if shape, ok := tables.shape[kernel]; ok {
+		return DecodeSharedBytes(shape[0], shape[1], optin)
 	}
-	return DecodeSharedBytes(shape[0], shape[1], optin)
+	for _, row := range tables.qkv {
+		if kernel == row[0] || kernel == row[1] {
+			return QKVSharedBytesMax(optin)
+		}
+	}
+	return 0
 }
 
 // DecodeKernelName returns the decode kernel entry point for q dtype q, cache

@@ -549,9 +549,9 @@ func TestPlanNoAllocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs, "PlanAppend")
-	q := QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: E4M3}
+	q := QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, In: BF16, Cache: E4M3}
 	allocs = testing.AllocsPerRun(100, func() {
-		if _, err := PlanQKV(q); err != nil {
+		if _, err := PlanQKV(q, hopper); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -17,22 +17,56 @@ const (
 	qkvBlockThreads = 128
 )
 
+// QKVStagesMax is the deepest ring the kernel uses (kQKVMaxStages); the
+// planner asks for qkvStages and falls back to 2 where the device's shared
+// memory cannot hold them.
+const (
+	QKVStagesMax = 4
+	qkvStages    = 3
+	// qkvBlocksPerSM is how many blocks per SM the grid aims for: each block
+	// takes a run of token groups, at most qkvMaxRun, so that long launches
+	// pipeline within a block and short ones still spread over the SMs.
+	qkvBlocksPerSM = 8
+	qkvMaxRun      = 16
+)
+
 // QKVShape describes one split QKV + norm + RoPE + cache launch.
 type QKVShape struct {
 	NumTokens             int
 	NumQHeads, NumKVHeads int
 	HeadDim               int   // a power of two from 16 to 256
+	RotDim                int   // HeadDim or HeadDim/2: floats per cos/sin row
 	In                    DType // F16 or BF16
 	Cache                 DType // In, or E4M3
+}
+
+// QKVStageBytes is the shared memory of one ring stage of a qkv_norm_rope
+// block of threads·tokens threads (QKVStage in kernels_src/qkv.cu): 16 bytes
+// for each of a thread's 2·QKVUnitsPerThread pieces, each token's cos and sin
+// rows, and 16 bytes of position and block id per token.
+func QKVStageBytes(threads, tokens, rotDim int) int {
+	return threads*tokens*2*QKVUnitsPerThread*16 + tokens*rotDim*8 + tokens*16
+}
+
+// QKVSharedBytesMax bounds the dynamic shared memory of any qkv_norm_rope
+// plan on a device whose blocks may opt in to optin bytes: qkvStages stages
+// of at most QKVMaxThreads threads' pieces and 4 tokens' (one warp each)
+// 256-float rows, and never more than optin (PlanQKV refuses more).
+func QKVSharedBytesMax(optin int) int {
+	stage := QKVMaxThreads*2*QKVUnitsPerThread*16 + 4*256*8 + 4*16
+	return min(qkvStages*stage, optin)
 }
 
 // PlanQKV plans a split QKV + norm + RoPE + cache launch: Block.X threads per
 // token, the fewest warps whose threads hold at most QKVUnitsPerThread units
 // of the token each (at most QKVMaxThreads; larger tokens take several
-// passes); Block.Y tokens per block, enough for qkvBlockThreads threads; one
-// block per Block.Y tokens. NumTokens == 0 gives Grid.X == 0. Errors wrap
+// passes); Block.Y tokens per block, enough for qkvBlockThreads threads.
+// The ceil(NumTokens/Block.Y) token groups are dealt out in runs of up to
+// qkvMaxRun groups, as short as keeps qkvBlocksPerSM blocks per SM, one run
+// per block; SharedBytes holds qkvStages ring stages (2 where the device
+// cannot hold them). NumTokens == 0 gives Grid.X == 0. Errors wrap
 // ErrInvalidShape. On success it allocates nothing.
-func PlanQKV(a QKVShape) (Plan, error) {
+func PlanQKV(a QKVShape, dev DeviceFacts) (Plan, error) {
 	switch {
 	case a.NumTokens < 0 || a.NumTokens > math.MaxInt32:
 		return Plan{}, errf("dispatch: QKVShape.NumTokens=%d is out of range; allowed: 0..%d", a.NumTokens, math.MaxInt32)
@@ -42,6 +76,10 @@ func PlanQKV(a QKVShape) (Plan, error) {
 		return Plan{}, errf("dispatch: QKVShape.NumKVHeads=%d is out of range; allowed: 1..%d", a.NumKVHeads, 1<<16)
 	case a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim&(a.HeadDim-1) != 0:
 		return Plan{}, errf("dispatch: QKVShape.HeadDim=%d is not supported; supported: a power of two from 16 to 256", a.HeadDim)
+	case a.RotDim != a.HeadDim && a.RotDim != a.HeadDim/2:
+		return Plan{}, errf("dispatch: QKVShape.RotDim=%d is not allowed; allowed: HeadDim=%d or HeadDim/2=%d", a.RotDim, a.HeadDim, a.HeadDim/2)
+	case dev.SMs < 1:
+		return Plan{}, errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: 1 or more", dev.SMs)
 	}
 	kernel, err := QKVKernelName(a.In, a.Cache)
 	if err != nil {
@@ -51,10 +89,22 @@ func PlanQKV(a QKVShape) (Plan, error) {
 	threads := min((units+QKVUnitsPerThread-1)/QKVUnitsPerThread, QKVMaxThreads)
 	threads = (threads + 31) &^ 31
 	perBlock := max(1, qkvBlockThreads/threads)
+	stage := QKVStageBytes(threads, perBlock, a.RotDim)
+	stages := qkvStages
+	if stages*stage > dev.MaxSharedPerBlockOptin {
+		stages = 2
+	}
+	if stages*stage > dev.MaxSharedPerBlockOptin {
+		return Plan{}, errf("dispatch: QKVShape with %d heads of HeadDim=%d needs %d bytes of shared memory per block; %s allows %d",
+			a.NumQHeads+2*a.NumKVHeads, a.HeadDim, stages*stage, dev.Name, dev.MaxSharedPerBlockOptin)
+	}
+	groups := (a.NumTokens + perBlock - 1) / perBlock
+	run := min(max((groups+qkvBlocksPerSM*dev.SMs-1)/(qkvBlocksPerSM*dev.SMs), 1), qkvMaxRun)
 	return Plan{
 		Kernel:          kernel,
-		Grid:            Dim3{uint32((a.NumTokens + perBlock - 1) / perBlock), 1, 1},
+		Grid:            Dim3{uint32((groups + run - 1) / run), 1, 1},
 		Block:           Dim3{uint32(threads), uint32(perBlock), 1},
+		SharedBytes:     uint32(stages * stage),
 		Splits:          1,
 		RequestedSplits: 1,
 	}, nil

@@ -14,56 +14,93 @@ func TestPlanQKV(t *testing.T) {
 		kernel string
 		grid   uint32
 		block  Dim3
+		shared uint32
 	}{
-		// 48 heads · 8 units = 384 units / 4 = 96 threads, one token per block.
-		{QKVShape{NumTokens: 65536, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "qkv_norm_rope_f16", 65536, Dim3{96, 1, 1}},
-		// 24 · 8 = 192 units → 48 threads → 64; 2 tokens per block, 7 → 4 blocks.
-		{QKVShape{NumTokens: 7, NumQHeads: 16, NumKVHeads: 4, HeadDim: 128, In: BF16, Cache: E4M3}, "qkv_norm_rope_bf16_e4m3", 4, Dim3{64, 2, 1}},
+		// 48 heads · 8 units = 384 units / 4 = 96 threads, one token per block;
+		// 65536 tokens over 8·132 blocks: runs of 63 → capped at 16 tokens.
+		// Stage: 96·8·16 pieces + 64·8 row bytes + 16.
+		{QKVShape{NumTokens: 65536, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, In: F16, Cache: F16}, "qkv_norm_rope_f16", 4096, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
+		// 4096 tokens: runs of ⌈4096/1056⌉ = 4 → 1024 blocks; full-width rows.
+		{QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 128, In: F16, Cache: F16}, "qkv_norm_rope_f16", 1024, Dim3{96, 1, 1}, 3 * (12288 + 1024 + 16)},
+		// 24 · 8 = 192 units → 48 threads → 64; 2 tokens per block, 7 → 4 blocks of one group.
+		{QKVShape{NumTokens: 7, NumQHeads: 16, NumKVHeads: 4, HeadDim: 128, RotDim: 64, In: BF16, Cache: E4M3}, "qkv_norm_rope_bf16_e4m3", 4, Dim3{64, 2, 1}, 3 * (16384 + 2*512 + 32)},
 		// 4 · 4 = 16 units → 4 threads → one warp; 4 tokens per block, 10 → 3 blocks.
-		{QKVShape{NumTokens: 10, NumQHeads: 2, NumKVHeads: 1, HeadDim: 64, In: F16, Cache: E4M3}, "qkv_norm_rope_f16_e4m3", 3, Dim3{32, 4, 1}},
+		{QKVShape{NumTokens: 10, NumQHeads: 2, NumKVHeads: 1, HeadDim: 64, RotDim: 64, In: F16, Cache: E4M3}, "qkv_norm_rope_f16_e4m3", 3, Dim3{32, 4, 1}, 3 * (16384 + 4*512 + 64)},
 		// 3 heads of one unit each.
-		{QKVShape{NumTokens: 5, NumQHeads: 1, NumKVHeads: 1, HeadDim: 16, In: BF16, Cache: BF16}, "qkv_norm_rope_bf16", 2, Dim3{32, 4, 1}},
+		{QKVShape{NumTokens: 5, NumQHeads: 1, NumKVHeads: 1, HeadDim: 16, RotDim: 8, In: BF16, Cache: BF16}, "qkv_norm_rope_bf16", 2, Dim3{32, 4, 1}, 3 * (16384 + 4*64 + 64)},
 		// 80 · 16 = 1280 units: 256 threads, two passes.
-		{QKVShape{NumTokens: 3, NumQHeads: 64, NumKVHeads: 8, HeadDim: 256, In: F16, Cache: F16}, "qkv_norm_rope_f16", 3, Dim3{256, 1, 1}},
+		{QKVShape{NumTokens: 3, NumQHeads: 64, NumKVHeads: 8, HeadDim: 256, RotDim: 256, In: F16, Cache: F16}, "qkv_norm_rope_f16", 3, Dim3{256, 1, 1}, 3 * (32768 + 2048 + 16)},
 		// 40 · 8 = 320 units → 80 threads → 96.
-		{QKVShape{NumTokens: 1, NumQHeads: 32, NumKVHeads: 4, HeadDim: 128, In: F16, Cache: F16}, "qkv_norm_rope_f16", 1, Dim3{96, 1, 1}},
-		{QKVShape{NumTokens: 0, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "qkv_norm_rope_f16", 0, Dim3{96, 1, 1}},
+		{QKVShape{NumTokens: 1, NumQHeads: 32, NumKVHeads: 4, HeadDim: 128, RotDim: 64, In: F16, Cache: F16}, "qkv_norm_rope_f16", 1, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
+		{QKVShape{NumTokens: 0, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, In: F16, Cache: F16}, "qkv_norm_rope_f16", 0, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%+v", tt.shape), func(t *testing.T) {
-			p, err := PlanQKV(tt.shape)
+			p, err := PlanQKV(tt.shape, hopper)
 			require.NoError(t, err)
 			assert.Equal(t, tt.kernel, p.Kernel)
 			assert.Equal(t, Dim3{tt.grid, 1, 1}, p.Grid)
 			assert.Equal(t, tt.block, p.Block)
-			assert.Zero(t, p.SharedBytes)
+			assert.Equal(t, tt.shared, p.SharedBytes)
+			assert.Equal(t, int(tt.shared), qkvStages*QKVStageBytes(int(tt.block.X), int(tt.block.Y), tt.shape.RotDim))
+			assert.LessOrEqual(t, int(p.SharedBytes), KernelSharedBytes(p.Kernel, hopper.MaxSharedPerBlockOptin))
 			assert.Equal(t, 1, p.Splits)
 		})
 	}
 }
 
+// TestPlanQKVStages checks the ring depth against a device's shared memory:
+// three stages where they fit, two where only two do, and an error naming
+// the shape where not even two do.
+func TestPlanQKVStages(t *testing.T) {
+	big := QKVShape{NumTokens: 100, NumQHeads: 64, NumKVHeads: 8, HeadDim: 256, RotDim: 256, In: F16, Cache: F16}
+	stage := QKVStageBytes(256, 1, 256)
+	for _, tt := range []struct {
+		optin, stages int
+	}{{227 << 10, 3}, {3 * stage, 3}, {3*stage - 1, 2}, {99 << 10, 2}, {2 * stage, 2}} {
+		dev := DeviceFacts{Name: "test", SMs: 10, MaxSharedPerBlockOptin: tt.optin}
+		p, err := PlanQKV(big, dev)
+		require.NoError(t, err, "optin %d", tt.optin)
+		assert.Equal(t, tt.stages*stage, int(p.SharedBytes), "optin %d", tt.optin)
+		assert.LessOrEqual(t, int(p.SharedBytes), KernelSharedBytes(p.Kernel, tt.optin), "optin %d", tt.optin)
+	}
+	_, err := PlanQKV(big, DeviceFacts{Name: "tiny", SMs: 10, MaxSharedPerBlockOptin: 2*stage - 1})
+	assert.EqualError(t, err, fmt.Sprintf("dispatch: QKVShape with 80 heads of HeadDim=256 needs %d bytes of shared memory per block; tiny allows %d", 2*stage, 2*stage-1))
+	assert.ErrorIs(t, err, ErrInvalidShape)
+}
+
 // TestPlanQKVGeometry checks what the kernel relies on and what the plan
 // promises, over a sweep of shapes: whole warps per token, at most
-// QKVMaxThreads per block, every token covered, and at most
-// QKVUnitsPerThread units per thread unless the token already has the most
-// threads.
+// QKVMaxThreads per block, every token group in some block's run (the
+// kernel deals them out in runs of ceil(groups/Grid.X)), no block without
+// tokens, runs of at most qkvMaxRun groups, and at most QKVUnitsPerThread
+// units per thread unless the token already has the most threads.
 func TestPlanQKVGeometry(t *testing.T) {
-	for _, hd := range []int{16, 32, 64, 128, 256} {
-		for _, kv := range []int{1, 2, 3, 8, 16} {
-			for _, group := range []int{1, 2, 4, 7, 8} {
-				for _, tokens := range []int{0, 1, 3, 4, 5, 1000} {
-					s := QKVShape{NumTokens: tokens, NumQHeads: kv * group, NumKVHeads: kv, HeadDim: hd, In: F16, Cache: F16}
-					p, err := PlanQKV(s)
-					require.NoError(t, err)
-					units := int(s.NumQHeads+2*s.NumKVHeads) * hd / 16
-					x, y := int(p.Block.X), int(p.Block.Y)
-					assert.Zero(t, x%32, "%+v: %d threads per token", s, x)
-					assert.LessOrEqual(t, x*y, QKVMaxThreads, "%+v", s)
-					assert.GreaterOrEqual(t, int(p.Grid.X)*y, tokens, "%+v", s)
-					assert.Less(t, (int(p.Grid.X)-1)*y, max(tokens, 1), "%+v: an empty block", s)
-					if x < QKVMaxThreads {
-						assert.GreaterOrEqual(t, x*QKVUnitsPerThread, units, "%+v", s)
-						assert.Less(t, (x-32)*QKVUnitsPerThread, units, "%+v: a warp too many", s)
+	for _, dev := range []DeviceFacts{hopper, ampere, {Name: "one SM", SMs: 1, MaxSharedPerBlockOptin: 99 << 10}} {
+		for _, hd := range []int{16, 32, 64, 128, 256} {
+			for _, kv := range []int{1, 2, 3, 8, 16} {
+				for _, group := range []int{1, 2, 4, 7, 8} {
+					for _, tokens := range []int{0, 1, 3, 4, 5, 1000, 100000} {
+						s := QKVShape{NumTokens: tokens, NumQHeads: kv * group, NumKVHeads: kv, HeadDim: hd, RotDim: hd / 2, In: F16, Cache: F16}
+						p, err := PlanQKV(s, dev)
+						require.NoError(t, err)
+						units := int(s.NumQHeads+2*s.NumKVHeads) * hd / 16
+						x, y := int(p.Block.X), int(p.Block.Y)
+						assert.Zero(t, x%32, "%+v: %d threads per token", s, x)
+						assert.LessOrEqual(t, x*y, QKVMaxThreads, "%+v", s)
+						groups := (tokens + y - 1) / y
+						blocks := int(p.Grid.X)
+						if groups == 0 {
+							assert.Zero(t, blocks, "%+v", s)
+							continue
+						}
+						run := (groups + blocks - 1) / blocks
+						assert.LessOrEqual(t, run, qkvMaxRun, "%+v", s)
+						assert.Less(t, (blocks-1)*run, groups, "%+v: an empty block", s)
+						if x < QKVMaxThreads {
+							assert.GreaterOrEqual(t, x*QKVUnitsPerThread, units, "%+v", s)
+							assert.Less(t, (x-32)*QKVUnitsPerThread, units, "%+v: a warp too many", s)
+						}
 					}
 				}
 			}
@@ -72,7 +109,7 @@ func TestPlanQKVGeometry(t *testing.T) {
 }
 
 func TestPlanQKVErrors(t *testing.T) {
-	ok := QKVShape{NumTokens: 16, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}
+	ok := QKVShape{NumTokens: 16, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 128, In: F16, Cache: F16}
 	tests := []struct {
 		name  string
 		edit  func(a *QKVShape)
@@ -86,14 +123,17 @@ func TestPlanQKVErrors(t *testing.T) {
 		{"head dim 512", func(a *QKVShape) { a.HeadDim = 512 }, "dispatch: QKVShape.HeadDim=512 is not supported; supported: a power of two from 16 to 256"},
 		{"input fp8", func(a *QKVShape) { a.In = E4M3; a.Cache = E4M3 }, "dispatch: QKVShape.In=e4m3 is not supported; supported: f16, bf16"},
 		{"cache mismatch", func(a *QKVShape) { a.Cache = BF16 }, "dispatch: QKVShape.Cache=bf16 is not supported with In=f16; supported: f16, e4m3"},
+		{"rot dim 32", func(a *QKVShape) { a.RotDim = 32 }, "dispatch: QKVShape.RotDim=32 is not allowed; allowed: HeadDim=128 or HeadDim/2=64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := ok
 			tt.edit(&a)
-			_, err := PlanQKV(a)
+			_, err := PlanQKV(a, hopper)
 			assert.EqualError(t, err, tt.error)
 			assert.ErrorIs(t, err, ErrInvalidShape)
 		})
 	}
+	_, err := PlanQKV(ok, DeviceFacts{Name: "none"})
+	assert.EqualError(t, err, "dispatch: DeviceFacts.SMs=0 is out of range; allowed: 1 or more")
 }

@@ -50,6 +50,28 @@ struct Vec8<e4m3> {
   using type = uint2;
 };
 
+// smem_addr is p's address in the shared window, as cp.async and ldmatrix
+// take it.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// cp_async16 copies 16 bytes global → shared, or writes 16 zero bytes when
+// bytes is 0 (src is then not read); cp_async4 copies 4 bytes (through L1).
+// A thread sees the data after its cp_async_wait; other threads after a
+// barrier that follows it.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 template <typename T>
 __device__ __forceinline__ typename Vec8<T>::type load8(const T* p) {
   return *reinterpret_cast<const typename Vec8<T>::type*>(p);

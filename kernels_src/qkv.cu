@@ -24,32 +24,62 @@
 //                token's cache rows are not written (q_out still is).
 // head_dim is a power of two from 16 to 256.
 //
-// Grid: ceil(num_tokens / blockDim.y) blocks; blockDim.y tokens per block,
-// blockDim.x threads per token, a multiple of 32 (so that a warp serves one
-// token), blockDim.x·blockDim.y ≤ 256. No shared memory.
+// Block: blockDim.x threads per token, a multiple of 32 (so that a warp
+// serves one token), blockDim.y tokens, blockDim.x·blockDim.y ≤ 256. Grid:
+// the ceil(num_tokens / blockDim.y) token groups are dealt out in equal
+// contiguous runs, one run per block (dispatch.PlanQKV sizes the grid).
+// Dynamic shared memory: 2 to 4 stages of QKVStage bytes (the stage count is
+// what %dynamic_smem_size holds, at most 4).
+//
 // Work is cut in units: unit c of a head holds its elements 8c..8c+7 and
 // head_dim/2 + 8c..+7 (two 16-byte pieces), which contain every rotated pair
 // of both RoPE styles, so no lane needs another lane's elements; a head is
 // head_dim/16 units on as many adjacent lanes, which reduce the norm with
 // shuffles. Thread x of a token takes units x, x + blockDim.x, … (q heads,
-// then k, then v), kQKVUnits per pass: they all sit at the same c, so its
-// cos/sin values are loaded once per token (as float4 when both tables are
-// 16-byte aligned) and its norm weights always come from the same two pieces.
-// Its QKV loads go out before the sequence, position and block-table
-// lookups, which they do not depend on, so the lookup chain overlaps the
-// DRAM reads.
+// then k, then v), kQKVUnits per pass: they all sit at the same c, so they
+// use the same cos/sin values and norm weights. A step is one pass of one
+// token group. The block streams its steps through a ring of shared-memory
+// stages with cp.async: while it computes step i, the QKV pieces, cos/sin
+// rows and block-table entries of steps i+1 … i+stages−1 are in flight, so
+// DRAM stays busy through the compute and the per-token lookups. Each thread
+// copies exactly the QKV pieces it later reads; the cos/sin rows and the
+// block id are copied once per token and shared, behind one barrier per step.
 #include "cache.cuh"
 
 namespace pkv {
 
 // kQKVUnits is how many units a thread holds per pass (dispatch.QKVUnitsPerThread).
 constexpr int kQKVUnits = 4;
+constexpr int kQKVMaxStages = 4;
+
+// QKVTokenMeta is what a stage records of one token at issue: its position,
+// its sequence, and the block id of its page (copied by cp.async; -1 when the
+// block table has no such page).
+struct QKVTokenMeta {
+  int64_t pos;
+  int seq;
+  int blk;
+};
+
+// QKVStage lays out one ring stage of a block of `threads` threads and
+// `tokens` tokens: the QKV pieces, piece-major ([2·kQKVUnits][threads] of 16
+// bytes, so the threads of a warp read consecutive chunks), the cos then sin
+// row of each token ([tokens][2][rot] f32), and the tokens' QKVTokenMeta.
+// dispatch.QKVStageBytes mirrors bytes().
+struct QKVStage {
+  int threads, tokens, rot;
+  __device__ __forceinline__ int data_bytes() const { return threads * 2 * kQKVUnits * 16; }
+  __device__ __forceinline__ int angle_bytes() const { return tokens * rot * 8; }
+  __device__ __forceinline__ int bytes() const {
+    return data_bytes() + angle_bytes() + tokens * (int)sizeof(QKVTokenMeta);
+  }
+};
 
 // find_sequence returns the last s in [0, num_seqs) with cu_seqlens[s] ≤ t
 // (0 when there is none), searched by the whole warp 32 points at a time, so
 // that a batch of up to 33 sequences costs one dependent load. Every lane of
 // the warp calls it with the same t.
-__device__ __forceinline__ int find_sequence(const int* __restrict__ cu_seqlens, int num_seqs, int t) {
+__device__ __forceinline__ int find_sequence(const int* __restrict__ cu_seqlens, int num_seqs, int64_t t) {
   const int lane = threadIdx.x & 31;  // blockDim.x is a multiple of 32
   int lo = 0, hi = num_seqs - 1;      // the answer is in [lo, hi]
   while (lo < hi) {
@@ -66,43 +96,21 @@ __device__ __forceinline__ int find_sequence(const int* __restrict__ cu_seqlens,
   return lo;
 }
 
-// load_units loads the two pieces of each of this thread's units of the pass
-// at base (zeros past the last unit).
-template <typename In>
-__device__ __forceinline__ void load_units(const In* __restrict__ src_tok, int base, int units,
-                                           int upr_log2, int head_dim, int d, uint4 ra[kQKVUnits],
-                                           uint4 rb[kQKVUnits]) {
-#pragma unroll
-  for (int j = 0; j < kQKVUnits; ++j) {
-    const int u = base + (int)threadIdx.x + j * (int)blockDim.x;
-    ra[j] = rb[j] = make_uint4(0u, 0u, 0u, 0u);
-    if (u < units) {
-      const In* p = src_tok + (int64_t)(u >> upr_log2) * head_dim + d;
-      ra[j] = load8(p);
-      rb[j] = load8(p + (head_dim >> 1));
-    }
-  }
-}
-
-// load_angles reads the cos or sin values of one piece's 8 elements at p: 8
-// consecutive floats, or with pairs 4, each serving an element pair (GPT-J
-// with one value per pair). vec: p is 16-byte aligned.
-__device__ __forceinline__ void load_angles(const float* __restrict__ p, bool pairs, bool vec, float f[8]) {
+// load_angles reads the cos or sin values of one piece's 8 elements from a
+// staged row at p (16-byte aligned): 8 consecutive floats, or with pairs 4,
+// each serving an element pair (GPT-J with one value per pair).
+__device__ __forceinline__ void load_angles(const float* p, bool pairs, float f[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
   if (pairs) {
-    const float4 a = vec ? *reinterpret_cast<const float4*>(p) : make_float4(p[0], p[1], p[2], p[3]);
     f[0] = f[1] = a.x;
     f[2] = f[3] = a.y;
     f[4] = f[5] = a.z;
     f[6] = f[7] = a.w;
-  } else if (vec) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0];
-    const float4 b = reinterpret_cast<const float4*>(p)[1];
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
-    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[e] = p[e];
+    return;
   }
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+  f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
 template <typename In, bool FP8>
@@ -116,70 +124,151 @@ __device__ __forceinline__ void qkv_norm_rope(
     int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
     int norm, float eps, float k_scale, float v_scale, int neox) {
   constexpr int U = kQKVUnits;
-  const int64_t t = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-  if (t >= num_tokens) return;  // the token's whole warps: no shuffle is left waiting
+  extern __shared__ __align__(16) unsigned char smem[];
+  const QKVStage geo{(int)(blockDim.x * blockDim.y), (int)blockDim.y, rot};
+  int stages;
+  {
+    uint32_t have;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+    stages = min((int)have / geo.bytes(), kQKVMaxStages);
+    if (stages < 2) __trap();  // the launch must pass room for two stages
+  }
+  const int x = threadIdx.x;
+  const int tid = threadIdx.y * blockDim.x + x;
   const int upr = head_dim >> 4;  // units (and lanes) per head
   const int upr_log2 = __ffs(upr) - 1;
   const int half = head_dim >> 1;
-  const int d = ((int)threadIdx.x & (upr - 1)) << 3;  // the same for every unit of this thread
-  const int normed = num_q_heads + num_kv_heads;     // heads [0, normed) are normed and rotated
+  const int d = (x & (upr - 1)) << 3;             // the same for every unit of this thread
+  const int normed = num_q_heads + num_kv_heads;  // heads [0, normed) are normed and rotated
   const int units = (normed + num_kv_heads) << upr_log2;
-  const int stride = U * (int)blockDim.x;  // units per pass
-  const float inv_dim = 1.0f / head_dim;   // exact: head_dim is a power of two
-  const In* src_tok = qkv + t * qkv_token_stride;
+  const int per_pass = U * (int)blockDim.x;
+  const int passes = (units + per_pass - 1) / per_pass;
+  const float inv_dim = 1.0f / head_dim;  // exact: head_dim is a power of two
+  const bool vec = ((reinterpret_cast<uintptr_t>(cos_t) | reinterpret_cast<uintptr_t>(sin_t)) & 15) == 0;
+  const int bs_mask = (1 << block_size_log2) - 1;
 
-  // The first pass's loads go out before anything that waits.
-  uint4 ra[U], rb[U];
-  load_units(src_tok, 0, units, upr_log2, head_dim, d, ra, rb);
+  // This block's run of token groups, and its steps (the same count for
+  // every thread: they all meet at each step's barrier).
+  const int64_t groups = ((int64_t)num_tokens + blockDim.y - 1) / blockDim.y;
+  const int64_t run = (groups + gridDim.x - 1) / gridDim.x;
+  const int64_t g0 = (int64_t)blockIdx.x * run;
+  const int steps = g0 < groups ? (int)(min(groups, g0 + run) - g0) * passes : 0;
+  auto token_of = [&](int k) -> int64_t { return (g0 + k / passes) * blockDim.y + threadIdx.y; };
 
-  // The sequence and position of this token.
-  int s = 0;
-  int64_t start = 0;
-  if (cu_seqlens != nullptr) {
-    s = find_sequence(cu_seqlens, num_seqs, (int)t);
-    start = cu_seqlens[s];
-  }
-  const int64_t pos = pos_offsets[s] + (t - start);
-  if (pos < 0 || pos >= max_pos) {
-    if (threadIdx.x == 0) record_fault(fault, kFaultPositionBeyondTable, t, pos, max_pos);
-    return;
-  }
-  // This thread's cos/sin values: piece a (elements d..) and piece b (half + d..).
-  float ca[8], sa[8], cb[8], sb[8];
-  {
-    const bool full = rot == head_dim;
-    const bool pairs = !neox && !full;  // GPT-J, one value per pair
-    const int oa = full || neox ? d : d >> 1;
-    const int ob = full ? d + half : neox ? d : (d + half) >> 1;
-    const bool vec = ((reinterpret_cast<uintptr_t>(cos_t) | reinterpret_cast<uintptr_t>(sin_t)) & 15) == 0;
-    const float* crow = cos_t + pos * rot;
-    const float* srow = sin_t + pos * rot;
-    load_angles(crow + oa, pairs, vec, ca);
-    load_angles(srow + oa, pairs, vec, sa);
-    load_angles(crow + ob, pairs, vec, cb);
-    load_angles(srow + ob, pairs, vec, sb);
-  }
-  // The cache slot, or -1 when the table cannot place this position.
-  int64_t slot = -1;
-  {
-    const int64_t page = pos >> block_size_log2;
-    if (page >= max_blocks_per_seq) {
-      if (threadIdx.x == 0) record_fault(fault, kFaultKVLenBeyondTable, s, pos + 1, (int64_t)max_blocks_per_seq << block_size_log2);
-    } else {
-      const int blk = block_tables[(int64_t)s * max_blocks_per_seq + page];
-      if (blk < 0 || blk >= num_blocks) {
-        if (threadIdx.x == 0) record_fault(fault, kFaultBlockBeyondPool, s, page, blk);
-      } else {
-        slot = ((int64_t)blk << block_size_log2) | (pos & ((1 << block_size_log2) - 1));
+  // The sequence of the token last issued by this warp, cached: a block's
+  // tokens are consecutive, so most steps need no search.
+  int seq = 0;
+  int64_t seq_start = 0, seq_end = -1, seq_pos = 0;
+
+  // issue starts the copies of step k into stage st.
+  auto issue = [&](int k, int st) {
+    const int64_t t = token_of(k);
+    if (t >= num_tokens) return;  // the token's whole warps
+    unsigned char* stage = smem + st * geo.bytes();
+    const In* src_tok = qkv + t * qkv_token_stride;
+    const int base = (k % passes) * per_pass;
+    const uint32_t dst = smem_addr(stage) + tid * 16;
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int u = base + x + j * (int)blockDim.x;
+      if (u < units) {
+        const In* p = src_tok + (int64_t)(u >> upr_log2) * head_dim + d;
+        cp_async16(dst + (2 * j) * geo.threads * 16, p, 16);
+        cp_async16(dst + (2 * j + 1) * geo.threads * 16, p + half, 16);
       }
     }
-  }
+    if (t >= seq_end) {
+      if (cu_seqlens != nullptr) {
+        seq = find_sequence(cu_seqlens, num_seqs, t);
+        seq_start = cu_seqlens[seq];
+        seq_end = cu_seqlens[seq + 1];
+      } else {
+        seq_end = num_tokens;
+      }
+      seq_pos = pos_offsets[seq];
+    }
+    const int64_t pos = seq_pos + (t - seq_start);
+    QKVTokenMeta* meta = reinterpret_cast<QKVTokenMeta*>(stage + geo.data_bytes() + geo.angle_bytes()) + threadIdx.y;
+    if (x == 0) {
+      meta->pos = pos;
+      meta->seq = seq;
+    }
+    if (pos < 0 || pos >= max_pos) return;
+    // The cos and sin rows, rot floats each, in 16- or 4-byte pieces.
+    float* rows = reinterpret_cast<float*>(stage + geo.data_bytes()) + threadIdx.y * 2 * rot;
+    const int64_t at = pos * rot;
+    if (vec) {
+      for (int i = x; i < rot / 2; i += blockDim.x) {
+        const int f = (i % (rot / 4)) * 4;
+        const bool is_sin = i >= rot / 4;
+        cp_async16(smem_addr(rows + (is_sin ? rot : 0) + f), (is_sin ? sin_t : cos_t) + at + f, 16);
+      }
+    } else {
+      for (int i = x; i < 2 * rot; i += blockDim.x) {
+        const int f = i % rot;
+        cp_async4(smem_addr(rows + i), (i >= rot ? sin_t : cos_t) + at + f);
+      }
+    }
+    if (x == 0) {
+      const int64_t page = pos >> block_size_log2;
+      if (page < max_blocks_per_seq) {
+        cp_async4(smem_addr(&meta->blk), block_tables + (int64_t)seq * max_blocks_per_seq + page);
+      } else {
+        meta->blk = -1;
+      }
+    }
+  };
 
-  // The pass loop's trip count is the same for every thread of the token, and
-  // the shuffles sit outside any per-unit branch: every lane takes part.
-  for (int base = 0;;) {
+  // process computes step k from stage st.
+  auto process = [&](int k, int st) {
+    const int64_t t = token_of(k);
+    if (t >= num_tokens) return;  // the token's whole warps: no shuffle is left waiting
+    const unsigned char* stage = smem + st * geo.bytes();
+    const bool first = k % passes == 0;  // faults are recorded once per token
+    const QKVTokenMeta meta =
+        reinterpret_cast<const QKVTokenMeta*>(stage + geo.data_bytes() + geo.angle_bytes())[threadIdx.y];
+    if (meta.pos < 0 || meta.pos >= max_pos) {
+      if (x == 0 && first) record_fault(fault, kFaultPositionBeyondTable, t, meta.pos, max_pos);
+      return;
+    }
+    // The cache slot, or -1 when the table cannot place this position.
+    int64_t slot = -1;
+    if (meta.blk == -1 && (meta.pos >> block_size_log2) >= max_blocks_per_seq) {
+      if (x == 0 && first)
+        record_fault(fault, kFaultKVLenBeyondTable, meta.seq, meta.pos + 1, (int64_t)max_blocks_per_seq << block_size_log2);
+    } else if (meta.blk < 0 || meta.blk >= num_blocks) {
+      if (x == 0 && first) record_fault(fault, kFaultBlockBeyondPool, meta.seq, meta.pos >> block_size_log2, meta.blk);
+    } else {
+      slot = ((int64_t)meta.blk << block_size_log2) | (meta.pos & bs_mask);
+    }
+    // This thread's cos/sin values: piece a (elements d..) and piece b (half + d..).
+    float ca[8], sa[8], cb[8], sb[8];
+    {
+      const float* crow = reinterpret_cast<const float*>(stage + geo.data_bytes()) + threadIdx.y * 2 * rot;
+      const float* srow = crow + rot;
+      const bool full = rot == head_dim;
+      const bool pairs = !neox && !full;  // GPT-J, one value per pair
+      const int oa = full || neox ? d : d >> 1;
+      const int ob = full ? d + half : neox ? d : (d + half) >> 1;
+      load_angles(crow + oa, pairs, ca);
+      load_angles(srow + oa, pairs, sa);
+      load_angles(crow + ob, pairs, cb);
+      load_angles(srow + ob, pairs, sb);
+    }
+    const In* src_tok = qkv + t * qkv_token_stride;  // only its type is used
+    const int base = (k % passes) * per_pass;
+    uint4 ra[U], rb[U];
+    {
+      const uint4* src = reinterpret_cast<const uint4*>(stage) + tid;
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+        ra[j] = src[(2 * j) * geo.threads];
+        rb[j] = src[(2 * j + 1) * geo.threads];
+      }
+    }
     // inv[j]: 1/√(mean(x²) + eps) of unit j's head, reduced over its lanes;
-    // the reductions of the U units interleave.
+    // the reductions of the U units interleave. Units past the last are
+    // stale data that no store uses.
     float inv[U];
     if (norm) {
 #pragma unroll
@@ -203,7 +292,7 @@ __device__ __forceinline__ void qkv_norm_rope(
     }
 #pragma unroll
     for (int j = 0; j < U; ++j) {
-      const int u = base + (int)threadIdx.x + j * (int)blockDim.x;
+      const int u = base + x + j * (int)blockDim.x;
       if (u >= units) continue;
       const int hh = u >> upr_log2;
       if (hh >= normed) {  // V: copied (or quantized) as given
@@ -259,9 +348,28 @@ __device__ __forceinline__ void qkv_norm_rope(
         store_cache8<In, FP8>(key_cache, at + half, pb, k_scale);
       }
     }
-    base += stride;
-    if (base >= units) break;
-    load_units(src_tok, base, units, upr_log2, head_dim, d, ra, rb);
+  };
+
+  // Step k is issued stages − 1 steps ahead into stage k % stages; the
+  // barrier of step k both publishes its shared rows and frees stage
+  // (k − 1) % stages, which step k + stages − 1 then refills.
+  for (int k = 0; k < stages - 1; ++k) {
+    if (k < steps) issue(k, k);
+    cp_async_commit();
+  }
+  for (int k = 0; k < steps; ++k) {
+    if (stages == 2) {
+      cp_async_wait<0>();
+    } else if (stages == 3) {
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<2>();
+    }
+    __syncthreads();
+    const int n = k + stages - 1;
+    if (n < steps) issue(n, n % stages);
+    cp_async_commit();
+    process(k, k % stages);
   }
 }
 

@@ -37,6 +37,13 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 		// Cos/sin not 16-byte aligned: the scalar path.
 		{Seqs: 3, MaxLen: 25, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, TableOffset: 4},
 		{Seqs: 1, MaxLen: 25, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, In: pagedkv.BF16, Cache: pagedkv.BF16, HalfRot: true, TableOffset: 8},
+		// Enough tokens that each block takes a run of several token groups
+		// through its ring (more than 8 blocks per SM's worth): sequence
+		// boundaries inside runs, two passes per token, the scalar cos/sin
+		// path.
+		{Seqs: 3, MaxLen: 6000, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true, Varlen: true},
+		{Seqs: 2, MaxLen: 1500, QHeads: 128, KVHeads: 16, HeadDim: 128, BlockSize: 8, In: pagedkv.BF16, Cache: pagedkv.E4M3, Norm: true, Varlen: true},
+		{Seqs: 1, MaxLen: 9000, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 32, In: pagedkv.BF16, Cache: pagedkv.BF16, Norm: true, TableOffset: 4},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomQKVShape(g))
@@ -58,6 +65,9 @@ func TestQKVNormRopeFaults(t *testing.T) {
 		{Seqs: 1, MaxLen: 20, QHeads: 2, KVHeads: 1, HeadDim: 64, BlockSize: 4, In: pagedkv.BF16, Cache: pagedkv.BF16, Norm: true, Fault: check.QKVPositionFault},
 		{Seqs: 3, MaxLen: 20, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 4, In: pagedkv.F16, Cache: pagedkv.E4M3, Norm: true, NeoX: true, Varlen: true, Fault: check.QKVBlockFault},
 		{Seqs: 40, MaxLen: 4, QHeads: 4, KVHeads: 4, HeadDim: 32, BlockSize: 2, In: pagedkv.BF16, Cache: pagedkv.BF16, HalfRot: true, Varlen: true, Fault: check.QKVBlockFault},
+		// Long runs per block, with the bad sequence inside them.
+		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, Fault: check.QKVPositionFault},
+		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, In: pagedkv.BF16, Cache: pagedkv.BF16, HalfRot: true, Varlen: true, Fault: check.QKVBlockFault},
 	}
 	for _, checking := range []bool{false, true} {
 		t.Run(fmt.Sprintf("check=%v", checking), func(t *testing.T) {

@@ -395,8 +395,9 @@ func (b *bencher) row(shape string, bytes float64, fn func() error) error {
 
 // benchQKV measures split QKV + RMSNorm + RoPE + cache write (32 q / 8 KV
 // heads, head dim 128, NeoX, half-width tables, flash f16 cache, one
-// sequence): bytes are the QKV rows read plus q_out and both cache rows
-// written.
+// sequence): bytes are the QKV rows and the tokens' cos and sin rows read
+// (one sequence, so every token has its own position and rows: 2·64 floats,
+// 2% of the total) plus q_out and both cache rows written.
 func (b *bencher) benchQKV() error {
 	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
 	for _, tokens := range []int{1, 64, 4096, 65536} {
@@ -432,7 +433,7 @@ func (b *bencher) benchQKV() error {
 		err := set.Err
 		if err == nil {
 			err = b.row(fmt.Sprintf("qkv+norm+rope T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
-				float64(tokens*headDim*2*(qHeads+2*kvHeads+qHeads+2*kvHeads)), func() error { return b.r.QKVNormRope(b.s, &args) })
+				float64(tokens*headDim*2*(qHeads+2*kvHeads+qHeads+2*kvHeads)+tokens*2*args.RotDim*4), func() error { return b.r.QKVNormRope(b.s, &args) })
 		}
 		if ferr := a.Free(); err == nil {
 			err = ferr
