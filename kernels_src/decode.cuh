@@ -50,6 +50,18 @@
 #pragma once
 #include "common.cuh"
 
+// PKV_TRACE(point) marks a moment of a block's life for the timeline harness
+// scripts/trace/decode_timeline.cu, which defines PKV_DECODE_TRACE and the
+// macro's body. Everywhere else it is empty, so the kernels compile exactly
+// as without it. Points: 0 entry, 1 warp 0's first tile has landed, 2 warp 0
+// is past the main loop, 3 before the split-K counter, 4 exit, 5 exit of the
+// block that merged the splits (kept apart from 4 so the merge can be timed).
+#ifndef PKV_DECODE_TRACE
+#define PKV_TRACE(point) ((void)0)
+#elif !defined(PKV_TRACE)
+#error "PKV_DECODE_TRACE needs PKV_TRACE(point) defined before decode.cuh is included"
+#endif
+
 namespace pkv {
 
 constexpr int kDecodeThreads = 128;
@@ -157,6 +169,7 @@ __device__ __forceinline__ void paged_decode(
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
     int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale) {
+  PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
   constexpr int QCH = D / 8;         // 16-byte chunks per q row
@@ -327,6 +340,7 @@ __device__ __forceinline__ void paged_decode(
     } else {
       cp_async_wait<3>();
     }
+    if (i == 0) PKV_TRACE(1);
     __syncwarp();
     const unsigned char* kt = ring + ((i % stages) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kbase = smem_addr(kt);
@@ -431,6 +445,7 @@ __device__ __forceinline__ void paged_decode(
     __syncwarp();  // this stage is refilled next iteration
   }
   cp_async_wait<0>();
+  PKV_TRACE(2);
 
   // Merge the four warps: each writes its rows < G to shared memory (the
   // ring is free once every warp is past its loop).
@@ -491,20 +506,27 @@ __device__ __forceinline__ void paged_decode(
       }
     }
   }
-  if (splits == 1) return;
+  if (splits == 1) {
+    PKV_TRACE(4);
+    return;
+  }
 
   // Split-K phase 2, fused: the last block of this (sequence, KV head) to
   // finish merges every split by log-sum-exp and resets the counter, so the
   // counters are zero again for the next launch (and graph replay).
   __threadfence();
   __syncthreads();
+  PKV_TRACE(3);
   if (threadIdx.x == 0) {
     unsigned int* counter = counters + (int64_t)seq * num_kv_heads + kvh;
     last_s = atomicAdd(counter, 1u) == (unsigned int)(splits - 1);
     if (last_s) *counter = 0u;
   }
   __syncthreads();
-  if (!last_s) return;
+  if (!last_s) {
+    PKV_TRACE(4);
+    return;
+  }
   __threadfence();
   // Weights of each split for each head: w = sum_z · 2^(max_z − M) / L.
   float* w_s = reinterpret_cast<float*>(ring);  // [kTileRows][kMaxSplits], o_s is done
@@ -541,6 +563,7 @@ __device__ __forceinline__ void paged_decode(
     out[row * D + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
     if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (m_s[0][g] + log2f(sum)) * kLn2 : -INFINITY;
   }
+  PKV_TRACE(5);
 }
 
 }  // namespace pkv
