@@ -260,7 +260,7 @@ func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) e
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	if err := checkDecodePlan(a, &plan, r.info.MaxSharedPerBlockOptin); err != nil {
+	if err := checkDecodePlan(a, &plan, r.facts.Load()); err != nil {
 		return err
 	}
 	fn, _, err := r.function(plan.Kernel)
@@ -295,8 +295,13 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Scale: scale, KScale: kScale, VScale: vScale,
 	}
-	if plan.Splits == 1 {
-		err := r.do(func() error { return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p) })
+	if plan.Splits == 1 || plan.Cluster > 0 {
+		err := r.do(func() error {
+			if plan.Cluster > 0 {
+				return driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster}, plan.SharedBytes, s.s, &p)
+			}
+			return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+		})
 		if err != nil {
 			return err
 		}
@@ -327,7 +332,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 
 // checkDecodePlan checks that plan is a valid plan for a's shape: the right
 // kernels, geometry and scratch layout for its split count.
-func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, optin int) error {
+func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFacts) error {
 	kernel, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, a.NumQHeads/a.NumKVHeads)
 	if err != nil {
 		return err
@@ -336,16 +341,23 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, optin int) error {
 	want := dispatch.Plan{
 		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32(a.NumSeqs), Z: uint32(plan.Splits)},
 		Block:       dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1},
-		SharedBytes: uint32(dispatch.KernelSharedBytes(kernel, optin)),
+		SharedBytes: uint32(dispatch.KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)),
 	}
-	if plan.Splits > 1 {
+	if plan.Cluster > 0 {
+		if !dev.Clusters {
+			return errf("DecodeWithPlan: the plan runs its splits as thread-block clusters, which %s lacks (compute capability 9.0 and newer have them)", dev.Name)
+		}
+		want.Kernel += "_cluster"
+		want.Cluster = uint32(plan.Splits)
+	} else if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
 		want.ScratchFloats = rows * int64(a.HeadDim+2)
 		want.MaxOffset = rows * int64(a.HeadDim)
 		want.SumOffset = want.MaxOffset + rows
 	}
 	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
-		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
+		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster ||
+		plan.Cluster > dispatch.MaxClusterSplits || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset {
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)

@@ -135,6 +135,7 @@ func Open(opts Options) (*Runtime, error) {
 		Name:                   info.Name,
 		SMs:                    info.SMs,
 		MaxSharedPerBlockOptin: info.MaxSharedPerBlockOptin,
+		Clusters:               info.ComputeMajor >= 9,
 		Occupancy:              map[string]int{},
 	})
 	r.scratch = scratch.New(scratchAllocator{r: r}, cfg.ScratchLimitBytes)
@@ -189,6 +190,7 @@ func knobsFrom(c config.Config) dispatch.Knobs {
 		k.SplitK = dispatch.SplitAuto
 	}
 	k.ScratchLimitBytes = c.ScratchLimitBytes
+	k.Clusters = c.DecodeClusters
 	return k
 }
 

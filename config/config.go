@@ -21,6 +21,7 @@ type Config struct {
 	SplitKAttn        SplitMode // PAGEDKV_SPLIT_K_ATTN
 	ScratchLimitBytes int64     // PAGEDKV_SCRATCH_LIMIT_BYTES, 0 = no limit
 	CheckBounds       bool      // PAGEDKV_CHECK_BOUNDS
+	DecodeClusters    bool      // PAGEDKV_DECODE_CLUSTERS
 
 	// Sources maps every file key (kv_capacity, …) to where its value came from.
 	Sources map[string]Source
@@ -36,6 +37,7 @@ type Options struct {
 	SplitKAttn        *SplitMode
 	ScratchLimitBytes *int64
 	CheckBounds       *bool
+	DecodeClusters    *bool
 
 	// ConfigFile, when not nil, replaces PAGEDKV_CONFIG; a pointer to "" means
 	// no config file even if PAGEDKV_CONFIG is set.

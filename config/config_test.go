@@ -53,6 +53,7 @@ func TestDefaults(t *testing.T) {
 		SplitKAttn:        SplitAuto,
 		ScratchLimitBytes: 1 << 30,
 		CheckBounds:       false,
+		DecodeClusters:    true,
 	}
 	want.Sources = c.Sources
 	assert.Equal(t, want, c)
@@ -181,10 +182,10 @@ func TestOptionErrors(t *testing.T) {
 
 func TestFile(t *testing.T) {
 	tests := []struct{ name, body string }{
-		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\n"},
-		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\n"},
-		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\n"},
-		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\n"},
+		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\n"},
+		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\n"},
+		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\n"},
+		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,6 +200,7 @@ func TestFile(t *testing.T) {
 			assert.Equal(t, SplitOn, c.SplitKAttn)
 			assert.Equal(t, int64(0), c.ScratchLimitBytes)
 			assert.True(t, c.CheckBounds)
+			assert.False(t, c.DecodeClusters)
 			for _, k := range Keys() {
 				assert.Equal(t, FileSource(path), c.Source(k.File), k.File)
 				assert.True(t, c.Source(k.File).IsFile())
@@ -219,8 +221,8 @@ func TestFileErrors(t *testing.T) {
 		{"c.yaml", "split_k_attn: 2\n", `config: PATH: split_k_attn=2 is not allowed; allowed: "auto", "0" (off), "1" (on)`},
 		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
 		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
-		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds`},
-		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds`},
+		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters`},
+		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters`},
 		{"c.json", "{}", `config: PAGEDKV_CONFIG="PATH" has extension ".json"; allowed: .yaml, .yml, .toml`},
 	}
 	for _, tt := range tests {
@@ -311,6 +313,7 @@ func TestSourcesMixed(t *testing.T) {
 		KeySplitKAttn:        SourceEnv,
 		KeyScratchLimitBytes: FileSource(path),
 		KeyCheckBounds:       SourceOption,
+		KeyDecodeClusters:    SourceDefault,
 	}, c.Sources)
 
 	table := c.Table()
@@ -328,6 +331,7 @@ func TestOptionsAllKeys(t *testing.T) {
 		SplitKAttn:        ptr(SplitOff),
 		ScratchLimitBytes: ptr(int64(123)),
 		CheckBounds:       ptr(true),
+		DecodeClusters:    ptr(false),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 64, c.KVCapacity)
@@ -336,6 +340,7 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.Equal(t, SplitOff, c.SplitKAttn)
 	assert.Equal(t, int64(123), c.ScratchLimitBytes)
 	assert.True(t, c.CheckBounds)
+	assert.False(t, c.DecodeClusters)
 	for _, k := range Keys() {
 		assert.Equal(t, SourceOption, c.Source(k.File), k.File)
 	}

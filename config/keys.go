@@ -21,6 +21,7 @@ const (
 	KeySplitKAttn        = "split_k_attn"
 	KeyScratchLimitBytes = "scratch_limit_bytes"
 	KeyCheckBounds       = "check_bounds"
+	KeyDecodeClusters    = "decode_clusters"
 )
 
 // Limits of the integer knobs.
@@ -187,6 +188,18 @@ var keys = []key{
 		validate: func(any) error { return nil },
 		set:      func(c *Config, v any) { c.CheckBounds = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.CheckBounds) },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "DECODE_CLUSTERS", File: KeyDecodeClusters, Field: "DecodeClusters",
+			Default: "true", Allowed: boolAllowed,
+			Description: "On sm_90 and newer, let a split-K decode of up to 8 splits run its splits as one thread-block cluster that merges on chip; false keeps the merge in global memory.",
+		},
+		parse:    parseBool,
+		option:   func(o Options) (any, bool) { return deref(o.DecodeClusters) },
+		validate: func(any) error { return nil },
+		set:      func(c *Config, v any) { c.DecodeClusters = v.(bool) },
+		get:      func(c Config) string { return strconv.FormatBool(c.DecodeClusters) },
 	},
 }
 

@@ -23,6 +23,11 @@ var (
 // (kMaxSplits in kernels_src/decode.cuh).
 const MaxSplits = 64
 
+// MaxClusterSplits is the most splits that run as one thread-block cluster:
+// the portable cluster size limit (kMaxClusterSplits in
+// kernels_src/decode.cuh).
+const MaxClusterSplits = 8
+
 // Threads per block of each kernel family.
 const (
 	DecodeThreads = 128
@@ -81,11 +86,12 @@ type Knobs struct {
 	ForcedSplits      int       // PAGED_FLASH_SPLITS; 0 = auto, else clamped to 1..min(MaxSplits, pages)
 	SplitK            SplitMode // SPLIT_K_ATTN
 	ScratchLimitBytes int64     // SCRATCH_LIMIT_BYTES; 0 = no limit on one plan's scratch
+	Clusters          bool      // DECODE_CLUSTERS; false keeps split-K merges in global memory
 }
 
 // DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
-// automatic split count, no scratch limit.
-func DefaultKnobs() Knobs { return Knobs{PagedFlash: true} }
+// automatic split count, no scratch limit, clusters where the device has them.
+func DefaultKnobs() Knobs { return Knobs{PagedFlash: true, Clusters: true} }
 
 // Dim3 is a CUDA grid or block size.
 type Dim3 struct{ X, Y, Z uint32 }
@@ -96,6 +102,9 @@ type DeviceFacts struct {
 	Name                   string
 	SMs                    int // streaming multiprocessors
 	MaxSharedPerBlockOptin int // bytes of dynamic shared memory a block may opt in to
+	// Clusters reports thread-block clusters (compute capability 9.0 and
+	// newer), which the cluster decode kernels need.
+	Clusters bool
 	// Occupancy maps a kernel entry name to the most blocks of it that can be
 	// resident on one SM at its launch block size
 	// (cuOccupancyMaxActiveBlocksPerMultiprocessor). A missing entry counts as 1.
@@ -124,6 +133,11 @@ type Plan struct {
 	Grid, Block Dim3
 	SharedBytes uint32 // dynamic shared memory of the launch
 	Splits      int    // 1 = single-pass, no merge and no scratch
+	// Cluster is the thread-block cluster depth along Grid.Z: 0 for an
+	// ordinary launch; Splits (2..MaxClusterSplits) when the splits of each
+	// (sequence, KV head) run as one cluster and merge on chip, with no
+	// scratch and no counters.
+	Cluster uint32
 
 	// Counters is the number of uint32 split counters the fused merge needs
 	// ([NumSeqs, NumKVHeads], zero before the launch; the kernel leaves them
@@ -175,7 +189,10 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		Clamped:         splits != requested,
 		Reason:          reason,
 	}
-	if splits > 1 {
+	if splits > 1 && splits <= MaxClusterSplits && dev.Clusters && k.Clusters {
+		p.Kernel = tables.cluster[qi][ci][hi]
+		p.Cluster = uint32(splits)
+	} else if splits > 1 {
 		rows := int64(s.NumSeqs) * int64(s.NumQHeads) * int64(splits)
 		p.Counters = int64(s.NumSeqs) * int64(s.NumKVHeads)
 		p.ScratchFloats = rows * int64(s.HeadDim+2)

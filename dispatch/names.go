@@ -20,12 +20,15 @@ const MaxGroupSize = 16
 // serves every GQA group size (the group is the rows of its mma tile).
 type nameTables struct {
 	decode [len(activationTypes)][2][len(headDims)]string
-	shape  map[string][2]int // decode kernel → {head dim, cache element size}
-	append [len(activationTypes)][2]string
-	gather [3]string // by cache dtype: f16, bf16, e4m3
-	rope   [len(activationTypes)][2]string
-	mla    [len(activationTypes)][2]string // rope+quant, concat
-	qkv    [len(activationTypes)][2]string
+	// cluster: the decode kernels whose splits form one thread-block cluster
+	// and merge on chip (compute_90 modules decode_*_sm90).
+	cluster [len(activationTypes)][2][len(headDims)]string
+	shape   map[string][2]int // decode kernel → {head dim, cache element size}
+	append  [len(activationTypes)][2]string
+	gather  [3]string // by cache dtype: f16, bf16, e4m3
+	rope    [len(activationTypes)][2]string
+	mla     [len(activationTypes)][2]string // rope+quant, concat
+	qkv     [len(activationTypes)][2]string
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -52,11 +55,13 @@ func buildNames() *nameTables {
 			for hi, d := range headDims {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
 				t.decode[qi][fp8][hi] = name
+				t.cluster[qi][fp8][hi] = name + "_cluster"
 				size := q.Size()
 				if fp8 == 1 {
 					size = E4M3.Size()
 				}
 				t.shape[name] = [2]int{d, size}
+				t.shape[name+"_cluster"] = [2]int{d, size}
 			}
 		}
 	}
@@ -177,6 +182,18 @@ func DecodeKernelNames() []string {
 	return names
 }
 
+// ClusterDecodeKernelNames returns every cluster decode kernel entry name
+// (decode_*_sm90 modules, compute_90).
+func ClusterDecodeKernelNames() []string {
+	names := make([]string, 0, len(activationTypes)*2*len(headDims))
+	for qi := range tables.cluster {
+		for ci := range tables.cluster[qi] {
+			names = append(names, tables.cluster[qi][ci][:]...)
+		}
+	}
+	return names
+}
+
 // AppendKernelNames returns every cache append kernel entry name.
 func AppendKernelNames() []string {
 	names := make([]string, 0, len(activationTypes)*2)
@@ -189,6 +206,7 @@ func AppendKernelNames() []string {
 // KernelNames returns every kernel entry name the planner can put in a Plan.
 func KernelNames() []string {
 	names := append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...)
+	names = append(names, ClusterDecodeKernelNames()...)
 	names = append(names, RopeKernelNames()...)
 	for qi := range tables.mla {
 		names = append(names, tables.mla[qi][:]...)

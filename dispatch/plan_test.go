@@ -337,8 +337,14 @@ func TestKernelNameLists(t *testing.T) {
 		"cache_append_bf16", "cache_append_bf16_e4m3",
 	}, AppendKernelNames())
 
+	cluster := ClusterDecodeKernelNames()
+	assert.Len(t, cluster, len(decode))
+	for i := range decode {
+		assert.Equal(t, decode[i]+"_cluster", cluster[i])
+	}
+
 	all := KernelNames()
-	assert.Len(t, all, len(decode)+4+3+4+4+4)
+	assert.Len(t, all, 2*len(decode)+4+3+4+4+4)
 	seen := map[string]bool{}
 	for _, name := range all {
 		assert.False(t, seen[name], "duplicate %s", name)
@@ -587,5 +593,55 @@ func BenchmarkPlanAppend(b *testing.B) {
 		if _, err := PlanAppend(a); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPlanDecodeClusters pins when a split-K plan runs its splits as one
+// thread-block cluster: the device has clusters, the knob allows them and
+// there are 2..MaxClusterSplits splits. Such a plan names the _cluster
+// kernel, needs no scratch and no counters, and keeps the split count the
+// same rules chose.
+func TestPlanDecodeClusters(t *testing.T) {
+	sm90 := hopper
+	sm90.Clusters = true
+	tests := []struct {
+		name    string
+		dev     DeviceFacts
+		shape   DecodeShape
+		knobs   Knobs
+		splits  int
+		cluster uint32
+	}{
+		// seqs=1, kv=512: √(512/32) = 4 splits, 8 blocks → 32 ≤ 528 slots.
+		{"small", sm90, llama(1, 512), knobs(nil), 4, 4},
+		{"small, knob off", sm90, llama(1, 512), knobs(func(k *Knobs) { k.Clusters = false }), 4, 0},
+		{"small, no clusters", hopper, llama(1, 512), knobs(nil), 4, 0},
+		// seqs=1, kv=8192: 16 splits, more than a cluster holds.
+		{"16 splits", sm90, llama(1, 8192), knobs(nil), 16, 0},
+		{"forced 8", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 8 }), 8, 8},
+		{"forced 2", sm90, llama(4, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 2 }), 2, 2},
+		{"single pass", sm90, llama(128, 2048), knobs(nil), 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanDecode(tt.shape, tt.dev, tt.knobs)
+			require.NoError(t, err)
+			assert.Equal(t, tt.splits, p.Splits)
+			assert.Equal(t, tt.cluster, p.Cluster)
+			plain, _ := DecodeKernelName(F16, F16, 128, 4)
+			if tt.cluster > 0 {
+				assert.Equal(t, plain+"_cluster", p.Kernel)
+				assert.Zero(t, p.ScratchFloats)
+				assert.Zero(t, p.Counters)
+				assert.Equal(t, p.Grid.Z%p.Cluster, uint32(0))
+			} else {
+				assert.Equal(t, plain, p.Kernel)
+				if p.Splits > 1 {
+					assert.NotZero(t, p.ScratchFloats)
+					assert.NotZero(t, p.Counters)
+				}
+			}
+			assert.Equal(t, KernelSharedBytes(plain, tt.dev.MaxSharedPerBlockOptin), int(p.SharedBytes))
+		})
 	}
 }

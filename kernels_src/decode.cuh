@@ -160,7 +160,71 @@ __device__ __forceinline__ uint32_t e4m3_pair<__nv_bfloat16>(uint32_t x, uint32_
   return pack2<__nv_bfloat16>(f.x, f.y);
 }
 
-template <typename T, typename C, int D>
+// cluster_sync is a barrier over every thread of the thread-block cluster:
+// writes to shared memory before it are visible to the whole cluster after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait;\n" ::: "memory");
+}
+
+// cluster_load reads the f32 at p in the shared memory of cluster block rank.
+__device__ __forceinline__ float cluster_load(const float* p, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// cluster_merge is split-K phase 2 on chip, for launches whose splits of a
+// (sequence, KV head) form one thread-block cluster (cluster dims 1 × 1 ×
+// splits, so the cluster rank is the split). Each block holds its split's
+// normalized output in o[g·D + d] and its max (log2 units) and sum per head
+// in m[g] and l[g]; split 0 reads every split's through distributed shared
+// memory and merges them by log-sum-exp into out and lse. The second
+// barrier keeps every block's shared memory alive until split 0 is done.
+template <typename T, int D>
+__device__ __forceinline__ void cluster_merge(T* __restrict__ out, float* __restrict__ lse, const float* o,
+                                              const float* m, const float* l, int seq, int kvh, int G,
+                                              int num_q_heads, int split, int splits) {
+  constexpr int kMaxClusterSplits = 8;
+  cluster_sync();
+  if (split == 0) {
+    for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
+      const int g = i / D;
+      const int d = i - g * D;
+      float mz[kMaxClusterSplits], oz[kMaxClusterSplits], lz[kMaxClusterSplits];
+#pragma unroll
+      for (int z = 0; z < kMaxClusterSplits; ++z) {
+        mz[z] = -INFINITY;
+        lz[z] = oz[z] = 0.0f;
+        if (z < splits) {
+          mz[z] = cluster_load(m + g, z);
+          lz[z] = cluster_load(l + g, z);
+          oz[z] = cluster_load(o + i, z);
+        }
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int z = 0; z < kMaxClusterSplits; ++z) mx = fmaxf(mx, mz[z]);
+      float sum = 0.0f, acc = 0.0f;
+      if (mx != -INFINITY) {
+#pragma unroll
+        for (int z = 0; z < kMaxClusterSplits; ++z) {
+          const float w = lz[z] * exp2f(mz[z] - mx);  // 0 for an empty split
+          sum += w;
+          acc = fmaf(w, oz[z], acc);
+        }
+      }
+      const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
+      out[row * D + d] = from_float<T>(sum > 0.0f ? acc / sum : 0.0f);
+      if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+    }
+  }
+  cluster_sync();
+}
+
+template <typename T, typename C, int D, bool CLUSTER>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
     float* __restrict__ partial_max, float* __restrict__ partial_sum,
@@ -183,6 +247,7 @@ __device__ __forceinline__ void paged_decode(
   __shared__ float m_s[kDecodeWarps][kTileRows];
   __shared__ float l_s[kDecodeWarps][kTileRows];
   __shared__ bool last_s;
+  __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];  // CLUSTER: this split's max and sum
   int stages;
   {
     uint32_t have;
@@ -497,6 +562,13 @@ __device__ __forceinline__ void paged_decode(
     if (splits == 1) {
       out[row * D + d] = from_float<T>(o);
       if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+    } else if constexpr (CLUSTER) {
+      // In place: this thread alone reads and writes (g, d) of o_s.
+      o_s[g * D + d] = o;
+      if (d == 0) {
+        split_m_s[g] = mx;
+        split_l_s[g] = sum;
+      }
     } else {
       const int64_t prow = row * splits + split;
       partial_out[prow * D + d] = o;
@@ -508,6 +580,11 @@ __device__ __forceinline__ void paged_decode(
   }
   if (splits == 1) {
     PKV_TRACE(4);
+    return;
+  }
+  if constexpr (CLUSTER) {
+    cluster_merge<T, D>(out, lse, o_s, split_m_s, split_l_s, seq, kvh, G, num_q_heads, split, splits);
+    PKV_TRACE(split == 0 ? 5 : 4);
     return;
   }
 
@@ -568,20 +645,28 @@ __device__ __forceinline__ void paged_decode(
 
 }  // namespace pkv
 
-#define PKV_DECODE(name, T, C, D)                                                                  \
+// PKV_DECODE defines one entry; CLUSTER: its splits form a thread-block
+// cluster and merge on chip (needs compute_90, see decode_*_sm90.cu).
+#define PKV_DECODE(name, T, C, D, CLUSTER)                                                         \
   extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                          \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,               \
       unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                       \
       const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride, \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,             \
       float scale, float k_scale, float v_scale) {                                                  \
-    pkv::paged_decode<T, C, D>(out, lse, partial_out, partial_max, partial_sum, counters, q,        \
-                               k_cache, v_cache, block_tables, kv_lens, fault, q_seq_stride,        \
-                               num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,        \
-                               scale, k_scale, v_scale);                                            \
+    pkv::paged_decode<T, C, D, CLUSTER>(out, lse, partial_out, partial_max, partial_sum, counters, \
+                                        q, k_cache, v_cache, block_tables, kv_lens, fault,         \
+                                        q_seq_stride, num_q_heads, max_blocks_per_seq,             \
+                                        block_size_log2, num_blocks, scale, k_scale, v_scale);     \
   }
 
-#define PKV_DECODE_ALL(prefix, T, C) \
-  PKV_DECODE(prefix##_hd64, T, C, 64)  \
-  PKV_DECODE(prefix##_hd128, T, C, 128) \
-  PKV_DECODE(prefix##_hd256, T, C, 256)
+#define PKV_DECODE_ALL(prefix, T, C)           \
+  PKV_DECODE(prefix##_hd64, T, C, 64, false)   \
+  PKV_DECODE(prefix##_hd128, T, C, 128, false) \
+  PKV_DECODE(prefix##_hd256, T, C, 256, false)
+
+// PKV_DECODE_CLUSTER_ALL defines the cluster entries <prefix>_hd<D>_cluster.
+#define PKV_DECODE_CLUSTER_ALL(prefix, T, C)                \
+  PKV_DECODE(prefix##_hd64_cluster, T, C, 64, true)         \
+  PKV_DECODE(prefix##_hd128_cluster, T, C, 128, true)       \
+  PKV_DECODE(prefix##_hd256_cluster, T, C, 256, true)

@@ -21,7 +21,11 @@ import (
 func TestDecodeMatchesReference(t *testing.T) {
 	auto := open(t, config.Options{})
 	single := open(t, config.Options{PagedFlash: ptr(false)})
+	// Seven splits: one thread-block cluster per (sequence, KV head) that
+	// merges on chip where the device has clusters (sm_90+), and the merge
+	// through global memory and counters with clusters off.
 	split7 := open(t, config.Options{PagedFlashSplits: ptr(7)})
+	global7 := open(t, config.Options{PagedFlashSplits: ptr(7), DecodeClusters: ptr(false)})
 	g := rng(t)
 	shapes := []check.DecodeShape{
 		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1000},
@@ -46,13 +50,17 @@ func TestDecodeMatchesReference(t *testing.T) {
 			o1, l1, err := p.Run(single, single.Stream())
 			require.NoError(t, err)
 			require.NoError(t, p.Check(o1, l1))
-			o7, l7, err := p.Run(split7, split7.Stream())
-			require.NoError(t, err)
-			require.NoError(t, p.Check(o7, l7))
-			assert.LessOrEqual(t, ref.RelL2(o7, o1), check.Tolerance(c.DType)/2, "split-K vs single-pass")
-			for i := range l1 {
-				if !math.IsInf(float64(l1[i]), -1) {
-					assert.InDelta(t, l1[i], l7[i], 1e-4*max(1, math.Abs(float64(l1[i]))), "LSE[%d] split-K vs single-pass", i)
+			for _, r := range []*pagedkv.Runtime{split7, global7} {
+				plan, err := r.PlanDecode(r.Stream(), &p.Args)
+				require.NoError(t, err)
+				o7, l7, err := p.Run(r, r.Stream())
+				require.NoError(t, err)
+				require.NoError(t, p.Check(o7, l7), "%s, %d splits", plan.Kernel, plan.Splits)
+				assert.LessOrEqual(t, ref.RelL2(o7, o1), check.Tolerance(c.DType)/2, "split-K (%s) vs single-pass", plan.Kernel)
+				for i := range l1 {
+					if !math.IsInf(float64(l1[i]), -1) {
+						assert.InDelta(t, l1[i], l7[i], 1e-4*max(1, math.Abs(float64(l1[i]))), "LSE[%d] split-K (%s) vs single-pass", i, plan.Kernel)
+					}
 				}
 			}
 		})
@@ -73,8 +81,14 @@ func TestDecodeScale(t *testing.T) {
 // TestDecodeGraphReplay captures one decode planned for KV_CAPACITY and
 // replays it with other lengths up to that capacity.
 func TestDecodeGraphReplay(t *testing.T) {
+	for _, clusters := range []bool{true, false} {
+		t.Run(fmt.Sprintf("clusters=%v", clusters), func(t *testing.T) { testDecodeGraphReplay(t, clusters) })
+	}
+}
+
+func testDecodeGraphReplay(t *testing.T, clusters bool) {
 	const capacity = 2048
-	r := open(t, config.Options{KVCapacity: ptr(capacity)})
+	r := open(t, config.Options{KVCapacity: ptr(capacity), DecodeClusters: ptr(clusters)})
 	g := rng(t)
 	s, err := r.NewStream()
 	require.NoError(t, err)
@@ -104,6 +118,38 @@ func TestDecodeGraphReplay(t *testing.T) {
 				require.NoError(t, err)
 				assert.LessOrEqual(t, ref.RelL2(eager, out), check.Tolerance(c.DType)/2, "graph replay vs eager")
 			}
+		})
+	}
+}
+
+// TestDecodeClusterPlans checks which split-K path the runtime picks: one
+// thread-block cluster per (sequence, KV head) for 2..8 splits on a device
+// with clusters (compute capability 9.0+) unless DECODE_CLUSTERS is off;
+// the global-memory merge otherwise. A cluster plan handed to
+// DecodeWithPlan runs and matches the reference.
+func TestDecodeClusterPlans(t *testing.T) {
+	for _, tt := range []struct {
+		splits   int
+		clusters bool
+	}{{4, true}, {8, true}, {16, true}, {4, false}} {
+		t.Run(fmt.Sprintf("splits=%d clusters=%v", tt.splits, tt.clusters), func(t *testing.T) {
+			r := open(t, config.Options{PagedFlashSplits: ptr(tt.splits), DecodeClusters: ptr(tt.clusters)})
+			g := rng(t)
+			c := check.DecodeShape{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1024}
+			p := decodeProblem(t, r, r.Stream(), g, c)
+			plan, err := r.PlanDecode(r.Stream(), &p.Args)
+			require.NoError(t, err)
+			require.Equal(t, tt.splits, plan.Splits)
+			want := uint32(0)
+			if tt.clusters && tt.splits <= 8 && r.Info().ComputeMajor >= 9 {
+				want = uint32(tt.splits)
+			}
+			assert.Equal(t, want, plan.Cluster, "%s", plan.Kernel)
+			require.NoError(t, p.Poison(r.Stream()))
+			require.NoError(t, r.DecodeWithPlan(r.Stream(), &p.Args, plan))
+			out, lse, err := p.Fetch(r.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(out, lse))
 		})
 	}
 }

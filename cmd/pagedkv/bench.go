@@ -589,6 +589,7 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 	for _, forced := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128} {
 		k := dispatch.DefaultKnobs()
 		k.ForcedSplits = forced
+		k.Clusters = b.r.Config().DecodeClusters // the sweep takes the same merge path as auto
 		fp, err := b.r.PlanDecodeWith(&sets[0], kv, k)
 		if err != nil {
 			return res, err
@@ -613,6 +614,9 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 func planText(p dispatch.Plan) string {
 	if p.Splits == 1 {
 		return "single-pass"
+	}
+	if p.Cluster > 0 {
+		return fmt.Sprintf("split-K x%d cluster", p.Splits)
 	}
 	return fmt.Sprintf("split-K x%d", p.Splits)
 }
