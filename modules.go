@@ -56,9 +56,14 @@ func (r *Runtime) function(name string) (driver.Function, bool, error) {
 // LoadModule JIT-loads one embedded module (if not yet loaded), resolves its
 // entry points and records their occupancy for the planner. It returns how
 // long the load took (zero when it was already loaded). Errors carry the
-// driver's JIT log.
+// driver's JIT log. A module whose PTX needs a higher compute capability than
+// the device has (the *_sm90 modules on Ampere or Ada) is an error matching
+// ErrComputeCapability, returned without asking the driver.
 func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	if err := r.live(); err != nil {
+		return 0, err
+	}
+	if err := checkComputeCapability(name, ptx.ModuleComputeCapability(name), r.info); err != nil {
 		return 0, err
 	}
 	r.loadMu.Lock()
@@ -144,6 +149,29 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	return elapsed, nil
 }
 
+// computeCapability is the device's compute capability as major*10+minor
+// (90 for 9.0), the unit of ptx.ModuleComputeCapability.
+func (d DeviceInfo) computeCapability() int { return d.ComputeMajor*10 + d.ComputeMinor }
+
+// canLoad reports whether the device's compute capability is enough for the
+// embedded module (see ptx.ModuleComputeCapability): false for the *_sm90
+// modules below 9.0. Planners use it to leave out kernels the device cannot
+// run; it says nothing of whether the module exists.
+func (r *Runtime) canLoad(module string) bool {
+	return ptx.ModuleComputeCapability(module) <= r.info.computeCapability()
+}
+
+// checkComputeCapability returns an error matching ErrComputeCapability,
+// naming the module, what it needs and what the device has, when the device
+// described by d is below need, the capability module needs.
+func checkComputeCapability(module string, need int, d DeviceInfo) error {
+	if need <= d.computeCapability() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s needs compute capability %d.%d; device %d (%s) has %d.%d",
+		ErrComputeCapability, module, need/10, need%10, d.Ordinal, d.Name, d.ComputeMajor, d.ComputeMinor)
+}
+
 // Occupancy reports the resident blocks per SM of a loaded kernel (0 if it
 // is not loaded), as the planner sees it.
 func (r *Runtime) Occupancy(kernel string) int { return r.facts.Load().Occupancy[kernel] }
@@ -172,5 +200,6 @@ func (r *Runtime) KernelAttributes(name string) (regs, localBytes, sharedBytes i
 	return regs, localBytes, sharedBytes, err
 }
 
-// Modules lists the embedded modules.
+// Modules lists the embedded modules, including those that need a newer GPU
+// than some supported ones (LoadModule then fails with ErrComputeCapability).
 func Modules() []string { return ptx.Modules() }

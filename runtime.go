@@ -20,6 +20,10 @@ var (
 	ErrNoDriver = driver.ErrNoDriver
 	ErrNoDevice = driver.ErrNoDevice
 	ErrClosed   = errors.New("pagedkv: runtime is closed")
+	// ErrComputeCapability means a module needs a higher compute capability
+	// than the device has, e.g. a *_sm90 module (thread-block clusters) on an
+	// Ampere or Ada GPU.
+	ErrComputeCapability = errors.New("pagedkv: module needs a newer GPU")
 )
 
 // Options selects the device and overrides configuration; nil fields keep the

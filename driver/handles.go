@@ -92,6 +92,7 @@ const (
 	AttrMaxSharedMemoryPerBlockOptin     DeviceAttribute = 97 // bytes, with FuncAttrMaxDynamicSharedSizeBytes
 	AttrMaxBlocksPerMultiprocessor       DeviceAttribute = 106
 	AttrMemoryPoolsSupported             DeviceAttribute = 115 // cuMemAllocAsync works
+	AttrClusterLaunch                    DeviceAttribute = 120 // LaunchCluster works (9.0 and later)
 )
 
 // FunctionAttribute is a CUfunction_attribute.
@@ -108,6 +109,14 @@ const (
 	FuncAttrBinaryVersion             FunctionAttribute = 6 // major*10+minor
 	FuncAttrCacheModeCA               FunctionAttribute = 7
 	FuncAttrMaxDynamicSharedSizeBytes FunctionAttribute = 8
+	// A kernel compiled with __cluster_dims__ reports its cluster shape;
+	// 0 when the shape is chosen at launch (LaunchCluster).
+	FuncAttrRequiredClusterWidth  FunctionAttribute = 11
+	FuncAttrRequiredClusterHeight FunctionAttribute = 12
+	FuncAttrRequiredClusterDepth  FunctionAttribute = 13
+	// Set to 1 to launch clusters of more than 8 blocks where the device
+	// allows it.
+	FuncAttrNonPortableClusterSizeAllowed FunctionAttribute = 14
 )
 
 // CUjit_option values used by LoadModule (ABI; from cuda.h).

@@ -97,10 +97,14 @@ func computeLayout(t reflect.Type) *paramLayout {
 }
 
 // frame is the reusable argument buffer of one launch: the parameter bytes
-// and the array of their addresses that cuLaunchKernel reads.
+// and the array of their addresses that cuLaunchKernel reads, and for
+// LaunchCluster the CUlaunchConfig and cluster attribute cuLaunchKernelEx
+// reads.
 type frame struct {
 	storage [maxParamBytes / 8]uint64 // 8-aligned parameter bytes
 	ptrs    [maxParams]unsafe.Pointer // ptrs[i] = &storage[offset_i]
+	config  launchConfig              // LaunchCluster only; config.attrs = &attr
+	attr    launchAttribute
 	pin     runtime.Pinner
 }
 

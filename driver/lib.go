@@ -180,18 +180,24 @@ var (
 	//                         unsigned int sharedMemBytes, CUstream hStream,
 	//                         void **kernelParams, void **extra);   (hot path: bound with SyscallN)
 	cuLaunchKernel launchFunc
+	// CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+	//                           void **kernelParams, void **extra);   (hot path: bound with SyscallN)
+	cuLaunchKernelEx launchExFunc
 )
 
 // launchFunc is the Go type of cuLaunchKernel.
 type launchFunc func(f Function, gx, gy, gz, bx, by, bz, sharedBytes uint32, s Stream,
 	params *unsafe.Pointer, extra *unsafe.Pointer) Result
 
+// launchExFunc is the Go type of cuLaunchKernelEx.
+type launchExFunc func(config *launchConfig, f Function, params *unsafe.Pointer, extra *unsafe.Pointer) Result
+
 // symbol pairs a driver symbol with the variable that holds it. A variable
 // given raw is bound by a hand-written adapter around rawCall (purego.SyscallN)
 // instead of purego.RegisterFunc: those symbols sit on per-launch paths
-// (Context.Do, Launch, GraphExec.Launch, Event.Record, Stream.IsCapturing),
-// and rawCall does not
-// allocate per call the way RegisterFunc's reflection-based calls do.
+// (Context.Do, Launch, LaunchCluster, GraphExec.Launch, Event.Record,
+// Stream.IsCapturing), and rawCall does not allocate per call the way
+// RegisterFunc's reflection-based calls do.
 type symbol struct {
 	name string
 	fptr any
@@ -274,6 +280,16 @@ func symbols() []symbol {
 					uintptr(bx), uintptr(by), uintptr(bz),
 					uintptr(sharedBytes), uintptr(s),
 					uintptr(unsafe.Pointer(params)), uintptr(unsafe.Pointer(extra)))
+				runtime.KeepAlive(params)
+				runtime.KeepAlive(extra)
+				return r
+			}
+		}},
+		{name: "cuLaunchKernelEx", fptr: &cuLaunchKernelEx, raw: func(addr uintptr) {
+			cuLaunchKernelEx = func(config *launchConfig, f Function, params *unsafe.Pointer, extra *unsafe.Pointer) Result {
+				r := rawCall(addr, uintptr(unsafe.Pointer(config)), uintptr(f),
+					uintptr(unsafe.Pointer(params)), uintptr(unsafe.Pointer(extra)))
+				runtime.KeepAlive(config)
 				runtime.KeepAlive(params)
 				runtime.KeepAlive(extra)
 				return r

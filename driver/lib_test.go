@@ -36,6 +36,7 @@ func TestInitWithoutDriver(t *testing.T) {
 	assert.ErrorIs(t, Context(0).Do(func() error { return nil }), ErrNoDriver)
 	type params struct{ N int32 }
 	assert.ErrorIs(t, Launch(0, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, 0, &params{}), ErrNoDriver)
+	assert.ErrorIs(t, LaunchCluster(0, Dim3{2, 1, 1}, Dim3{1, 1, 1}, Dim3{2, 1, 1}, 0, 0, &params{}), ErrNoDriver)
 }
 
 func TestOpenLibraryNamesTried(t *testing.T) {
@@ -89,7 +90,7 @@ func TestBindTableSignatures(t *testing.T) {
 		"cuMemsetD8_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
 		"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
 		"cuStreamDestroy_v2", "cuStreamBeginCapture_v2", "cuEventDestroy_v2",
-		"cuGraphInstantiateWithFlags", "cuEventElapsedTime", "cuLaunchKernel",
+		"cuGraphInstantiateWithFlags", "cuEventElapsedTime", "cuLaunchKernel", "cuLaunchKernelEx",
 	} {
 		assert.Contains(t, names, want)
 	}
@@ -145,6 +146,11 @@ func TestDriverWithoutDevice(t *testing.T) {
 	assert.NotEqual(t, ResultSuccess, cuCtxGetCurrent(cell))
 	fr := new(frame)
 	assert.NotEqual(t, ResultSuccess, cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, &fr.ptrs[0], nil))
+	fr.attr = launchAttribute{id: launchAttributeClusterDimension}
+	fr.attr.value.clusterDim = Dim3{1, 1, 1}
+	fr.config = launchConfig{gridDimX: 1, gridDimY: 1, gridDimZ: 1, blockDimX: 1, blockDimY: 1, blockDimZ: 1,
+		attrs: &fr.attr, numAttrs: 1}
+	assert.NotEqual(t, ResultSuccess, cuLaunchKernelEx(&fr.config, 0, &fr.ptrs[0], nil))
 	assert.NotEqual(t, ResultSuccess, cuGraphLaunch(0, 0))
 	assert.NotEqual(t, ResultSuccess, cuEventRecord(0, 0))
 	if raceEnabled {
@@ -154,6 +160,7 @@ func TestDriverWithoutDevice(t *testing.T) {
 		cuCtxGetCurrent(cell)
 		cuCtxSetCurrent(0)
 		cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, &fr.ptrs[0], nil)
+		cuLaunchKernelEx(&fr.config, 0, &fr.ptrs[0], nil)
 		cuGraphLaunch(0, 0)
 		cuEventRecord(0, 0)
 	})

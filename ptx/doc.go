@@ -4,7 +4,8 @@
 // driver JIT-compiles the PTX at load time, so no CUDA toolkit is needed to
 // build or run pagedkv.
 //
-// Everything here except embed.go, manifest.go, entry.go and doc.go is
-// generated: run `go run ./cmd/ptxgen` (needs nvcc 11.8) after changing
-// kernels_src/. A test fails when the manifest no longer matches the sources.
+// Everything here except embed.go, manifest.go, entry.go, arch.go, doc.go and
+// the tests is generated: run `go run ./cmd/ptxgen` (needs nvcc 11.8) after
+// changing kernels_src/. A test fails when the manifest no longer matches the
+// sources.
 package ptx

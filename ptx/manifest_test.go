@@ -69,6 +69,13 @@ func TestManifestCurrent(t *testing.T) {
 				}
 			}
 
+			cc, err := mod.ComputeCapability()
+			require.NoError(t, err)
+			if got := ModuleComputeCapability(mod.Name); got != cc {
+				t.Errorf("module %s: ModuleComputeCapability is %d, manifest.json arch %q needs %d; %s",
+					mod.Name, got, mod.Arch, cc, stale)
+			}
+
 			data, err := Module(mod.Name)
 			if err != nil {
 				t.Errorf("module %s: %v; %s", mod.Name, err, stale)

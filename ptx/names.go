@@ -14,6 +14,11 @@ const (
 	ModuleRope           = "rope"
 )
 
+// moduleComputeCapability maps each module whose PTX needs more than
+// the default compute capability to what it needs (major*10+minor);
+// see ModuleComputeCapability.
+var moduleComputeCapability = map[string]int{}
+
 // Entry points of cache.ptx (kernels_src/cache.cu).
 const (
 	CacheAppendBf16     = "cache_append_bf16"

@@ -164,6 +164,9 @@ func explain(have, want ptxfile.ModuleInfo) string {
 	if have.Source != want.Source {
 		why = append(why, "source is now "+want.Source)
 	}
+	if have.Arch != want.Arch {
+		why = append(why, fmt.Sprintf("arch is now %s, was %s", archOrDefault(want.Arch), archOrDefault(have.Arch)))
+	}
 	if !slices.Equal(have.Entries, want.Entries) {
 		why = append(why, "entry points changed")
 	}
@@ -185,4 +188,11 @@ func union[V any](a, b map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+func archOrDefault(arch string) string {
+	if arch == "" {
+		return ptxfile.DefaultArch
+	}
+	return arch
 }

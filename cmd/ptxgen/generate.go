@@ -122,7 +122,9 @@ func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifes
 // build compiles one module into work and collects its manifest record.
 func (g generator) build(ctx context.Context, work, name, src string) (module, error) {
 	out := filepath.Join(work, name+".ptx")
-	if err := compile(ctx, g.nvcc, g.root, src, out); err != nil {
+	arch := moduleArch(name)
+	flags := flagsFor(arch)
+	if err := compile(ctx, g.nvcc, g.root, flags, src, out); err != nil {
 		return module{}, err
 	}
 	ptx, err := os.ReadFile(out)
@@ -149,7 +151,7 @@ func (g generator) build(ctx context.Context, work, name, src string) (module, e
 	}
 	slices.Sort(entries)
 
-	deps, err := dependencies(ctx, g.nvcc, g.root, src)
+	deps, err := dependencies(ctx, g.nvcc, g.root, flags, src)
 	if err != nil {
 		return module{}, err
 	}
@@ -165,6 +167,7 @@ func (g generator) build(ctx context.Context, work, name, src string) (module, e
 		info: ptxfile.ModuleInfo{
 			Name:      name,
 			Source:    src,
+			Arch:      arch,
 			Sources:   sources,
 			PTXSHA256: sha256Hex(ptx),
 			Entries:   entries,
@@ -180,7 +183,8 @@ func sha256Hex(b []byte) string {
 
 // renderNames writes names.go: a constant per module (ModuleDecodeF16) and
 // per entry point (PagedDecodeF16Hd128), so a typo in a kernel name is a
-// compile error rather than a failed cuModuleGetFunction.
+// compile error rather than a failed cuModuleGetFunction, and the map behind
+// ptx.ModuleComputeCapability.
 func renderNames(m ptxfile.Manifest) ([]byte, error) {
 	used := map[string]string{} // Go name → what it names, to catch collisions
 	claim := func(goName, what string) error {
@@ -202,6 +206,23 @@ func renderNames(m ptxfile.Manifest) ([]byte, error) {
 		fmt.Fprintf(&b, "\t%s = %q\n", goName, mod.Name)
 	}
 	b.WriteString(")\n")
+	defaultCC, err := ptxfile.ModuleInfo{}.ComputeCapability()
+	if err != nil {
+		return nil, err
+	}
+	b.WriteString("\n// moduleComputeCapability maps each module whose PTX needs more than\n" +
+		"// the default compute capability to what it needs (major*10+minor);\n" +
+		"// see ModuleComputeCapability.\nvar moduleComputeCapability = map[string]int{\n")
+	for _, mod := range m.Modules {
+		cc, err := mod.ComputeCapability()
+		if err != nil {
+			return nil, err
+		}
+		if cc != defaultCC {
+			fmt.Fprintf(&b, "\tModule%s: %d,\n", camel(mod.Name), cc)
+		}
+	}
+	b.WriteString("}\n")
 	for _, mod := range m.Modules {
 		fmt.Fprintf(&b, "\n// Entry points of %s.ptx (%s).\nconst (\n", mod.Name, mod.Source)
 		for _, e := range mod.Entries {

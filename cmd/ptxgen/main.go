@@ -3,6 +3,12 @@
 // (source hashes, nvcc version, flags, PTX hashes and entry points per module)
 // and ptx/names.go (a constant per module and entry point).
 //
+// Every module is compiled with -arch=compute_80, so it loads on every
+// supported GPU, except kernels_src/<name>_sm90.cu, which is compiled with
+// -arch=compute_90 (all other flags the same) for kernels that use sm_90
+// features such as thread-block clusters; the manifest records that module's
+// "arch", and ptx.ModuleComputeCapability reports 90 for it.
+//
 // Usage, from anywhere inside the repository:
 //
 //	go run ./cmd/ptxgen [-nvcc PATH] [-o DIR] [-check]

@@ -11,14 +11,52 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/pagedkv/pagedkv/ptx/ptxfile"
 )
 
 // kernelsDir is where the CUDA sources live, relative to the repository root.
 const kernelsDir = "kernels_src"
 
 // nvccFlags are the flags every module is compiled with, recorded in the
-// manifest. No fast-math: it changes results.
-var nvccFlags = []string{"-ptx", "-arch=compute_80", "-O3", "-std=c++17", "-I" + kernelsDir}
+// manifest. No fast-math: it changes results. A module with its own arch
+// (see archSuffixes) swaps the -arch flag and keeps the rest.
+var nvccFlags = []string{"-ptx", "-arch=" + ptxfile.DefaultArch, "-O3", "-std=c++17", "-I" + kernelsDir}
+
+// archSuffixes maps a module-name suffix to the virtual architecture such a
+// module is compiled for instead of ptxfile.DefaultArch:
+// kernels_src/decode_f16_sm90.cu becomes decode_f16_sm90.ptx, compiled with
+// -arch=compute_90, for kernels that use sm_90 features (thread-block
+// clusters, distributed shared memory). Every other module stays
+// DefaultArch, so its PTX keeps loading on every supported GPU.
+var archSuffixes = []struct{ suffix, arch string }{
+	{"_sm90", "compute_90"},
+}
+
+// moduleArch returns the arch module name is compiled for, or "" for
+// ptxfile.DefaultArch (which is how the manifest records it).
+func moduleArch(name string) string {
+	for _, a := range archSuffixes {
+		if strings.HasSuffix(name, a.suffix) {
+			return a.arch
+		}
+	}
+	return ""
+}
+
+// flagsFor returns nvccFlags with -arch set to arch ("" keeps the default).
+func flagsFor(arch string) []string {
+	flags := slices.Clone(nvccFlags)
+	if arch == "" {
+		return flags
+	}
+	for i, f := range flags {
+		if strings.HasPrefix(f, "-arch=") {
+			flags[i] = "-arch=" + arch
+		}
+	}
+	return flags
+}
 
 const installHint = `nvcc not found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin (or use -nvcc PATH); ` +
 	`to install it on Debian, add "contrib non-free" to the Components of /etc/apt/sources.list.d/debian.sources, ` +
@@ -69,9 +107,10 @@ func isWantedVersion(version string) bool {
 	return strings.HasPrefix(version, wantNVCC+",")
 }
 
-// compile runs nvcc in root on src (relative to root), writing the PTX to out.
-func compile(ctx context.Context, nvcc, root, src, out string) error {
-	args := append(append([]string{}, nvccFlags...), "-o", out, src)
+// compile runs nvcc in root on src (relative to root) with flags, writing
+// the PTX to out.
+func compile(ctx context.Context, nvcc, root string, flags []string, src, out string) error {
+	args := append(slices.Clone(flags), "-o", out, src)
 	cmd := exec.CommandContext(ctx, nvcc, args...)
 	cmd.Dir = root
 	if output, err := cmd.CombinedOutput(); err != nil {
@@ -82,11 +121,12 @@ func compile(ctx context.Context, nvcc, root, src, out string) error {
 
 // dependencies returns src and every file it includes that lies inside root,
 // as sorted root-relative paths with forward slashes. It asks nvcc itself
-// (-M, with the compile flags) so the list follows the preprocessor exactly;
-// system and CUDA headers fall outside root and are dropped.
-func dependencies(ctx context.Context, nvcc, root, src string) ([]string, error) {
+// (-M, with the module's compile flags, arch included, so __CUDA_ARCH__
+// tests resolve as they do for the PTX) so the list follows the preprocessor
+// exactly; system and CUDA headers fall outside root and are dropped.
+func dependencies(ctx context.Context, nvcc, root string, flags []string, src string) ([]string, error) {
 	args := []string{"-M"}
-	for _, f := range nvccFlags {
+	for _, f := range flags {
 		if f != "-ptx" {
 			args = append(args, f)
 		}

@@ -40,6 +40,26 @@ func TestCamel(t *testing.T) {
 	}
 }
 
+func TestModuleArch(t *testing.T) {
+	tests := []struct {
+		name, arch string
+		flags      []string
+	}{
+		{"decode_f16", "", nvccFlags},
+		{"decode_f16_sm90", "compute_90", []string{"-ptx", "-arch=compute_90", "-O3", "-std=c++17", "-Ikernels_src"}},
+		{"sm90_decode", "", nvccFlags},
+		{"decode_sm90_f16", "", nvccFlags},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			arch := moduleArch(tt.name)
+			assert.Equal(t, tt.arch, arch)
+			assert.Equal(t, tt.flags, flagsFor(arch))
+		})
+	}
+	assert.Equal(t, "-arch=compute_80", nvccFlags[1], "flagsFor must not modify nvccFlags")
+}
+
 func TestRenderNames(t *testing.T) {
 	m := ptxfile.Manifest{Modules: []ptxfile.ModuleInfo{
 		{Name: "cache", Source: "kernels_src/cache.cu", Entries: []string{"cache_append_f16"}},
@@ -55,11 +75,30 @@ const (
 	ModuleCache = "cache"
 )
 
+// moduleComputeCapability maps each module whose PTX needs more than
+// the default compute capability to what it needs (major*10+minor);
+// see ModuleComputeCapability.
+var moduleComputeCapability = map[string]int{}
+
 // Entry points of cache.ptx (kernels_src/cache.cu).
 const (
 	CacheAppendF16 = "cache_append_f16"
 )
 `, string(src))
+
+	sm90 := ptxfile.ModuleInfo{Name: "decode_f16_sm90", Source: "kernels_src/decode_f16_sm90.cu", Arch: "compute_90",
+		Entries: []string{"paged_decode_cluster_f16_hd128"}}
+	src, err = renderNames(ptxfile.Manifest{Modules: []ptxfile.ModuleInfo{m.Modules[0], sm90}})
+	require.NoError(t, err)
+	assert.Contains(t, string(src), `
+var moduleComputeCapability = map[string]int{
+	ModuleDecodeF16Sm90: 90,
+}
+`)
+
+	sm90.Arch = "sm_90"
+	_, err = renderNames(ptxfile.Manifest{Modules: []ptxfile.ModuleInfo{sm90}})
+	assert.ErrorContains(t, err, `module decode_f16_sm90: arch "sm_90" is not compute_<major><minor>`)
 
 	m.Modules[0].Entries = []string{"a_b", "a__b"}
 	_, err = renderNames(m)
@@ -104,6 +143,15 @@ func TestCompareDirs(t *testing.T) {
 	diffs, err = compareDirs(other, want)
 	require.NoError(t, err)
 	assert.Empty(t, diffs)
+
+	// Only the recorded arch differs: stale, and said so.
+	bArch := b
+	bArch.Arch = "compute_90"
+	archDir := t.TempDir()
+	write(t, archDir, map[string]string{"a.ptx": "A2", "b.ptx": "B", namesFile: "N", ptxfile.ManifestFile: manifest(t, a, bArch)})
+	diffs, err = compareDirs(archDir, want)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"module b: manifest.json record differs (arch is now compute_80, was compute_90)"}, diffs)
 
 	aOld := a
 	aOld.Sources = map[string]string{"kernels_src/a.cu": "1", "kernels_src/h.cuh": "old"}

@@ -6,16 +6,24 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // ManifestFile is the manifest's file name inside ptx/.
 const ManifestFile = "manifest.json"
 
+// DefaultArch is the virtual architecture (nvcc -arch) of a module whose
+// ModuleInfo.Arch is empty: the PTX runs on compute capability 8.0 and newer.
+const DefaultArch = "compute_80"
+
 // Manifest records how every embedded PTX module was produced.
 type Manifest struct {
 	// NVCC is the version part of `nvcc --version`, e.g. "release 11.8, V11.8.89".
 	NVCC string `json:"nvcc"`
-	// Flags are the nvcc flags every module was compiled with, in order.
+	// Flags are the nvcc flags every module was compiled with, in order,
+	// except that a module with an Arch is compiled with -arch=<Arch> in
+	// place of -arch=DefaultArch.
 	Flags   []string     `json:"flags"`
 	Modules []ModuleInfo `json:"modules"`
 }
@@ -24,6 +32,9 @@ type Manifest struct {
 type ModuleInfo struct {
 	Name   string `json:"name"`   // e.g. "decode_f16"
 	Source string `json:"source"` // the .cu, relative to the repository root, e.g. "kernels_src/decode_f16.cu"
+	// Arch is the virtual architecture the module was compiled for when it
+	// is not DefaultArch, e.g. "compute_90"; empty means DefaultArch.
+	Arch string `json:"arch,omitempty"`
 	// Sources maps the .cu and every repository file it includes (paths
 	// relative to the repository root, forward slashes) to the hex SHA-256
 	// of its contents.
@@ -40,6 +51,23 @@ func (m Manifest) Module(name string) (ModuleInfo, bool) {
 		}
 	}
 	return ModuleInfo{}, false
+}
+
+// ComputeCapability returns the compute capability the module's PTX needs,
+// as major*10+minor: 80 for DefaultArch (an empty Arch), 90 for
+// "compute_90", 100 for "compute_100". An Arch not of the form
+// compute_<major><minor> is an error.
+func (m ModuleInfo) ComputeCapability() (int, error) {
+	arch := m.Arch
+	if arch == "" {
+		arch = DefaultArch
+	}
+	digits, ok := strings.CutPrefix(arch, "compute_")
+	cc, err := strconv.Atoi(digits)
+	if !ok || err != nil || len(digits) < 2 || digits[0] == '0' || strings.Trim(digits, "0123456789") != "" {
+		return 0, fmt.Errorf("ptxfile: module %s: arch %q is not compute_<major><minor>, e.g. compute_90", m.Name, m.Arch)
+	}
+	return cc, nil
 }
 
 // Marshal encodes m deterministically: modules sorted by name, entries

@@ -12,7 +12,7 @@ func TestManifestRoundTrip(t *testing.T) {
 		NVCC:  "release 11.8, V11.8.89",
 		Flags: []string{"-ptx", "-arch=compute_80"},
 		Modules: []ModuleInfo{
-			{Name: "z", Source: "kernels_src/z.cu", Sources: map[string]string{"kernels_src/z.cu": "bb", "kernels_src/a.cuh": "aa"}, PTXSHA256: "cc", Entries: []string{"z_b", "z_a"}},
+			{Name: "z", Source: "kernels_src/z.cu", Arch: "compute_90", Sources: map[string]string{"kernels_src/z.cu": "bb", "kernels_src/a.cuh": "aa"}, PTXSHA256: "cc", Entries: []string{"z_b", "z_a"}},
 			{Name: "a", Source: "kernels_src/a.cu", Sources: map[string]string{"kernels_src/a.cu": "dd"}, PTXSHA256: "ee", Entries: []string{"a_x"}},
 		},
 	}
@@ -39,6 +39,7 @@ func TestManifestRoundTrip(t *testing.T) {
     {
       "name": "z",
       "source": "kernels_src/z.cu",
+      "arch": "compute_90",
       "sources": {
         "kernels_src/a.cuh": "aa",
         "kernels_src/z.cu": "bb"
@@ -73,4 +74,35 @@ func TestParseManifestStrict(t *testing.T) {
 	assert.ErrorContains(t, err, `unknown field "extra"`)
 	_, err = ParseManifest([]byte(`{"nvcc": "x"} {}`))
 	assert.ErrorContains(t, err, "data after the manifest object")
+}
+
+func TestModuleComputeCapability(t *testing.T) {
+	tests := []struct {
+		arch string
+		want int
+		err  string
+	}{
+		{"", 80, ""},
+		{"compute_80", 80, ""},
+		{"compute_90", 90, ""},
+		{"compute_86", 86, ""},
+		{"sm_90", 0, `arch "sm_90" is not compute_<major><minor>`},
+		{"compute_90a", 0, `arch "compute_90a"`},
+		{"compute_9", 0, `arch "compute_9"`},
+		{"compute_100", 100, ""},
+		{"compute_+9", 0, `arch "compute_+9"`},
+		{"compute_+90", 0, `arch "compute_+90"`},
+		{"compute_09", 0, `arch "compute_09"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.arch, func(t *testing.T) {
+			cc, err := ModuleInfo{Name: "m", Arch: tt.arch}.ComputeCapability()
+			if tt.err != "" {
+				assert.ErrorContains(t, err, "module m: "+tt.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, cc)
+		})
+	}
 }

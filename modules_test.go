@@ -1,0 +1,73 @@
+package pagedkv
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/ptx"
+)
+
+// fakeRuntime is a Runtime that never opened a device: enough for what
+// LoadModule checks before it calls the driver.
+func fakeRuntime(t *testing.T, major, minor int) *Runtime {
+	t.Helper()
+	return &Runtime{
+		info:    DeviceInfo{Ordinal: 1, Name: "Fake GPU", ComputeMajor: major, ComputeMinor: minor},
+		funcs:   map[string]driver.Function{},
+		modules: map[string]moduleLoad{},
+	}
+}
+
+func TestCheckComputeCapability(t *testing.T) {
+	tests := []struct {
+		major, minor int
+		need         int
+		want         string
+	}{
+		{8, 0, 80, ""},
+		{8, 6, 80, ""},
+		{9, 0, 90, ""},
+		{10, 0, 90, ""},
+		{12, 0, 90, ""},
+		{8, 9, 90, "pagedkv: module needs a newer GPU: decode_f16_sm90 needs compute capability 9.0; device 1 (Fake GPU) has 8.9"},
+		{8, 0, 90, "pagedkv: module needs a newer GPU: decode_f16_sm90 needs compute capability 9.0; device 1 (Fake GPU) has 8.0"},
+		{9, 0, 100, "pagedkv: module needs a newer GPU: decode_f16_sm90 needs compute capability 10.0; device 1 (Fake GPU) has 9.0"},
+	}
+	for _, tt := range tests {
+		d := fakeRuntime(t, tt.major, tt.minor).info
+		err := checkComputeCapability("decode_f16_sm90", tt.need, d)
+		if tt.want == "" {
+			assert.NoError(t, err, "%d.%d needing %d", tt.major, tt.minor, tt.need)
+			continue
+		}
+		require.Error(t, err)
+		assert.Equal(t, tt.want, err.Error())
+		assert.ErrorIs(t, err, ErrComputeCapability)
+	}
+}
+
+// TestCanLoadEmbedded checks canLoad against every embedded module's
+// recorded capability, on a device exactly at it and one just below.
+func TestCanLoadEmbedded(t *testing.T) {
+	for _, mod := range ptx.Modules() {
+		need := ptx.ModuleComputeCapability(mod)
+		assert.True(t, fakeRuntime(t, need/10, need%10).canLoad(mod), mod)
+		below := fakeRuntime(t, need/10-1, 9)
+		assert.False(t, below.canLoad(mod), mod)
+	}
+}
+
+// TestLoadModuleGatedBeforeDriver loads a compute_80 module on a fake 7.5
+// device: the error names the module and both capabilities and comes before
+// any driver call (this Runtime has no context to make one with).
+func TestLoadModuleGatedBeforeDriver(t *testing.T) {
+	r := fakeRuntime(t, 7, 5)
+	took, err := r.LoadModule(ptx.ModuleDecodeF16)
+	require.ErrorIs(t, err, ErrComputeCapability)
+	assert.Zero(t, took)
+	assert.Equal(t, "pagedkv: module needs a newer GPU: decode_f16 needs compute capability 8.0; device 1 (Fake GPU) has 7.5", err.Error())
+	assert.Empty(t, r.modules)
+}
