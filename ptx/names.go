@@ -4,20 +4,29 @@ package ptx
 
 // Module names: the argument of Module.
 const (
-	ModuleCache          = "cache"
-	ModuleDecodeBf16     = "decode_bf16"
-	ModuleDecodeBf16E4m3 = "decode_bf16_e4m3"
-	ModuleDecodeF16      = "decode_f16"
-	ModuleDecodeF16E4m3  = "decode_f16_e4m3"
-	ModuleMla            = "mla"
-	ModuleQkv            = "qkv"
-	ModuleRope           = "rope"
+	ModuleCache              = "cache"
+	ModuleDecodeBf16         = "decode_bf16"
+	ModuleDecodeBf16E4m3     = "decode_bf16_e4m3"
+	ModuleDecodeBf16E4m3Sm90 = "decode_bf16_e4m3_sm90"
+	ModuleDecodeBf16Sm90     = "decode_bf16_sm90"
+	ModuleDecodeF16          = "decode_f16"
+	ModuleDecodeF16E4m3      = "decode_f16_e4m3"
+	ModuleDecodeF16E4m3Sm90  = "decode_f16_e4m3_sm90"
+	ModuleDecodeF16Sm90      = "decode_f16_sm90"
+	ModuleMla                = "mla"
+	ModuleQkv                = "qkv"
+	ModuleRope               = "rope"
 )
 
 // moduleComputeCapability maps each module whose PTX needs more than
 // the default compute capability to what it needs (major*10+minor);
 // see ModuleComputeCapability.
-var moduleComputeCapability = map[string]int{}
+var moduleComputeCapability = map[string]int{
+	ModuleDecodeBf16E4m3Sm90: 90,
+	ModuleDecodeBf16Sm90:     90,
+	ModuleDecodeF16E4m3Sm90:  90,
+	ModuleDecodeF16Sm90:      90,
+}
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
 const (
@@ -44,6 +53,20 @@ const (
 	PagedDecodeBf16E4m3Hd64  = "paged_decode_bf16_e4m3_hd64"
 )
 
+// Entry points of decode_bf16_e4m3_sm90.ptx (kernels_src/decode_bf16_e4m3_sm90.cu).
+const (
+	PagedDecodeBf16E4m3Hd128Cluster = "paged_decode_bf16_e4m3_hd128_cluster"
+	PagedDecodeBf16E4m3Hd256Cluster = "paged_decode_bf16_e4m3_hd256_cluster"
+	PagedDecodeBf16E4m3Hd64Cluster  = "paged_decode_bf16_e4m3_hd64_cluster"
+)
+
+// Entry points of decode_bf16_sm90.ptx (kernels_src/decode_bf16_sm90.cu).
+const (
+	PagedDecodeBf16Hd128Cluster = "paged_decode_bf16_hd128_cluster"
+	PagedDecodeBf16Hd256Cluster = "paged_decode_bf16_hd256_cluster"
+	PagedDecodeBf16Hd64Cluster  = "paged_decode_bf16_hd64_cluster"
+)
+
 // Entry points of decode_f16.ptx (kernels_src/decode_f16.cu).
 const (
 	PagedDecodeF16Hd128 = "paged_decode_f16_hd128"
@@ -56,6 +79,20 @@ const (
 	PagedDecodeF16E4m3Hd128 = "paged_decode_f16_e4m3_hd128"
 	PagedDecodeF16E4m3Hd256 = "paged_decode_f16_e4m3_hd256"
 	PagedDecodeF16E4m3Hd64  = "paged_decode_f16_e4m3_hd64"
+)
+
+// Entry points of decode_f16_e4m3_sm90.ptx (kernels_src/decode_f16_e4m3_sm90.cu).
+const (
+	PagedDecodeF16E4m3Hd128Cluster = "paged_decode_f16_e4m3_hd128_cluster"
+	PagedDecodeF16E4m3Hd256Cluster = "paged_decode_f16_e4m3_hd256_cluster"
+	PagedDecodeF16E4m3Hd64Cluster  = "paged_decode_f16_e4m3_hd64_cluster"
+)
+
+// Entry points of decode_f16_sm90.ptx (kernels_src/decode_f16_sm90.cu).
+const (
+	PagedDecodeF16Hd128Cluster = "paged_decode_f16_hd128_cluster"
+	PagedDecodeF16Hd256Cluster = "paged_decode_f16_hd256_cluster"
+	PagedDecodeF16Hd64Cluster  = "paged_decode_f16_hd64_cluster"
 )
 
 // Entry points of mla.ptx (kernels_src/mla.cu).
