@@ -176,21 +176,26 @@ func (r *Runtime) planDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, driver.Fu
 			return dispatch.Plan{}, 0, false, errf("%s.MaxBlocksPerSeq·BlockSize=%d is below KV_CAPACITY=%d: a decode captured into a graph is planned for KV_CAPACITY, so its block tables must hold that many tokens", decodeArg, c, maxKV)
 		}
 	}
-	shape := a.shape(maxKV)
-	plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs)
-	if err != nil {
-		return plan, 0, false, err
-	}
-	fn, loaded, err := r.function(plan.Kernel)
-	if err != nil {
-		return plan, 0, false, err
-	}
-	if loaded { // the first plan did not know this kernel's occupancy yet
-		if plan, err = dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs); err != nil {
-			return plan, 0, false, err
+	plan, fn, err := r.planAndLoad(a.shape(maxKV), r.knobs)
+	return plan, fn, capturing, err
+}
+
+// planAndLoad plans shape and returns the plan's kernel, loading its module
+// if needed. A plan made before a module's first load did not know its
+// occupancy, so it is made again; the new plan may name another kernel (a
+// cluster kernel once the split count changes), which is then resolved in
+// turn. Each round loads a module, so this ends.
+func (r *Runtime) planAndLoad(shape dispatch.DecodeShape, k dispatch.Knobs) (dispatch.Plan, driver.Function, error) {
+	for {
+		plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), k)
+		if err != nil {
+			return plan, 0, err
+		}
+		fn, loaded, err := r.function(plan.Kernel)
+		if err != nil || !loaded {
+			return plan, fn, err
 		}
 	}
-	return plan, fn, capturing, nil
 }
 
 // ReserveDecode sizes stream s's scratch for a, planned for KV_CAPACITY as
@@ -203,16 +208,9 @@ func (r *Runtime) ReserveDecode(s *Stream, a *DecodeArgs) error {
 	if shape.MaxKVLen > a.MaxBlocksPerSeq*a.BlockSize {
 		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below KV_CAPACITY=%d", decodeArg, a.MaxBlocksPerSeq*a.BlockSize, shape.MaxKVLen)
 	}
-	plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs)
+	plan, _, err := r.planAndLoad(shape, r.knobs)
 	if err != nil {
 		return err
-	}
-	if _, loaded, err := r.function(plan.Kernel); err != nil {
-		return err
-	} else if loaded {
-		if plan, err = dispatch.PlanDecode(shape, *r.facts.Load(), r.knobs); err != nil {
-			return err
-		}
 	}
 	if err := r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats); err != nil {
 		return err
@@ -237,17 +235,8 @@ func (r *Runtime) PlanDecodeWith(a *DecodeArgs, maxKV int, k dispatch.Knobs) (di
 	if err := a.Validate(); err != nil {
 		return dispatch.Plan{}, err
 	}
-	shape := a.shape(maxKV)
-	plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), k)
-	if err != nil {
-		return plan, err
-	}
-	if _, loaded, err := r.function(plan.Kernel); err != nil {
-		return plan, err
-	} else if loaded {
-		return dispatch.PlanDecode(shape, *r.facts.Load(), k)
-	}
-	return plan, nil
+	plan, _, err := r.planAndLoad(a.shape(maxKV), k)
+	return plan, err
 }
 
 // DecodeWithPlan runs a on s following plan, which must be a plan for a's
