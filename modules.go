@@ -88,6 +88,7 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	var mod driver.Module
 	funcs := map[string]driver.Function{}
 	occupancy := map[string]int{}
+	clusters := map[string][]int{}
 	start := time.Now()
 	err = r.do(func() error {
 		var err error
@@ -127,6 +128,18 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 				return err
 			}
 			occupancy[e] = n
+			// A cluster decode kernel: how many clusters of each size fit
+			// at once (one wave), for the planner's split choice.
+			if dispatch.IsClusterKernel(e) {
+				waves := make([]int, dispatch.MaxClusterSplits+1)
+				for size := 1; size <= dispatch.MaxClusterSplits; size++ {
+					b := driver.Dim3{X: uint32(block), Y: 1, Z: 1}
+					if waves[size], err = f.MaxActiveClusters(b, driver.Dim3{X: 1, Y: 1, Z: uint32(size)}, uint32(shared)); err != nil {
+						return fmt.Errorf("pagedkv: module %s: %s: %w", name, e, err)
+					}
+				}
+				clusters[e] = waves
+			}
 		}
 		return nil
 	})
@@ -144,6 +157,11 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	facts := *old
 	facts.Occupancy = maps.Clone(old.Occupancy)
 	maps.Copy(facts.Occupancy, occupancy)
+	facts.ActiveClusters = maps.Clone(old.ActiveClusters)
+	if facts.ActiveClusters == nil {
+		facts.ActiveClusters = map[string][]int{}
+	}
+	maps.Copy(facts.ActiveClusters, clusters)
 	r.facts.Store(&facts)
 	r.mu.Unlock()
 	return elapsed, nil

@@ -16,6 +16,14 @@ var (
 	// it at 32 for the tensor-core kernel (8 for the CUDA-core one before it).
 	// Forced split counts ignore it.
 	SplitCostTokens = 32.0
+	// ClusterSplitCostTokens is the same for splits that merge on chip in a
+	// thread-block cluster (v7: the best split count for seqs=1, kv=512 is
+	// 8, i.e. √(kv/8)).
+	ClusterSplitCostTokens = 8.0
+	// ClusterLongKVTokens is the KV length from which a saturated grid still
+	// splits in two, as two-block clusters (v7 sweep: +2.5% at 2048, +12–16%
+	// at 8192 and 32768; −25% at 512).
+	ClusterLongKVTokens = 2048
 )
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
@@ -54,6 +62,8 @@ const (
 	ReasonSplitOn            = "split-K forced on (SPLIT_K_ATTN=1)"
 	ReasonSplitOnShortKV     = "split-K forced on (SPLIT_K_ATTN=1) but KV too short to split"
 	ReasonScratchLimit       = "auto: scratch limit reduced splits"
+	ReasonClusterWave        = "auto: clusters of splits, one wave"
+	ReasonClusterLongKV      = "auto: two-split clusters for long KV"
 )
 
 // SplitMode says whether decode may use split-K.
@@ -105,6 +115,11 @@ type DeviceFacts struct {
 	// Clusters reports thread-block clusters (compute capability 9.0 and
 	// newer), which the cluster decode kernels need.
 	Clusters bool
+	// ActiveClusters maps a cluster decode kernel to how many clusters of
+	// each size (index 1..MaxClusterSplits) fit on the device at once
+	// (cuOccupancyMaxActiveClusters at its launch block and shared memory).
+	// A missing entry is estimated from Occupancy.
+	ActiveClusters map[string][]int
 	// Occupancy maps a kernel entry name to the most blocks of it that can be
 	// resident on one SM at its launch block size
 	// (cuOccupancyMaxActiveBlocksPerMultiprocessor). A missing entry counts as 1.
@@ -178,6 +193,13 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 
 	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel)
+	clusterKernel := tables.cluster[qi][ci][hi]
+	if dev.Clusters && k.Clusters && k.ForcedSplits == 0 && splits <= MaxClusterSplits &&
+		(reason == ReasonGridFills || reason == ReasonFillSMs || reason == ReasonShortKV || reason == ReasonSplitOn) {
+		if n, why := chooseClusterSplits(&s, &dev, &k, clusterKernel); n > 1 {
+			splits, requested, reason = n, n, why
+		}
+	}
 
 	p := Plan{
 		Kernel:          kernel,
@@ -190,7 +212,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		Reason:          reason,
 	}
 	if splits > 1 && splits <= MaxClusterSplits && dev.Clusters && k.Clusters {
-		p.Kernel = tables.cluster[qi][ci][hi]
+		p.Kernel = clusterKernel
 		p.Cluster = uint32(splits)
 	} else if splits > 1 {
 		rows := int64(s.NumSeqs) * int64(s.NumQHeads) * int64(splits)
@@ -239,10 +261,7 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 		}
 		return 1, 1, ReasonShortKV
 	}
-	occ := dev.Occupancy[kernel]
-	if occ < 1 {
-		occ = 1
-	}
+	occ := occupancy(dev, kernel)
 	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads)
 	slots := int64(dev.SMs) * int64(occ)
 
@@ -265,6 +284,52 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 		return n, requested, ReasonScratchLimit
 	}
 	return splits, requested, reason
+}
+
+// occupancy returns the resident blocks per SM of a decode kernel: its own
+// figure, else its cluster twin's (the same code but for the merge, and the
+// same shared memory), else 1.
+func occupancy(dev *DeviceFacts, kernel string) int {
+	if n := dev.Occupancy[kernel]; n > 0 {
+		return n
+	}
+	if n := dev.Occupancy[kernel+"_cluster"]; n > 0 {
+		return n
+	}
+	return 1
+}
+
+// chooseClusterSplits returns the split count of an automatic plan whose
+// splits run as thread-block clusters, and the reason; 1 when clusters do
+// not help. The measured rules (docs/perf-notes.md, v7): take the most
+// splits, up to MaxClusterSplits and round(√(MaxKVLen/ClusterSplitCostTokens)),
+// whose clusters all fit in one wave (an extra, partial wave costs ~40%);
+// where no split count fits, long KV (ClusterLongKVTokens or more) still
+// gains from two-split clusters (2–16% measured), short KV does not.
+func chooseClusterSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (int, string) {
+	pages := ceilDiv(s.MaxKVLen, s.BlockSize)
+	most := min(MaxClusterSplits, pages, int(math.Round(math.Sqrt(float64(s.MaxKVLen)/ClusterSplitCostTokens))))
+	items := s.NumSeqs * s.NumKVHeads
+	active := dev.ActiveClusters[kernel]
+	fits := func(size int) bool {
+		if size < len(active) {
+			return items <= active[size]
+		}
+		// Not loaded yet: assume the blocks pack perfectly (the plan is
+		// made again once the module's figures are known).
+		return items*size <= dev.SMs*occupancy(dev, kernel)
+	}
+	splits := most
+	for splits > 1 && !fits(splits) {
+		splits--
+	}
+	if splits > 1 {
+		return wholePages(splits, pages), ReasonClusterWave
+	}
+	if s.MaxKVLen >= ClusterLongKVTokens && pages >= 2 || k.SplitK == SplitOn && pages >= 2 {
+		return 2, ReasonClusterLongKV
+	}
+	return 1, ""
 }
 
 // wholePages normalizes a split count so that every split covers the same

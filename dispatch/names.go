@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -180,6 +181,19 @@ func DecodeKernelNames() []string {
 		}
 	}
 	return names
+}
+
+// IsClusterKernel reports whether kernel is a cluster decode kernel, one
+// launched as thread-block clusters of its splits.
+func IsClusterKernel(kernel string) bool {
+	for qi := range tables.cluster {
+		for ci := range tables.cluster[qi] {
+			if slices.Contains(tables.cluster[qi][ci][:], kernel) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ClusterDecodeKernelNames returns every cluster decode kernel entry name

@@ -538,14 +538,16 @@ func TestPlanNoAllocs(t *testing.T) {
 		knobs(func(k *Knobs) { k.SplitK = SplitOn }),
 		knobs(func(k *Knobs) { k.ScratchLimitBytes = 100000 }),
 	}
-	for _, s := range shapes {
-		for _, k := range knobSets {
-			allocs := testing.AllocsPerRun(100, func() {
-				if _, err := PlanDecode(s, hopper, k); err != nil {
-					t.Fatal(err)
-				}
-			})
-			assert.Zero(t, allocs, "PlanDecode(%+v, %+v)", s, k)
+	for _, dev := range []DeviceFacts{hopper, h200()} {
+		for _, s := range shapes {
+			for _, k := range knobSets {
+				allocs := testing.AllocsPerRun(100, func() {
+					if _, err := PlanDecode(s, dev, k); err != nil {
+						t.Fatal(err)
+					}
+				})
+				assert.Zero(t, allocs, "PlanDecode(%s, %+v, %+v)", dev.Name, s, k)
+			}
 		}
 	}
 	a := AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: E4M3}
@@ -596,14 +598,37 @@ func BenchmarkPlanAppend(b *testing.B) {
 	}
 }
 
-// TestPlanDecodeClusters pins when a split-K plan runs its splits as one
-// thread-block cluster: the device has clusters, the knob allows them and
-// there are 2..MaxClusterSplits splits. Such a plan names the _cluster
-// kernel, needs no scratch and no counters, and keeps the split count the
-// same rules chose.
+// h200 is the H200 as pagedkv measured it: 2 blocks per SM of the head-dim
+// 128 kernels, and how many clusters of 1..8 of them fit at once
+// (cuOccupancyMaxActiveClusters, session 3).
+func h200() DeviceFacts {
+	occ := map[string]int{}
+	for _, name := range DecodeKernelNames() {
+		if strings.HasSuffix(name, "_hd128") {
+			occ[name], occ[name+"_cluster"] = 2, 2
+		}
+	}
+	clusters := map[string][]int{}
+	for _, name := range ClusterDecodeKernelNames() {
+		if strings.HasSuffix(name, "_hd128_cluster") {
+			clusters[name] = []int{0, 264, 132, 79, 62, 47, 39, 32, 30}
+		}
+	}
+	return DeviceFacts{Name: "H200", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Clusters: true, Occupancy: occ, ActiveClusters: clusters}
+}
+
+// TestPlanDecodeClusters pins the split plans of a device with clusters
+// against the H200 sweep of session 3 (docs/perf-notes.md, v7): the most
+// splits whose clusters fit in one wave, two-split clusters for long KV on a
+// full grid, the global-memory path past 8 splits, with the knob off, or on
+// a device without clusters. A cluster plan names the _cluster kernel and
+// needs no scratch and no counters.
 func TestPlanDecodeClusters(t *testing.T) {
-	sm90 := hopper
-	sm90.Clusters = true
+	sm90 := h200()
+	estimated := sm90
+	estimated.ActiveClusters = nil
+	noClusters := sm90
+	noClusters.Clusters = false
 	tests := []struct {
 		name    string
 		dev     DeviceFacts
@@ -612,30 +637,45 @@ func TestPlanDecodeClusters(t *testing.T) {
 		splits  int
 		cluster uint32
 	}{
-		// seqs=1, kv=512: √(512/32) = 4 splits, 8 blocks → 32 ≤ 528 slots.
-		{"small", sm90, llama(1, 512), knobs(nil), 4, 4},
-		{"small, knob off", sm90, llama(1, 512), knobs(func(k *Knobs) { k.Clusters = false }), 4, 0},
-		{"small, no clusters", hopper, llama(1, 512), knobs(nil), 4, 0},
-		// seqs=1, kv=8192: 16 splits, more than a cluster holds.
-		{"16 splits", sm90, llama(1, 8192), knobs(nil), 16, 0},
+		// 8 clusters: round(√(512/8)) = 8 splits, 8 ≤ 30 clusters of 8 fit.
+		{"seqs=1 kv=512", sm90, llama(1, 512), knobs(nil), 8, 8},
+		{"seqs=1 kv=2048", sm90, llama(1, 2048), knobs(nil), 8, 8},
+		// The global path wants √(8192/32) = 16 splits, more than a cluster.
+		{"seqs=1 kv=8192", sm90, llama(1, 8192), knobs(nil), 16, 0},
+		// 64 clusters: 62 clusters of 4 fit, 79 of 3.
+		{"seqs=8 kv=512", sm90, llama(8, 512), knobs(nil), 3, 3},
+		{"seqs=8 kv=8192", sm90, llama(8, 8192), knobs(nil), 3, 3},
+		// 256 clusters do not fit even as pairs (132): short KV stays
+		// single-pass, long KV takes two-split clusters.
+		{"seqs=32 kv=512", sm90, llama(32, 512), knobs(nil), 1, 0},
+		{"seqs=32 kv=2048", sm90, llama(32, 2048), knobs(nil), 2, 2},
+		{"seqs=128 kv=512", sm90, llama(128, 512), knobs(nil), 1, 0},
+		{"seqs=128 kv=32768", sm90, llama(128, 32768), knobs(nil), 2, 2},
+		// Before the cluster module loads: 64·s ≤ 132·2 → s = 4.
+		{"seqs=8 kv=8192 estimated", estimated, llama(8, 8192), knobs(nil), 4, 4},
+		{"knob off", sm90, llama(1, 512), knobs(func(k *Knobs) { k.Clusters = false }), 4, 0},
+		{"no clusters", noClusters, llama(1, 512), knobs(nil), 4, 0},
 		{"forced 8", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 8 }), 8, 8},
+		{"forced 16", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 16 }), 16, 0},
 		{"forced 2", sm90, llama(4, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 2 }), 2, 2},
-		{"single pass", sm90, llama(128, 2048), knobs(nil), 1, 0},
+		{"paged flash off", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.PagedFlash = false }), 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := PlanDecode(tt.shape, tt.dev, tt.knobs)
 			require.NoError(t, err)
-			assert.Equal(t, tt.splits, p.Splits)
+			assert.Equal(t, tt.splits, p.Splits, p.Reason)
 			assert.Equal(t, tt.cluster, p.Cluster)
 			plain, _ := DecodeKernelName(F16, F16, 128, 4)
 			if tt.cluster > 0 {
 				assert.Equal(t, plain+"_cluster", p.Kernel)
+				assert.True(t, IsClusterKernel(p.Kernel))
 				assert.Zero(t, p.ScratchFloats)
 				assert.Zero(t, p.Counters)
 				assert.Equal(t, p.Grid.Z%p.Cluster, uint32(0))
 			} else {
 				assert.Equal(t, plain, p.Kernel)
+				assert.False(t, IsClusterKernel(p.Kernel))
 				if p.Splits > 1 {
 					assert.NotZero(t, p.ScratchFloats)
 					assert.NotZero(t, p.Counters)

@@ -1,6 +1,9 @@
 package driver
 
-import "unsafe"
+import (
+	"runtime"
+	"unsafe"
+)
 
 // launchAttributeClusterDimension is CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 // (ABI; from cuda.h).
@@ -116,4 +119,37 @@ func launchClusterWith(call launchExFunc, f Function, grid, block, cluster Dim3,
 	fr.pin.Unpin()
 	frames.Put(fr)
 	return check("cuLaunchKernelEx", r)
+}
+
+// MaxActiveClusters returns how many clusters of the given shape can be
+// resident on the device at once when f runs with blocks of block threads
+// and sharedBytes of dynamic shared memory
+// (cuOccupancyMaxActiveClusters): the clusters of one wave. Call it inside
+// Context.Do. Compute capability 9.0 and later only.
+func (f Function) MaxActiveClusters(block, cluster Dim3, sharedBytes uint32) (int, error) {
+	if err := checkCluster(cluster, cluster); err != nil {
+		return 0, err
+	}
+	if err := Init(); err != nil {
+		return 0, err
+	}
+	// The grid only has to be a multiple of the cluster; its size does not
+	// change the answer.
+	cfg := &launchConfig{
+		gridDimX: cluster.X, gridDimY: cluster.Y, gridDimZ: cluster.Z,
+		blockDimX: block.X, blockDimY: block.Y, blockDimZ: block.Z,
+		sharedMemBytes: sharedBytes,
+		attrs:          &launchAttribute{id: launchAttributeClusterDimension},
+		numAttrs:       1,
+	}
+	cfg.attrs.value.clusterDim = cluster
+	var pin runtime.Pinner
+	pin.Pin(cfg)
+	pin.Pin(cfg.attrs)
+	defer pin.Unpin()
+	var n int32
+	if err := check("cuOccupancyMaxActiveClusters", cuOccupancyMaxActiveClusters(&n, f, cfg)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }

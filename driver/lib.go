@@ -113,6 +113,9 @@ var (
 	// CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
 	//                                                      int blockSize, size_t dynamicSMemSize);
 	cuOccupancyMaxActiveBlocksPerMultiprocessor func(numBlocks *int32, fn Function, blockSize int32, dynamicSMem uint64) Result
+	// CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+	//                                       const CUlaunchConfig *config);
+	cuOccupancyMaxActiveClusters func(numClusters *int32, fn Function, config *launchConfig) Result
 
 	// CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 	cuMemAlloc func(p *DevicePtr, bytes uint64) Result
@@ -234,6 +237,7 @@ func symbols() []symbol {
 		{name: "cuFuncGetAttribute", fptr: &cuFuncGetAttribute},
 		{name: "cuFuncSetAttribute", fptr: &cuFuncSetAttribute},
 		{name: "cuOccupancyMaxActiveBlocksPerMultiprocessor", fptr: &cuOccupancyMaxActiveBlocksPerMultiprocessor},
+		{name: "cuOccupancyMaxActiveClusters", fptr: &cuOccupancyMaxActiveClusters},
 		{name: "cuMemAlloc_v2", fptr: &cuMemAlloc},
 		{name: "cuMemFree_v2", fptr: &cuMemFree},
 		{name: "cuMemAllocAsync", fptr: &cuMemAllocAsync},

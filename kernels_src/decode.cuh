@@ -54,8 +54,9 @@
 // scripts/trace/decode_timeline.cu, which defines PKV_DECODE_TRACE and the
 // macro's body. Everywhere else it is empty, so the kernels compile exactly
 // as without it. Points: 0 entry, 1 warp 0's first tile has landed, 2 warp 0
-// is past the main loop, 3 before the split-K counter, 4 exit, 5 exit of the
-// block that merged the splits (kept apart from 4 so the merge can be timed).
+// is past the main loop, 3 before the split-K counter, 4 exit, 5 exit of a
+// block that merged splits (the last one to finish; in a cluster, every
+// block), kept apart from 4 so the merge can be timed.
 #ifndef PKV_DECODE_TRACE
 #define PKV_TRACE(point) ((void)0)
 #elif !defined(PKV_TRACE)
@@ -180,46 +181,47 @@ __device__ __forceinline__ float cluster_load(const float* p, int rank) {
 // (sequence, KV head) form one thread-block cluster (cluster dims 1 × 1 ×
 // splits, so the cluster rank is the split). Each block holds its split's
 // normalized output in o[g·D + d] and its max (log2 units) and sum per head
-// in m[g] and l[g]; split 0 reads every split's through distributed shared
-// memory and merges them by log-sum-exp into out and lse. The second
-// barrier keeps every block's shared memory alive until split 0 is done.
+// in m[g] and l[g]. After a cluster barrier, block z merges its share of the
+// G·D outputs (a contiguous 1/splits of them), reading every split's values
+// through distributed shared memory, by log-sum-exp into out (and lse). The
+// second barrier keeps every block's shared memory alive until all are done.
 template <typename T, int D>
 __device__ __forceinline__ void cluster_merge(T* __restrict__ out, float* __restrict__ lse, const float* o,
                                               const float* m, const float* l, int seq, int kvh, int G,
                                               int num_q_heads, int split, int splits) {
   constexpr int kMaxClusterSplits = 8;
   cluster_sync();
-  if (split == 0) {
-    for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
-      const int g = i / D;
-      const int d = i - g * D;
-      float mz[kMaxClusterSplits], oz[kMaxClusterSplits], lz[kMaxClusterSplits];
+  const int share = (G * D + splits - 1) / splits;
+  const int end = min(G * D, (split + 1) * share);
+  for (int i = split * share + (int)threadIdx.x; i < end; i += kDecodeThreads) {
+    const int g = i / D;
+    const int d = i - g * D;
+    float mz[kMaxClusterSplits], oz[kMaxClusterSplits], lz[kMaxClusterSplits];
+#pragma unroll
+    for (int z = 0; z < kMaxClusterSplits; ++z) {
+      mz[z] = -INFINITY;
+      lz[z] = oz[z] = 0.0f;
+      if (z < splits) {
+        mz[z] = cluster_load(m + g, z);
+        lz[z] = cluster_load(l + g, z);
+        oz[z] = cluster_load(o + i, z);
+      }
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int z = 0; z < kMaxClusterSplits; ++z) mx = fmaxf(mx, mz[z]);
+    float sum = 0.0f, acc = 0.0f;
+    if (mx != -INFINITY) {
 #pragma unroll
       for (int z = 0; z < kMaxClusterSplits; ++z) {
-        mz[z] = -INFINITY;
-        lz[z] = oz[z] = 0.0f;
-        if (z < splits) {
-          mz[z] = cluster_load(m + g, z);
-          lz[z] = cluster_load(l + g, z);
-          oz[z] = cluster_load(o + i, z);
-        }
+        const float w = lz[z] * exp2f(mz[z] - mx);  // 0 for an empty split
+        sum += w;
+        acc = fmaf(w, oz[z], acc);
       }
-      float mx = -INFINITY;
-#pragma unroll
-      for (int z = 0; z < kMaxClusterSplits; ++z) mx = fmaxf(mx, mz[z]);
-      float sum = 0.0f, acc = 0.0f;
-      if (mx != -INFINITY) {
-#pragma unroll
-        for (int z = 0; z < kMaxClusterSplits; ++z) {
-          const float w = lz[z] * exp2f(mz[z] - mx);  // 0 for an empty split
-          sum += w;
-          acc = fmaf(w, oz[z], acc);
-        }
-      }
-      const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
-      out[row * D + d] = from_float<T>(sum > 0.0f ? acc / sum : 0.0f);
-      if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     }
+    const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
+    out[row * D + d] = from_float<T>(sum > 0.0f ? acc / sum : 0.0f);
+    if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
   }
   cluster_sync();
 }
@@ -584,7 +586,7 @@ __device__ __forceinline__ void paged_decode(
   }
   if constexpr (CLUSTER) {
     cluster_merge<T, D>(out, lse, o_s, split_m_s, split_l_s, seq, kvh, G, num_q_heads, split, splits);
-    PKV_TRACE(split == 0 ? 5 : 4);
+    PKV_TRACE(5);
     return;
   }
 
