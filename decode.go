@@ -241,7 +241,8 @@ func (r *Runtime) PlanDecodeWith(a *DecodeArgs, maxKV int, k dispatch.Knobs) (di
 
 // DecodeWithPlan runs a on s following plan, which must be a plan for a's
 // shape (from PlanDecode or PlanDecodeWith); a plan for another shape is an
-// error, never a launch.
+// error, never a launch. Its SharedBytes may give the kernel another ring
+// depth (dispatch.DecodeStagesShared) within the device's limit.
 func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) error {
 	if err := r.live(); err != nil {
 		return err
@@ -343,6 +344,12 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		want.ScratchFloats = rows * int64(a.HeadDim+2)
 		want.MaxOffset = rows * int64(a.HeadDim)
 		want.SumOffset = want.MaxOffset + rows
+	}
+	// Any ring depth the kernel accepts will do, within the device's limit.
+	for stages := dispatch.DecodeMinStages; stages <= dispatch.DecodeMaxStages; stages++ {
+		if n, _ := dispatch.DecodeStagesShared(want.Kernel, stages); uint32(n) == plan.SharedBytes && n <= dev.MaxSharedPerBlockOptin {
+			want.SharedBytes = plan.SharedBytes
+		}
 	}
 	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster ||

@@ -113,11 +113,35 @@ func headDimIndex(d int) (int, bool) {
 // from the size; it needs at least two stages, so the result may exceed optin
 // (the planner then refuses the shape).
 func DecodeSharedBytes(headDim, cacheSize, optin int) int {
-	const warps, tileTokens, rows, maxStages = 4, 16, 16, 4
-	q := rows * headDim * 2
-	stage := warps * 2 * tileTokens * headDim * cacheSize
-	stages := min(max((optin/2-2048-q)/stage, 2), maxStages)
+	q, stage := decodeSmem(headDim, cacheSize)
+	stages := min(max((optin/2-2048-q)/stage, DecodeMinStages), DecodeMaxStages)
 	return q + stages*stage
+}
+
+// The decode kernels' ring depth limits (DecodeSmem in kernels_src/decode.cuh).
+const (
+	DecodeMinStages = 2
+	DecodeMaxStages = 4
+)
+
+// decodeSmem returns the shared bytes of a decode kernel's q tile and of one
+// ring stage.
+func decodeSmem(headDim, cacheSize int) (q, stage int) {
+	const warps, tileTokens, rows = 4, 16, 16
+	return rows * headDim * 2, warps * 2 * tileTokens * headDim * cacheSize
+}
+
+// DecodeStagesShared returns the dynamic shared memory of decode kernel
+// launched with a ring of stages stages, and whether kernel is a decode
+// kernel and stages is within DecodeMinStages..DecodeMaxStages. Any such
+// size is a valid launch: the kernel reads its depth from it.
+func DecodeStagesShared(kernel string, stages int) (int, bool) {
+	shape, ok := tables.shape[kernel]
+	if !ok || stages < DecodeMinStages || stages > DecodeMaxStages {
+		return 0, false
+	}
+	q, stage := decodeSmem(shape[0], shape[1])
+	return q + stages*stage, true
 }
 
 // KernelSharedBytes returns the dynamic shared memory kernel is launched with

@@ -56,6 +56,9 @@ type bencher struct {
 	arena  *check.Arena
 	l2     int64
 	status func(string)
+	// stages, when not 0, gives every decode launch a ring of that many
+	// stages instead of the planner's (an experiment knob: -stages).
+	stages int
 }
 
 func runBench(args []string) error {
@@ -65,6 +68,7 @@ func runBench(args []string) error {
 	reps := fs.Int("reps", 15, "timed batches per measurement (the median is reported)")
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
+	stages := fs.Int("stages", 0, "decode ring stages for every decode launch, 2..4 (0: the planner's)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	// The op may also come first: pagedkv bench decode [flags].
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -89,7 +93,7 @@ func runBench(args []string) error {
 	}
 	defer r.Close()
 	b := &bencher{r: r, s: r.Stream(), reps: max(*reps, 3), g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
-		l2: int64(r.Info().L2Bytes)}
+		l2: int64(r.Info().L2Bytes), stages: *stages}
 	defer b.arena.Free()
 	if b.timer, err = b.s.NewTimer(); err != nil {
 		return err
@@ -571,11 +575,18 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 	if err != nil {
 		return benchResult{}, err
 	}
-	us, err := b.measure(func(i int) error { return b.r.Decode(b.s, &sets[i%rot]) })
+	decode := func(i int) error { return b.r.Decode(b.s, &sets[i%rot]) }
+	if b.stages != 0 {
+		if plan, err = b.withStages(plan); err != nil {
+			return benchResult{}, err
+		}
+		decode = func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], plan) }
+	}
+	us, err := b.measure(decode)
 	if err != nil {
 		return benchResult{}, err
 	}
-	host, err := b.hostTime(func(i int) error { return b.r.Decode(b.s, &sets[i%rot]) })
+	host, err := b.hostTime(decode)
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -591,6 +602,9 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 		k.ForcedSplits = forced
 		k.Clusters = b.r.Config().DecodeClusters // the sweep takes the same merge path as auto
 		fp, err := b.r.PlanDecodeWith(&sets[0], kv, k)
+		if err == nil && b.stages != 0 {
+			fp, err = b.withStages(fp)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -609,6 +623,16 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 	}
 	res.RegretPct = 100 * (us/res.BestMicros - 1)
 	return res, nil
+}
+
+// withStages returns plan with a ring of b.stages stages.
+func (b *bencher) withStages(plan dispatch.Plan) (dispatch.Plan, error) {
+	n, ok := dispatch.DecodeStagesShared(plan.Kernel, b.stages)
+	if !ok {
+		return plan, fmt.Errorf("pagedkv bench: -stages=%d is not allowed; allowed: %d..%d", b.stages, dispatch.DecodeMinStages, dispatch.DecodeMaxStages)
+	}
+	plan.SharedBytes = uint32(n)
+	return plan, nil
 }
 
 func planText(p dispatch.Plan) string {
