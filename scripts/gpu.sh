@@ -47,6 +47,6 @@ echo "==== tests"; grep -E '^(--- FAIL|FAIL|ok|PASS)|Error Trace|Error:|panic' "
 for t in memcheck racecheck; do
   [ -f "$OUT/$t.log" ] && { echo "==== $t"; grep -E 'ERROR SUMMARY|Error|FAIL|^ok|PASS|RACECHECK SUMMARY' "$OUT/$t.log" | head -12; }
 done
-echo "==== verify"; tail -6 "$OUT/verify.log" 2>/dev/null
+echo "==== verify"; tail -8 "$OUT/verify.log" 2>/dev/null
 echo "==== bench"; sed -n '/^pagedkv bench on/,$p' "$OUT/bench.log" 2>/dev/null; tail -5 "$OUT/bench.log" 2>/dev/null | grep -v '^ ' 
 echo "==== summary"; printf '%s\n' "${summary[@]}"
