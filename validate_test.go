@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv/dispatch"
 )
 
 // badCase is one invalid mutation of a good argument struct and the text
@@ -192,4 +194,66 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 		{"max pos", func(a *RopeCacheArgs) { a.MaxPos = 0 }, "RopeCacheArgs.MaxPos=0 is out of range"},
 	}
 	expectErrors(t, good, cases)
+}
+
+// TestCheckDecodePlan checks what DecodeWithPlan accepts: the planner's own
+// plans (single-pass, global-memory split-K, cluster split-K where the
+// device has clusters), the same plans with another ring depth the kernel
+// takes; and nothing else.
+func TestCheckDecodePlan(t *testing.T) {
+	a := goodDecode()
+	plain := dispatch.DeviceFacts{Name: "A100-like", SMs: 108, MaxSharedPerBlockOptin: 163 << 10}
+	sm90 := dispatch.DeviceFacts{Name: "H200-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Clusters: true}
+	plan := func(dev dispatch.DeviceFacts, k dispatch.Knobs) dispatch.Plan {
+		p, err := dispatch.PlanDecode(a.shape(a.MaxKVLen), dev, k)
+		require.NoError(t, err)
+		return p
+	}
+	k := dispatch.DefaultKnobs()
+	single := k
+	single.PagedFlash = false
+	forced := k
+	forced.ForcedSplits = 4
+
+	for _, tt := range []struct {
+		name string
+		dev  dispatch.DeviceFacts
+		plan dispatch.Plan
+	}{
+		{"single-pass", plain, plan(plain, single)},
+		{"split-K", plain, plan(plain, forced)},
+		{"cluster split-K", sm90, plan(sm90, forced)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.NoError(t, checkDecodePlan(&a, &tt.plan, &tt.dev))
+			for stages := dispatch.DecodeMinStages; stages <= dispatch.DecodeMaxStages; stages++ {
+				p := tt.plan
+				n, ok := dispatch.DecodeStagesShared(p.Kernel, stages)
+				require.True(t, ok)
+				p.SharedBytes = uint32(n)
+				if n <= tt.dev.MaxSharedPerBlockOptin {
+					assert.NoError(t, checkDecodePlan(&a, &p, &tt.dev), "%d stages", stages)
+				} else {
+					assert.Error(t, checkDecodePlan(&a, &p, &tt.dev), "%d stages over the device's limit", stages)
+				}
+			}
+			p := tt.plan
+			p.SharedBytes += 16
+			assert.Error(t, checkDecodePlan(&a, &p, &tt.dev), "a size the kernel does not read")
+			p = tt.plan
+			p.Grid.Y++
+			assert.Error(t, checkDecodePlan(&a, &p, &tt.dev), "another shape's grid")
+		})
+	}
+
+	cluster := plan(sm90, forced)
+	require.Equal(t, uint32(4), cluster.Cluster)
+	err := checkDecodePlan(&a, &cluster, &plain)
+	assert.ErrorContains(t, err, "thread-block clusters, which A100-like lacks")
+	global := plan(plain, forced)
+	assert.NoError(t, checkDecodePlan(&a, &global, &sm90), "the global-memory path on a device with clusters")
+	global.Cluster = 4
+	assert.Error(t, checkDecodePlan(&a, &global, &sm90), "a cluster depth on the global-memory kernel")
+	cluster.Cluster = 2
+	assert.Error(t, checkDecodePlan(&a, &cluster, &sm90), "a cluster depth other than the split count")
 }
