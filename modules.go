@@ -129,13 +129,15 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 			}
 			occupancy[e] = n
 			// A cluster decode kernel: how many clusters of each size fit
-			// at once (one wave), for the planner's split choice.
+			// at once (one wave), for the planner's split choice. A size the
+			// driver cannot place (or a failed query) counts as none, which
+			// keeps the planner on the global-memory merge.
 			if dispatch.IsClusterKernel(e) {
 				waves := make([]int, dispatch.MaxClusterSplits+1)
 				for size := 1; size <= dispatch.MaxClusterSplits; size++ {
 					b := driver.Dim3{X: uint32(block), Y: 1, Z: 1}
-					if waves[size], err = f.MaxActiveClusters(b, driver.Dim3{X: 1, Y: 1, Z: uint32(size)}, uint32(shared)); err != nil {
-						return fmt.Errorf("pagedkv: module %s: %s: %w", name, e, err)
+					if n, err := f.MaxActiveClusters(b, driver.Dim3{X: 1, Y: 1, Z: uint32(size)}, uint32(shared)); err == nil {
+						waves[size] = n
 					}
 				}
 				clusters[e] = waves

@@ -118,7 +118,8 @@ type DeviceFacts struct {
 	// ActiveClusters maps a cluster decode kernel to how many clusters of
 	// each size (index 1..MaxClusterSplits) fit on the device at once
 	// (cuOccupancyMaxActiveClusters at its launch block and shared memory).
-	// A missing entry is estimated from Occupancy.
+	// A missing entry is estimated from Occupancy; an entry without room for
+	// two-block clusters keeps the planner off clusters for that kernel.
 	ActiveClusters map[string][]int
 	// Occupancy maps a kernel entry name to the most blocks of it that can be
 	// resident on one SM at its launch block size
@@ -194,7 +195,8 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 
 	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel)
 	clusterKernel := tables.cluster[qi][ci][hi]
-	if dev.Clusters && k.Clusters && k.ForcedSplits == 0 && splits <= MaxClusterSplits &&
+	clusters := dev.Clusters && k.Clusters && clustersFit(&dev, clusterKernel)
+	if clusters && k.ForcedSplits == 0 && splits <= MaxClusterSplits &&
 		(reason == ReasonGridFills || reason == ReasonFillSMs || reason == ReasonShortKV || reason == ReasonSplitOn) {
 		if n, why := chooseClusterSplits(&s, &dev, &k, clusterKernel); n > 1 {
 			splits, requested, reason = n, n, why
@@ -211,7 +213,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		Clamped:         splits != requested,
 		Reason:          reason,
 	}
-	if splits > 1 && splits <= MaxClusterSplits && dev.Clusters && k.Clusters {
+	if splits > 1 && splits <= MaxClusterSplits && clusters {
 		p.Kernel = clusterKernel
 		p.Cluster = uint32(splits)
 	} else if splits > 1 {
@@ -297,6 +299,14 @@ func occupancy(dev *DeviceFacts, kernel string) int {
 		return n
 	}
 	return 1
+}
+
+// clustersFit reports whether clusters of kernel can run at all: true until
+// its module's figures are known, then whether two-block clusters fit (a
+// device that reports none, or whose query failed, gets none).
+func clustersFit(dev *DeviceFacts, kernel string) bool {
+	active, ok := dev.ActiveClusters[kernel]
+	return !ok || len(active) > 2 && active[2] > 0
 }
 
 // chooseClusterSplits returns the split count of an automatic plan whose

@@ -629,6 +629,10 @@ func TestPlanDecodeClusters(t *testing.T) {
 	estimated.ActiveClusters = nil
 	noClusters := sm90
 	noClusters.Clusters = false
+	noneFit := h200()
+	for name := range noneFit.ActiveClusters {
+		noneFit.ActiveClusters[name] = make([]int, MaxClusterSplits+1)
+	}
 	tests := []struct {
 		name    string
 		dev     DeviceFacts
@@ -659,6 +663,9 @@ func TestPlanDecodeClusters(t *testing.T) {
 		{"forced 16", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 16 }), 16, 0},
 		{"forced 2", sm90, llama(4, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 2 }), 2, 2},
 		{"paged flash off", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.PagedFlash = false }), 1, 0},
+		// The driver placed no cluster: the global-memory merge, forced or not.
+		{"no cluster fits", noneFit, llama(1, 512), knobs(nil), 4, 0},
+		{"no cluster fits, forced 8", noneFit, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 8 }), 8, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
