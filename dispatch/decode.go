@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Tunables of the split heuristic. They are read by every PlanDecode call; set
@@ -197,7 +198,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	clusterKernel := tables.cluster[qi][ci][hi]
 	clusters := dev.Clusters && k.Clusters && clustersFit(&dev, clusterKernel)
 	if clusters && k.ForcedSplits == 0 && splits <= MaxClusterSplits &&
-		(reason == ReasonGridFills || reason == ReasonFillSMs || reason == ReasonShortKV || reason == ReasonSplitOn) {
+		(reason == ReasonGridFills || reason == ReasonFillSMs || reason == ReasonSplitOn) {
 		if n, why := chooseClusterSplits(&s, &dev, &k, clusterKernel); n > 1 {
 			splits, requested, reason = n, n, why
 		}
@@ -289,14 +290,17 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 }
 
 // occupancy returns the resident blocks per SM of a decode kernel: its own
-// figure, else its cluster twin's (the same code but for the merge, and the
-// same shared memory), else 1.
+// figure, else its twin's (the plain and the cluster kernel are the same code
+// but for the merge, with the same shared memory), else 1.
 func occupancy(dev *DeviceFacts, kernel string) int {
-	if n := dev.Occupancy[kernel]; n > 0 {
-		return n
+	twin := kernel + "_cluster"
+	if plain, ok := strings.CutSuffix(kernel, "_cluster"); ok {
+		twin = plain
 	}
-	if n := dev.Occupancy[kernel+"_cluster"]; n > 0 {
-		return n
+	for _, name := range [2]string{kernel, twin} {
+		if n := dev.Occupancy[name]; n > 0 {
+			return n
+		}
 	}
 	return 1
 }

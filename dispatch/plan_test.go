@@ -663,6 +663,9 @@ func TestPlanDecodeClusters(t *testing.T) {
 		{"forced 16", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 16 }), 16, 0},
 		{"forced 2", sm90, llama(4, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 2 }), 2, 2},
 		{"paged flash off", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.PagedFlash = false }), 1, 0},
+		// KV too short for the global path to split stays single-pass
+		// (clusters were not measured there).
+		{"short kv", sm90, llama(1, 64), knobs(nil), 1, 0},
 		// The driver placed no cluster: the global-memory merge, forced or not.
 		{"no cluster fits", noneFit, llama(1, 512), knobs(nil), 4, 0},
 		{"no cluster fits, forced 8", noneFit, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 8 }), 8, 0},
