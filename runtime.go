@@ -11,6 +11,7 @@ import (
 	"github.com/pagedkv/pagedkv/config"
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/ptx"
 	"github.com/pagedkv/pagedkv/scratch"
 )
 
@@ -139,8 +140,9 @@ func Open(opts Options) (*Runtime, error) {
 		Name:                   info.Name,
 		SMs:                    info.SMs,
 		MaxSharedPerBlockOptin: info.MaxSharedPerBlockOptin,
-		Clusters:               info.ComputeMajor >= 9,
-		Occupancy:              map[string]int{},
+		// The cluster decode kernels live in the *_sm90 modules.
+		Clusters:  info.computeCapability() >= ptx.ModuleComputeCapability(ptx.ModuleDecodeF16Sm90),
+		Occupancy: map[string]int{},
 	})
 	r.scratch = scratch.New(scratchAllocator{r: r}, cfg.ScratchLimitBytes)
 	r.counters = scratch.New(scratchAllocator{r: r, zero: true}, 0)
