@@ -148,7 +148,6 @@ type pagedDecodeParams struct {
 	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
 	NumBlocks                                    int64
 	Scale, KScale, VScale                        float32
-	NumSeqs, SeqsPerBlock                        int32
 }
 
 // PlanDecode returns the plan Decode would follow for a on stream s right now
@@ -285,7 +284,6 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Scale: scale, KScale: kScale, VScale: vScale,
-		NumSeqs: int32(a.NumSeqs), SeqsPerBlock: int32(max(plan.SeqsPerBlock, 1)),
 	}
 	if plan.Splits == 1 || plan.Cluster > 0 {
 		err := r.do(func() error {
@@ -330,17 +328,10 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		return err
 	}
 	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
-	perBlock := 1
-	if plan.SeqsPerBlock == 2 && plan.Splits == 1 {
-		perBlock = 2
-	}
 	want := dispatch.Plan{
-		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32((a.NumSeqs + perBlock - 1) / perBlock), Z: uint32(plan.Splits)},
+		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32(a.NumSeqs), Z: uint32(plan.Splits)},
 		Block:       dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1},
-		SharedBytes: uint32(dispatch.DecodeKernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin, perBlock)),
-	}
-	if perBlock == 2 {
-		want.SeqsPerBlock = 2
+		SharedBytes: uint32(dispatch.KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)),
 	}
 	if plan.Cluster > 0 {
 		if !dev.Clusters {
@@ -356,12 +347,12 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 	}
 	// Any ring depth the kernel accepts will do, within the device's limit.
 	for stages := dispatch.DecodeMinStages; stages <= dispatch.DecodeMaxStages; stages++ {
-		if n, _ := dispatch.DecodeStagesShared(want.Kernel, stages, perBlock); uint32(n) == plan.SharedBytes && n <= dev.MaxSharedPerBlockOptin {
+		if n, _ := dispatch.DecodeStagesShared(want.Kernel, stages); uint32(n) == plan.SharedBytes && n <= dev.MaxSharedPerBlockOptin {
 			want.SharedBytes = plan.SharedBytes
 		}
 	}
 	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
-		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster || plan.SeqsPerBlock != want.SeqsPerBlock ||
+		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster ||
 		plan.Cluster > dispatch.MaxClusterSplits || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset {
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",

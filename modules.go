@@ -113,16 +113,8 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 				occupancy[e] = 0
 				continue
 			}
-			// The opt-in covers the largest launch: a decode block serving two
-			// sequences holds one more q tile.
-			limit := shared
-			if dispatch.IsDecodeKernel(e) && !dispatch.IsClusterKernel(e) {
-				if two := dispatch.DecodeKernelSharedBytes(e, r.info.MaxSharedPerBlockOptin, 2); two <= r.info.MaxSharedPerBlockOptin {
-					limit = two
-				}
-			}
-			if limit > 48<<10 {
-				if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSizeBytes, limit); err != nil {
+			if shared > 48<<10 {
+				if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSizeBytes, shared); err != nil {
 					return fmt.Errorf("pagedkv: module %s: %s: %w", name, e, err)
 				}
 			}

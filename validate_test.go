@@ -228,7 +228,7 @@ func TestCheckDecodePlan(t *testing.T) {
 			require.NoError(t, checkDecodePlan(&a, &tt.plan, &tt.dev))
 			for stages := dispatch.DecodeMinStages; stages <= dispatch.DecodeMaxStages; stages++ {
 				p := tt.plan
-				n, ok := dispatch.DecodeStagesShared(p.Kernel, stages, 1)
+				n, ok := dispatch.DecodeStagesShared(p.Kernel, stages)
 				require.True(t, ok)
 				p.SharedBytes = uint32(n)
 				if n <= tt.dev.MaxSharedPerBlockOptin {

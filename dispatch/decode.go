@@ -98,10 +98,6 @@ type Knobs struct {
 	SplitK            SplitMode // SPLIT_K_ATTN
 	ScratchLimitBytes int64     // SCRATCH_LIMIT_BYTES; 0 = no limit on one plan's scratch
 	Clusters          bool      // DECODE_CLUSTERS; false keeps split-K merges in global memory
-	// SeqsPerBlock forces how many sequences a single-pass block serves
-	// (1 or 2; 0 lets the planner choose). Not a configuration knob: the
-	// bench uses it to measure both.
-	SeqsPerBlock int
 }
 
 // DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
@@ -159,10 +155,6 @@ type Plan struct {
 	// (sequence, KV head) run as one cluster and merge on chip, with no
 	// scratch and no counters.
 	Cluster uint32
-	// SeqsPerBlock is 2 when each block of a single-pass launch serves two
-	// sequences (two warps each, Grid.Y = ceil(NumSeqs/2), one more q tile of
-	// shared memory), else 0.
-	SeqsPerBlock int
 
 	// Counters is the number of uint32 split counters the fused merge needs
 	// ([NumSeqs, NumKVHeads], zero before the launch; the kernel leaves them
@@ -221,13 +213,6 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		RequestedSplits: requested,
 		Clamped:         splits != requested,
 		Reason:          reason,
-	}
-	if splits == 1 && k.SeqsPerBlock == 2 && s.NumSeqs > 1 {
-		if n := DecodeKernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin, 2); n <= dev.MaxSharedPerBlockOptin {
-			p.SeqsPerBlock = 2
-			p.Grid.Y = uint32((s.NumSeqs + 1) / 2)
-			p.SharedBytes = uint32(n)
-		}
 	}
 	if splits > 1 && splits <= MaxClusterSplits && clusters {
 		p.Kernel = clusterKernel

@@ -132,26 +132,16 @@ func decodeSmem(headDim, cacheSize int) (q, stage int) {
 }
 
 // DecodeStagesShared returns the dynamic shared memory of decode kernel
-// launched with a ring of stages stages and seqsPerBlock (1 or 2) q tiles,
-// and whether kernel is a decode kernel and stages is within
-// DecodeMinStages..DecodeMaxStages. Any such size is a valid launch: the
-// kernel reads its depth from it.
-func DecodeStagesShared(kernel string, stages, seqsPerBlock int) (int, bool) {
+// launched with a ring of stages stages, and whether kernel is a decode
+// kernel and stages is within DecodeMinStages..DecodeMaxStages. Any such
+// size is a valid launch: the kernel reads its depth from it.
+func DecodeStagesShared(kernel string, stages int) (int, bool) {
 	shape, ok := tables.shape[kernel]
-	if !ok || stages < DecodeMinStages || stages > DecodeMaxStages || seqsPerBlock < 1 || seqsPerBlock > 2 {
+	if !ok || stages < DecodeMinStages || stages > DecodeMaxStages {
 		return 0, false
 	}
 	q, stage := decodeSmem(shape[0], shape[1])
-	return seqsPerBlock*q + stages*stage, true
-}
-
-// DecodeKernelSharedBytes is KernelSharedBytes for a decode launch whose
-// blocks serve seqsPerBlock (1 or 2) sequences: the same ring, and one q tile
-// per sequence.
-func DecodeKernelSharedBytes(kernel string, optin, seqsPerBlock int) int {
-	shape := tables.shape[kernel]
-	q, _ := decodeSmem(shape[0], shape[1])
-	return KernelSharedBytes(kernel, optin) + (seqsPerBlock-1)*q
+	return q + stages*stage, true
 }
 
 // KernelSharedBytes returns the dynamic shared memory kernel is launched with
@@ -215,12 +205,6 @@ func DecodeKernelNames() []string {
 		}
 	}
 	return names
-}
-
-// IsDecodeKernel reports whether kernel is a decode kernel, plain or cluster.
-func IsDecodeKernel(kernel string) bool {
-	_, ok := tables.shape[kernel]
-	return ok
 }
 
 // IsClusterKernel reports whether kernel is a cluster decode kernel, one

@@ -695,31 +695,3 @@ func TestPlanDecodeClusters(t *testing.T) {
 		})
 	}
 }
-
-// TestPlanDecodeSeqsPerBlock checks the two-sequences-per-block single-pass
-// plan: only when forced, only single-pass with more than one sequence; half
-// the grid rows (rounded up) and one more q tile of shared memory.
-func TestPlanDecodeSeqsPerBlock(t *testing.T) {
-	pairs := knobs(func(k *Knobs) { k.PagedFlash, k.SeqsPerBlock = false, 2 })
-	for _, tt := range []struct {
-		shape DecodeShape
-		k     Knobs
-		rows  uint32
-		per   int
-	}{
-		{llama(128, 512), pairs, 64, 2},
-		{llama(7, 512), pairs, 4, 2},
-		{llama(1, 512), pairs, 1, 0},
-		{llama(128, 512), knobs(nil), 128, 0},
-		{llama(8, 8192), knobs(func(k *Knobs) { k.SeqsPerBlock = 2 }), 8, 0}, // split-K: not paired
-	} {
-		p, err := PlanDecode(tt.shape, hopper, tt.k)
-		require.NoError(t, err)
-		assert.Equal(t, tt.rows, p.Grid.Y, "%+v", tt.shape)
-		assert.Equal(t, tt.per, p.SeqsPerBlock, "%+v", tt.shape)
-		plain, _ := DecodeKernelName(F16, F16, 128, 4)
-		assert.Equal(t, DecodeKernelSharedBytes(plain, hopper.MaxSharedPerBlockOptin, max(tt.per, 1)), int(p.SharedBytes))
-	}
-	one := DecodeKernelSharedBytes("paged_decode_f16_hd128", 227<<10, 1)
-	assert.Equal(t, one+16*128*2, DecodeKernelSharedBytes("paged_decode_f16_hd128", 227<<10, 2))
-}

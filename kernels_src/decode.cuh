@@ -234,8 +234,7 @@ __device__ __forceinline__ void paged_decode(
     const C* __restrict__ k_cache, const C* __restrict__ v_cache,
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
-    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale, int num_seqs,
-    int seqs_per_block) {
+    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale) {
   PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
@@ -251,63 +250,52 @@ __device__ __forceinline__ void paged_decode(
   __shared__ float l_s[kDecodeWarps][kTileRows];
   __shared__ bool last_s;
   __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];  // CLUSTER: this split's max and sum
-  // A block serves seqs_per_block sequences (1, or 2 for single-pass
-  // launches of short KV), each with W = 4 / seqs_per_block of its warps and
-  // its own q tile.
-  const int per_block = seqs_per_block;
-  const int split = blockIdx.z;
-  const int splits = gridDim.z;
-  if ((per_block != 1 && per_block != 2) || (per_block == 2 && splits > 1)) __trap();
   int stages;
   {
     uint32_t have;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-    stages = min(((int)have - per_block * Smem::kQBytes) / Smem::kStageBytes, Smem::kMaxStages);
+    stages = min(((int)have - Smem::kQBytes) / Smem::kStageBytes, Smem::kMaxStages);
     if (stages < 2) __trap();  // the launch must pass room for q and two stages
   }
-  unsigned char* ring = smem + per_block * Smem::kQBytes;
+  T* q_s = reinterpret_cast<T*>(smem);
+  unsigned char* ring = smem + Smem::kQBytes;
 
   const int kvh = blockIdx.x;
   const int num_kv_heads = gridDim.x;
+  const int seq = blockIdx.y;
+  const int split = blockIdx.z;
+  const int splits = gridDim.z;
   const int G = num_q_heads / num_kv_heads;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int W = kDecodeWarps / per_block;  // warps per sequence
-  const int pair = warp / W;               // which of the block's sequences this warp serves
-  const int wi = warp - pair * W;          // this warp's index among them
-  const int seq = blockIdx.y * per_block + pair;
-  const bool live = seq < num_seqs;  // false only for the second sequence past the last
-  T* q_s = reinterpret_cast<T*>(smem) + pair * kTileRows * D;
 
   // The block ids of this warp's first two tiles, read before kv_len
   // arrives on the guess that this split starts where it would if the
   // table were exactly full (always right for split 0); checked below.
-  const int* table = block_tables + (int64_t)(live ? seq : 0) * max_blocks_per_seq;
+  const int* table = block_tables + (int64_t)seq * max_blocks_per_seq;
   // raw_id returns the table entry of token (lane mod 16) of this warp's tile
   // i of a split starting at token s0 (0 past the table); unchecked.
   auto raw_id = [&](int s0, int i) -> int {
-    const int page = (s0 + (wi + W * i) * kTileTokens + (lane & 15)) >> block_size_log2;
-    return live && page < max_blocks_per_seq ? __ldg(table + page) : 0;
+    const int page = (s0 + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15)) >> block_size_log2;
+    return page < max_blocks_per_seq ? __ldg(table + page) : 0;
   };
   const int guess = (split * ((max_blocks_per_seq + splits - 1) / splits)) << block_size_log2;
   int id_cur = raw_id(guess, 0), id_next = raw_id(guess, 1);
-  int len = live ? kv_lens[seq] : 0;
+  int len = kv_lens[seq];
   // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled:
   // each thread moves 16-element groups (two 16-byte loads, all issued
   // before the first store).
-  for (int p = 0; p < per_block; ++p) {
+  {
     constexpr int GROUPS = kTileRows * D / 16;
     constexpr int PER_THREAD = (GROUPS + kDecodeThreads - 1) / kDecodeThreads;
-    const int qseq = blockIdx.y * per_block + p;
-    T* q_tile = reinterpret_cast<T*>(smem) + p * kTileRows * D;
     uint4 x[PER_THREAD][2];
 #pragma unroll
     for (int j = 0; j < PER_THREAD; ++j) {
       const int i = threadIdx.x + j * kDecodeThreads;
       const int g = i / (D / 16);
       x[j][0] = x[j][1] = make_uint4(0u, 0u, 0u, 0u);
-      if (i < GROUPS && g < G && qseq < num_seqs) {
-        const T* src = q + qseq * q_seq_stride + (int64_t)(kvh * G + g) * D + (i % (D / 16)) * 16;
+      if (i < GROUPS && g < G) {
+        const T* src = q + seq * q_seq_stride + (int64_t)(kvh * G + g) * D + (i % (D / 16)) * 16;
         x[j][0] = load8(src);
         x[j][1] = load8(src + 8);
       }
@@ -325,14 +313,14 @@ __device__ __forceinline__ void paged_decode(
         lo = make_uint4(x[j][0].x, x[j][0].z, x[j][1].x, x[j][1].z);
         hi = make_uint4(x[j][0].y, x[j][0].w, x[j][1].y, x[j][1].w);
       }
-      *reinterpret_cast<uint4*>(q_tile + swizzle<QCH>(g, c) * 8) = lo;
-      *reinterpret_cast<uint4*>(q_tile + swizzle<QCH>(g, c + 1) * 8) = hi;
+      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c) * 8) = lo;
+      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c + 1) * 8) = hi;
     }
   }
 
   const int cap = max_blocks_per_seq << block_size_log2;
   if (len > cap || len < 0) {
-    if (kvh == 0 && split == 0 && wi == 0 && lane == 0) record_fault(fault, kFaultKVLenBeyondTable, seq, len, cap);
+    if (kvh == 0 && split == 0 && threadIdx.x == 0) record_fault(fault, kFaultKVLenBeyondTable, seq, len, cap);
     len = len < 0 ? 0 : cap;
   }
   const int bs_mask = (1 << block_size_log2) - 1;
@@ -341,7 +329,7 @@ __device__ __forceinline__ void paged_decode(
   const int start = (split * chunk_pages) << block_size_log2;
   const int end = min(len, start + (chunk_pages << block_size_log2));
   const int tiles = end > start ? (end - start + kTileTokens - 1) / kTileTokens : 0;
-  const int mine = tiles > wi ? (tiles - wi + W - 1) / W : 0;
+  const int mine = tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
   if (start != guess) {
     id_cur = raw_id(start, 0);
     id_next = raw_id(start, 1);
@@ -354,7 +342,7 @@ __device__ __forceinline__ void paged_decode(
   // tile i, once checked: 0 past the end, and 0 with a fault for an id
   // outside the pool.
   auto checked_id = [&](int raw, int i) -> int {
-    const int t = start + (wi + W * i) * kTileTokens + (lane & 15);
+    const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
     if (i >= mine || t >= end) return 0;
     if (raw < 0 || raw >= num_blocks) {
       record_fault(fault, kFaultBlockBeyondPool, seq, t >> block_size_log2, raw);
@@ -366,7 +354,7 @@ __device__ __forceinline__ void paged_decode(
   // tile's block ids as checked_id returned them. Tokens past end are zeros.
   const int chunk = lane % CH;
   auto issue = [&](int i, int ids, int st) {
-    const int base = start + (wi + W * i) * kTileTokens;
+    const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
     unsigned char* kt = ring + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kdst = smem_addr(kt);
     const uint32_t vdst = kdst + Smem::kTileBytes;
@@ -424,7 +412,7 @@ __device__ __forceinline__ void paged_decode(
     const unsigned char* kt = ring + ((i % stages) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kbase = smem_addr(kt);
     const uint32_t vbase = kbase + Smem::kTileBytes;
-    const int base = start + (wi + W * i) * kTileTokens;
+    const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
 
     // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -556,26 +544,23 @@ __device__ __forceinline__ void paged_decode(
   __syncthreads();
 
   const float v_mul = v_scale * decode_scale<C>();
-  for (int j = threadIdx.x; j < per_block * G * D; j += kDecodeThreads) {
-    const int p = j / (G * D);  // the block's sequence p, warps p·W … p·W + W − 1
-    const int i = j - p * G * D;
+  for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
     const int g = i / D;
     const int d = i - g * D;
-    const int oseq = blockIdx.y * per_block + p;
-    if (oseq >= num_seqs) break;
-    const int w0 = p * W;
-    float mx = -INFINITY;
-    for (int w = w0; w < w0 + W; ++w) mx = fmaxf(mx, m_s[w][g]);
+    float mx = m_s[0][g];
+#pragma unroll
+    for (int w = 1; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w][g]);
     float sum = 0.0f, o = 0.0f;
     if (mx != -INFINITY) {
-      for (int w = w0; w < w0 + W; ++w) {
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
         const float f = exp2f(m_s[w][g] - mx);
         sum = fmaf(l_s[w][g], f, sum);
         o = fmaf(o_s[(w * kTileRows + g) * D + d], f, o);
       }
     }
     o = sum > 0.0f ? o * v_mul / sum : 0.0f;
-    const int64_t row = (int64_t)oseq * num_q_heads + kvh * G + g;
+    const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
     if (splits == 1) {
       out[row * D + d] = from_float<T>(o);
       if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
@@ -670,12 +655,11 @@ __device__ __forceinline__ void paged_decode(
       unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                       \
       const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride, \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,             \
-      float scale, float k_scale, float v_scale, int num_seqs, int seqs_per_block) {                \
+      float scale, float k_scale, float v_scale) {                                                  \
     pkv::paged_decode<T, C, D, CLUSTER>(out, lse, partial_out, partial_max, partial_sum, counters, \
                                         q, k_cache, v_cache, block_tables, kv_lens, fault,         \
                                         q_seq_stride, num_q_heads, max_blocks_per_seq,             \
-                                        block_size_log2, num_blocks, scale, k_scale, v_scale,      \
-                                        num_seqs, seqs_per_block);                                 \
+                                        block_size_log2, num_blocks, scale, k_scale, v_scale);     \
   }
 
 #define PKV_DECODE_ALL(prefix, T, C)           \

@@ -13,7 +13,6 @@ import (
 
 	"github.com/pagedkv/pagedkv"
 	"github.com/pagedkv/pagedkv/config"
-	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
 	"github.com/pagedkv/pagedkv/internal/check"
 	"github.com/pagedkv/pagedkv/internal/ref"
@@ -51,19 +50,6 @@ func TestDecodeMatchesReference(t *testing.T) {
 			o1, l1, err := p.Run(single, single.Stream())
 			require.NoError(t, err)
 			require.NoError(t, p.Check(o1, l1))
-			// Single-pass with two sequences per block (the second one past
-			// the last when NumSeqs is odd).
-			k := dispatch.DefaultKnobs()
-			k.PagedFlash, k.SeqsPerBlock = false, 2
-			pairs, err := single.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
-			require.NoError(t, err)
-			require.Equal(t, c.Seqs > 1, pairs.SeqsPerBlock == 2, "plan %+v", pairs)
-			require.NoError(t, p.Poison(single.Stream()))
-			require.NoError(t, single.DecodeWithPlan(single.Stream(), &p.Args, pairs))
-			o2, l2, err := p.Fetch(single.Stream())
-			require.NoError(t, err)
-			require.NoError(t, p.Check(o2, l2), "two sequences per block")
-			assert.LessOrEqual(t, ref.RelL2(o2, o1), check.Tolerance(c.DType)/2, "two sequences per block vs one")
 			for _, r := range []*pagedkv.Runtime{split7, global7} {
 				plan, err := r.PlanDecode(r.Stream(), &p.Args)
 				require.NoError(t, err)

@@ -27,8 +27,6 @@ type benchResult struct {
 	GBps       float64 `json:"gbps"`
 	PctCopy    float64 `json:"pct_copy"`
 	BestSplits int     `json:"best_splits,omitempty"`
-	// BestPairs: the best was single-pass with two sequences per block.
-	BestPairs  bool    `json:"best_pairs,omitempty"`
 	BestMicros float64 `json:"best_us,omitempty"`
 	RegretPct  float64 `json:"regret_pct,omitempty"`
 	HostMicros float64 `json:"host_us,omitempty"` // host time to issue one call`
@@ -37,7 +35,6 @@ type benchResult struct {
 
 type sweep struct {
 	Splits int     `json:"splits"`
-	Pairs  bool    `json:"pairs,omitempty"` // two sequences per block (single-pass)
 	Micros float64 `json:"us"`
 }
 
@@ -600,43 +597,28 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 		return res, nil
 	}
 	tried := map[int]bool{}
-	try := func(k dispatch.Knobs) error {
+	for _, forced := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128} {
+		k := dispatch.DefaultKnobs()
+		k.ForcedSplits = forced
+		k.Clusters = b.r.Config().DecodeClusters // the sweep takes the same merge path as auto
 		fp, err := b.r.PlanDecodeWith(&sets[0], kv, k)
 		if err == nil && b.stages != 0 {
 			fp, err = b.withStages(fp)
 		}
 		if err != nil {
-			return err
-		}
-		pairs := fp.SeqsPerBlock == 2
-		if !pairs {
-			if tried[fp.Splits] {
-				return nil
-			}
-			tried[fp.Splits] = true
-		}
-		fus, err := b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], fp) })
-		if err != nil {
-			return err
-		}
-		res.Sweep = append(res.Sweep, sweep{Splits: fp.Splits, Pairs: pairs, Micros: fus})
-		if res.BestMicros == 0 || fus < res.BestMicros {
-			res.BestMicros, res.BestSplits, res.BestPairs = fus, fp.Splits, pairs
-		}
-		return nil
-	}
-	for _, forced := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128} {
-		k := dispatch.DefaultKnobs()
-		k.ForcedSplits = forced
-		k.Clusters = b.r.Config().DecodeClusters // the sweep takes the same merge path as auto
-		if err := try(k); err != nil {
 			return res, err
 		}
-		if forced == 1 && seqs > 1 {
-			k.SeqsPerBlock = 2
-			if err := try(k); err != nil {
-				return res, err
-			}
+		if tried[fp.Splits] {
+			continue
+		}
+		tried[fp.Splits] = true
+		fus, err := b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], fp) })
+		if err != nil {
+			return res, err
+		}
+		res.Sweep = append(res.Sweep, sweep{Splits: fp.Splits, Micros: fus})
+		if res.BestMicros == 0 || fus < res.BestMicros {
+			res.BestMicros, res.BestSplits = fus, fp.Splits
 		}
 	}
 	res.RegretPct = 100 * (us/res.BestMicros - 1)
@@ -645,7 +627,7 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 
 // withStages returns plan with a ring of b.stages stages.
 func (b *bencher) withStages(plan dispatch.Plan) (dispatch.Plan, error) {
-	n, ok := dispatch.DecodeStagesShared(plan.Kernel, b.stages, max(plan.SeqsPerBlock, 1))
+	n, ok := dispatch.DecodeStagesShared(plan.Kernel, b.stages)
 	if !ok {
 		return plan, fmt.Errorf("pagedkv bench: -stages=%d is not allowed; allowed: %d..%d", b.stages, dispatch.DecodeMinStages, dispatch.DecodeMaxStages)
 	}
@@ -654,9 +636,6 @@ func (b *bencher) withStages(plan dispatch.Plan) (dispatch.Plan, error) {
 }
 
 func planText(p dispatch.Plan) string {
-	if p.Splits == 1 && p.SeqsPerBlock == 2 {
-		return "single-pass pairs"
-	}
 	if p.Splits == 1 {
 		return "single-pass"
 	}
@@ -692,9 +671,6 @@ func (b *bencher) print() {
 			best, regret := "-", "-"
 			if r.BestMicros > 0 {
 				best = fmt.Sprintf("x%d %.2fµs", r.BestSplits, r.BestMicros)
-				if r.BestPairs {
-					best = fmt.Sprintf("x1 pairs %.2fµs", r.BestMicros)
-				}
 				regret = fmt.Sprintf("%+.1f%%", r.RegretPct)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.0f\t%.1f\t%s\t%s\t%.1f\t\n", r.DType, r.Shape, r.Plan, r.Micros, r.GBps, r.PctCopy, best, regret, r.HostMicros)
