@@ -3,7 +3,6 @@ package dispatch
 import (
 	"fmt"
 	"math"
-	"strings"
 )
 
 // Tunables of the split heuristic. They are read by every PlanDecode call; set
@@ -194,12 +193,12 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 			s.HeadDim, s.CacheType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
 
-	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel)
 	clusterKernel := tables.cluster[qi][ci][hi]
+	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel, clusterKernel)
 	clusters := dev.Clusters && k.Clusters && clustersFit(&dev, clusterKernel)
 	if clusters && k.ForcedSplits == 0 && splits <= MaxClusterSplits &&
 		(reason == ReasonGridFills || reason == ReasonFillSMs || reason == ReasonSplitOn) {
-		if n, why := chooseClusterSplits(&s, &dev, &k, clusterKernel); n > 1 {
+		if n, why := chooseClusterSplits(&s, &dev, &k, clusterKernel, kernel); n > 1 {
 			splits, requested, reason = n, n, why
 		}
 	}
@@ -229,7 +228,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 
 // chooseSplits returns the split count, the count asked for before clamping,
 // and the reason. The shape is valid.
-func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (splits, requested int, reason string) {
+func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin string) (splits, requested int, reason string) {
 	pages := ceilDiv(s.MaxKVLen, s.BlockSize)
 	switch {
 	case !k.PagedFlash:
@@ -264,7 +263,7 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 		}
 		return 1, 1, ReasonShortKV
 	}
-	occ := occupancy(dev, kernel)
+	occ := occupancy(dev, kernel, twin)
 	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads)
 	slots := int64(dev.SMs) * int64(occ)
 
@@ -292,15 +291,12 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (sp
 // occupancy returns the resident blocks per SM of a decode kernel: its own
 // figure, else its twin's (the plain and the cluster kernel are the same code
 // but for the merge, with the same shared memory), else 1.
-func occupancy(dev *DeviceFacts, kernel string) int {
-	twin := kernel + "_cluster"
-	if plain, ok := strings.CutSuffix(kernel, "_cluster"); ok {
-		twin = plain
+func occupancy(dev *DeviceFacts, kernel, twin string) int {
+	if n := dev.Occupancy[kernel]; n > 0 {
+		return n
 	}
-	for _, name := range [2]string{kernel, twin} {
-		if n := dev.Occupancy[name]; n > 0 {
-			return n
-		}
+	if n := dev.Occupancy[twin]; n > 0 {
+		return n
 	}
 	return 1
 }
@@ -320,7 +316,7 @@ func clustersFit(dev *DeviceFacts, kernel string) bool {
 // whose clusters all fit in one wave (an extra, partial wave costs ~40%);
 // where no split count fits, long KV (ClusterLongKVTokens or more) still
 // gains from two-split clusters (2–16% measured), short KV does not.
-func chooseClusterSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel string) (int, string) {
+func chooseClusterSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin string) (int, string) {
 	pages := ceilDiv(s.MaxKVLen, s.BlockSize)
 	most := min(MaxClusterSplits, pages, int(math.Round(math.Sqrt(float64(s.MaxKVLen)/ClusterSplitCostTokens))))
 	items := s.NumSeqs * s.NumKVHeads
@@ -331,7 +327,7 @@ func chooseClusterSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel stri
 		}
 		// Not loaded yet: assume the blocks pack perfectly (the plan is
 		// made again once the module's figures are known).
-		return items*size <= dev.SMs*occupancy(dev, kernel)
+		return items*size <= dev.SMs*occupancy(dev, kernel, twin)
 	}
 	splits := most
 	for splits > 1 && !fits(splits) {

@@ -538,7 +538,13 @@ func TestPlanNoAllocs(t *testing.T) {
 		knobs(func(k *Knobs) { k.SplitK = SplitOn }),
 		knobs(func(k *Knobs) { k.ScratchLimitBytes = 100000 }),
 	}
-	for _, dev := range []DeviceFacts{hopper, h200()} {
+	// A device with clusters whose modules are not loaded yet: every figure
+	// is estimated, and kernel names are long (bf16 e4m3 head dim 256).
+	fresh := DeviceFacts{Name: "fresh", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Clusters: true}
+	long := llama(8, 8192)
+	long.QType, long.CacheType, long.HeadDim = BF16, E4M3, 256
+	shapes = append(shapes, long)
+	for _, dev := range []DeviceFacts{hopper, h200(), fresh} {
 		for _, s := range shapes {
 			for _, k := range knobSets {
 				allocs := testing.AllocsPerRun(100, func() {
