@@ -576,17 +576,21 @@ func BenchmarkPlanDecode(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		shape DecodeShape
+		dev   DeviceFacts
 	}{
-		{"seqs=1/kv=32768", llama(1, 32768)},
-		{"seqs=8/kv=8192", llama(8, 8192)},
-		{"seqs=128/kv=512", llama(128, 512)},
+		{"seqs=1/kv=32768", llama(1, 32768), hopper},
+		{"seqs=8/kv=8192", llama(8, 8192), hopper},
+		{"seqs=128/kv=512", llama(128, 512), hopper},
+		{"clusters/seqs=1/kv=512", llama(1, 512), h200()},
+		{"clusters/seqs=8/kv=8192", llama(8, 8192), h200()},
+		{"clusters/seqs=128/kv=32768", llama(128, 32768), h200()},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.ReportMetric(SplitCostTokens, "split_cost_tokens")
 			k := DefaultKnobs()
 			for b.Loop() {
-				if _, err := PlanDecode(bc.shape, hopper, k); err != nil {
+				if _, err := PlanDecode(bc.shape, bc.dev, k); err != nil {
 					b.Fatal(err)
 				}
 			}
