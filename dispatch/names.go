@@ -197,11 +197,14 @@ func AppendKernelName(in, cache DType) (string, error) {
 
 // DecodeKernelNames returns every decode kernel entry name, for the root
 // package to query occupancy once at module load. The slice is a fresh copy.
-func DecodeKernelNames() []string {
+func DecodeKernelNames() []string { return flatten(&tables.decode) }
+
+// flatten lists a decode name table row by row.
+func flatten(t *[len(activationTypes)][2][len(headDims)]string) []string {
 	names := make([]string, 0, len(activationTypes)*2*len(headDims))
-	for qi := range tables.decode {
-		for ci := range tables.decode[qi] {
-			names = append(names, tables.decode[qi][ci][:]...)
+	for qi := range t {
+		for ci := range t[qi] {
+			names = append(names, t[qi][ci][:]...)
 		}
 	}
 	return names
@@ -209,28 +212,11 @@ func DecodeKernelNames() []string {
 
 // IsClusterKernel reports whether kernel is a cluster decode kernel, one
 // launched as thread-block clusters of its splits.
-func IsClusterKernel(kernel string) bool {
-	for qi := range tables.cluster {
-		for ci := range tables.cluster[qi] {
-			if slices.Contains(tables.cluster[qi][ci][:], kernel) {
-				return true
-			}
-		}
-	}
-	return false
-}
+func IsClusterKernel(kernel string) bool { return slices.Contains(ClusterDecodeKernelNames(), kernel) }
 
 // ClusterDecodeKernelNames returns every cluster decode kernel entry name
 // (decode_*_sm90 modules, compute_90).
-func ClusterDecodeKernelNames() []string {
-	names := make([]string, 0, len(activationTypes)*2*len(headDims))
-	for qi := range tables.cluster {
-		for ci := range tables.cluster[qi] {
-			names = append(names, tables.cluster[qi][ci][:]...)
-		}
-	}
-	return names
-}
+func ClusterDecodeKernelNames() []string { return flatten(&tables.cluster) }
 
 // AppendKernelNames returns every cache append kernel entry name.
 func AppendKernelNames() []string {
