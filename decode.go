@@ -337,7 +337,10 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		if !dev.Clusters {
 			return errf("DecodeWithPlan: the plan runs its splits as thread-block clusters, which %s lacks (compute capability 9.0 and newer have them)", dev.Name)
 		}
-		want.Kernel += "_cluster"
+		// The twin from the name tables: concatenating would allocate.
+		if want.Kernel, err = dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, a.NumQHeads/a.NumKVHeads); err != nil {
+			return err
+		}
 		want.Cluster = uint32(plan.Splits)
 	} else if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)

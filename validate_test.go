@@ -248,6 +248,15 @@ func TestCheckDecodePlan(t *testing.T) {
 
 	cluster := plan(sm90, forced)
 	require.Equal(t, uint32(4), cluster.Cluster)
+	// Checking a plan allocates nothing (DecodeWithPlan runs it per call).
+	for _, p := range []dispatch.Plan{cluster, plan(plain, forced), plan(plain, single)} {
+		dev := sm90
+		if p.Cluster == 0 {
+			dev = plain
+		}
+		allocs := testing.AllocsPerRun(100, func() { require.NoError(t, checkDecodePlan(&a, &p, &dev)) })
+		assert.Zero(t, allocs, "%s", p.Kernel)
+	}
 	err := checkDecodePlan(&a, &cluster, &plain)
 	assert.ErrorContains(t, err, "thread-block clusters, which A100-like lacks")
 	global := plan(plain, forced)

@@ -181,6 +181,18 @@ func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 	return tables.decode[qi][ci][hi], nil
 }
 
+// ClusterDecodeKernelName returns the cluster twin (compute_90) of the
+// kernel DecodeKernelName names, without building a string.
+func ClusterDecodeKernelName(q, cache DType, headDim, group int) (string, error) {
+	if _, err := DecodeKernelName(q, cache, headDim, group); err != nil {
+		return "", err
+	}
+	qi, _ := activationIndex(q)
+	ci, _ := cacheIndex(q, cache)
+	hi, _ := headDimIndex(headDim)
+	return tables.cluster[qi][ci][hi], nil
+}
+
 // AppendKernelName returns the cache append kernel for input dtype in and
 // cache dtype cache.
 func AppendKernelName(in, cache DType) (string, error) {

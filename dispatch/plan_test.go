@@ -342,6 +342,13 @@ func TestKernelNameLists(t *testing.T) {
 	for i := range decode {
 		assert.Equal(t, decode[i]+"_cluster", cluster[i])
 	}
+	twin, err := ClusterDecodeKernelName(BF16, E4M3, 256, 8)
+	require.NoError(t, err)
+	assert.Equal(t, "paged_decode_bf16_e4m3_hd256_cluster", twin)
+	_, err = ClusterDecodeKernelName(F16, F16, 96, 4)
+	assert.ErrorIs(t, err, ErrInvalidShape)
+	_, err = ClusterDecodeKernelName(F16, F16, 128, 17)
+	assert.ErrorIs(t, err, ErrInvalidShape)
 
 	all := KernelNames()
 	assert.Len(t, all, 2*len(decode)+4+3+4+4+4)
