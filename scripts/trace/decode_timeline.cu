@@ -27,14 +27,7 @@
 #error "build with -DPKV_DECODE_TRACE (see the top of this file)"
 #endif
 
-#define CHECK(call)                                                                       \
-  do {                                                                                    \
-    cudaError_t err_ = (call);                                                            \
-    if (err_ != cudaSuccess) {                                                            \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
+#include "check.cuh"
 
 // Trace points, as decode.cuh numbers them.
 enum {
@@ -71,7 +64,7 @@ __device__ __forceinline__ void trace_record(int point) {
 #define PKV_TRACE(point) trace_record(point)
 #include "decode.cuh"
 
-PKV_DECODE(trace_decode_f16_hd128, __half, __half, 128)
+PKV_DECODE(trace_decode_f16_hd128, __half, __half, 128, false)
 
 namespace {
 
