@@ -245,7 +245,7 @@ __device__ __forceinline__ void paged_decode(
   constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
   constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
 
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float m_s[kDecodeWarps][kTileRows];
   __shared__ float l_s[kDecodeWarps][kTileRows];
   __shared__ bool last_s;

@@ -124,7 +124,7 @@ __device__ __forceinline__ void qkv_norm_rope(
     int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
     int norm, float eps, float k_scale, float v_scale, int neox) {
   constexpr int U = kQKVUnits;
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   const QKVStage geo{(int)(blockDim.x * blockDim.y), (int)blockDim.y, rot};
   int stages;
   {
