@@ -20,10 +20,13 @@ var (
 	// thread-block cluster (v7: the best split count for seqs=1, kv=512 is
 	// 8, i.e. √(kv/8)).
 	ClusterSplitCostTokens = 8.0
-	// ClusterLongKVTokens is the KV length from which a saturated grid still
-	// splits in two, as two-block clusters (v7 sweep: +2.5% at 2048, +12–16%
-	// at 8192 and 32768; −25% at 512).
-	ClusterLongKVTokens = 2048
+	// ClusterMaxSplitTokens is the longest split, in KV tokens, that still
+	// runs as a cluster: the on-chip merge saves a short split the global
+	// merge's round trips, but a long one streams faster in the plain
+	// kernel (session 4, aligned shared memory: seqs=8, kv=8192 takes 73.1
+	// µs with 4 global splits against 78.0 with 3 in clusters; kv=2048,
+	// 683 tokens per split, is even).
+	ClusterMaxSplitTokens = 1024
 )
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
@@ -63,7 +66,6 @@ const (
 	ReasonSplitOnShortKV     = "split-K forced on (SPLIT_K_ATTN=1) but KV too short to split"
 	ReasonScratchLimit       = "auto: scratch limit reduced splits"
 	ReasonClusterWave        = "auto: clusters of splits, one wave"
-	ReasonClusterLongKV      = "auto: two-split clusters for long KV"
 )
 
 // SplitMode says whether decode may use split-K.
@@ -195,11 +197,18 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 
 	clusterKernel := tables.cluster[qi][ci][hi]
 	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel, clusterKernel)
-	clusters := dev.Clusters && k.Clusters && clustersFit(&dev, clusterKernel)
-	if clusters && k.ForcedSplits == 0 && splits <= MaxClusterSplits &&
-		(reason == ReasonGridFills || reason == ReasonFillSMs || reason == ReasonSplitOn) {
-		if n, why := chooseClusterSplits(&s, &dev, &k, clusterKernel, kernel); n > 1 {
-			splits, requested, reason = n, n, why
+	// Clusters: a forced split count (or one the scratch limit cut) of 2..8
+	// runs as clusters, which need no scratch; an automatic one only where
+	// chooseClusterSplits finds them worth it.
+	cluster := false
+	if dev.Clusters && k.Clusters && clustersFit(&dev, clusterKernel) && splits <= MaxClusterSplits {
+		switch reason {
+		case ReasonGridFills, ReasonFillSMs, ReasonSplitOn:
+			if n, why := chooseClusterSplits(&s, &dev, clusterKernel, kernel); n > 1 {
+				splits, requested, reason, cluster = n, n, why, true
+			}
+		default:
+			cluster = splits > 1
 		}
 	}
 
@@ -213,7 +222,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		Clamped:         splits != requested,
 		Reason:          reason,
 	}
-	if splits > 1 && splits <= MaxClusterSplits && clusters {
+	if cluster {
 		p.Kernel = clusterKernel
 		p.Cluster = uint32(splits)
 	} else if splits > 1 {
@@ -311,12 +320,12 @@ func clustersFit(dev *DeviceFacts, kernel string) bool {
 
 // chooseClusterSplits returns the split count of an automatic plan whose
 // splits run as thread-block clusters, and the reason; 1 when clusters do
-// not help. The measured rules (docs/perf-notes.md, v7): take the most
-// splits, up to MaxClusterSplits and round(√(MaxKVLen/ClusterSplitCostTokens)),
-// whose clusters all fit in one wave (an extra, partial wave costs ~40%);
-// where no split count fits, long KV (ClusterLongKVTokens or more) still
-// gains from two-split clusters (2–16% measured), short KV does not.
-func chooseClusterSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin string) (int, string) {
+// not help. The measured rules (docs/perf-notes.md, v7 and entry 16): take
+// the most splits, up to MaxClusterSplits and
+// round(√(MaxKVLen/ClusterSplitCostTokens)), whose clusters all fit in one
+// wave (an extra, partial wave costs ~40%), as long as a split is at most
+// ClusterMaxSplitTokens long; else the plain kernel's plan.
+func chooseClusterSplits(s *DecodeShape, dev *DeviceFacts, kernel, twin string) (int, string) {
 	pages := ceilDiv(s.MaxKVLen, s.BlockSize)
 	most := min(MaxClusterSplits, pages, int(math.Round(math.Sqrt(float64(s.MaxKVLen)/ClusterSplitCostTokens))))
 	items := s.NumSeqs * s.NumKVHeads
@@ -333,13 +342,14 @@ func chooseClusterSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twi
 	for splits > 1 && !fits(splits) {
 		splits--
 	}
-	if splits > 1 {
-		return wholePages(splits, pages), ReasonClusterWave
+	if splits < 2 {
+		return 1, ""
 	}
-	if s.MaxKVLen >= ClusterLongKVTokens && pages >= 2 || k.SplitK == SplitOn && pages >= 2 {
-		return 2, ReasonClusterLongKV
+	splits = wholePages(splits, pages)
+	if ceilDiv(s.MaxKVLen, splits) > ClusterMaxSplitTokens {
+		return 1, ""
 	}
-	return 1, ""
+	return splits, ReasonClusterWave
 }
 
 // wholePages normalizes a split count so that every split covers the same

@@ -635,11 +635,12 @@ func h200() DeviceFacts {
 }
 
 // TestPlanDecodeClusters pins the split plans of a device with clusters
-// against the H200 sweep of session 3 (docs/perf-notes.md, v7): the most
-// splits whose clusters fit in one wave, two-split clusters for long KV on a
-// full grid, the global-memory path past 8 splits, with the knob off, or on
-// a device without clusters. A cluster plan names the _cluster kernel and
-// needs no scratch and no counters.
+// against the H200 sweeps (docs/perf-notes.md, v7 and entry 16): the most
+// splits whose clusters fit in one wave while a split is at most
+// ClusterMaxSplitTokens long; the plain kernel's plan for longer splits,
+// full grids, past 8 splits, with the knob off, or on a device without
+// clusters. A cluster plan names the _cluster kernel and needs no scratch
+// and no counters.
 func TestPlanDecodeClusters(t *testing.T) {
 	sm90 := h200()
 	estimated := sm90
@@ -663,17 +664,23 @@ func TestPlanDecodeClusters(t *testing.T) {
 		{"seqs=1 kv=2048", sm90, llama(1, 2048), knobs(nil), 8, 8},
 		// The global path wants √(8192/32) = 16 splits, more than a cluster.
 		{"seqs=1 kv=8192", sm90, llama(1, 8192), knobs(nil), 16, 0},
-		// 64 clusters: 62 clusters of 4 fit, 79 of 3.
+		// 64 clusters: 62 clusters of 4 fit, 79 of 3; splits of 171 and
+		// 683 tokens.
 		{"seqs=8 kv=512", sm90, llama(8, 512), knobs(nil), 3, 3},
-		{"seqs=8 kv=8192", sm90, llama(8, 8192), knobs(nil), 3, 3},
-		// 256 clusters do not fit even as pairs (132): short KV stays
-		// single-pass, long KV takes two-split clusters.
+		{"seqs=8 kv=2048", sm90, llama(8, 2048), knobs(nil), 3, 3},
+		// Splits of 2731 tokens would be too long: 4 global splits fill
+		// the 264 block slots.
+		{"seqs=8 kv=8192", sm90, llama(8, 8192), knobs(nil), 4, 0},
+		{"seqs=8 kv=32768", sm90, llama(8, 32768), knobs(nil), 4, 0},
+		// 256 clusters do not fit even as pairs (132): single-pass.
 		{"seqs=32 kv=512", sm90, llama(32, 512), knobs(nil), 1, 0},
-		{"seqs=32 kv=2048", sm90, llama(32, 2048), knobs(nil), 2, 2},
+		{"seqs=32 kv=2048", sm90, llama(32, 2048), knobs(nil), 1, 0},
 		{"seqs=128 kv=512", sm90, llama(128, 512), knobs(nil), 1, 0},
-		{"seqs=128 kv=32768", sm90, llama(128, 32768), knobs(nil), 2, 2},
-		// Before the cluster module loads: 64·s ≤ 132·2 → s = 4.
-		{"seqs=8 kv=8192 estimated", estimated, llama(8, 8192), knobs(nil), 4, 4},
+		{"seqs=128 kv=32768", sm90, llama(128, 32768), knobs(nil), 1, 0},
+		// Before the cluster module loads: 64·s ≤ 132·2 → s = 4 fits, and
+		// 512-token splits are short enough.
+		{"seqs=8 kv=2048 estimated", estimated, llama(8, 2048), knobs(nil), 4, 4},
+		{"seqs=8 kv=8192 estimated", estimated, llama(8, 8192), knobs(nil), 4, 0},
 		{"knob off", sm90, llama(1, 512), knobs(func(k *Knobs) { k.Clusters = false }), 4, 0},
 		{"no clusters", noClusters, llama(1, 512), knobs(nil), 4, 0},
 		{"forced 8", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 8 }), 8, 8},
