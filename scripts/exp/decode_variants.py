@@ -13,6 +13,9 @@ Variants (all by default):
     nozfill the K/V copies without cp.async's src-size operand
     qlast   q after the ring, so the ring starts at the base of shared memory
     idcg    the block ids read with ld.global.cg instead of the read-only path
+    headissue  the K/V copies written as read_roofline.cu's head kernel
+            writes them (valid only for f16, head dim 128, 8 KV heads,
+            16-token pages and whole tiles: the harnesses' shapes)
 """
 import shutil
 import sys
@@ -88,13 +91,35 @@ def idcg(s):
                    'return page < max_blocks_per_seq ? __ldcg(table + page) : 0;')
 
 
+def headissue(s):
+    a = s.index('  auto issue = [&](int i, int ids, int st) {')
+    b = s.index('  // Running state of rows r0 = lane/4')
+    body = '''  auto issue = [&](int i, int ids, int st) {
+    const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
+    const uint32_t kdst = smem_addr(ring + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes);
+    const size_t page0 = (size_t)__ldg(table + (base >> block_size_log2)) << block_size_log2;
+    const char* kc = reinterpret_cast<const char*>(k_cache);
+    const char* vc = reinterpret_cast<const char*>(v_cache);
+#pragma unroll
+    for (int c = lane; c < 512; c += 32) {
+      const int row = (c & 255) >> 4, ch = c & 15;
+      const size_t off = (page0 + row) * 2048 + kvh * 256 + ch * 16;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(kdst + (c & 256) * 16 + (row * 16 + (ch ^ (row & 7))) * 16),
+                   "l"((c < 256 ? kc : vc) + off));
+    }
+  };
+
+'''
+    return s[:a] + body + s[b:]
+
+
 def replace(s, old, new):
     if old not in s:
         sys.exit('decode_variants: decode.cuh no longer has the text this variant changes; update the script')
     return s.replace(old, new)
 
 
-VARIANTS = {f.__name__: f for f in (nomath, kfirst, idload, noq, nozfill, qlast, idcg)}
+VARIANTS = {f.__name__: f for f in (nomath, kfirst, idload, noq, nozfill, qlast, idcg, headissue)}
 
 
 def main():
