@@ -668,6 +668,10 @@ func TestPlanDecodeClusters(t *testing.T) {
 		// 683 tokens.
 		{"seqs=8 kv=512", sm90, llama(8, 512), knobs(nil), 3, 3},
 		{"seqs=8 kv=2048", sm90, llama(8, 2048), knobs(nil), 3, 3},
+		// The boundary: 3 splits of exactly ClusterMaxSplitTokens (1024)
+		// tokens still run as clusters, 3 of 1030 do not.
+		{"seqs=8 kv=3072", sm90, llama(8, 3072), knobs(nil), 3, 3},
+		{"seqs=8 kv=3088", sm90, llama(8, 3088), knobs(nil), 4, 0},
 		// Splits of 2731 tokens would be too long: 4 global splits fill
 		// the 264 block slots.
 		{"seqs=8 kv=8192", sm90, llama(8, 8192), knobs(nil), 4, 0},
