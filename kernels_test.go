@@ -75,3 +75,27 @@ func TestPlannerNamesAreEmbedded(t *testing.T) {
 	slices.Sort(planned)
 	assert.Equal(t, embedded, planned)
 }
+
+// TestRingSharedMemoryAligned guards the decode and qkv kernels' cp.async
+// rings: their dynamic shared memory must be declared 128-byte aligned. The
+// kernels' static shared memory comes first, and a ring that starts off a
+// 128-byte line makes every swizzled row straddle two lines: the H200 then
+// asked L2 for every K/V sector twice and the decode ran 10-20% slower
+// (docs/perf-notes.md, Decode entry 16).
+func TestRingSharedMemoryAligned(t *testing.T) {
+	checked := 0
+	for _, mod := range ptx.Modules() {
+		if !strings.HasPrefix(mod, "decode_") && mod != "qkv" {
+			continue
+		}
+		src, err := ptx.Module(mod)
+		require.NoError(t, err, mod)
+		for _, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(line, ".extern .shared") {
+				assert.Contains(t, line, ".align 128", "module %s: %s", mod, line)
+				checked++
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, checked, 9, "decode and qkv modules with dynamic shared memory")
+}
