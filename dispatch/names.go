@@ -163,20 +163,9 @@ func KernelSharedBytes(kernel string, optin int) int {
 // DecodeKernelName returns the decode kernel entry point for q dtype q, cache
 // dtype cache, head dimension headDim and GQA group size group (1..MaxGroupSize).
 func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
-	qi, ok := activationIndex(q)
-	if !ok {
-		return "", errQType(q)
-	}
-	ci, ok := cacheIndex(q, cache)
-	if !ok {
-		return "", errCacheType(cache, q)
-	}
-	hi, ok := headDimIndex(headDim)
-	if !ok {
-		return "", errHeadDim(headDim)
-	}
-	if group < 1 || group > MaxGroupSize {
-		return "", newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
+	qi, ci, hi, err := decodeIndex(q, cache, headDim, group)
+	if err != nil {
+		return "", err
 	}
 	return tables.decode[qi][ci][hi], nil
 }
@@ -184,13 +173,30 @@ func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 // ClusterDecodeKernelName returns the cluster twin (compute_90) of the
 // kernel DecodeKernelName names, without building a string.
 func ClusterDecodeKernelName(q, cache DType, headDim, group int) (string, error) {
-	if _, err := DecodeKernelName(q, cache, headDim, group); err != nil {
+	qi, ci, hi, err := decodeIndex(q, cache, headDim, group)
+	if err != nil {
 		return "", err
 	}
-	qi, _ := activationIndex(q)
-	ci, _ := cacheIndex(q, cache)
-	hi, _ := headDimIndex(headDim)
 	return tables.cluster[qi][ci][hi], nil
+}
+
+// decodeIndex returns the decode name tables' indices of a kernel, or an
+// error naming what is not supported.
+func decodeIndex(q, cache DType, headDim, group int) (qi, ci, hi int, err error) {
+	var ok bool
+	if qi, ok = activationIndex(q); !ok {
+		return 0, 0, 0, errQType(q)
+	}
+	if ci, ok = cacheIndex(q, cache); !ok {
+		return 0, 0, 0, errCacheType(cache, q)
+	}
+	if hi, ok = headDimIndex(headDim); !ok {
+		return 0, 0, 0, errHeadDim(headDim)
+	}
+	if group < 1 || group > MaxGroupSize {
+		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
+	}
+	return qi, ci, hi, nil
 }
 
 // AppendKernelName returns the cache append kernel for input dtype in and
