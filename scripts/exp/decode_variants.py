@@ -16,6 +16,16 @@ Variants (all by default):
     headissue  the K/V copies written as read_roofline.cu's head kernel
             writes them (valid only for f16, head dim 128, 8 KV heads,
             16-token pages and whole tiles: the harnesses' shapes)
+    l2pf    each warp also asks L2 (prefetch.global.L2) for the tile
+            PKV_PF_DEPTH issues after the one it copies (default 3), one
+            prefetch per PKV_PF_STEP bytes of a row (default 128), so more
+            bytes are on their way than the ring holds
+    qreg    q's mma fragments are loaded once into registers instead of
+            from shared memory for every tile (16-bit caches only)
+    qreg3   qreg, and __launch_bounds__(128, 3): at most 168 registers, so
+            that three blocks share an SM when the ring fits
+    qchain  qreg3, and Q·Kᵀ accumulated in two chains (even and odd k-steps)
+            summed at the end: half the dependent mma latency per tile
 """
 import shutil
 import sys
@@ -113,13 +123,98 @@ def headissue(s):
     return s[:a] + body + s[b:]
 
 
+def l2pf(s):
+    head = '''#ifndef PKV_PF_DEPTH
+#define PKV_PF_DEPTH 3
+#endif
+#ifndef PKV_PF_STEP
+#define PKV_PF_STEP 128
+#endif
+'''
+    s = replace(s, '#pragma once\n', '#pragma once\n' + head)
+    lam = '''  auto prefetch_l2 = [&](int i, int ids) {
+    const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
+    if (i >= mine || t >= end) return;
+    const int64_t off = (((int64_t)ids << block_size_log2) | (t & bs_mask)) * row_stride;
+    const unsigned char* kp = reinterpret_cast<const unsigned char*>(k_head + off);
+    const unsigned char* vp = reinterpret_cast<const unsigned char*>(v_head + off);
+    for (int b = (lane >> 4) * PKV_PF_STEP; b < Smem::kRowBytes; b += 2 * PKV_PF_STEP) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + b));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + b));
+    }
+  };
+
+'''
+    s = replace(s, '  // Running state of rows r0 = lane/4', lam + '  // Running state of rows r0 = lane/4')
+    first = '''  int pf_id;
+  {
+    int ids[PKV_PF_DEPTH];
+#pragma unroll
+    for (int k = 1; k <= PKV_PF_DEPTH; ++k) ids[k - 1] = raw_id(start, stages - 1 + k);
+#pragma unroll
+    for (int k = 1; k < PKV_PF_DEPTH; ++k) prefetch_l2(stages - 1 + k, checked_id(ids[k - 1], stages - 1 + k));
+    pf_id = ids[PKV_PF_DEPTH - 1];
+  }
+  __syncthreads();  // q_s is written
+'''
+    s = replace(s, '  __syncthreads();  // q_s is written\n', first)
+    old = '''      if (j < mine) issue(j, checked_id(id_cur, j), j % stages);
+      cp_async_commit();
+'''
+    new = old + '''      prefetch_l2(j + PKV_PF_DEPTH, checked_id(pf_id, j + PKV_PF_DEPTH));
+      pf_id = raw_id(start, j + PKV_PF_DEPTH + 1);
+'''
+    return replace(s, old, new)
+
+
+def qreg(s):
+    s = replace(s, '''        uint32_t a[4], b[4];
+        ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+        ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
+        mma16816<T>(s[0], a, b[0], b[1]);
+        mma16816<T>(s[1], a, b[2], b[3]);''', '''        uint32_t b[4];
+        ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
+        mma16816<T>(s[0], qa[ks], b[0], b[1]);
+        mma16816<T>(s[1], qa[ks], b[2], b[3]);''')
+    return replace(s, '''  __syncthreads();  // q_s is written
+''', '''  __syncthreads();  // q_s is written
+  uint32_t qa[kFP8 ? 1 : KSTEPS][4];
+  if constexpr (!kFP8) {
+    const int row = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], q_base + swizzle<QCH>(row, 2 * ks + (lane >> 4)) * 16);
+  }
+''')
+
+
+def qreg3(s):
+    return replace(qreg(s), '__launch_bounds__(pkv::kDecodeThreads)', '__launch_bounds__(pkv::kDecodeThreads, 3)')
+
+
+def qchain(s):
+    s = replace(qreg3(s), '''        mma16816<T>(s[0], qa[ks], b[0], b[1]);
+        mma16816<T>(s[1], qa[ks], b[2], b[3]);
+      }''', '''        mma16816<T>(ks & 1 ? s_odd[0] : s[0], qa[ks], b[0], b[1]);
+        mma16816<T>(ks & 1 ? s_odd[1] : s[1], qa[ks], b[2], b[3]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[0][e] += s_odd[0][e];
+        s[1][e] += s_odd[1][e];
+      }''')
+    return replace(s, '''      const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
+''', '''      const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
+      float s_odd[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+''')
+
+
 def replace(s, old, new):
     if old not in s:
         sys.exit('decode_variants: decode.cuh no longer has the text this variant changes; update the script')
     return s.replace(old, new)
 
 
-VARIANTS = {f.__name__: f for f in (nomath, kfirst, idload, noq, nozfill, qlast, idcg, headissue)}
+VARIANTS = {f.__name__: f for f in (nomath, kfirst, idload, noq, nozfill, qlast, idcg, headissue, l2pf, qreg, qreg3, qchain)}
 
 
 def main():

@@ -5,7 +5,8 @@
 //
 // Build from the repository root (see README.md):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -DPKV_DECODE_TRACE -I kernels_src scripts/trace/decode_timeline.cu -o /tmp/dt
-// Run: /tmp/dt [stages]   (stages 2..4; default as dispatch.DecodeSharedBytes picks)
+// Run: /tmp/dt [stages [blocks]]   (stages 2..4; default as dispatch.DecodeSharedBytes
+// picks; blocks: at most this many blocks per SM, by padding the shared memory)
 //
 // Each shape: 3 warm-up launches, 50 timed launches with tracing off, 50 with
 // tracing on (to show what the trace costs), then one traced launch whose
@@ -410,7 +411,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const int smem_bytes = Smem::kQBytes + stages * Smem::kStageBytes;
+  int smem_bytes = Smem::kQBytes + stages * Smem::kStageBytes;
+  if (argc > 2) {
+    // Pad so that one block more than asked for does not fit (each block
+    // also holds 1 KiB reserved and its static shared memory, < 1 KiB); the
+    // pad stays under a stage, so the kernel's depth does not change.
+    const int blocks = atoi(argv[2]);
+    const int pad = blocks > 0 ? (int)prop.sharedMemPerMultiprocessor / (blocks + 1) - 1024 + 1 - smem_bytes : 0;
+    if (blocks < 1 || pad >= Smem::kStageBytes) {
+      fprintf(stderr, "usage: %s stages blocks: %d blocks per SM cannot be reached by padding %d stages\n", argv[0],
+              blocks, stages);
+      return 2;
+    }
+    smem_bytes += std::max(pad, 0);
+  }
   if (smem_bytes > optin) {
     fprintf(stderr, "%d stages need %d bytes of shared memory; the device allows %d\n", stages, smem_bytes, optin);
     return 1;
