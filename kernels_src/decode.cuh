@@ -242,6 +242,12 @@ __device__ __forceinline__ void paged_decode(
   constexpr int NT = D / 8;          // n-tiles of the output
   constexpr int KSTEPS = D / 16;
   constexpr bool kFP8 = sizeof(C) == 1;
+  // q's A fragments stay in registers for the whole loop (KSTEPS·4 of them,
+  // 32 at D = 128) instead of being read from shared memory for every tile:
+  // 1024 blocks of 512 tokens took 77 → 73 µs (docs/perf-notes.md, Decode
+  // 17). Not at D = 256, whose output tile alone takes 128 registers, nor for
+  // fp8 caches, whose k order reads q per half k-step.
+  constexpr bool kQInRegs = !kFP8 && D <= 128;
   constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
   constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
 
@@ -380,6 +386,7 @@ __device__ __forceinline__ void paged_decode(
   // Scores come out in log2 units: scale·log2(e)·k_scale (·256 for fp8).
   const float q_mul = scale * kLog2e * k_scale * decode_scale<C>();
   const uint32_t q_base = smem_addr(q_s);
+  const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix x4 rows: 0-7, 8-15, 0-7, 8-15
 
   // Tile j is issued with id_cur = its raw ids and id_next = tile j+1's;
   // tile j+2's are read then, two issues ahead of their use.
@@ -390,6 +397,11 @@ __device__ __forceinline__ void paged_decode(
     id_next = raw_id(start, j + 2);
   }
   __syncthreads();  // q_s is written
+  uint32_t qa[kQInRegs ? KSTEPS : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+  }
 
   for (int i = 0; i < mine; ++i) {
     {
@@ -416,13 +428,17 @@ __device__ __forceinline__ void paged_decode(
 
     // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // matrices: rows 0-7, 8-15, 0-7, 8-15
     if constexpr (!kFP8) {
       const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
         uint32_t a[4], b[4];
-        ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
+        } else {
+          ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+        }
         ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
         mma16816<T>(s[0], a, b[0], b[1]);
         mma16816<T>(s[1], a, b[2], b[3]);

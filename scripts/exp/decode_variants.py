@@ -20,12 +20,9 @@ Variants (all by default):
             PKV_PF_DEPTH issues after the one it copies (default 3), one
             prefetch per PKV_PF_STEP bytes of a row (default 128), so more
             bytes are on their way than the ring holds
-    qreg    q's mma fragments are loaded once into registers instead of
-            from shared memory for every tile (16-bit caches only)
-    qreg3   qreg, and __launch_bounds__(128, 3): at most 168 registers, so
-            that three blocks share an SM when the ring fits
-    qchain  qreg3, and Q·Kᵀ accumulated in two chains (even and odd k-steps)
-            summed at the end: half the dependent mma latency per tile
+    (qreg, qreg3, qchain: q's fragments in registers, also at most 168
+    registers, and two Q·K chains; qreg is the kernel since session 5, and
+    all three are in git history, commit "exp: decode_variants l2pf/qreg...")
 """
 import shutil
 import sys
@@ -167,54 +164,13 @@ def l2pf(s):
     return replace(s, old, new)
 
 
-def qreg(s):
-    s = replace(s, '''        uint32_t a[4], b[4];
-        ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
-        ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
-        mma16816<T>(s[0], a, b[0], b[1]);
-        mma16816<T>(s[1], a, b[2], b[3]);''', '''        uint32_t b[4];
-        ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
-        mma16816<T>(s[0], qa[ks], b[0], b[1]);
-        mma16816<T>(s[1], qa[ks], b[2], b[3]);''')
-    return replace(s, '''  __syncthreads();  // q_s is written
-''', '''  __syncthreads();  // q_s is written
-  uint32_t qa[kFP8 ? 1 : KSTEPS][4];
-  if constexpr (!kFP8) {
-    const int row = (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], q_base + swizzle<QCH>(row, 2 * ks + (lane >> 4)) * 16);
-  }
-''')
-
-
-def qreg3(s):
-    return replace(qreg(s), '__launch_bounds__(pkv::kDecodeThreads)', '__launch_bounds__(pkv::kDecodeThreads, 3)')
-
-
-def qchain(s):
-    s = replace(qreg3(s), '''        mma16816<T>(s[0], qa[ks], b[0], b[1]);
-        mma16816<T>(s[1], qa[ks], b[2], b[3]);
-      }''', '''        mma16816<T>(ks & 1 ? s_odd[0] : s[0], qa[ks], b[0], b[1]);
-        mma16816<T>(ks & 1 ? s_odd[1] : s[1], qa[ks], b[2], b[3]);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[0][e] += s_odd[0][e];
-        s[1][e] += s_odd[1][e];
-      }''')
-    return replace(s, '''      const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
-''', '''      const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
-      float s_odd[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-''')
-
-
 def replace(s, old, new):
     if old not in s:
         sys.exit('decode_variants: decode.cuh no longer has the text this variant changes; update the script')
     return s.replace(old, new)
 
 
-VARIANTS = {f.__name__: f for f in (nomath, kfirst, idload, noq, nozfill, qlast, idcg, headissue, l2pf, qreg, qreg3, qchain)}
+VARIANTS = {f.__name__: f for f in (nomath, kfirst, idload, noq, nozfill, qlast, idcg, headissue, l2pf)}
 
 
 def main():
