@@ -27,6 +27,15 @@ var (
 	// µs with 4 global splits against 78.0 with 3 in clusters; kv=2048,
 	// 683 tokens per split, is even).
 	ClusterMaxSplitTokens = 1024
+	// OneWaveRingBytes is the ring depth, in bytes of K and V rows per warp,
+	// of a decode launch whose grid fits in one wave (every block resident
+	// at once): at least two stages, at most the deep ring of
+	// DecodeSharedBytes. Such grids stream 1–5% faster from 2 stages of 8
+	// KiB than from 3 at head dim 128 (session 5, H200; the same at two or
+	// three blocks per SM, so it is the ring, not the occupancy). A grid of
+	// several waves keeps the deep ring: there the shallow one lost 3–7%
+	// (docs/perf-notes.md, Decode 17).
+	OneWaveRingBytes = 16 << 10
 )
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
@@ -210,6 +219,11 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		default:
 			cluster = splits > 1
 		}
+	}
+
+	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads) * int64(splits)
+	if blocks <= int64(dev.SMs)*int64(occupancy(&dev, kernel, clusterKernel)) {
+		shared = oneWaveShared(kernel, dev.MaxSharedPerBlockOptin)
 	}
 
 	p := Plan{

@@ -118,6 +118,29 @@ func DecodeSharedBytes(headDim, cacheSize, optin int) int {
 	return q + stages*stage
 }
 
+// oneWaveShared returns the dynamic shared memory of a launch of decode
+// kernel whose grid fits in one wave: a ring of OneWaveRingBytes per warp,
+// at least DecodeMinStages stages and at most KernelSharedBytes.
+func oneWaveShared(kernel string, optin int) int {
+	shape := tables.shape[kernel]
+	q, stage := decodeSmem(shape[0], shape[1])
+	perWarp := stage / decodeWarps
+	stages := max(OneWaveRingBytes/perWarp, DecodeMinStages)
+	return min(q+stages*stage, KernelSharedBytes(kernel, optin))
+}
+
+// DecodeRingStages returns the ring stages a decode kernel derives from a
+// launch's dynamic shared memory (as DecodeSmem does in the kernel), or 0 for
+// a kernel that is not a decode kernel.
+func DecodeRingStages(kernel string, shared int) int {
+	shape, ok := tables.shape[kernel]
+	if !ok {
+		return 0
+	}
+	q, stage := decodeSmem(shape[0], shape[1])
+	return min((shared-q)/stage, DecodeMaxStages)
+}
+
 // The decode kernels' ring depth limits (DecodeSmem in kernels_src/decode.cuh).
 const (
 	DecodeMinStages = 2
@@ -127,9 +150,13 @@ const (
 // decodeSmem returns the shared bytes of a decode kernel's q tile and of one
 // ring stage.
 func decodeSmem(headDim, cacheSize int) (q, stage int) {
-	const warps, tileTokens, rows = 4, 16, 16
-	return rows * headDim * 2, warps * 2 * tileTokens * headDim * cacheSize
+	const tileTokens, rows = 16, 16
+	return rows * headDim * 2, decodeWarps * 2 * tileTokens * headDim * cacheSize
 }
+
+// decodeWarps is the warps of a decode block (kDecodeWarps), each with its
+// own share of every ring stage.
+const decodeWarps = DecodeThreads / 32
 
 // DecodeStagesShared returns the dynamic shared memory of decode kernel
 // launched with a ring of stages stages, and whether kernel is a decode

@@ -224,7 +224,7 @@ func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p Plan) {
 	t.Helper()
 	assert.Equal(t, Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(p.Splits)}, p.Grid)
 	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
-	assert.Equal(t, uint32(KernelSharedBytes(p.Kernel, dev.MaxSharedPerBlockOptin)), p.SharedBytes)
+	checkRing(t, dev, p)
 	wantKernel, err := DecodeKernelName(s.QType, s.CacheType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
 	require.NoError(t, err)
 	assert.Equal(t, wantKernel, p.Kernel)
@@ -247,13 +247,63 @@ func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p Plan) {
 	assert.Equal(t, rows*int64(s.HeadDim+1), p.SumOffset)
 }
 
+// checkRing checks the plan's ring: the one-wave ring when every block of the
+// grid is resident at once, else the deep one.
+func checkRing(t *testing.T, dev DeviceFacts, p Plan) {
+	t.Helper()
+	want := KernelSharedBytes(p.Kernel, dev.MaxSharedPerBlockOptin)
+	occ := max(dev.Occupancy[p.Kernel], 1)
+	if p.Cluster > 0 {
+		occ = max(dev.Occupancy[strings.TrimSuffix(p.Kernel, "_cluster")], dev.Occupancy[p.Kernel], 1)
+	}
+	if int(p.Grid.X*p.Grid.Y*p.Grid.Z) <= dev.SMs*occ {
+		want = oneWaveShared(p.Kernel, dev.MaxSharedPerBlockOptin)
+	}
+	assert.Equal(t, uint32(want), p.SharedBytes, "ring of %v", p.Grid)
+}
+
+// TestPlanDecodeRing pins the ring depth: grids of one wave get a ring of
+// OneWaveRingBytes per warp (2 stages at head dim 128, 16-bit), larger grids
+// the deep ring of DecodeSharedBytes; where that is already as shallow, both
+// are the same.
+func TestPlanDecodeRing(t *testing.T) {
+	const q128, stage128 = 4096, 32768 // head dim 128, 16-bit cache
+	fp8 := llama(32, 2048)
+	fp8.CacheType = E4M3
+	hd256 := llama(16, 2048) // 128 blocks: one wave at the 1 block per SM h200() gives it
+	hd256.HeadDim = 256
+	fp8hd256 := hd256
+	fp8hd256.CacheType = E4M3
+	for _, tt := range []struct {
+		name         string
+		shape        DecodeShape
+		want, stages int
+	}{
+		{"one wave: 256 blocks of 264", llama(32, 2048), q128 + 2*stage128, 2},
+		{"split to one wave", llama(8, 8192), q128 + 2*stage128, 2},
+		{"clusters, one wave", llama(1, 512), q128 + 2*stage128, 2},
+		{"four waves", llama(128, 512), q128 + 3*stage128, 3},
+		{"272 blocks of 264: two waves", llama(34, 32768), q128 + 3*stage128, 3},
+		{"fp8 head dim 128: 4 stages of 4 KiB per warp either way", fp8, 4096 + 4*16384, 4},
+		{"head dim 256: 2 stages either way", hd256, 8192 + 2*65536, 2},
+		{"fp8 head dim 256: 2 stages of 8 KiB per warp", fp8hd256, 8192 + 2*32768, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanDecode(tt.shape, h200(), DefaultKnobs())
+			require.NoError(t, err)
+			assert.Equal(t, uint32(tt.want), p.SharedBytes, "%s, grid %v", p.Kernel, p.Grid)
+			assert.Equal(t, tt.stages, DecodeRingStages(p.Kernel, int(p.SharedBytes)))
+		})
+	}
+}
+
 func TestPlanDecodeScratchLayout(t *testing.T) {
 	// 1 seq, 32 q heads, 4 splits, head dim 128: out 32·4·128 = 16384
 	// floats, max 128 floats, sum 128 floats; 8 counters (1 seq × 8 KV heads).
 	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
 	require.NoError(t, err)
 	assert.Equal(t, Plan{
-		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 102400,
+		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 69632, // one wave: 2 stages
 		Splits: 4, Counters: 8,
 		ScratchFloats: 16640, PartialOutOffset: 0, MaxOffset: 16384, SumOffset: 16512,
 		RequestedSplits: 4, Reason: ReasonFillSMs,
@@ -309,6 +359,9 @@ func TestDecodeSharedBytes(t *testing.T) {
 	assert.Equal(t, 4096+3*32768, KernelSharedBytes("paged_decode_bf16_hd128", h200))
 	assert.Equal(t, 8192+3*32768, KernelSharedBytes("paged_decode_f16_e4m3_hd256", h200))
 	assert.Zero(t, KernelSharedBytes("cache_append_f16", h200))
+	assert.Equal(t, 3, DecodeRingStages("paged_decode_bf16_hd128", 4096+3*32768))
+	assert.Equal(t, 4, DecodeRingStages("paged_decode_f16_hd128_cluster", 4096+5*32768), "at most DecodeMaxStages")
+	assert.Zero(t, DecodeRingStages("cache_append_f16", 4096))
 }
 
 func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
@@ -719,7 +772,7 @@ func TestPlanDecodeClusters(t *testing.T) {
 					assert.NotZero(t, p.Counters)
 				}
 			}
-			assert.Equal(t, KernelSharedBytes(plain, tt.dev.MaxSharedPerBlockOptin), int(p.SharedBytes))
+			checkRing(t, tt.dev, p)
 		})
 	}
 }

@@ -635,14 +635,17 @@ func (b *bencher) withStages(plan dispatch.Plan) (dispatch.Plan, error) {
 	return plan, nil
 }
 
+// planText describes a decode plan: its split count and merge, and its ring
+// depth (r2 = 2 stages).
 func planText(p dispatch.Plan) string {
-	if p.Splits == 1 {
-		return "single-pass"
+	ring := dispatch.DecodeRingStages(p.Kernel, int(p.SharedBytes))
+	switch {
+	case p.Splits == 1:
+		return fmt.Sprintf("single-pass r%d", ring)
+	case p.Cluster > 0:
+		return fmt.Sprintf("split-K x%d cluster r%d", p.Splits, ring)
 	}
-	if p.Cluster > 0 {
-		return fmt.Sprintf("split-K x%d cluster", p.Splits)
-	}
-	return fmt.Sprintf("split-K x%d", p.Splits)
+	return fmt.Sprintf("split-K x%d r%d", p.Splits, ring)
 }
 
 func (b *bencher) print() {
