@@ -113,8 +113,10 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 				occupancy[e] = 0
 				continue
 			}
-			if shared > 48<<10 {
-				if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSizeBytes, shared); err != nil {
+			// A decode kernel opts in to its deepest ring the device holds,
+			// so that a plan may carry another depth (DecodeWithPlan).
+			if limit := dispatch.DecodeSharedLimit(e, r.info.MaxSharedPerBlockOptin); limit > 48<<10 {
+				if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSizeBytes, limit); err != nil {
 					return fmt.Errorf("pagedkv: module %s: %s: %w", name, e, err)
 				}
 			}

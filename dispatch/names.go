@@ -141,6 +141,22 @@ func DecodeRingStages(kernel string, shared int) int {
 	return min((shared-q)/stage, DecodeMaxStages)
 }
 
+// DecodeSharedLimit returns the most dynamic shared memory any launch of
+// decode kernel may carry on a device whose blocks may opt in to optin bytes:
+// its deepest ring (DecodeStagesShared) that fits optin, and never less than
+// KernelSharedBytes, its default. The runtime opts each kernel in to this
+// much, so that DecodeWithPlan can take any ring depth the device holds.
+// Other kernels get KernelSharedBytes.
+func DecodeSharedLimit(kernel string, optin int) int {
+	limit := KernelSharedBytes(kernel, optin)
+	for stages := DecodeMinStages; stages <= DecodeMaxStages; stages++ {
+		if n, ok := DecodeStagesShared(kernel, stages); ok && n <= optin {
+			limit = max(limit, n)
+		}
+	}
+	return limit
+}
+
 // The decode kernels' ring depth limits (DecodeSmem in kernels_src/decode.cuh).
 const (
 	DecodeMinStages = 2

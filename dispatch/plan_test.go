@@ -362,6 +362,10 @@ func TestDecodeSharedBytes(t *testing.T) {
 	assert.Equal(t, 3, DecodeRingStages("paged_decode_bf16_hd128", 4096+3*32768))
 	assert.Equal(t, 4, DecodeRingStages("paged_decode_f16_hd128_cluster", 4096+5*32768), "at most DecodeMaxStages")
 	assert.Zero(t, DecodeRingStages("cache_append_f16", 4096))
+	assert.Equal(t, 4096+4*32768, DecodeSharedLimit("paged_decode_f16_hd128", h200), "4 stages fit 227 KiB")
+	assert.Equal(t, 4096+3*32768, DecodeSharedLimit("paged_decode_f16_hd128", 120<<10), "3 stages fit 120 KiB")
+	assert.Equal(t, 8192+2*65536, DecodeSharedLimit("paged_decode_f16_hd256", sm86), "more than sm86 holds: the default")
+	assert.Equal(t, KernelSharedBytes("qkv_norm_rope_f16", h200), DecodeSharedLimit("qkv_norm_rope_f16", h200))
 }
 
 func TestPlanDecodeSharedMemoryLimit(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pagedkv/pagedkv"
 	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
 	"github.com/pagedkv/pagedkv/internal/check"
 	"github.com/pagedkv/pagedkv/internal/ref"
@@ -151,6 +152,45 @@ func TestDecodeClusterPlans(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, p.Check(out, lse))
 		})
+	}
+}
+
+// TestDecodeRingDepths runs one decode per ring depth the kernels take (2..4
+// stages, as dispatch.DecodeStagesShared sizes them and the device holds),
+// single-pass and split, for each cache type and head dims 64 and 128: the
+// planner picks the depth by grid size (dispatch.OneWaveRingBytes), so small
+// test grids alone would leave the deeper rings untested. Each warp streams
+// more tiles than any ring holds, so the ring wraps.
+func TestDecodeRingDepths(t *testing.T) {
+	single := open(t, config.Options{PagedFlash: ptr(false)})
+	split := open(t, config.Options{PagedFlashSplits: ptr(3)})
+	g := rng(t)
+	for _, c := range []check.DecodeShape{
+		{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1000},
+		{Seqs: 2, QHeads: 12, KVHeads: 2, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 150, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1190},
+		{Seqs: 2, QHeads: 8, KVHeads: 8, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 1250},
+	} {
+		for _, r := range []*pagedkv.Runtime{single, split} {
+			p := decodeProblem(t, r, r.Stream(), g, c)
+			plan, err := r.PlanDecode(r.Stream(), &p.Args)
+			require.NoError(t, err)
+			for stages := dispatch.DecodeMinStages; stages <= dispatch.DecodeMaxStages; stages++ {
+				n, ok := dispatch.DecodeStagesShared(plan.Kernel, stages)
+				require.True(t, ok, plan.Kernel)
+				if n > r.Info().MaxSharedPerBlockOptin {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/%d splits/%d stages", c, plan.Kernel, plan.Splits, stages), func(t *testing.T) {
+					pl := plan
+					pl.SharedBytes = uint32(n)
+					require.NoError(t, p.Poison(r.Stream()))
+					require.NoError(t, r.DecodeWithPlan(r.Stream(), &p.Args, pl))
+					out, lse, err := p.Fetch(r.Stream())
+					require.NoError(t, err)
+					require.NoError(t, p.Check(out, lse))
+				})
+			}
+		}
 	}
 }
 
