@@ -37,8 +37,8 @@ for step in $STEPS; do
     reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths'
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 170 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 165s
-    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 130 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestDecodeRingDepths|TestAppendMatchesReference|TestRopeCacheMatchesReference|TestQKVNormRopeMatchesReference' -test.timeout 125s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 220 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestDecodeRingDepths|TestAppendMatchesReference|TestRopeCacheMatchesReference|TestQKVNormRopeMatchesReference' -test.timeout 215s
     ;;
   esac
 done
