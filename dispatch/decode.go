@@ -194,17 +194,15 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	if err := validateDecode(&s, &dev, &k); err != nil {
 		return Plan{}, err
 	}
-	qi, _ := activationIndex(s.QType)
-	ci, _ := cacheIndex(s.QType, s.CacheType)
-	hi, _ := headDimIndex(s.HeadDim)
-	kernel := tables.decode[qi][ci][hi]
+	qi, vi, hi, _ := decodeIndex(s.QType, s.CacheType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
+	kernel := tables.decode[qi][vi][hi]
 	shared := KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	if shared > dev.MaxSharedPerBlockOptin {
 		return Plan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheType=%v needs %d bytes of shared memory per block; %s allows %d",
 			s.HeadDim, s.CacheType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
 
-	clusterKernel := tables.cluster[qi][ci][hi]
+	clusterKernel := tables.cluster[qi][vi][hi]
 	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel, clusterKernel)
 	// Clusters: a forced split count (or one the scratch limit cut) of 2..8
 	// runs as clusters, which need no scratch; an automatic one only where

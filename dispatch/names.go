@@ -15,15 +15,30 @@ var activationTypes = [...]DType{F16, BF16}
 // MaxGroupSize is the largest GQA group (NumQHeads / NumKVHeads) supported.
 const MaxGroupSize = 16
 
+// NarrowMaxGroup is the largest GQA group of the narrow decode kernels
+// (entry suffix _g8, kNarrowGroup in kernels_src/decode.cuh): for a 16-bit
+// cache and groups up to 8, the group's heads are the 8 columns of the mma
+// tile instead of 8 of its 16 rows, which halves the tensor-core work and
+// the output registers.
+const NarrowMaxGroup = 8
+
+// The decode kernel variants, the middle index of the decode name tables.
+const (
+	variantWide   = iota // a cache of the queries' type, any GQA group
+	variantE4M3          // an fp8 e4m3 cache, any group
+	variantNarrow        // a cache of the queries' type, groups up to NarrowMaxGroup
+	decodeVariants
+)
+
 // nameTables holds every kernel entry name, built once so that planning never
 // builds a string. Index order: activation dtype, fp8 cache (0 = the cache
-// dtype equals the activation dtype, 1 = e4m3), head dim. One decode kernel
-// serves every GQA group size (the group is the rows of its mma tile).
+// dtype equals the activation dtype, 1 = e4m3), head dim; for decode the
+// middle index is the variant (variantWide, variantE4M3, variantNarrow).
 type nameTables struct {
-	decode [len(activationTypes)][2][len(headDims)]string
+	decode [len(activationTypes)][decodeVariants][len(headDims)]string
 	// cluster: the decode kernels whose splits form one thread-block cluster
 	// and merge on chip (compute_90 modules decode_*_sm90).
-	cluster [len(activationTypes)][2][len(headDims)]string
+	cluster [len(activationTypes)][decodeVariants][len(headDims)]string
 	shape   map[string][2]int // decode kernel → {head dim, cache element size}
 	append  [len(activationTypes)][2]string
 	gather  [3]string // by cache dtype: f16, bf16, e4m3
@@ -63,6 +78,12 @@ func buildNames() *nameTables {
 				}
 				t.shape[name] = [2]int{d, size}
 				t.shape[name+"_cluster"] = [2]int{d, size}
+				if fp8 == 0 {
+					t.decode[qi][variantNarrow][hi] = name + "_g8"
+					t.cluster[qi][variantNarrow][hi] = name + "_g8_cluster"
+					t.shape[name+"_g8"] = [2]int{d, size}
+					t.shape[name+"_g8_cluster"] = [2]int{d, size}
+				}
 			}
 		}
 	}
@@ -206,31 +227,32 @@ func KernelSharedBytes(kernel string, optin int) int {
 // DecodeKernelName returns the decode kernel entry point for q dtype q, cache
 // dtype cache, head dimension headDim and GQA group size group (1..MaxGroupSize).
 func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
-	qi, ci, hi, err := decodeIndex(q, cache, headDim, group)
+	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
 	if err != nil {
 		return "", err
 	}
-	return tables.decode[qi][ci][hi], nil
+	return tables.decode[qi][vi][hi], nil
 }
 
 // ClusterDecodeKernelName returns the cluster twin (compute_90) of the
 // kernel DecodeKernelName names, without building a string.
 func ClusterDecodeKernelName(q, cache DType, headDim, group int) (string, error) {
-	qi, ci, hi, err := decodeIndex(q, cache, headDim, group)
+	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
 	if err != nil {
 		return "", err
 	}
-	return tables.cluster[qi][ci][hi], nil
+	return tables.cluster[qi][vi][hi], nil
 }
 
-// decodeIndex returns the decode name tables' indices of a kernel, or an
-// error naming what is not supported.
-func decodeIndex(q, cache DType, headDim, group int) (qi, ci, hi int, err error) {
+// decodeIndex returns the decode name tables' indices of a kernel (vi is
+// the variant: narrow for a 16-bit cache and a group up to NarrowMaxGroup),
+// or an error naming what is not supported.
+func decodeIndex(q, cache DType, headDim, group int) (qi, vi, hi int, err error) {
 	var ok bool
 	if qi, ok = activationIndex(q); !ok {
 		return 0, 0, 0, errQType(q)
 	}
-	if ci, ok = cacheIndex(q, cache); !ok {
+	if vi, ok = cacheIndex(q, cache); !ok {
 		return 0, 0, 0, errCacheType(cache, q)
 	}
 	if hi, ok = headDimIndex(headDim); !ok {
@@ -239,7 +261,10 @@ func decodeIndex(q, cache DType, headDim, group int) (qi, ci, hi int, err error)
 	if group < 1 || group > MaxGroupSize {
 		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
 	}
-	return qi, ci, hi, nil
+	if vi == variantWide && group <= NarrowMaxGroup {
+		vi = variantNarrow
+	}
+	return qi, vi, hi, nil
 }
 
 // AppendKernelName returns the cache append kernel for input dtype in and
@@ -261,8 +286,8 @@ func AppendKernelName(in, cache DType) (string, error) {
 func DecodeKernelNames() []string { return flatten(&tables.decode) }
 
 // flatten lists a decode name table row by row.
-func flatten(t *[len(activationTypes)][2][len(headDims)]string) []string {
-	names := make([]string, 0, len(activationTypes)*2*len(headDims))
+func flatten(t *[len(activationTypes)][decodeVariants][len(headDims)]string) []string {
+	names := make([]string, 0, len(activationTypes)*decodeVariants*len(headDims))
 	for qi := range t {
 		for ci := range t[qi] {
 			names = append(names, t[qi][ci][:]...)

@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// occupancyHD128 gives every head-dim-128 decode kernel 4 resident blocks per
-// SM and leaves the others out (so they count as 1).
+// occupancyHD128 gives every head-dim-128 decode kernel (wide and narrow) 4
+// resident blocks per SM and leaves the others out (so they count as 1).
 func occupancyHD128() map[string]int {
 	occ := map[string]int{}
 	for _, name := range DecodeKernelNames() {
-		if strings.HasSuffix(name, "_hd128") {
+		if strings.Contains(name, "_hd128") {
 			occ[name] = 4
 		}
 	}
@@ -303,7 +303,7 @@ func TestPlanDecodeScratchLayout(t *testing.T) {
 	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
 	require.NoError(t, err)
 	assert.Equal(t, Plan{
-		Kernel: "paged_decode_f16_hd128", Grid: Dim3{8, 1, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 69632, // one wave: 2 stages
+		Kernel: "paged_decode_f16_hd128_g8", Grid: Dim3{8, 1, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 69632, // one wave: 2 stages
 		Splits: 4, Counters: 8,
 		ScratchFloats: 16640, PartialOutOffset: 0, MaxOffset: 16384, SumOffset: 16512,
 		RequestedSplits: 4, Reason: ReasonFillSMs,
@@ -316,11 +316,14 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 		headDim, group int
 		kernel         string
 	}{
-		{F16, F16, 128, 1, "paged_decode_f16_hd128"},
-		{F16, F16, 128, 2, "paged_decode_f16_hd128"},
-		{F16, F16, 64, 3, "paged_decode_f16_hd64"},
-		{BF16, BF16, 64, 4, "paged_decode_bf16_hd64"},
-		{BF16, BF16, 256, 5, "paged_decode_bf16_hd256"},
+		{F16, F16, 128, 1, "paged_decode_f16_hd128_g8"},
+		{F16, F16, 128, 2, "paged_decode_f16_hd128_g8"},
+		{F16, F16, 64, 3, "paged_decode_f16_hd64_g8"},
+		{BF16, BF16, 64, 4, "paged_decode_bf16_hd64_g8"},
+		{BF16, BF16, 256, 5, "paged_decode_bf16_hd256_g8"},
+		{F16, F16, 128, 8, "paged_decode_f16_hd128_g8"}, // the largest narrow group
+		{F16, F16, 128, 9, "paged_decode_f16_hd128"},
+		{BF16, BF16, 256, 16, "paged_decode_bf16_hd256"},
 		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128"},
 		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128"},
 		{BF16, E4M3, 256, 9, "paged_decode_bf16_e4m3_hd256"},
@@ -386,9 +389,11 @@ func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
 
 func TestKernelNameLists(t *testing.T) {
 	decode := DecodeKernelNames()
-	assert.Len(t, decode, 2*2*3)
+	assert.Len(t, decode, 2*3*3) // q dtype × (wide, e4m3, narrow) × head dim
 	assert.Contains(t, decode, "paged_decode_f16_hd64")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256")
+	assert.Contains(t, decode, "paged_decode_bf16_hd128_g8")
+	assert.NotContains(t, decode, "paged_decode_bf16_e4m3_hd128_g8")
 	assert.Equal(t, []string{
 		"cache_append_f16", "cache_append_f16_e4m3",
 		"cache_append_bf16", "cache_append_bf16_e4m3",
@@ -678,13 +683,13 @@ func BenchmarkPlanAppend(b *testing.B) {
 func h200() DeviceFacts {
 	occ := map[string]int{}
 	for _, name := range DecodeKernelNames() {
-		if strings.HasSuffix(name, "_hd128") {
+		if strings.Contains(name, "_hd128") {
 			occ[name], occ[name+"_cluster"] = 2, 2
 		}
 	}
 	clusters := map[string][]int{}
 	for _, name := range ClusterDecodeKernelNames() {
-		if strings.HasSuffix(name, "_hd128_cluster") {
+		if strings.Contains(name, "_hd128") {
 			clusters[name] = []int{0, 264, 132, 79, 62, 47, 39, 32, 30}
 		}
 	}

@@ -113,6 +113,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) 
                : "r"(addr));
 }
 
+// movmatrix_trans transposes an 8×8 matrix of 16-bit values held one 32-bit
+// pair per lane (lane 4r + c holds row r, columns 2c and 2c+1): afterwards
+// the lane holds row r, columns 2c and 2c+1 of the transpose.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // mma16816 accumulates c += a·b for one m16n8k16 tile of T (f16 or bf16).
 template <typename T>
 __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
@@ -226,7 +235,11 @@ __device__ __forceinline__ void cluster_merge(T* __restrict__ out, float* __rest
   cluster_sync();
 }
 
-template <typename T, typename C, int D, bool CLUSTER>
+// kNarrowGroup is the largest GQA group of the narrow kernels (NARROW): the
+// group's heads are the 8 columns of the mma tile instead of 8 of its 16 rows.
+constexpr int kNarrowGroup = 8;
+
+template <typename T, typename C, int D, bool CLUSTER, bool NARROW>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
     float* __restrict__ partial_max, float* __restrict__ partial_sum,
@@ -247,7 +260,8 @@ __device__ __forceinline__ void paged_decode(
   // 1024 blocks of 512 tokens took 77 → 73 µs (docs/perf-notes.md, Decode
   // 17). Not at D = 256, whose output tile alone takes 128 registers, nor for
   // fp8 caches, whose k order reads q per half k-step.
-  constexpr bool kQInRegs = !kFP8 && D <= 128;
+  constexpr bool kQInRegs = !kFP8 && !NARROW && D <= 128;
+  static_assert(!NARROW || !kFP8, "the narrow kernels read 16-bit caches");
   constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
   constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
 
@@ -272,6 +286,7 @@ __device__ __forceinline__ void paged_decode(
   const int split = blockIdx.z;
   const int splits = gridDim.z;
   const int G = num_q_heads / num_kv_heads;
+  if (NARROW && G > kNarrowGroup) __trap();  // the planner never pairs them
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
@@ -377,12 +392,16 @@ __device__ __forceinline__ void paged_decode(
     }
   };
 
-  // Running state of rows r0 = lane/4 and r1 = r0 + 8 (shared by a lane quad):
-  // max in log2 units, this lane's part of the sum, and the output tile.
+  // Running state of two query heads: rows r0 = lane/4 and r1 = r0 + 8
+  // (shared by a lane quad), or for NARROW heads 2·(lane%4) and 2·(lane%4)+1
+  // (shared by the 8 lanes of equal lane%4): max in log2 units, this lane's
+  // part of the sum, and the output tile (NARROW: its transpose, d × heads,
+  // in D/16 m-tiles).
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  float acc[NT][4];
+  constexpr int ACC = NARROW ? D / 16 : NT;
+  float acc[ACC][4];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int n = 0; n < ACC; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   // Scores come out in log2 units: scale·log2(e)·k_scale (·256 for fp8).
   const float q_mul = scale * kLog2e * k_scale * decode_scale<C>();
   const uint32_t q_base = smem_addr(q_s);
@@ -401,6 +420,20 @@ __device__ __forceinline__ void paged_decode(
   if constexpr (kQInRegs) {
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+  }
+  // NARROW: the B fragments of Qᵀ (d × heads 0-7), two k-steps per x4 load
+  // (matrices: d chunks 2kp, 2kp+1, 2kp+2, 2kp+3 of heads 0-7).
+  uint32_t qb[NARROW ? KSTEPS : 1][2];
+  if constexpr (NARROW) {
+#pragma unroll
+    for (int kp = 0; kp < KSTEPS; kp += 2) {
+      uint32_t r[4];
+      ldmatrix_x4(r, q_base + swizzle<QCH>(lane & 7, 2 * kp + (lane >> 3)) * 16);
+      qb[kp][0] = r[0];
+      qb[kp][1] = r[1];
+      qb[kp + 1][0] = r[2];
+      qb[kp + 1][1] = r[3];
+    }
   }
 
   for (int i = 0; i < mine; ++i) {
@@ -426,102 +459,160 @@ __device__ __forceinline__ void paged_decode(
     const uint32_t vbase = kbase + Smem::kTileBytes;
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
 
-    // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    if constexpr (!kFP8) {
-      const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
+    if constexpr (NARROW) {
+      // Sᵀ = K·Qᵀ: rows are the tile's 16 tokens (A = K rows as stored),
+      // columns the group's heads; even and odd k-steps in two chains.
+      float st[4] = {0.0f, 0.0f, 0.0f, 0.0f}, st_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
-        uint32_t a[4], b[4];
-        if constexpr (kQInRegs) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
-        } else {
-          ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
-        }
-        ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
-        mma16816<T>(s[0], a, b[0], b[1]);
-        mma16816<T>(s[1], a, b[2], b[3]);
+        uint32_t a[4];
+        ldmatrix_x4(a, kbase + swizzle<CH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+        mma16816<T>(ks & 1 ? st_odd : st, a, qb[ks][0], qb[ks][1]);
       }
-    } else {
-      // A 16-byte fp8 chunk is one k-step; one x4 load covers two, both n-tiles.
-#pragma unroll
-      for (int ks = 0; ks < KSTEPS; ks += 2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kbase + swizzle<CH>(x4_row, ks + (lane >> 4)) * 16);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t a[4];
-          ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * (ks + h) + (lane >> 4)) * 16);
-          mma16816<T>(s[0], a, e4m3_pair<T>(b[2 * h], 0x1404), e4m3_pair<T>(b[2 * h], 0x3424));
-          mma16816<T>(s[1], a, e4m3_pair<T>(b[2 * h + 1], 0x1404), e4m3_pair<T>(b[2 * h + 1], 0x3424));
-        }
-      }
-    }
-
-    // Online softmax of rows r0 (s[n][0..1]) and r1 (s[n][2..3]); tokens
-    // past end score -inf. Every tile holds at least one token below end.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
+      // Lane (g, c) = (lane/4, lane%4) holds tokens g (st[0..1]) and g+8
+      // (st[2..3]) of heads 2c (st[0], st[2]) and 2c+1 (st[1], st[3]).
+      const int g = lane >> 2;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int t = base + 8 * n + 2 * (lane & 3) + (e & 1);
-        s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
+        const int t = base + g + 8 * (e >> 1);
+        st[e] = t < end ? (st[e] + st_odd[e]) * q_mul : -INFINITY;
       }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
+      // Online softmax of heads 2c and 2c+1 over the tile's tokens (the 8
+      // lanes of equal c); every tile holds a token below end.
+      float mx0 = fmaxf(st[0], st[2]), mx1 = fmaxf(st[1], st[3]);
 #pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-    }
-    mx0 = fmaxf(mx0, m0);
-    mx1 = fmaxf(mx1, m1);
-    const float alpha0 = exp2f(m0 - mx0);  // 0 on the first tile (m = -inf)
-    const float alpha1 = exp2f(m1 - mx1);
-    m0 = mx0;
-    m1 = mx1;
-    uint32_t p[4];
+      for (int o = 4; o < 32; o <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+      }
+      mx0 = fmaxf(mx0, m0);
+      mx1 = fmaxf(mx1, m1);
+      const float alpha0 = exp2f(m0 - mx0);  // 0 on the first tile (m = -inf)
+      const float alpha1 = exp2f(m1 - mx1);
+      m0 = mx0;
+      m1 = mx1;
+      const float p0 = exp2f(st[0] - mx0), p1 = exp2f(st[1] - mx1);
+      const float p2 = exp2f(st[2] - mx0), p3 = exp2f(st[3] - mx1);
+      l0 = fmaf(l0, alpha0, p0 + p2);
+      l1 = fmaf(l1, alpha1, p1 + p3);
+      // Pᵀ as the B fragments of Oᵀ += Vᵀ·Pᵀ (k = tokens, n = heads): the
+      // transposes of P's two 8 × 8 halves (tokens 0-7 and 8-15).
+      const uint32_t b0 = movmatrix_trans(pack2<T>(p0, p1));
+      const uint32_t b1 = movmatrix_trans(pack2<T>(p2, p3));
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      const float p0 = exp2f(s[n][0] - mx0), p1 = exp2f(s[n][1] - mx0);
-      const float p2 = exp2f(s[n][2] - mx1), p3 = exp2f(s[n][3] - mx1);
-      l0 = fmaf(l0, n == 0 ? alpha0 : 1.0f, p0 + p1);
-      l1 = fmaf(l1, n == 0 ? alpha1 : 1.0f, p2 + p3);
-      // A fragment of P: (r0, k 2c..), (r1, k 2c..), (r0, k 8+2c..), (r1, k 8+2c..).
-      p[2 * n] = pack2<T>(p0, p1);
-      p[2 * n + 1] = pack2<T>(p2, p3);
-    }
+      for (int m = 0; m < ACC; ++m) {
+        acc[m][0] *= alpha0;
+        acc[m][1] *= alpha1;
+        acc[m][2] *= alpha0;
+        acc[m][3] *= alpha1;
+      }
+      // A = Vᵀ, m-tile m (d 16m..16m+15): x4.trans of tokens 0-7 and 8-15,
+      // d chunks 2m and 2m+1.
+      const int v_row = (lane & 7) + (lane >> 4) * 8;
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      acc[n][0] *= alpha0;
-      acc[n][1] *= alpha0;
-      acc[n][2] *= alpha1;
-      acc[n][3] *= alpha1;
-    }
-
-    // O += P·V: one x4.trans load gives the B fragments of two n-tiles.
-    if constexpr (!kFP8) {
-#pragma unroll
-      for (int n = 0; n < NT; n += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, n + (lane >> 4)) * 16);
-        mma16816<T>(acc[n], p, b[0], b[1]);
-        mma16816<T>(acc[n + 1], p, b[2], b[3]);
+      for (int m = 0; m < ACC; ++m) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, vbase + swizzle<CH>(v_row, 2 * m + ((lane >> 3) & 1)) * 16);
+        mma16816<T>(acc[m], a, b0, b1);
       }
     } else {
-      // Chunk j (16 d) feeds n-tiles 2j (even d) and 2j+1 (odd d).
+      // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      if constexpr (!kFP8) {
+        const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
 #pragma unroll
-      for (int j = 0; j < CH; j += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, j + (lane >> 4)) * 16);
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+          uint32_t a[4], b[4];
+          if constexpr (kQInRegs) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t lo = b[2 * h], hi = b[2 * h + 1];  // tokens 0-7, 8-15
-          mma16816<T>(acc[2 * (j + h)], p, e4m3_pair<T>(lo, 0x2404), e4m3_pair<T>(hi, 0x2404));
-          mma16816<T>(acc[2 * (j + h) + 1], p, e4m3_pair<T>(lo, 0x3414), e4m3_pair<T>(hi, 0x3414));
+            for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
+          } else {
+            ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+          }
+          ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
+          mma16816<T>(s[0], a, b[0], b[1]);
+          mma16816<T>(s[1], a, b[2], b[3]);
+        }
+      } else {
+        // A 16-byte fp8 chunk is one k-step; one x4 load covers two, both n-tiles.
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, kbase + swizzle<CH>(x4_row, ks + (lane >> 4)) * 16);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t a[4];
+            ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * (ks + h) + (lane >> 4)) * 16);
+            mma16816<T>(s[0], a, e4m3_pair<T>(b[2 * h], 0x1404), e4m3_pair<T>(b[2 * h], 0x3424));
+            mma16816<T>(s[1], a, e4m3_pair<T>(b[2 * h + 1], 0x1404), e4m3_pair<T>(b[2 * h + 1], 0x3424));
+          }
+        }
+      }
+
+      // Online softmax of rows r0 (s[n][0..1]) and r1 (s[n][2..3]); tokens
+      // past end score -inf. Every tile holds at least one token below end.
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int t = base + 8 * n + 2 * (lane & 3) + (e & 1);
+          s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+      }
+#pragma unroll
+      for (int o = 1; o < 4; o <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+      }
+      mx0 = fmaxf(mx0, m0);
+      mx1 = fmaxf(mx1, m1);
+      const float alpha0 = exp2f(m0 - mx0);  // 0 on the first tile (m = -inf)
+      const float alpha1 = exp2f(m1 - mx1);
+      m0 = mx0;
+      m1 = mx1;
+      uint32_t p[4];
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float p0 = exp2f(s[n][0] - mx0), p1 = exp2f(s[n][1] - mx0);
+        const float p2 = exp2f(s[n][2] - mx1), p3 = exp2f(s[n][3] - mx1);
+        l0 = fmaf(l0, n == 0 ? alpha0 : 1.0f, p0 + p1);
+        l1 = fmaf(l1, n == 0 ? alpha1 : 1.0f, p2 + p3);
+        // A fragment of P: (r0, k 2c..), (r1, k 2c..), (r0, k 8+2c..), (r1, k 8+2c..).
+        p[2 * n] = pack2<T>(p0, p1);
+        p[2 * n + 1] = pack2<T>(p2, p3);
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        acc[n][0] *= alpha0;
+        acc[n][1] *= alpha0;
+        acc[n][2] *= alpha1;
+        acc[n][3] *= alpha1;
+      }
+
+      // O += P·V: one x4.trans load gives the B fragments of two n-tiles.
+      if constexpr (!kFP8) {
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, n + (lane >> 4)) * 16);
+          mma16816<T>(acc[n], p, b[0], b[1]);
+          mma16816<T>(acc[n + 1], p, b[2], b[3]);
+        }
+      } else {
+        // Chunk j (16 d) feeds n-tiles 2j (even d) and 2j+1 (odd d).
+#pragma unroll
+        for (int j = 0; j < CH; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, j + (lane >> 4)) * 16);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t lo = b[2 * h], hi = b[2 * h + 1];  // tokens 0-7, 8-15
+            mma16816<T>(acc[2 * (j + h)], p, e4m3_pair<T>(lo, 0x2404), e4m3_pair<T>(hi, 0x2404));
+            mma16816<T>(acc[2 * (j + h) + 1], p, e4m3_pair<T>(lo, 0x3414), e4m3_pair<T>(hi, 0x3414));
+          }
         }
       }
     }
@@ -530,32 +621,50 @@ __device__ __forceinline__ void paged_decode(
   cp_async_wait<0>();
   PKV_TRACE(2);
 
-  // Merge the four warps: each writes its rows < G to shared memory (the
+  // Merge the four warps: each writes its heads < G to shared memory (the
   // ring is free once every warp is past its loop).
 #pragma unroll
-  for (int o = 1; o < 4; o <<= 1) {
+  for (int o = NARROW ? 4 : 1; o < (NARROW ? 32 : 4); o <<= 1) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, o);
     l1 += __shfl_xor_sync(0xffffffffu, l1, o);
   }
   __syncthreads();
   float* o_s = reinterpret_cast<float*>(ring);  // [warps][kTileRows][D]
-  const int r0 = lane >> 2;
+  if constexpr (NARROW) {
+    const int g = lane >> 2, h0 = 2 * (lane & 3);
 #pragma unroll
-  for (int n = 0; n < NT; ++n) {
+    for (int m = 0; m < ACC; ++m) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = r0 + 8 * (e >> 1);
-      const int col = 2 * (lane & 3) + (e & 1);
-      // The d of column col of n-tile n (see the top for fp8).
-      const int d = kFP8 ? 16 * (n >> 1) + 2 * col + (n & 1) : 8 * n + col;
-      if (r < G) o_s[(warp * kTileRows + r) * D + d] = acc[n][e];
+      for (int e = 0; e < 4; ++e) {
+        const int h = h0 + (e & 1);
+        if (h < G) o_s[(warp * kTileRows + h) * D + 16 * m + g + 8 * (e >> 1)] = acc[m][e];
+      }
     }
-  }
-  if ((lane & 3) == 0) {
-    m_s[warp][r0] = m0;
-    l_s[warp][r0] = l0;
-    m_s[warp][r0 + 8] = m1;
-    l_s[warp][r0 + 8] = l1;
+    if (g == 0) {
+      m_s[warp][h0] = m0;
+      l_s[warp][h0] = l0;
+      m_s[warp][h0 + 1] = m1;
+      l_s[warp][h0 + 1] = l1;
+    }
+  } else {
+    const int r0 = lane >> 2;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = r0 + 8 * (e >> 1);
+        const int col = 2 * (lane & 3) + (e & 1);
+        // The d of column col of n-tile n (see the top for fp8).
+        const int d = kFP8 ? 16 * (n >> 1) + 2 * col + (n & 1) : 8 * n + col;
+        if (r < G) o_s[(warp * kTileRows + r) * D + d] = acc[n][e];
+      }
+    }
+    if ((lane & 3) == 0) {
+      m_s[warp][r0] = m0;
+      l_s[warp][r0] = l0;
+      m_s[warp][r0 + 8] = m1;
+      l_s[warp][r0 + 8] = l1;
+    }
   }
   __syncthreads();
 
@@ -664,27 +773,42 @@ __device__ __forceinline__ void paged_decode(
 }  // namespace pkv
 
 // PKV_DECODE defines one entry; CLUSTER: its splits form a thread-block
-// cluster and merge on chip (needs compute_90, see decode_*_sm90.cu).
-#define PKV_DECODE(name, T, C, D, CLUSTER)                                                         \
-  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                          \
-      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,               \
-      unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                       \
-      const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride, \
-      int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,             \
-      float scale, float k_scale, float v_scale) {                                                  \
-    pkv::paged_decode<T, C, D, CLUSTER>(out, lse, partial_out, partial_max, partial_sum, counters, \
-                                        q, k_cache, v_cache, block_tables, kv_lens, fault,         \
-                                        q_seq_stride, num_q_heads, max_blocks_per_seq,             \
-                                        block_size_log2, num_blocks, scale, k_scale, v_scale);     \
+// cluster and merge on chip (needs compute_90, see decode_*_sm90.cu);
+// NARROW: for GQA groups up to kNarrowGroup and 16-bit caches.
+#define PKV_DECODE(name, T, C, D, CLUSTER, NARROW)                                                   \
+  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                            \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,                 \
+      unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                         \
+      const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
+      int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
+      float scale, float k_scale, float v_scale) {                                                    \
+    pkv::paged_decode<T, C, D, CLUSTER, NARROW>(                                                      \
+        out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
+        kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
+        scale, k_scale, v_scale);                                                                     \
   }
 
-#define PKV_DECODE_ALL(prefix, T, C)           \
-  PKV_DECODE(prefix##_hd64, T, C, 64, false)   \
-  PKV_DECODE(prefix##_hd128, T, C, 128, false) \
-  PKV_DECODE(prefix##_hd256, T, C, 256, false)
+// PKV_DECODE_ALL defines the entries <prefix>_hd<D> for every head dim.
+#define PKV_DECODE_ALL(prefix, T, C)                  \
+  PKV_DECODE(prefix##_hd64, T, C, 64, false, false)   \
+  PKV_DECODE(prefix##_hd128, T, C, 128, false, false) \
+  PKV_DECODE(prefix##_hd256, T, C, 256, false, false)
 
 // PKV_DECODE_CLUSTER_ALL defines the cluster entries <prefix>_hd<D>_cluster.
-#define PKV_DECODE_CLUSTER_ALL(prefix, T, C)                \
-  PKV_DECODE(prefix##_hd64_cluster, T, C, 64, true)         \
-  PKV_DECODE(prefix##_hd128_cluster, T, C, 128, true)       \
-  PKV_DECODE(prefix##_hd256_cluster, T, C, 256, true)
+#define PKV_DECODE_CLUSTER_ALL(prefix, T, C)                  \
+  PKV_DECODE(prefix##_hd64_cluster, T, C, 64, true, false)   \
+  PKV_DECODE(prefix##_hd128_cluster, T, C, 128, true, false) \
+  PKV_DECODE(prefix##_hd256_cluster, T, C, 256, true, false)
+
+// PKV_DECODE_NARROW_ALL defines the narrow entries <prefix>_hd<D>_g8 (a
+// 16-bit cache of the queries' type).
+#define PKV_DECODE_NARROW_ALL(prefix, T)                  \
+  PKV_DECODE(prefix##_hd64_g8, T, T, 64, false, true)   \
+  PKV_DECODE(prefix##_hd128_g8, T, T, 128, false, true) \
+  PKV_DECODE(prefix##_hd256_g8, T, T, 256, false, true)
+
+// PKV_DECODE_NARROW_CLUSTER_ALL defines <prefix>_hd<D>_g8_cluster.
+#define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T)                  \
+  PKV_DECODE(prefix##_hd64_g8_cluster, T, T, 64, true, true)   \
+  PKV_DECODE(prefix##_hd128_g8_cluster, T, T, 128, true, true) \
+  PKV_DECODE(prefix##_hd256_g8_cluster, T, T, 256, true, true)

@@ -1,7 +1,9 @@
 // decode_f16_sm90.cu: paged decode attention kernels with __half queries and a __half cache
 // whose split-K blocks form a thread-block cluster and merge on chip, for
-// every head dim (see decode.cuh). Compiled for compute_90 (ptxgen: the
+// every head dim, for any GQA group and for groups up to 8 (_g8; see
+// decode.cuh). Compiled for compute_90 (ptxgen: the
 // _sm90 suffix).
 #include "decode.cuh"
 
 PKV_DECODE_CLUSTER_ALL(paged_decode_f16, __half, __half)
+PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_f16, __half)

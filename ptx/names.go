@@ -41,9 +41,12 @@ const (
 
 // Entry points of decode_bf16.ptx (kernels_src/decode_bf16.cu).
 const (
-	PagedDecodeBf16Hd128 = "paged_decode_bf16_hd128"
-	PagedDecodeBf16Hd256 = "paged_decode_bf16_hd256"
-	PagedDecodeBf16Hd64  = "paged_decode_bf16_hd64"
+	PagedDecodeBf16Hd128   = "paged_decode_bf16_hd128"
+	PagedDecodeBf16Hd128G8 = "paged_decode_bf16_hd128_g8"
+	PagedDecodeBf16Hd256   = "paged_decode_bf16_hd256"
+	PagedDecodeBf16Hd256G8 = "paged_decode_bf16_hd256_g8"
+	PagedDecodeBf16Hd64    = "paged_decode_bf16_hd64"
+	PagedDecodeBf16Hd64G8  = "paged_decode_bf16_hd64_g8"
 )
 
 // Entry points of decode_bf16_e4m3.ptx (kernels_src/decode_bf16_e4m3.cu).
@@ -62,16 +65,22 @@ const (
 
 // Entry points of decode_bf16_sm90.ptx (kernels_src/decode_bf16_sm90.cu).
 const (
-	PagedDecodeBf16Hd128Cluster = "paged_decode_bf16_hd128_cluster"
-	PagedDecodeBf16Hd256Cluster = "paged_decode_bf16_hd256_cluster"
-	PagedDecodeBf16Hd64Cluster  = "paged_decode_bf16_hd64_cluster"
+	PagedDecodeBf16Hd128Cluster   = "paged_decode_bf16_hd128_cluster"
+	PagedDecodeBf16Hd128G8Cluster = "paged_decode_bf16_hd128_g8_cluster"
+	PagedDecodeBf16Hd256Cluster   = "paged_decode_bf16_hd256_cluster"
+	PagedDecodeBf16Hd256G8Cluster = "paged_decode_bf16_hd256_g8_cluster"
+	PagedDecodeBf16Hd64Cluster    = "paged_decode_bf16_hd64_cluster"
+	PagedDecodeBf16Hd64G8Cluster  = "paged_decode_bf16_hd64_g8_cluster"
 )
 
 // Entry points of decode_f16.ptx (kernels_src/decode_f16.cu).
 const (
-	PagedDecodeF16Hd128 = "paged_decode_f16_hd128"
-	PagedDecodeF16Hd256 = "paged_decode_f16_hd256"
-	PagedDecodeF16Hd64  = "paged_decode_f16_hd64"
+	PagedDecodeF16Hd128   = "paged_decode_f16_hd128"
+	PagedDecodeF16Hd128G8 = "paged_decode_f16_hd128_g8"
+	PagedDecodeF16Hd256   = "paged_decode_f16_hd256"
+	PagedDecodeF16Hd256G8 = "paged_decode_f16_hd256_g8"
+	PagedDecodeF16Hd64    = "paged_decode_f16_hd64"
+	PagedDecodeF16Hd64G8  = "paged_decode_f16_hd64_g8"
 )
 
 // Entry points of decode_f16_e4m3.ptx (kernels_src/decode_f16_e4m3.cu).
@@ -90,9 +99,12 @@ const (
 
 // Entry points of decode_f16_sm90.ptx (kernels_src/decode_f16_sm90.cu).
 const (
-	PagedDecodeF16Hd128Cluster = "paged_decode_f16_hd128_cluster"
-	PagedDecodeF16Hd256Cluster = "paged_decode_f16_hd256_cluster"
-	PagedDecodeF16Hd64Cluster  = "paged_decode_f16_hd64_cluster"
+	PagedDecodeF16Hd128Cluster   = "paged_decode_f16_hd128_cluster"
+	PagedDecodeF16Hd128G8Cluster = "paged_decode_f16_hd128_g8_cluster"
+	PagedDecodeF16Hd256Cluster   = "paged_decode_f16_hd256_cluster"
+	PagedDecodeF16Hd256G8Cluster = "paged_decode_f16_hd256_g8_cluster"
+	PagedDecodeF16Hd64Cluster    = "paged_decode_f16_hd64_cluster"
+	PagedDecodeF16Hd64G8Cluster  = "paged_decode_f16_hd64_g8_cluster"
 )
 
 // Entry points of mla.ptx (kernels_src/mla.cu).

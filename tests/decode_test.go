@@ -157,7 +157,8 @@ func TestDecodeClusterPlans(t *testing.T) {
 
 // TestDecodeRingDepths runs one decode per ring depth the kernels take (2..4
 // stages, as dispatch.DecodeStagesShared sizes them and the device holds),
-// single-pass and split, for each cache type and head dims 64 and 128: the
+// single-pass and split, for each cache type, head dims 64 and 128 and both
+// the narrow (groups up to 8) and the wide 16-bit kernels: the
 // planner picks the depth by grid size (dispatch.OneWaveRingBytes), so small
 // test grids alone would leave the deeper rings untested. Each warp streams
 // more tiles than any ring holds, so the ring wraps.
@@ -169,6 +170,7 @@ func TestDecodeRingDepths(t *testing.T) {
 		{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1000},
 		{Seqs: 2, QHeads: 12, KVHeads: 2, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 150, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1190},
 		{Seqs: 2, QHeads: 8, KVHeads: 8, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 1250},
+		{Seqs: 2, QHeads: 24, KVHeads: 2, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 80, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1270}, // group 12: the wide kernel
 	} {
 		for _, r := range []*pagedkv.Runtime{single, split} {
 			p := decodeProblem(t, r, r.Stream(), g, c)

@@ -65,7 +65,11 @@ __device__ __forceinline__ void trace_record(int point) {
 #define PKV_TRACE(point) trace_record(point)
 #include "decode.cuh"
 
-PKV_DECODE(trace_decode_f16_hd128, __half, __half, 128, false)
+// -DPKV_TRACE_NARROW=1 times the narrow kernel (groups up to 8) instead.
+#ifndef PKV_TRACE_NARROW
+#define PKV_TRACE_NARROW 0
+#endif
+PKV_DECODE(trace_decode_f16_hd128, __half, __half, 128, false, PKV_TRACE_NARROW)
 
 namespace {
 
