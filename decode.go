@@ -323,7 +323,17 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 // checkDecodePlan checks that plan is a valid plan for a's shape: the right
 // kernels, geometry and scratch layout for its split count.
 func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFacts) error {
-	kernel, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, a.NumQHeads/a.NumKVHeads)
+	group := a.NumQHeads / a.NumKVHeads
+	// A group the narrow kernels serve may also run on the wide ones, which
+	// serve every group (PAGEDKV_DECODE_NARROW=0).
+	wide, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize)
+	if err != nil {
+		return err
+	}
+	if wideCluster, _ := dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize); plan.Kernel == wide || plan.Kernel == wideCluster {
+		group = dispatch.MaxGroupSize
+	}
+	kernel, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group)
 	if err != nil {
 		return err
 	}
@@ -338,7 +348,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 			return errf("DecodeWithPlan: the plan runs its splits as thread-block clusters, which %s lacks (compute capability 9.0 and newer have them)", dev.Name)
 		}
 		// The twin from the name tables: concatenating would allocate.
-		if want.Kernel, err = dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, a.NumQHeads/a.NumKVHeads); err != nil {
+		if want.Kernel, err = dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group); err != nil {
 			return err
 		}
 		want.Cluster = uint32(plan.Splits)

@@ -197,6 +197,7 @@ func knobsFrom(c config.Config) dispatch.Knobs {
 	}
 	k.ScratchLimitBytes = c.ScratchLimitBytes
 	k.Clusters = c.DecodeClusters
+	k.Narrow = c.DecodeNarrow
 	return k
 }
 

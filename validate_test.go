@@ -214,6 +214,8 @@ func TestCheckDecodePlan(t *testing.T) {
 	single.PagedFlash = false
 	forced := k
 	forced.ForcedSplits = 4
+	wide := forced
+	wide.Narrow = false
 
 	for _, tt := range []struct {
 		name string
@@ -223,6 +225,8 @@ func TestCheckDecodePlan(t *testing.T) {
 		{"single-pass", plain, plan(plain, single)},
 		{"split-K", plain, plan(plain, forced)},
 		{"cluster split-K", sm90, plan(sm90, forced)},
+		{"wide kernels for a narrow group (DECODE_NARROW=0)", plain, plan(plain, wide)},
+		{"wide cluster kernels for a narrow group", sm90, plan(sm90, wide)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			require.NoError(t, checkDecodePlan(&a, &tt.plan, &tt.dev))

@@ -22,6 +22,7 @@ type Config struct {
 	ScratchLimitBytes int64     // PAGEDKV_SCRATCH_LIMIT_BYTES, 0 = no limit
 	CheckBounds       bool      // PAGEDKV_CHECK_BOUNDS
 	DecodeClusters    bool      // PAGEDKV_DECODE_CLUSTERS
+	DecodeNarrow      bool      // PAGEDKV_DECODE_NARROW
 
 	// Sources maps every file key (kv_capacity, …) to where its value came from.
 	Sources map[string]Source
@@ -38,6 +39,7 @@ type Options struct {
 	ScratchLimitBytes *int64
 	CheckBounds       *bool
 	DecodeClusters    *bool
+	DecodeNarrow      *bool
 
 	// ConfigFile, when not nil, replaces PAGEDKV_CONFIG; a pointer to "" means
 	// no config file even if PAGEDKV_CONFIG is set.

@@ -54,6 +54,7 @@ func TestDefaults(t *testing.T) {
 		ScratchLimitBytes: 1 << 30,
 		CheckBounds:       false,
 		DecodeClusters:    true,
+		DecodeNarrow:      true,
 	}
 	want.Sources = c.Sources
 	assert.Equal(t, want, c)
@@ -182,10 +183,10 @@ func TestOptionErrors(t *testing.T) {
 
 func TestFile(t *testing.T) {
 	tests := []struct{ name, body string }{
-		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\n"},
-		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\n"},
-		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\n"},
-		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\n"},
+		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\ndecode_narrow: false\n"},
+		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\ndecode_narrow: off\n"},
+		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\ndecode_narrow = false\n"},
+		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\ndecode_narrow = \"0\"\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,6 +202,7 @@ func TestFile(t *testing.T) {
 			assert.Equal(t, int64(0), c.ScratchLimitBytes)
 			assert.True(t, c.CheckBounds)
 			assert.False(t, c.DecodeClusters)
+			assert.False(t, c.DecodeNarrow)
 			for _, k := range Keys() {
 				assert.Equal(t, FileSource(path), c.Source(k.File), k.File)
 				assert.True(t, c.Source(k.File).IsFile())
@@ -221,8 +223,8 @@ func TestFileErrors(t *testing.T) {
 		{"c.yaml", "split_k_attn: 2\n", `config: PATH: split_k_attn=2 is not allowed; allowed: "auto", "0" (off), "1" (on)`},
 		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
 		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
-		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters`},
-		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters`},
+		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow`},
+		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow`},
 		{"c.json", "{}", `config: PAGEDKV_CONFIG="PATH" has extension ".json"; allowed: .yaml, .yml, .toml`},
 	}
 	for _, tt := range tests {
@@ -314,6 +316,7 @@ func TestSourcesMixed(t *testing.T) {
 		KeyScratchLimitBytes: FileSource(path),
 		KeyCheckBounds:       SourceOption,
 		KeyDecodeClusters:    SourceDefault,
+		KeyDecodeNarrow:      SourceDefault,
 	}, c.Sources)
 
 	table := c.Table()
@@ -332,6 +335,7 @@ func TestOptionsAllKeys(t *testing.T) {
 		ScratchLimitBytes: ptr(int64(123)),
 		CheckBounds:       ptr(true),
 		DecodeClusters:    ptr(false),
+		DecodeNarrow:      ptr(false),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 64, c.KVCapacity)
@@ -341,6 +345,7 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.Equal(t, int64(123), c.ScratchLimitBytes)
 	assert.True(t, c.CheckBounds)
 	assert.False(t, c.DecodeClusters)
+	assert.False(t, c.DecodeNarrow)
 	for _, k := range Keys() {
 		assert.Equal(t, SourceOption, c.Source(k.File), k.File)
 	}

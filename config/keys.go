@@ -22,6 +22,7 @@ const (
 	KeyScratchLimitBytes = "scratch_limit_bytes"
 	KeyCheckBounds       = "check_bounds"
 	KeyDecodeClusters    = "decode_clusters"
+	KeyDecodeNarrow      = "decode_narrow"
 )
 
 // Limits of the integer knobs.
@@ -200,6 +201,18 @@ var keys = []key{
 		validate: func(any) error { return nil },
 		set:      func(c *Config, v any) { c.DecodeClusters = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.DecodeClusters) },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "DECODE_NARROW", File: KeyDecodeNarrow, Field: "DecodeNarrow",
+			Default: "true", Allowed: boolAllowed,
+			Description: "For a 16-bit cache and GQA groups up to 8, decode with the narrow kernels (the group's heads are the 8 columns of the tensor-core tile: half the math and registers); false uses the kernels that serve every group.",
+		},
+		parse:    parseBool,
+		option:   func(o Options) (any, bool) { return deref(o.DecodeNarrow) },
+		validate: func(any) error { return nil },
+		set:      func(c *Config, v any) { c.DecodeNarrow = v.(bool) },
+		get:      func(c Config) string { return strconv.FormatBool(c.DecodeNarrow) },
 	},
 }
 

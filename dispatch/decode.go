@@ -108,11 +108,13 @@ type Knobs struct {
 	SplitK            SplitMode // SPLIT_K_ATTN
 	ScratchLimitBytes int64     // SCRATCH_LIMIT_BYTES; 0 = no limit on one plan's scratch
 	Clusters          bool      // DECODE_CLUSTERS; false keeps split-K merges in global memory
+	Narrow            bool      // DECODE_NARROW; false keeps groups up to NarrowMaxGroup on the wide kernels
 }
 
 // DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
-// automatic split count, no scratch limit, clusters where the device has them.
-func DefaultKnobs() Knobs { return Knobs{PagedFlash: true, Clusters: true} }
+// automatic split count, no scratch limit, clusters where the device has them,
+// narrow kernels for small groups.
+func DefaultKnobs() Knobs { return Knobs{PagedFlash: true, Clusters: true, Narrow: true} }
 
 // Dim3 is a CUDA grid or block size.
 type Dim3 struct{ X, Y, Z uint32 }
@@ -194,7 +196,11 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	if err := validateDecode(&s, &dev, &k); err != nil {
 		return Plan{}, err
 	}
-	qi, vi, hi, _ := decodeIndex(s.QType, s.CacheType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
+	group := s.NumQHeads / s.NumKVHeads
+	if !k.Narrow {
+		group = MaxGroupSize // the wide kernels serve every group
+	}
+	qi, vi, hi, _ := decodeIndex(s.QType, s.CacheType, s.HeadDim, group)
 	kernel := tables.decode[qi][vi][hi]
 	shared := KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	if shared > dev.MaxSharedPerBlockOptin {

@@ -342,6 +342,22 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 	}
 }
 
+func TestPlanDecodeNarrowKnob(t *testing.T) {
+	s := llama(8, 2048) // group 4
+	p, err := PlanDecode(s, h200(), DefaultKnobs())
+	require.NoError(t, err)
+	assert.Equal(t, "paged_decode_f16_hd128_g8_cluster", p.Kernel)
+	k := DefaultKnobs()
+	k.Narrow = false
+	p, err = PlanDecode(s, h200(), k)
+	require.NoError(t, err)
+	assert.Equal(t, "paged_decode_f16_hd128_cluster", p.Kernel, "DECODE_NARROW=0: the wide kernels")
+	k.PagedFlash = false
+	p, err = PlanDecode(s, h200(), k)
+	require.NoError(t, err)
+	assert.Equal(t, "paged_decode_f16_hd128", p.Kernel)
+}
+
 func TestDecodeSharedBytes(t *testing.T) {
 	// q (16 rows × D × 2 bytes), then 2..4 stages of 4 warps × K and V ×
 	// 16 tokens × D elements in half of optin less 2 KiB.

@@ -600,7 +600,8 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 	for _, forced := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128} {
 		k := dispatch.DefaultKnobs()
 		k.ForcedSplits = forced
-		k.Clusters = b.r.Config().DecodeClusters // the sweep takes the same merge path as auto
+		k.Clusters = b.r.Config().DecodeClusters // the sweep takes the same merge path and kernels as auto
+		k.Narrow = b.r.Config().DecodeNarrow
 		fp, err := b.r.PlanDecodeWith(&sets[0], kv, k)
 		if err == nil && b.stages != 0 {
 			fp, err = b.withStages(fp)
