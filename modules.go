@@ -88,6 +88,7 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	var mod driver.Module
 	funcs := map[string]driver.Function{}
 	occupancy := map[string]int{}
+	shallow := map[string]int{}
 	clusters := map[string][]int{}
 	start := time.Now()
 	err = r.do(func() error {
@@ -130,6 +131,13 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 				return err
 			}
 			occupancy[e] = n
+			// A decode kernel: also its blocks per SM with the one-wave
+			// ring, which the planner gives short blocks when it packs more.
+			if sh := dispatch.DecodeOneWaveSharedBytes(e, r.info.MaxSharedPerBlockOptin); sh > 0 {
+				if shallow[e], err = f.MaxActiveBlocksPerSM(block, sh); err != nil {
+					return err
+				}
+			}
 			// A cluster decode kernel: how many clusters of each size fit
 			// at once (one wave), for the planner's split choice. A size the
 			// driver cannot place (or a failed query) counts as none, which
@@ -161,6 +169,11 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	facts := *old
 	facts.Occupancy = maps.Clone(old.Occupancy)
 	maps.Copy(facts.Occupancy, occupancy)
+	facts.ShallowOccupancy = maps.Clone(old.ShallowOccupancy)
+	if facts.ShallowOccupancy == nil {
+		facts.ShallowOccupancy = map[string]int{}
+	}
+	maps.Copy(facts.ShallowOccupancy, shallow)
 	facts.ActiveClusters = maps.Clone(old.ActiveClusters)
 	if facts.ActiveClusters == nil {
 		facts.ActiveClusters = map[string][]int{}

@@ -36,6 +36,14 @@ var (
 	// several waves keeps the deep ring: there the shallow one lost 3–7%
 	// (docs/perf-notes.md, Decode 17).
 	OneWaveRingBytes = 16 << 10
+	// ShallowRingMaxTokens: a grid of several waves whose blocks each stream
+	// at most this many KV tokens also gets the one-wave ring, when that
+	// ring lets more of its blocks share an SM (DeviceFacts.ShallowOccupancy)
+	// than the deep one: a short block's ramp and drain are a large part of
+	// its life, and a third block per SM hides them. Session 5 run 7, narrow
+	// kernels, seqs=128: kv=512 76.4 → 73.4 µs with 3 blocks per SM; kv=2048
+	// 256.8 → 260.6 µs, so long blocks keep the deep ring.
+	ShallowRingMaxTokens = 1024
 )
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
@@ -138,6 +146,10 @@ type DeviceFacts struct {
 	// resident on one SM at its launch block size
 	// (cuOccupancyMaxActiveBlocksPerMultiprocessor). A missing entry counts as 1.
 	Occupancy map[string]int
+	// ShallowOccupancy is the same for a decode kernel launched with the
+	// one-wave ring (DecodeOneWaveSharedBytes). A missing entry counts as
+	// no more than Occupancy.
+	ShallowOccupancy map[string]int
 }
 
 // DecodeShape describes one paged decode launch.
@@ -225,9 +237,8 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		}
 	}
 
-	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads) * int64(splits)
-	if blocks <= int64(dev.SMs)*int64(occupancy(&dev, kernel, clusterKernel)) {
-		shared = oneWaveShared(kernel, dev.MaxSharedPerBlockOptin)
+	if shallowRing(&s, &dev, splits, kernel, clusterKernel) {
+		shared = DecodeOneWaveSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	}
 
 	p := Plan{
@@ -313,6 +324,20 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin strin
 		return n, requested, ReasonScratchLimit
 	}
 	return splits, requested, reason
+}
+
+// shallowRing reports whether a decode launch of splits splits gets the
+// one-wave ring: its grid fits in one wave at the deep ring's occupancy, or
+// its blocks are short (ShallowRingMaxTokens) and the shallow ring packs
+// more of them per SM.
+func shallowRing(s *DecodeShape, dev *DeviceFacts, splits int, kernel, twin string) bool {
+	occ := occupancy(dev, kernel, twin)
+	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads) * int64(splits)
+	if blocks <= int64(dev.SMs)*int64(occ) {
+		return true
+	}
+	shallow := max(dev.ShallowOccupancy[kernel], dev.ShallowOccupancy[twin])
+	return ceilDiv(s.MaxKVLen, splits) <= ShallowRingMaxTokens && shallow > occ
 }
 
 // occupancy returns the resident blocks per SM of a decode kernel: its own

@@ -139,11 +139,15 @@ func DecodeSharedBytes(headDim, cacheSize, optin int) int {
 	return q + stages*stage
 }
 
-// oneWaveShared returns the dynamic shared memory of a launch of decode
-// kernel whose grid fits in one wave: a ring of OneWaveRingBytes per warp,
-// at least DecodeMinStages stages and at most KernelSharedBytes.
-func oneWaveShared(kernel string, optin int) int {
-	shape := tables.shape[kernel]
+// DecodeOneWaveSharedBytes returns the dynamic shared memory of a launch of
+// decode kernel with the one-wave ring: OneWaveRingBytes per warp, at least
+// DecodeMinStages stages and at most KernelSharedBytes; 0 for a kernel that
+// is not a decode kernel.
+func DecodeOneWaveSharedBytes(kernel string, optin int) int {
+	shape, ok := tables.shape[kernel]
+	if !ok {
+		return 0
+	}
 	q, stage := decodeSmem(shape[0], shape[1])
 	perWarp := stage / decodeWarps
 	stages := max(OneWaveRingBytes/perWarp, DecodeMinStages)
