@@ -2,7 +2,8 @@
 // single-pass and split-K (phase 1 and the fused phase 2), grouped by KV head,
 // on tensor cores (mma.sync m16n8k16).
 //
-// paged_decode_<q>[_e4m3]_hd<D>
+// paged_decode_<q>[_e4m3]_hd<D>, and paged_decode_<q>_hd<D>_g8 (narrow: a
+// 16-bit cache and GQA groups up to kNarrowGroup = 8, see below)
 //   q            [num_seqs, num_q_heads, D] of type <q>, sequence stride q_seq_stride
 //                elements (heads contiguous).
 //   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of type <q>,
@@ -39,6 +40,14 @@
 // bank conflicts). Per tile: S = Q·Kᵀ (16 × 16, f32), an online softmax per
 // row, O += P·V with P rounded to <q>. The four warps merge (max, sum, O)
 // through shared memory at the end.
+//
+// The narrow kernels (NARROW) turn both products around for groups up to 8,
+// whose heads would leave at least half of the 16 rows empty: Sᵀ = K·Qᵀ
+// (16 tokens × 8 heads; A = the K rows as stored, B = q kept in registers),
+// an online softmax down each column, then Oᵀ += Vᵀ·Pᵀ (D × 8) with Pᵀ made
+// the B operand by movmatrix.trans of its two 8 × 8 halves and A = Vᵀ from
+// the same transposing loads of V. Half the mma work and half the output
+// registers; the ring, the merge and everything else are shared.
 //
 // fp8 caches are read by ldmatrix as 16-bit pairs and widened to <q> in
 // registers (the e4m3 → half move of common.cuh, exact). That fixes which d
