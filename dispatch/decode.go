@@ -33,8 +33,9 @@ var (
 	// DecodeSharedBytes. Such grids stream 1–5% faster from 2 stages of 8
 	// KiB than from 3 at head dim 128 (session 5, H200; the same at two or
 	// three blocks per SM, so it is the ring, not the occupancy). A grid of
-	// several waves keeps the deep ring: there the shallow one lost 3–7%
-	// (docs/perf-notes.md, Decode 17).
+	// several waves keeps the deep ring, where the shallow one lost 3–7%
+	// (docs/perf-notes.md, Decode 17), unless its blocks are short
+	// (ShallowRingMaxTokens).
 	OneWaveRingBytes = 16 << 10
 	// ShallowRingMaxTokens: a grid of several waves whose blocks each stream
 	// at most this many KV tokens also gets the one-wave ring, when that

@@ -229,7 +229,10 @@ func KernelSharedBytes(kernel string, optin int) int {
 }
 
 // DecodeKernelName returns the decode kernel entry point for q dtype q, cache
-// dtype cache, head dimension headDim and GQA group size group (1..MaxGroupSize).
+// dtype cache, head dimension headDim and GQA group size group
+// (1..MaxGroupSize): the narrow kernel (_g8) for a 16-bit cache and a group
+// up to NarrowMaxGroup, else the wide one, which serves every group (ask for
+// MaxGroupSize to get it for any group).
 func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
 	if err != nil {
