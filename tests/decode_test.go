@@ -146,9 +146,7 @@ func TestDecodeClusterPlans(t *testing.T) {
 				want = uint32(tt.splits)
 			}
 			assert.Equal(t, want, plan.Cluster, "%s", plan.Kernel)
-			require.NoError(t, p.Poison(r.Stream()))
-			require.NoError(t, r.DecodeWithPlan(r.Stream(), &p.Args, plan))
-			out, lse, err := p.Fetch(r.Stream())
+			out, lse, err := p.RunWithPlan(r, r.Stream(), plan)
 			require.NoError(t, err)
 			require.NoError(t, p.Check(out, lse))
 		})
@@ -185,9 +183,7 @@ func TestDecodeRingDepths(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/%d splits/%d stages", c, plan.Kernel, plan.Splits, stages), func(t *testing.T) {
 					pl := plan
 					pl.SharedBytes = uint32(n)
-					require.NoError(t, p.Poison(r.Stream()))
-					require.NoError(t, r.DecodeWithPlan(r.Stream(), &p.Args, pl))
-					out, lse, err := p.Fetch(r.Stream())
+					out, lse, err := p.RunWithPlan(r, r.Stream(), pl)
 					require.NoError(t, err)
 					require.NoError(t, p.Check(out, lse))
 				})

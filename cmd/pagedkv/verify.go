@@ -86,13 +86,7 @@ func runVerify(args []string) error {
 			}
 			plan, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
 			if err == nil {
-				err = p.Poison(s)
-			}
-			if err == nil {
-				err = r.DecodeWithPlan(s, &p.Args, plan)
-			}
-			if err == nil {
-				out, lse, err = p.Fetch(s)
+				out, lse, err = p.RunWithPlan(r, s, plan)
 			}
 			if err == nil {
 				err = p.Check(out, lse)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/internal/ref"
 )
 
@@ -171,10 +172,19 @@ func (p *DecodeProblem) Poison(s *pagedkv.Stream) error {
 
 // Run poisons the outputs, decodes on s and fetches the results.
 func (p *DecodeProblem) Run(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, []float32, error) {
+	return p.run(s, func() error { return r.Decode(s, &p.Args) })
+}
+
+// RunWithPlan is Run following plan (Runtime.DecodeWithPlan).
+func (p *DecodeProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan dispatch.Plan) ([]float64, []float32, error) {
+	return p.run(s, func() error { return r.DecodeWithPlan(s, &p.Args, plan) })
+}
+
+func (p *DecodeProblem) run(s *pagedkv.Stream, decode func() error) ([]float64, []float32, error) {
 	if err := p.Poison(s); err != nil {
 		return nil, nil, err
 	}
-	if err := r.Decode(s, &p.Args); err != nil {
+	if err := decode(); err != nil {
 		return nil, nil, err
 	}
 	return p.Fetch(s)
