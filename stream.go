@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/scratch"
 )
 
 // faultBytes is the size of a stream's fault record: four uint64 {code, a, b, c}
@@ -25,9 +26,11 @@ const (
 // recorded on a stream since its last check.
 type FaultError struct {
 	Code    int
-	A, B, C int64
+	A, B, C int64 // the code's operands, as kernels_src/common.cuh lists them
 }
 
+// Error says which device-resident index was bad, its value, the bound it
+// broke, and what the kernel did instead.
 func (e *FaultError) Error() string {
 	switch e.Code {
 	case faultSlotBeyondCache:
@@ -35,11 +38,22 @@ func (e *FaultError) Error() string {
 	case faultRemapBeyondTable:
 		return fmt.Sprintf("pagedkv: token %d has slot %d, outside SlotRemap of %d entries; that token was not written", e.A, e.B, e.C)
 	case faultKVLenBeyondTable:
-		return fmt.Sprintf("pagedkv: KVLens[%d]=%d (for a QKV cache write: that sequence's last position + 1) exceeds MaxBlocksPerSeq·BlockSize=%d; a decode clamped it, a cache write skipped the tokens beyond", e.A, e.B, e.C)
+		// Only a decode records a negative length: a cache write reports a
+		// negative position as faultPositionBeyond.
+		if e.B < 0 {
+			return fmt.Sprintf("pagedkv: KVLens[%d]=%d of a decode is negative; the decode used length 0", e.A, e.B)
+		}
+		return fmt.Sprintf("pagedkv: KV length %d of sequence %d (a decode's KVLens[%d], or a cache write's token position + 1) exceeds MaxBlocksPerSeq·BlockSize=%d; a decode clamped it, a cache write skipped the tokens beyond", e.B, e.A, e.A, e.C)
 	case faultPositionBeyond:
 		return fmt.Sprintf("pagedkv: position %d of token %d is outside the cos/sin table of %d rows; that token was not written", e.B, e.A, e.C)
 	case faultBlockBeyondPool:
-		return fmt.Sprintf("pagedkv: BlockTables[%d][%d]=%d is outside the pool of NumBlocks blocks; a decode read block 0 instead, a cache write skipped that page's rows", e.A, e.B, e.C)
+		// The record holds no room for the pool size, so the text names
+		// the bound instead of a number.
+		where := "is outside the pool (block ids 0..NumBlocks-1 of that call)"
+		if e.C < 0 {
+			where = "is negative, not a block id"
+		}
+		return fmt.Sprintf("pagedkv: BlockTables[%d][%d]=%d %s; a decode read block 0 instead, a cache write skipped that page's rows", e.A, e.B, e.C, where)
 	}
 	return fmt.Sprintf("pagedkv: unknown device fault code %d (%d, %d, %d)", e.Code, e.A, e.B, e.C)
 }
@@ -167,17 +181,39 @@ func (s *Stream) afterLaunch(capturing bool) error {
 
 // BeginCapture starts capturing the ops enqueued on s into a graph (relaxed
 // mode: goroutines move between OS threads, so thread-local capture modes do
-// not fit Go). Call Runtime.ReserveDecode first for every decode shape the
-// graph will hold: scratch growth during capture is an error.
+// not fit Go). Reserve first (Runtime.ReserveDecode for every decode shape the
+// graph will hold, or give each decode its own DecodeArgs.Workspace): scratch
+// growth during capture is an error, never an allocation.
+//
+// To serve every batch size, capture one graph per size, in any order: each
+// graph keeps the scratch it captured alive until Graph.Close, so a later
+// capture or eager call that grows the stream's scratch never invalidates an
+// earlier graph (the old buffer is retired, not freed).
 func (s *Stream) BeginCapture() error {
+	s.r.scratch.BeginCapture(uintptr(s.s))
+	s.r.counters.BeginCapture(uintptr(s.s))
 	return s.r.do(func() error { return s.s.BeginCapture(driver.CaptureModeRelaxed) })
 }
 
 // Graph is an instantiated CUDA graph captured from a Stream.
+//
+// # Lifetime
+//
+// A Graph owns the pool scratch its split-K decodes captured: those buffers
+// stay allocated, whatever later calls do to the stream's pool, until Close
+// (or Runtime.Close, which frees all scratch: close graphs first). The
+// graph's kernels use the scratch of the stream it was captured on, so
+// replays of it must not overlap other work that uses that stream's scratch:
+// replay it on its own stream (in order with that stream's eager ops), or
+// on another stream only when nothing else runs on the first; two graphs
+// captured on one stream must not be replayed concurrently. Decodes given
+// their own DecodeArgs.Workspace have none of these limits beyond the
+// workspace itself, which must outlive the graph.
 type Graph struct {
 	r    *Runtime
 	g    driver.Graph
 	exec driver.GraphExec
+	pins [2]*scratch.Pins // the split-K scratch and counters it captured
 }
 
 // EndCapture ends the capture begun by BeginCapture and instantiates the graph.
@@ -189,25 +225,40 @@ func (s *Stream) EndCapture() (*Graph, error) {
 			return err
 		}
 		gr.exec, err = gr.g.Instantiate()
+		if err != nil {
+			err = errors.Join(err, gr.g.Destroy())
+		}
 		return err
 	})
 	if err != nil {
+		s.r.scratch.AbortCapture(uintptr(s.s))
+		s.r.counters.AbortCapture(uintptr(s.s))
 		return nil, err
 	}
+	gr.pins = [2]*scratch.Pins{s.r.scratch.EndCapture(uintptr(s.s)), s.r.counters.EndCapture(uintptr(s.s))}
 	return gr, nil
 }
 
 // Launch replays the graph on stream s.
 func (g *Graph) Launch(s *Stream) error { return g.r.do(func() error { return g.exec.Launch(s.s) }) }
 
-// Close destroys the graph.
+// Close destroys the graph. It waits for the device to finish the work
+// already enqueued (the graph's replays among it) before the scratch the
+// graph pinned may be freed.
 func (g *Graph) Close() error {
-	return g.r.do(func() error {
+	err := g.r.do(func() error {
 		if err := g.exec.Destroy(); err != nil {
 			return err
 		}
-		return g.g.Destroy()
+		if err := g.g.Destroy(); err != nil {
+			return err
+		}
+		return driver.CtxSynchronize()
 	})
+	if err != nil {
+		return err
+	}
+	return errors.Join(g.pins[0].Release(), g.pins[1].Release())
 }
 
 // Timer measures device time between two points of a stream with CUDA events.

@@ -53,26 +53,47 @@ const floatBytes = 4
 // A goroutine must Release its Lease before it calls any other method of the
 // Pool, and must not hold two leases at once: sync.RWMutex read locks are not
 // reentrant when a writer is waiting.
+//
+// # Graphs
+//
+// A CUDA graph captured on a stream keeps the address of every buffer its
+// kernels were given, and replays them for as long as it lives. So a buffer
+// leased during a capture (Acquire with capturing set) is pinned: EndCapture
+// returns the Pins of the capture, and until they are released (when the
+// graph is destroyed) growth and Drop retire the buffer instead of freeing
+// it. A retired buffer is freed when its last Pins are released; Close frees
+// everything, pinned or not.
 type Pool struct {
 	alloc Allocator
 	limit int64 // bytes per buffer; 0 = none
 
-	mu      sync.RWMutex
-	buffers map[uintptr]buffer // by stream
-	total   int64              // bytes in buffers
-	closed  bool
+	mu       sync.RWMutex
+	buffers  map[uintptr]*buffer  // the current buffer, by stream
+	retained map[*buffer]struct{} // retired buffers that pins still hold
+	total    int64                // bytes in buffers and retained
+	closed   bool
+
+	// capMu guards captured, which Acquire writes under the read lock.
+	capMu    sync.Mutex
+	captured map[uintptr][]*buffer // buffers leased by the capture in progress, by stream
 }
 
 // buffer is one stream's allocation.
 type buffer struct {
-	ptr   uintptr
-	bytes int64
+	ptr     uintptr
+	bytes   int64
+	stream  uintptr
+	pins    int  // live Pins (captured graphs) that reference it
+	dropped bool // its stream is gone: free it on the null stream
 }
 
 // New returns an empty pool that allocates with a. limitBytes caps each
 // stream's buffer (the planner's ScratchLimitBytes); 0 means no limit.
 func New(a Allocator, limitBytes int64) *Pool {
-	return &Pool{alloc: a, limit: max(limitBytes, 0), buffers: map[uintptr]buffer{}}
+	return &Pool{
+		alloc: a, limit: max(limitBytes, 0), buffers: map[uintptr]*buffer{},
+		retained: map[*buffer]struct{}{}, captured: map[uintptr][]*buffer{},
+	}
 }
 
 // Lease is a stream's scratch buffer, valid until Release. Ptr is the device
@@ -96,8 +117,10 @@ func (l Lease) Release() {
 // hold it while enqueueing the kernels that use the buffer, then release it.
 // floats == 0 returns the zero Lease without locking. When capturing is true
 // the buffer is never grown: a buffer too small is an error wrapping
-// ErrGrowDuringCapture. A size over the limit is an error wrapping
-// ErrOverLimit. When the buffer already suffices Acquire allocates nothing.
+// ErrGrowDuringCapture, and the buffer is pinned for the capture (see
+// EndCapture). A size over the limit is an error wrapping ErrOverLimit. When
+// the buffer already suffices and the stream is not capturing, Acquire
+// allocates nothing.
 func (p *Pool) Acquire(stream uintptr, floats int64, capturing bool) (Lease, error) {
 	if floats == 0 {
 		return Lease{}, nil
@@ -113,6 +136,13 @@ func (p *Pool) Acquire(stream uintptr, floats int64, capturing bool) (Lease, err
 			return Lease{}, fmt.Errorf("scratch: acquire on stream %#x: %w", stream, ErrClosed)
 		}
 		if b, ok := p.buffers[stream]; ok && b.bytes >= need {
+			if capturing {
+				p.capMu.Lock()
+				if l := p.captured[stream]; len(l) == 0 || l[len(l)-1] != b {
+					p.captured[stream] = append(l, b)
+				}
+				p.capMu.Unlock()
+			}
 			return Lease{Ptr: b.ptr, Bytes: b.bytes, mu: &p.mu}, nil
 		}
 		p.mu.RUnlock()
@@ -142,26 +172,137 @@ func (p *Pool) Reserve(stream uintptr, floats int64) error {
 }
 
 // Drop frees stream's buffer in stream order, for when the stream is about to
-// be destroyed. It waits for outstanding leases. Dropping a stream without a
-// buffer does nothing.
+// be destroyed; a buffer that a captured graph still pins is kept until its
+// pins are released, and then freed on the null stream. It waits for
+// outstanding leases. Dropping a stream without a buffer does nothing.
 func (p *Pool) Drop(stream uintptr) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.capMu.Lock()
+	delete(p.captured, stream)
+	p.capMu.Unlock()
 	b, ok := p.buffers[stream]
 	if !ok {
 		return nil
 	}
 	delete(p.buffers, stream)
+	err := p.retireLocked(b)
+	if _, kept := p.retained[b]; kept {
+		b.dropped = true // the stream is gone by the time the pins are released
+	}
+	return err
+}
+
+// retireLocked frees b, which is no longer any stream's current buffer, or
+// keeps it while pins or a capture in progress hold it. p.mu is write-locked.
+func (p *Pool) retireLocked(b *buffer) error {
+	if b.pins > 0 || p.inCapture(b) {
+		p.retained[b] = struct{}{}
+		return nil
+	}
+	delete(p.retained, b)
 	p.total -= b.bytes
+	stream := b.stream
+	if b.dropped {
+		stream = 0
+	}
 	if err := p.alloc.FreeAsync(b.ptr, stream); err != nil {
 		return fmt.Errorf("scratch: free %d bytes on stream %#x: %w", b.bytes, stream, err)
 	}
 	return nil
 }
 
-// Close frees every buffer in its stream's order and makes later Acquire and
-// Reserve calls fail with ErrClosed. It waits for outstanding leases. Closing
-// twice does nothing.
+// inCapture reports whether a capture in progress leased b.
+func (p *Pool) inCapture(b *buffer) bool {
+	p.capMu.Lock()
+	defer p.capMu.Unlock()
+	return slices.Contains(p.captured[b.stream], b)
+}
+
+// Pins are the buffers one captured graph references; Release them when the
+// graph is destroyed and none of its launches can still be running. The zero
+// Pins hold nothing.
+type Pins struct {
+	p    *Pool
+	bufs []*buffer
+}
+
+// Len returns how many buffers the pins hold.
+func (ps *Pins) Len() int { return len(ps.bufs) }
+
+// EndCapture ends the pool's part of stream's capture: the buffers leased
+// since BeginCapture stay alive until the returned Pins are released, whatever
+// later growth or Drop does. Call it when the capture has produced a graph;
+// AbortCapture when it has not.
+func (p *Pool) EndCapture(stream uintptr) *Pins {
+	p.capMu.Lock()
+	leased := p.captured[stream]
+	delete(p.captured, stream)
+	p.capMu.Unlock()
+	ps := &Pins{p: p}
+	if len(leased) == 0 {
+		return ps
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range leased {
+		if !slices.Contains(ps.bufs, b) {
+			ps.bufs = append(ps.bufs, b)
+			b.pins++
+		}
+	}
+	return ps
+}
+
+// BeginCapture starts tracking the buffers stream leases for a graph,
+// forgetting those of any earlier capture that was neither ended nor aborted.
+func (p *Pool) BeginCapture(stream uintptr) { p.AbortCapture(stream) }
+
+// AbortCapture forgets the buffers leased by stream's capture in progress
+// (the capture failed, so no graph references them). A buffer that was
+// retired meanwhile and is held by nothing else is freed.
+func (p *Pool) AbortCapture(stream uintptr) {
+	p.capMu.Lock()
+	leased := p.captured[stream]
+	delete(p.captured, stream)
+	p.capMu.Unlock()
+	if len(leased) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range leased {
+		if _, ok := p.retained[b]; ok && !p.closed {
+			_ = p.retireLocked(b) // best effort: nothing to report it to
+		}
+	}
+}
+
+// Release drops the pins; a retired buffer no other pins hold is freed. The
+// graph must be destroyed and its launches finished. Releasing twice does
+// nothing.
+func (ps *Pins) Release() error {
+	if ps == nil || ps.p == nil {
+		return nil
+	}
+	p := ps.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, b := range ps.bufs {
+		b.pins--
+		if _, ok := p.retained[b]; ok && b.pins == 0 && !p.closed {
+			errs = append(errs, p.retireLocked(b))
+		}
+	}
+	ps.bufs, ps.p = nil, nil
+	return errors.Join(errs...)
+}
+
+// Close frees every buffer in its stream's order, pinned ones included (the
+// graphs that pin them must not be launched again), and makes later Acquire
+// and Reserve calls fail with ErrClosed. It waits for outstanding leases.
+// Closing twice does nothing.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -173,19 +314,44 @@ func (p *Pool) Close() error {
 			errs = append(errs, fmt.Errorf("scratch: free %d bytes on stream %#x: %w", b.bytes, stream, err))
 		}
 	}
+	for b := range p.retained {
+		stream := b.stream
+		if b.dropped {
+			stream = 0
+		}
+		if err := p.alloc.FreeAsync(b.ptr, stream); err != nil {
+			errs = append(errs, fmt.Errorf("scratch: free %d retained bytes: %w", b.bytes, err))
+		}
+	}
 	clear(p.buffers)
+	clear(p.retained)
 	p.total = 0
 	return errors.Join(errs...)
 }
 
-// Bytes returns the size of stream's buffer, 0 when it has none.
+// Bytes returns the size of stream's current buffer, 0 when it has none.
 func (p *Pool) Bytes(stream uintptr) int64 {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.buffers[stream].bytes
+	if b, ok := p.buffers[stream]; ok {
+		return b.bytes
+	}
+	return 0
 }
 
-// TotalBytes returns the size of all buffers together.
+// RetainedBytes returns the size of the retired buffers that captured graphs
+// still pin.
+func (p *Pool) RetainedBytes() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var n int64
+	for b := range p.retained {
+		n += b.bytes
+	}
+	return n
+}
+
+// TotalBytes returns the size of all buffers together, retained ones included.
 func (p *Pool) TotalBytes() int64 {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -211,11 +377,15 @@ func (p *Pool) growLocked(stream uintptr, need int64, capturing bool) error {
 		return fmt.Errorf("scratch: grow on stream %#x: %w", stream, ErrClosed)
 	}
 	old, had := p.buffers[stream]
-	if old.bytes >= need {
+	var oldBytes int64
+	if had {
+		oldBytes = old.bytes
+	}
+	if oldBytes >= need {
 		return nil // another goroutine grew it first
 	}
 	if capturing {
-		return fmt.Errorf("scratch: stream %#x has %d bytes and needs %d: %w", stream, old.bytes, need, ErrGrowDuringCapture)
+		return fmt.Errorf("scratch: stream %#x has %d bytes and needs %d: %w", stream, oldBytes, need, ErrGrowDuringCapture)
 	}
 	size := need
 	if size <= math.MaxInt64-(Granularity-1) {
@@ -228,13 +398,14 @@ func (p *Pool) growLocked(stream uintptr, need int64, capturing bool) error {
 	if err != nil {
 		return fmt.Errorf("scratch: allocate %d bytes on stream %#x: %w", size, stream, err)
 	}
-	p.buffers[stream] = buffer{ptr: ptr, bytes: size}
-	p.total += size - old.bytes
+	p.buffers[stream] = &buffer{ptr: ptr, bytes: size, stream: stream}
+	p.total += size
 	if had {
 		// No lease is outstanding (the write lock is held), and the free is
-		// ordered after every kernel enqueued on the stream.
-		if err := p.alloc.FreeAsync(old.ptr, stream); err != nil {
-			return fmt.Errorf("scratch: free the old %d bytes on stream %#x: %w", old.bytes, stream, err)
+		// ordered after every kernel enqueued on the stream; a buffer a
+		// captured graph pins is kept instead.
+		if err := p.retireLocked(old); err != nil {
+			return fmt.Errorf("scratch: the old buffer: %w", err)
 		}
 	}
 	return nil

@@ -73,7 +73,7 @@ func (f *fakeAllocator) FreeAsync(ptr, stream uintptr) error {
 	switch {
 	case !ok:
 		f.t.Errorf("FreeAsync(%#x) of a pointer that is not live", ptr)
-	case e.stream != stream:
+	case e.stream != stream && stream != 0: // 0: a retained buffer whose stream was dropped
 		f.t.Errorf("FreeAsync(%#x) on stream %#x, allocated on stream %#x", ptr, stream, e.stream)
 	case f.leased[ptr] > 0:
 		f.t.Errorf("FreeAsync(%#x) while it is leased %d times", ptr, f.leased[ptr])
@@ -413,6 +413,15 @@ func TestConcurrentUse(t *testing.T) {
 					runtime.Gosched() // "enqueue kernels"
 					f.unlease(l)
 					l.Release()
+					if capturing {
+						// The capture ends: a graph pins what it leased, or
+						// it failed and pins nothing.
+						if rng.IntN(2) == 0 {
+							p.AbortCapture(stream)
+						} else if err := p.EndCapture(stream).Release(); err != nil {
+							t.Error(err)
+						}
+					}
 				}
 			}
 		})
@@ -423,7 +432,7 @@ func TestConcurrentUse(t *testing.T) {
 	for s := uintptr(1); s <= streams; s++ {
 		total += p.Bytes(s)
 	}
-	assert.Equal(t, total, p.TotalBytes())
+	assert.Equal(t, total+p.RetainedBytes(), p.TotalBytes())
 	assert.Equal(t, int(p.countBuffers()), f.liveCount(), "pool and allocator agree on live buffers")
 
 	require.NoError(t, p.Close())
@@ -436,7 +445,7 @@ func TestConcurrentUse(t *testing.T) {
 func (p *Pool) countBuffers() int {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return len(p.buffers)
+	return len(p.buffers) + len(p.retained)
 }
 
 func TestAcquireNoAllocs(t *testing.T) {
@@ -480,3 +489,92 @@ type benchAllocator struct{}
 
 func (benchAllocator) AllocAsync(int64, uintptr) (uintptr, error) { return 0x1000, nil }
 func (benchAllocator) FreeAsync(uintptr, uintptr) error           { return nil }
+
+// TestGraphPinsOutliveGrowth is the engine's sequence: capture a graph with a
+// small buffer, grow the stream's buffer with a larger eager launch, replay
+// the graph. The captured buffer must stay live until the graph's pins are
+// released, and only then be freed.
+func TestGraphPinsOutliveGrowth(t *testing.T) {
+	f := newFake(t)
+	p := New(f, 0)
+	const stream = 3
+	require.NoError(t, p.Reserve(stream, mib))
+	p.BeginCapture(stream)
+	l, err := p.Acquire(stream, mib, true)
+	require.NoError(t, err)
+	captured := l.Ptr
+	l.Release()
+	pins := p.EndCapture(stream)
+	assert.Equal(t, 1, pins.Len())
+
+	// Eager growth after the capture: a new buffer, the old one kept.
+	l, err = p.Acquire(stream, 8*mib, false)
+	require.NoError(t, err)
+	assert.NotEqual(t, captured, l.Ptr)
+	l.Release()
+	_, frees := f.calls()
+	assert.Empty(t, frees, "the captured buffer was freed while its graph lives")
+	assert.Equal(t, int64(4*mib), p.RetainedBytes())
+	assert.Equal(t, int64(4*mib+32*mib), p.TotalBytes())
+
+	require.NoError(t, pins.Release())
+	require.NoError(t, pins.Release(), "releasing twice does nothing")
+	_, frees = f.calls()
+	require.Len(t, frees, 1)
+	assert.Equal(t, event{ptr: captured, stream: stream, bytes: 4 * mib}, frees[0])
+	assert.Zero(t, p.RetainedBytes())
+	require.NoError(t, p.Close())
+	assert.Zero(t, f.liveCount())
+}
+
+// TestGraphPinsOutliveDrop: a graph may be replayed on another stream after
+// the stream it was captured on is gone; its buffer is freed on the null
+// stream when the pins go.
+func TestGraphPinsOutliveDrop(t *testing.T) {
+	f := newFake(t)
+	p := New(f, 0)
+	p.BeginCapture(5)
+	require.NoError(t, p.Reserve(5, 100))
+	l, err := p.Acquire(5, 100, true)
+	require.NoError(t, err)
+	l.Release()
+	pins := p.EndCapture(5)
+	require.NoError(t, p.Drop(5))
+	_, frees := f.calls()
+	assert.Empty(t, frees)
+	require.NoError(t, pins.Release())
+	_, frees = f.calls()
+	require.Len(t, frees, 1)
+	assert.Equal(t, uintptr(0), frees[0].stream)
+	require.NoError(t, p.Close())
+}
+
+// TestCaptureInProgressPins: growth during another goroutine's capture on the
+// same stream (which the API forbids, but must not corrupt memory) keeps the
+// buffer; aborting the capture frees it.
+func TestCaptureInProgressPins(t *testing.T) {
+	f := newFake(t)
+	p := New(f, 0)
+	require.NoError(t, p.Reserve(2, 10))
+	l, err := p.Acquire(2, 10, true)
+	require.NoError(t, err)
+	l.Release()
+	require.NoError(t, p.Reserve(2, 4*mib))
+	_, frees := f.calls()
+	assert.Empty(t, frees)
+	p.AbortCapture(2)
+	_, frees = f.calls()
+	assert.Len(t, frees, 1)
+	assert.Zero(t, p.RetainedBytes())
+
+	// Close frees pinned buffers too.
+	l, err = p.Acquire(2, 10, true)
+	require.NoError(t, err)
+	l.Release()
+	pins := p.EndCapture(2)
+	require.NoError(t, p.Reserve(2, 8*mib))
+	require.NoError(t, p.Close())
+	assert.Zero(t, f.liveCount())
+	require.NoError(t, pins.Release(), "pins released after Close do nothing")
+	assert.Zero(t, f.liveCount())
+}
