@@ -22,19 +22,40 @@ import (
 //   - Out: [NumSeqs, NumQHeads, HeadDim] of DType. LSE (optional): f32
 //     [NumSeqs, NumQHeads], the natural log of Σ exp(Scale·q·k).
 //   - MaxKVLen: the batch's largest kv length, known to the host, used for
-//     planning only (kernels read KVLens themselves). During graph capture
-//     the plan uses KV_CAPACITY instead, so the graph serves any lengths up
-//     to it.
+//     planning only (kernels read KVLens themselves).
+//   - HostKVLens (optional): the host's copy of KVLens, NumSeqs values each
+//     at most MaxKVLen, for planning only. With it an eager decode of a
+//     ragged batch (one long request among short ones) is balanced: each
+//     sequence is split from its own length, so the long one spreads over
+//     the GPU. Without it the plan assumes every sequence is MaxKVLen long.
+//   - KVCapacity: the largest kv length any replay of a graph that captures
+//     this decode will see; 0 means the runtime's KV_CAPACITY. A decode
+//     captured into a graph is planned for it (balanced: every replay splits
+//     each sequence from its length at that replay), and MaxBlocksPerSeq ·
+//     BlockSize must hold it. Eager decodes ignore it.
+//   - Workspace (optional): the engine's own split-K scratch for this
+//     decode, instead of the stream's pool: at least Plan.WorkspaceBytes of
+//     the decode's plan (PlanDecode, or PlanDecodeGraph for a graph),
+//     256-byte aligned,
+//     zeroed once before its first use (Stream.Fill); decodes leave its
+//     counter words zero again. Two decodes that may run at once must not
+//     share one, and it must outlive every graph that captured it.
 //   - Scale: softmax scale; 0 means 1/√HeadDim.
+//
+// Aliasing: Out and LSE must not overlap each other or any input; the inputs
+// may overlap one another (they are only read).
 type DecodeArgs struct {
 	Q, KCache, VCache   Buffer
 	BlockTables, KVLens Buffer
 	Out, LSE            Buffer
+	Workspace           Buffer
 
 	NumSeqs, NumQHeads, NumKVHeads, HeadDim int
 	BlockSize, NumBlocks, MaxBlocksPerSeq   int
 	MaxKVLen                                int
 	QSeqStride                              int
+	KVCapacity                              int
+	HostKVLens                              []int32
 
 	DType, CacheDType     DType
 	Scale, KScale, VScale float32
@@ -77,6 +98,22 @@ func (a *DecodeArgs) Validate() error {
 	}
 	if a.MaxKVLen < 0 || a.MaxKVLen > a.MaxBlocksPerSeq*a.BlockSize {
 		return errf("%s.MaxKVLen=%d is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=%d", decodeArg, a.MaxKVLen, a.MaxBlocksPerSeq*a.BlockSize)
+	}
+	if a.KVCapacity < 0 || a.KVCapacity > a.MaxBlocksPerSeq*a.BlockSize {
+		return errf("%s.KVCapacity=%d is not allowed; allowed: 0 (KV_CAPACITY) or 1..MaxBlocksPerSeq·BlockSize=%d", decodeArg, a.KVCapacity, a.MaxBlocksPerSeq*a.BlockSize)
+	}
+	if len(a.HostKVLens) != 0 && len(a.HostKVLens) != a.NumSeqs {
+		return errf("%s.HostKVLens has %d values; allowed: none, or NumSeqs=%d", decodeArg, len(a.HostKVLens), a.NumSeqs)
+	}
+	for i, n := range a.HostKVLens {
+		if n < 0 || int(n) > a.MaxKVLen {
+			return errf("%s.HostKVLens[%d]=%d is not allowed; allowed: 0..MaxKVLen=%d", decodeArg, i, n, a.MaxKVLen)
+		}
+	}
+	if !a.Workspace.IsZero() {
+		if err := buffer(decodeArg, "Workspace", a.Workspace, 1, 256); err != nil {
+			return err
+		}
 	}
 	if a.Scale < 0 || math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
 		return errf("%s.Scale=%g is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0", decodeArg, a.Scale)
@@ -128,13 +165,26 @@ func (a *DecodeArgs) Validate() error {
 	return nil
 }
 
-// shape is the planner's view of a, planned for maxKV.
-func (a *DecodeArgs) shape(maxKV int) dispatch.DecodeShape {
-	return dispatch.DecodeShape{
+// shape is the planner's view of a: eager, planned for MaxKVLen and the host
+// lengths; for a graph, planned for the capacity.
+func (a *DecodeArgs) shape(graph bool, kvCapacity int) dispatch.DecodeShape {
+	s := dispatch.DecodeShape{
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
-		BlockSize: a.BlockSize, MaxKVLen: maxKV, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
-		QType: a.DType, CacheType: a.CacheDType,
+		BlockSize: a.BlockSize, MaxKVLen: a.MaxKVLen, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
+		QType: a.DType, CacheType: a.CacheDType, HostKVLens: a.HostKVLens,
 	}
+	if graph {
+		s.MaxKVLen, s.HostKVLens, s.Graph = a.capacity(kvCapacity), nil, true
+	}
+	return s
+}
+
+// capacity returns the kv length a graph that captures a is planned for.
+func (a *DecodeArgs) capacity(kvCapacity int) int {
+	if a.KVCapacity > 0 {
+		return a.KVCapacity
+	}
+	return kvCapacity
 }
 
 // pagedDecodeParams is the parameter list of the paged_decode_* kernels, in
@@ -148,6 +198,7 @@ type pagedDecodeParams struct {
 	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
 	NumBlocks                                    int64
 	Scale, KScale, VScale                        float32
+	NumSeqs, BalanceMinPages                     int32
 }
 
 // PlanDecode returns the plan Decode would follow for a on stream s right now
@@ -169,15 +220,22 @@ func (r *Runtime) planDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, driver.Fu
 	if err != nil {
 		return dispatch.Plan{}, 0, false, err
 	}
-	maxKV := a.MaxKVLen
 	if capturing {
-		maxKV = r.cfg.KVCapacity
-		if c := a.MaxBlocksPerSeq * a.BlockSize; c < maxKV {
-			return dispatch.Plan{}, 0, false, errf("%s.MaxBlocksPerSeq·BlockSize=%d is below KV_CAPACITY=%d: a decode captured into a graph is planned for KV_CAPACITY, so its block tables must hold that many tokens", decodeArg, c, maxKV)
+		if err := r.checkCapacity(a); err != nil {
+			return dispatch.Plan{}, 0, false, err
 		}
 	}
-	plan, fn, err := r.planAndLoad(a.shape(maxKV), r.knobs)
+	plan, fn, err := r.planAndLoad(a.shape(capturing, r.cfg.KVCapacity), r.knobs)
 	return plan, fn, capturing, err
+}
+
+// checkCapacity checks that a's block tables hold the capacity a graph that
+// captures it is planned for.
+func (r *Runtime) checkCapacity(a *DecodeArgs) error {
+	if c := a.MaxBlocksPerSeq * a.BlockSize; c < a.capacity(r.cfg.KVCapacity) {
+		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below the capacity %d (DecodeArgs.KVCapacity, else KV_CAPACITY): a decode captured into a graph is planned for its capacity, so its block tables must hold that many tokens", decodeArg, c, a.capacity(r.cfg.KVCapacity))
+	}
+	return nil
 }
 
 // planAndLoad plans shape and returns the plan's kernel, loading its module
@@ -198,24 +256,37 @@ func (r *Runtime) planAndLoad(shape dispatch.DecodeShape, k dispatch.Knobs) (dis
 	}
 }
 
-// ReserveDecode sizes stream s's scratch for a, planned for KV_CAPACITY as
-// graph capture will plan it. Call it before BeginCapture.
+// ReserveDecode sizes stream s's scratch for a as graph capture will plan
+// it: for a.KVCapacity (else KV_CAPACITY) and a.NumSeqs. Call it before
+// BeginCapture, once per batch size the engine captures (the largest is
+// enough for the pool, which keeps the biggest reservation). A decode with its
+// own Workspace needs no reservation.
 func (r *Runtime) ReserveDecode(s *Stream, a *DecodeArgs) error {
-	if err := a.Validate(); err != nil {
-		return err
-	}
-	shape := a.shape(r.cfg.KVCapacity)
-	if shape.MaxKVLen > a.MaxBlocksPerSeq*a.BlockSize {
-		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below KV_CAPACITY=%d", decodeArg, a.MaxBlocksPerSeq*a.BlockSize, shape.MaxKVLen)
-	}
-	plan, _, err := r.planAndLoad(shape, r.knobs)
-	if err != nil {
+	plan, err := r.PlanDecodeGraph(a)
+	if err != nil || !a.Workspace.IsZero() {
 		return err
 	}
 	if err := r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats); err != nil {
 		return err
 	}
 	return r.counters.Reserve(uintptr(s.s), plan.Counters)
+}
+
+// PlanDecodeGraph returns the plan a decode of a captured into a graph
+// follows (for a.KVCapacity, else KV_CAPACITY). Size a Workspace for it with
+// Plan.WorkspaceBytes.
+func (r *Runtime) PlanDecodeGraph(a *DecodeArgs) (dispatch.Plan, error) {
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	if err := a.Validate(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	if err := r.checkCapacity(a); err != nil {
+		return dispatch.Plan{}, err
+	}
+	plan, _, err := r.planAndLoad(a.shape(true, r.cfg.KVCapacity), r.knobs)
+	return plan, err
 }
 
 // Decode runs batched paged decode attention on stream s, following the
@@ -235,7 +306,12 @@ func (r *Runtime) PlanDecodeWith(a *DecodeArgs, maxKV int, k dispatch.Knobs) (di
 	if err := a.Validate(); err != nil {
 		return dispatch.Plan{}, err
 	}
-	plan, _, err := r.planAndLoad(a.shape(maxKV), k)
+	shape := a.shape(false, 0)
+	shape.MaxKVLen = maxKV
+	if maxKV != a.MaxKVLen {
+		shape.HostKVLens = nil
+	}
+	plan, _, err := r.planAndLoad(shape, k)
 	return plan, err
 }
 
@@ -284,8 +360,9 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Scale: scale, KScale: kScale, VScale: vScale,
+		NumSeqs: int32(a.NumSeqs), BalanceMinPages: int32(plan.BalanceMinPages),
 	}
-	if plan.Splits == 1 || plan.Cluster > 0 {
+	if plan.ScratchFloats == 0 {
 		err := r.do(func() error {
 			if plan.Cluster > 0 {
 				return driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster}, plan.SharedBytes, s.s, &p)
@@ -297,24 +374,31 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		}
 		return s.afterLaunch(capturing)
 	}
-	lease, err := r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing)
-	if err != nil {
-		return err
+	var base driver.DevicePtr
+	if !a.Workspace.IsZero() {
+		if need := plan.WorkspaceBytes(); a.Workspace.Bytes < need {
+			return errf("%s.Workspace has %d bytes; this decode's plan (%d splits) needs %d (Plan.WorkspaceBytes)", decodeArg, a.Workspace.Bytes, plan.Splits, need)
+		}
+		p.Counters = driver.DevicePtr(a.Workspace.Ptr)
+		base = p.Counters + driver.DevicePtr(plan.WorkspaceFloatsOffset())
+	} else {
+		lease, err := r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing)
+		if err != nil {
+			return err
+		}
+		defer lease.Release()
+		counters, err := r.counters.Acquire(uintptr(s.s), plan.Counters, capturing)
+		if err != nil {
+			return err
+		}
+		defer counters.Release()
+		base = driver.DevicePtr(lease.Ptr)
+		p.Counters = driver.DevicePtr(counters.Ptr)
 	}
-	counters, err := r.counters.Acquire(uintptr(s.s), plan.Counters, capturing)
-	if err != nil {
-		lease.Release()
-		return err
-	}
-	base := driver.DevicePtr(lease.Ptr)
 	p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
 	p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
 	p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
-	p.Counters = driver.DevicePtr(counters.Ptr)
-	err = r.do(func() error { return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p) })
-	counters.Release()
-	lease.Release()
-	if err != nil {
+	if err := r.do(func() error { return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p) }); err != nil {
 		return err
 	}
 	return s.afterLaunch(capturing)
@@ -352,6 +436,18 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 			return err
 		}
 		want.Cluster = uint32(plan.Splits)
+	} else if plan.Balanced() {
+		// Any number of spare items will do; the kernel partitions them.
+		items := int64(plan.Grid.Y)
+		if items <= int64(a.NumSeqs) || a.NumSeqs > dispatch.BalanceMaxSeqs {
+			return errf("DecodeWithPlan: the balanced plan has %d work items for %d sequences; allowed: more items than sequences, at most %d sequences", items, a.NumSeqs, dispatch.BalanceMaxSeqs)
+		}
+		want.Grid.Y, want.Grid.Z = plan.Grid.Y, 1
+		rows = items * int64(a.NumQHeads)
+		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
+		want.ScratchFloats = rows * int64(a.HeadDim+2)
+		want.MaxOffset = rows * int64(a.HeadDim)
+		want.SumOffset = want.MaxOffset + rows
 	} else if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
 		want.ScratchFloats = rows * int64(a.HeadDim+2)
@@ -367,7 +463,8 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster ||
 		plan.Cluster > dispatch.MaxClusterSplits || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
-		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset {
+		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset ||
+		plan.BalanceMinPages < 0 || plan.BalanceMinPages > math.MaxInt32 || (plan.BalanceMinPages > 0 && plan.Cluster > 0) {
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
 	}

@@ -41,9 +41,9 @@ func (e *FaultError) Error() string {
 		// Only a decode records a negative length: a cache write reports a
 		// negative position as faultPositionBeyond.
 		if e.B < 0 {
-			return fmt.Sprintf("pagedkv: KVLens[%d]=%d of a decode is negative; the decode used length 0", e.A, e.B)
+			return fmt.Sprintf("pagedkv: KVLens[%d]=%d is negative; the decode used length 0", e.A, e.B)
 		}
-		return fmt.Sprintf("pagedkv: KV length %d of sequence %d (a decode's KVLens[%d], or a cache write's token position + 1) exceeds MaxBlocksPerSeq·BlockSize=%d; a decode clamped it, a cache write skipped the tokens beyond", e.B, e.A, e.A, e.C)
+		return fmt.Sprintf("pagedkv: KVLens[%d]=%d exceeds MaxBlocksPerSeq·BlockSize=%d (a decode's KV length, or for a cache write a token's position + 1); a decode clamped it, a cache write skipped the tokens beyond", e.A, e.B, e.C)
 	case faultPositionBeyond:
 		return fmt.Sprintf("pagedkv: position %d of token %d is outside the cos/sin table of %d rows; that token was not written", e.B, e.A, e.C)
 	case faultBlockBeyondPool:

@@ -205,7 +205,7 @@ func TestCheckDecodePlan(t *testing.T) {
 	plain := dispatch.DeviceFacts{Name: "A100-like", SMs: 108, MaxSharedPerBlockOptin: 163 << 10}
 	sm90 := dispatch.DeviceFacts{Name: "H200-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Clusters: true}
 	plan := func(dev dispatch.DeviceFacts, k dispatch.Knobs) dispatch.Plan {
-		p, err := dispatch.PlanDecode(a.shape(a.MaxKVLen), dev, k)
+		p, err := dispatch.PlanDecode(a.shape(false, 0), dev, k)
 		require.NoError(t, err)
 		return p
 	}
@@ -216,6 +216,8 @@ func TestCheckDecodePlan(t *testing.T) {
 	forced.ForcedSplits = 4
 	wide := forced
 	wide.Narrow = false
+	balanced := k
+	balanced.Balance = dispatch.SplitOn
 
 	for _, tt := range []struct {
 		name string
@@ -227,6 +229,8 @@ func TestCheckDecodePlan(t *testing.T) {
 		{"cluster split-K", sm90, plan(sm90, forced)},
 		{"wide kernels for a narrow group (DECODE_NARROW=0)", plain, plan(plain, wide)},
 		{"wide cluster kernels for a narrow group", sm90, plan(sm90, wide)},
+		{"balanced", plain, plan(plain, balanced)},
+		{"balanced on a device with clusters", sm90, plan(sm90, balanced)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			require.NoError(t, checkDecodePlan(&a, &tt.plan, &tt.dev))
@@ -245,7 +249,7 @@ func TestCheckDecodePlan(t *testing.T) {
 			p.SharedBytes += 16
 			assert.Error(t, checkDecodePlan(&a, &p, &tt.dev), "a size the kernel does not read")
 			p = tt.plan
-			p.Grid.Y++
+			p.Grid.X++
 			assert.Error(t, checkDecodePlan(&a, &p, &tt.dev), "another shape's grid")
 		})
 	}
@@ -269,4 +273,20 @@ func TestCheckDecodePlan(t *testing.T) {
 	assert.Error(t, checkDecodePlan(&a, &global, &sm90), "a cluster depth on the global-memory kernel")
 	cluster.Cluster = 2
 	assert.Error(t, checkDecodePlan(&a, &cluster, &sm90), "a cluster depth other than the split count")
+
+	// A balanced plan takes any number of spare items, with the scratch
+	// that number needs; never fewer items than sequences, nor clusters.
+	bal := plan(plain, balanced)
+	require.True(t, bal.Balanced())
+	more := bal
+	more.Grid.Y += 7
+	assert.Error(t, checkDecodePlan(&a, &more, &plain), "scratch for other items")
+	rows := int64(more.Grid.Y) * int64(a.NumQHeads)
+	more.ScratchFloats, more.MaxOffset, more.SumOffset = rows*int64(a.HeadDim+2), rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
+	assert.NoError(t, checkDecodePlan(&a, &more, &plain))
+	few := bal
+	few.Grid.Y = uint32(a.NumSeqs)
+	assert.ErrorContains(t, checkDecodePlan(&a, &few, &plain), "more items than sequences")
+	bal.Cluster = 2
+	assert.Error(t, checkDecodePlan(&a, &bal, &sm90), "a balanced plan in clusters")
 }

@@ -23,6 +23,7 @@ type Config struct {
 	CheckBounds       bool      // PAGEDKV_CHECK_BOUNDS
 	DecodeClusters    bool      // PAGEDKV_DECODE_CLUSTERS
 	DecodeNarrow      bool      // PAGEDKV_DECODE_NARROW
+	DecodeBalance     SplitMode // PAGEDKV_DECODE_BALANCE
 
 	// Sources maps every file key (kv_capacity, …) to where its value came from.
 	Sources map[string]Source
@@ -40,6 +41,7 @@ type Options struct {
 	CheckBounds       *bool
 	DecodeClusters    *bool
 	DecodeNarrow      *bool
+	DecodeBalance     *SplitMode
 
 	// ConfigFile, when not nil, replaces PAGEDKV_CONFIG; a pointer to "" means
 	// no config file even if PAGEDKV_CONFIG is set.

@@ -55,6 +55,7 @@ func TestDefaults(t *testing.T) {
 		CheckBounds:       false,
 		DecodeClusters:    true,
 		DecodeNarrow:      true,
+		DecodeBalance:     SplitAuto,
 	}
 	want.Sources = c.Sources
 	assert.Equal(t, want, c)
@@ -86,6 +87,8 @@ func TestEnvValues(t *testing.T) {
 		{"PAGEDKV_SPLIT_K_ATTN", "0", func(t *testing.T, c Config) { assert.Equal(t, SplitOff, c.SplitKAttn) }},
 		{"PAGEDKV_SPLIT_K_ATTN", "1", func(t *testing.T, c Config) { assert.Equal(t, SplitOn, c.SplitKAttn) }},
 		{"PAGEDKV_SPLIT_K_ATTN", "Auto", func(t *testing.T, c Config) { assert.Equal(t, SplitAuto, c.SplitKAttn) }},
+		{"PAGEDKV_DECODE_BALANCE", "0", func(t *testing.T, c Config) { assert.Equal(t, SplitOff, c.DecodeBalance) }},
+		{"PAGEDKV_DECODE_BALANCE", "1", func(t *testing.T, c Config) { assert.Equal(t, SplitOn, c.DecodeBalance) }},
 		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "0", func(t *testing.T, c Config) { assert.Equal(t, int64(0), c.ScratchLimitBytes) }},
 		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "8589934592", func(t *testing.T, c Config) { assert.Equal(t, int64(8<<30), c.ScratchLimitBytes) }},
 		{"PAGEDKV_CHECK_BOUNDS", "1", func(t *testing.T, c Config) { assert.True(t, c.CheckBounds) }},
@@ -183,10 +186,10 @@ func TestOptionErrors(t *testing.T) {
 
 func TestFile(t *testing.T) {
 	tests := []struct{ name, body string }{
-		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\ndecode_narrow: false\n"},
-		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\ndecode_narrow: off\n"},
-		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\ndecode_narrow = false\n"},
-		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\ndecode_narrow = \"0\"\n"},
+		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\ndecode_narrow: false\ndecode_balance: 0\n"},
+		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\ndecode_narrow: off\ndecode_balance: \"0\"\n"},
+		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\ndecode_narrow = false\ndecode_balance = \"0\"\n"},
+		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\ndecode_narrow = \"0\"\ndecode_balance = 0\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -203,6 +206,7 @@ func TestFile(t *testing.T) {
 			assert.True(t, c.CheckBounds)
 			assert.False(t, c.DecodeClusters)
 			assert.False(t, c.DecodeNarrow)
+			assert.Equal(t, SplitOff, c.DecodeBalance)
 			for _, k := range Keys() {
 				assert.Equal(t, FileSource(path), c.Source(k.File), k.File)
 				assert.True(t, c.Source(k.File).IsFile())
@@ -223,8 +227,8 @@ func TestFileErrors(t *testing.T) {
 		{"c.yaml", "split_k_attn: 2\n", `config: PATH: split_k_attn=2 is not allowed; allowed: "auto", "0" (off), "1" (on)`},
 		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
 		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
-		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow`},
-		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow`},
+		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance`},
+		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance`},
 		{"c.json", "{}", `config: PAGEDKV_CONFIG="PATH" has extension ".json"; allowed: .yaml, .yml, .toml`},
 	}
 	for _, tt := range tests {
@@ -317,6 +321,7 @@ func TestSourcesMixed(t *testing.T) {
 		KeyCheckBounds:       SourceOption,
 		KeyDecodeClusters:    SourceDefault,
 		KeyDecodeNarrow:      SourceDefault,
+		KeyDecodeBalance:     SourceDefault,
 	}, c.Sources)
 
 	table := c.Table()
@@ -336,6 +341,7 @@ func TestOptionsAllKeys(t *testing.T) {
 		CheckBounds:       ptr(true),
 		DecodeClusters:    ptr(false),
 		DecodeNarrow:      ptr(false),
+		DecodeBalance:     ptr(SplitOn),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 64, c.KVCapacity)
@@ -346,6 +352,7 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.True(t, c.CheckBounds)
 	assert.False(t, c.DecodeClusters)
 	assert.False(t, c.DecodeNarrow)
+	assert.Equal(t, SplitOn, c.DecodeBalance)
 	for _, k := range Keys() {
 		assert.Equal(t, SourceOption, c.Source(k.File), k.File)
 	}

@@ -23,6 +23,7 @@ const (
 	KeyCheckBounds       = "check_bounds"
 	KeyDecodeClusters    = "decode_clusters"
 	KeyDecodeNarrow      = "decode_narrow"
+	KeyDecodeBalance     = "decode_balance"
 )
 
 // Limits of the integer knobs.
@@ -132,25 +133,11 @@ var keys = []key{
 			Default: "auto", Allowed: `"auto", "0" (off), "1" (on)`,
 			Description: "Split-K attention: auto lets the planner decide, 0 disables it, 1 forces it where valid.",
 		},
-		parse: func(s string) (any, error) {
-			if strings.EqualFold(s, "auto") {
-				return SplitAuto, nil
-			}
-			m := SplitMode(s)
-			if !m.Valid() {
-				return nil, errNotAllowed
-			}
-			return m, nil
-		},
-		option: func(o Options) (any, bool) { return deref(o.SplitKAttn) },
-		validate: func(v any) error {
-			if !v.(SplitMode).Valid() {
-				return errNotAllowed
-			}
-			return nil
-		},
-		set: func(c *Config, v any) { c.SplitKAttn = v.(SplitMode) },
-		get: func(c Config) string { return c.SplitKAttn.String() },
+		parse:    parseSplitMode,
+		option:   func(o Options) (any, bool) { return deref(o.SplitKAttn) },
+		validate: validateSplitMode,
+		set:      func(c *Config, v any) { c.SplitKAttn = v.(SplitMode) },
+		get:      func(c Config) string { return c.SplitKAttn.String() },
 	},
 	{
 		Key: Key{
@@ -214,6 +201,38 @@ var keys = []key{
 		set:      func(c *Config, v any) { c.DecodeNarrow = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.DecodeNarrow) },
 	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "DECODE_BALANCE", File: KeyDecodeBalance, Field: "DecodeBalance",
+			Default: "auto", Allowed: `"auto", "0" (off), "1" (on)`,
+			Description: "Balanced decode: the kernels split each sequence from its real kv length so a ragged batch spreads over the GPU. auto uses it for decodes captured into graphs and for eager decodes whose DecodeArgs.HostKVLens are ragged; 0 never; 1 always (where split-K is allowed).",
+		},
+		parse:    parseSplitMode,
+		option:   func(o Options) (any, bool) { return deref(o.DecodeBalance) },
+		validate: validateSplitMode,
+		set:      func(c *Config, v any) { c.DecodeBalance = v.(SplitMode) },
+		get:      func(c Config) string { return c.DecodeBalance.String() },
+	},
+}
+
+// parseSplitMode parses "auto" (any case), "0" or "1".
+func parseSplitMode(s string) (any, error) {
+	if strings.EqualFold(s, "auto") {
+		return SplitAuto, nil
+	}
+	m := SplitMode(s)
+	if !m.Valid() {
+		return nil, errNotAllowed
+	}
+	return m, nil
+}
+
+// validateSplitMode checks a SplitMode given as an option.
+func validateSplitMode(v any) error {
+	if !v.(SplitMode).Valid() {
+		return errNotAllowed
+	}
+	return nil
 }
 
 // Keys returns every knob in a fixed order. The slice is a copy.

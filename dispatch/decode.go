@@ -45,7 +45,26 @@ var (
 	// kernels, seqs=128: kv=512 76.4 → 73.4 µs with 3 blocks per SM; kv=2048
 	// 256.8 → 260.6 µs, so long blocks keep the deep ring.
 	ShallowRingMaxTokens = 1024
+	// BalanceItemsPerSlot is how many work items a balanced plan offers per
+	// resident block slot (SMs × blocks per SM), beyond one per sequence: a
+	// greedy block scheduler then ends within about 1/BalanceItemsPerSlot of
+	// a slot's share of the work of the ideal, and each item's fixed cost
+	// (its prologue and its partial's merge, ~SplitCostTokens) stays small
+	// against the ≥ BalanceMinChunkTokens it streams.
+	BalanceItemsPerSlot = 4
+	// BalanceMinChunkTokens is the shortest split a balanced plan cuts: the
+	// √ rule's optimum for a 2048-token sequence is 8 splits of 256.
+	BalanceMinChunkTokens = 256
+	// BalanceRaggedRatio: an eager batch whose host lengths give
+	// NumSeqs × max > BalanceRaggedRatio × Σ lengths is ragged, and the
+	// automatic plan is balanced.
+	BalanceRaggedRatio = 1.5
 )
+
+// BalanceMaxSeqs is the most sequences a balanced plan serves: every block
+// partitions the batch from all its lengths (balanced_item in
+// kernels_src/decode.cuh), 128 sequences per pass.
+const BalanceMaxSeqs = 512
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
 // fused merge keeps one weight per split and head in shared memory
@@ -84,6 +103,9 @@ const (
 	ReasonSplitOnShortKV     = "split-K forced on (SPLIT_K_ATTN=1) but KV too short to split"
 	ReasonScratchLimit       = "auto: scratch limit reduced splits"
 	ReasonClusterWave        = "auto: clusters of splits, one wave"
+	ReasonBalancedRagged     = "auto: ragged batch, each sequence split from its own length"
+	ReasonBalancedGraph      = "auto: graph capture, each sequence split from its length at replay"
+	ReasonBalanceOn          = "balanced (DECODE_BALANCE=1)"
 )
 
 // SplitMode says whether decode may use split-K.
@@ -118,6 +140,7 @@ type Knobs struct {
 	ScratchLimitBytes int64     // SCRATCH_LIMIT_BYTES; 0 = no limit on one plan's scratch
 	Clusters          bool      // DECODE_CLUSTERS; false keeps split-K merges in global memory
 	Narrow            bool      // DECODE_NARROW; false keeps groups up to NarrowMaxGroup on the wide kernels
+	Balance           SplitMode // DECODE_BALANCE: auto, off, or on (balanced whenever split-K is allowed)
 }
 
 // DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
@@ -167,6 +190,13 @@ type DecodeShape struct {
 	MaxBlocksPerSeq int // columns of the block table
 	QType           DType
 	CacheType       DType // QType, or E4M3 for an fp8 cache
+	// HostKVLens is the host's copy of the batch's kv lengths (optional;
+	// NumSeqs of them when set, each at most MaxKVLen): with it an eager
+	// plan sees a ragged batch and balances it.
+	HostKVLens []int32
+	// Graph: the plan is for a CUDA graph, whose replays may see any lengths
+	// up to MaxKVLen; the automatic plan is then balanced.
+	Graph bool
 }
 
 // Plan is what the launcher does, decided entirely by the planner.
@@ -200,7 +230,30 @@ type Plan struct {
 	RequestedSplits int
 	Clamped         bool
 	Reason          string // one of the Reason constants
+
+	// BalanceMinPages > 0 marks a balanced plan: Grid.Y is a number of work
+	// items (NumSeqs plus spare ones), and the kernel splits each sequence
+	// from its real kv length into at most Splits splits of at least
+	// BalanceMinPages pages, as balanced_item in kernels_src/decode.cuh
+	// does. Its scratch has one row of partials per item and query head.
+	BalanceMinPages int
 }
+
+// WorkspaceFloatsOffset is where a caller's workspace holds the plan's f32
+// scratch: after its counters (uint32), rounded up to 256 bytes.
+func (p *Plan) WorkspaceFloatsOffset() int64 { return (p.Counters*4 + 255) / 256 * 256 }
+
+// WorkspaceBytes is the size of a caller's workspace for the plan: its
+// counters, then its f32 scratch (0 for a plan that needs none).
+func (p *Plan) WorkspaceBytes() int64 {
+	if p.ScratchFloats == 0 {
+		return 0
+	}
+	return p.WorkspaceFloatsOffset() + p.ScratchFloats*4
+}
+
+// Balanced reports whether p is a balanced plan.
+func (p *Plan) Balanced() bool { return p.BalanceMinPages > 0 }
 
 // PlanDecode plans a paged decode launch. It returns an error wrapping
 // ErrInvalidShape, naming the field, when the shape, device facts or knobs
@@ -222,6 +275,9 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 
 	clusterKernel := tables.cluster[qi][vi][hi]
+	if reason, ok := chooseBalanced(&s, &k); ok {
+		return planBalanced(&s, &dev, kernel, clusterKernel, shared, reason), nil
+	}
 	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel, clusterKernel)
 	// Clusters: a forced split count (or one the scratch limit cut) of 2..8
 	// runs as clusters, which need no scratch; an automatic one only where
@@ -263,6 +319,73 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		p.SumOffset = p.MaxOffset + rows
 	}
 	return p, nil
+}
+
+// chooseBalanced reports whether s gets a balanced plan, and why. Forcing
+// single-pass or a split count wins over it; so does a scratch limit the
+// plan would exceed.
+func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
+	if !k.PagedFlash || k.SplitK == SplitOff || k.ForcedSplits > 0 || k.Balance == SplitOff ||
+		s.NumSeqs > BalanceMaxSeqs || s.MaxKVLen == 0 {
+		return "", false
+	}
+	if k.ScratchLimitBytes > 0 && balancedScratchFloats(s, balancedItems(s, nil, 1))*4 > k.ScratchLimitBytes {
+		return "", false
+	}
+	switch {
+	case k.Balance == SplitOn:
+		return ReasonBalanceOn, true
+	case s.Graph:
+		return ReasonBalancedGraph, true
+	case len(s.HostKVLens) == s.NumSeqs && s.NumSeqs > 1:
+		var sum, most int64
+		for _, n := range s.HostKVLens {
+			sum += int64(n)
+			most = max(most, int64(n))
+		}
+		if float64(most)*float64(s.NumSeqs) > BalanceRaggedRatio*float64(sum) {
+			return ReasonBalancedRagged, true
+		}
+	}
+	return "", false
+}
+
+// balancedItems returns the work items of a balanced plan: one per sequence
+// and BalanceItemsPerSlot per block slot of the device (per KV head, since
+// every item runs once per KV head).
+func balancedItems(s *DecodeShape, dev *DeviceFacts, occ int) int {
+	sms := 1
+	if dev != nil {
+		sms = dev.SMs
+	}
+	spare := ceilDiv(BalanceItemsPerSlot*sms*occ, s.NumKVHeads)
+	return min(s.NumSeqs+max(spare, 1), maxGridY)
+}
+
+func balancedScratchFloats(s *DecodeShape, items int) int64 {
+	return int64(items) * int64(s.NumQHeads) * int64(s.HeadDim+2)
+}
+
+// planBalanced returns the balanced plan of s (see Plan.BalanceMinPages).
+func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared int, reason string) Plan {
+	items := balancedItems(s, dev, occupancy(dev, kernel, twin))
+	minPages := ceilDiv(BalanceMinChunkTokens, s.BlockSize)
+	splits := min(MaxSplits, max(ceilDiv(ceilDiv(s.MaxKVLen, s.BlockSize), minPages), 1), items-s.NumSeqs+1)
+	rows := int64(items) * int64(s.NumQHeads)
+	return Plan{
+		Kernel:          kernel,
+		Grid:            Dim3{uint32(s.NumKVHeads), uint32(items), 1},
+		Block:           Dim3{DecodeThreads, 1, 1},
+		SharedBytes:     uint32(shared),
+		Splits:          splits,
+		RequestedSplits: splits,
+		Reason:          reason,
+		Counters:        int64(s.NumSeqs) * int64(s.NumKVHeads),
+		ScratchFloats:   balancedScratchFloats(s, items),
+		MaxOffset:       rows * int64(s.HeadDim),
+		SumOffset:       rows*int64(s.HeadDim) + rows,
+		BalanceMinPages: minPages,
+	}
 }
 
 // chooseSplits returns the split count, the count asked for before clamping,
@@ -452,6 +575,14 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if s.MaxKVLen < 0 {
 		return errf("dispatch: DecodeShape.MaxKVLen=%d is negative", s.MaxKVLen)
 	}
+	if len(s.HostKVLens) > 0 && len(s.HostKVLens) != s.NumSeqs {
+		return errf("dispatch: DecodeShape.HostKVLens has %d lengths; want NumSeqs=%d (or none)", len(s.HostKVLens), s.NumSeqs)
+	}
+	for i, n := range s.HostKVLens {
+		if n < 0 || int(n) > s.MaxKVLen {
+			return errf("dispatch: DecodeShape.HostKVLens[%d]=%d is out of range; allowed: 0..MaxKVLen=%d", i, n, s.MaxKVLen)
+		}
+	}
 	if s.MaxBlocksPerSeq < 1 {
 		return errf("dispatch: DecodeShape.MaxBlocksPerSeq=%d is out of range; allowed: ≥ 1", s.MaxBlocksPerSeq)
 	}
@@ -471,6 +602,9 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	}
 	if k.ForcedSplits < 0 {
 		return errf("dispatch: Knobs.ForcedSplits=%d is negative; allowed: 0 (auto) or 1..%d", k.ForcedSplits, MaxSplits)
+	}
+	if k.Balance > SplitOn {
+		return errf("dispatch: Knobs.Balance=%v is not supported; supported: auto, off, on", k.Balance)
 	}
 	if k.SplitK > SplitOn {
 		return errf("dispatch: Knobs.SplitK=%v is not supported; supported: auto, off, on", k.SplitK)

@@ -16,8 +16,8 @@ var activationTypes = [...]DType{F16, BF16}
 const MaxGroupSize = 16
 
 // NarrowMaxGroup is the largest GQA group of the narrow decode kernels
-// (entry suffix _g8, kNarrowGroup in kernels_src/decode.cuh): for a 16-bit
-// cache and groups up to 8, the group's heads are the 8 columns of the mma
+// (entry suffix _g8, kNarrowGroup in kernels_src/decode.cuh): for groups up
+// to 8 (any cache type), the group's heads are the 8 columns of the mma
 // tile instead of 8 of its 16 rows, which halves the tensor-core work and
 // the output registers.
 const NarrowMaxGroup = 8
@@ -27,6 +27,7 @@ const (
 	variantWide   = iota // a cache of the queries' type, any GQA group
 	variantE4M3          // an fp8 e4m3 cache, any group
 	variantNarrow        // a cache of the queries' type, groups up to NarrowMaxGroup
+	variantE4M3Narrow    // an fp8 e4m3 cache, groups up to NarrowMaxGroup
 	decodeVariants
 )
 
@@ -78,12 +79,14 @@ func buildNames() *nameTables {
 				}
 				t.shape[name] = [2]int{d, size}
 				t.shape[name+"_cluster"] = [2]int{d, size}
-				if fp8 == 0 {
-					t.decode[qi][variantNarrow][hi] = name + "_g8"
-					t.cluster[qi][variantNarrow][hi] = name + "_g8_cluster"
-					t.shape[name+"_g8"] = [2]int{d, size}
-					t.shape[name+"_g8_cluster"] = [2]int{d, size}
+				narrow := variantNarrow
+				if fp8 == 1 {
+					narrow = variantE4M3Narrow
 				}
+				t.decode[qi][narrow][hi] = name + "_g8"
+				t.cluster[qi][narrow][hi] = name + "_g8_cluster"
+				t.shape[name+"_g8"] = [2]int{d, size}
+				t.shape[name+"_g8_cluster"] = [2]int{d, size}
 			}
 		}
 	}
@@ -230,8 +233,8 @@ func KernelSharedBytes(kernel string, optin int) int {
 
 // DecodeKernelName returns the decode kernel entry point for q dtype q, cache
 // dtype cache, head dimension headDim and GQA group size group
-// (1..MaxGroupSize): the narrow kernel (_g8) for a 16-bit cache and a group
-// up to NarrowMaxGroup, else the wide one, which serves every group (ask for
+// (1..MaxGroupSize): the narrow kernel (_g8) for a group up to
+// NarrowMaxGroup, else the wide one, which serves every group (ask for
 // MaxGroupSize to get it for any group).
 func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
@@ -252,7 +255,7 @@ func ClusterDecodeKernelName(q, cache DType, headDim, group int) (string, error)
 }
 
 // decodeIndex returns the decode name tables' indices of a kernel (vi is
-// the variant: narrow for a 16-bit cache and a group up to NarrowMaxGroup),
+// the variant: narrow for a group up to NarrowMaxGroup),
 // or an error naming what is not supported.
 func decodeIndex(q, cache DType, headDim, group int) (qi, vi, hi int, err error) {
 	var ok bool
@@ -268,8 +271,8 @@ func decodeIndex(q, cache DType, headDim, group int) (qi, vi, hi int, err error)
 	if group < 1 || group > MaxGroupSize {
 		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
 	}
-	if vi == variantWide && group <= NarrowMaxGroup {
-		vi = variantNarrow
+	if group <= NarrowMaxGroup {
+		vi = [...]int{variantWide: variantNarrow, variantE4M3: variantE4M3Narrow}[vi]
 	}
 	return qi, vi, hi, nil
 }

@@ -336,8 +336,8 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 		{F16, F16, 128, 8, "paged_decode_f16_hd128_g8"}, // the largest narrow group
 		{F16, F16, 128, 9, "paged_decode_f16_hd128"},
 		{BF16, BF16, 256, 16, "paged_decode_bf16_hd256"},
-		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128"},
-		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128"},
+		{F16, E4M3, 128, 7, "paged_decode_f16_e4m3_hd128_g8"},
+		{BF16, E4M3, 128, 8, "paged_decode_bf16_e4m3_hd128_g8"},
 		{BF16, E4M3, 256, 9, "paged_decode_bf16_e4m3_hd256"},
 		{F16, E4M3, 64, 16, "paged_decode_f16_e4m3_hd64"},
 	}
@@ -417,11 +417,11 @@ func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
 
 func TestKernelNameLists(t *testing.T) {
 	decode := DecodeKernelNames()
-	assert.Len(t, decode, 2*3*3) // q dtype × (wide, e4m3, narrow) × head dim
+	assert.Len(t, decode, 2*4*3) // q dtype × (wide, e4m3, narrow, e4m3 narrow) × head dim
 	assert.Contains(t, decode, "paged_decode_f16_hd64")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256")
 	assert.Contains(t, decode, "paged_decode_bf16_hd128_g8")
-	assert.NotContains(t, decode, "paged_decode_bf16_e4m3_hd128_g8")
+	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd128_g8")
 	assert.Equal(t, []string{
 		"cache_append_f16", "cache_append_f16_e4m3",
 		"cache_append_bf16", "cache_append_bf16_e4m3",
@@ -433,6 +433,9 @@ func TestKernelNameLists(t *testing.T) {
 		assert.Equal(t, decode[i]+"_cluster", cluster[i])
 	}
 	twin, err := ClusterDecodeKernelName(BF16, E4M3, 256, 8)
+	require.NoError(t, err)
+	assert.Equal(t, "paged_decode_bf16_e4m3_hd256_g8_cluster", twin)
+	twin, err = ClusterDecodeKernelName(BF16, E4M3, 256, 9)
 	require.NoError(t, err)
 	assert.Equal(t, "paged_decode_bf16_e4m3_hd256_cluster", twin)
 	_, err = ClusterDecodeKernelName(F16, F16, 96, 4)

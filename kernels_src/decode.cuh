@@ -248,6 +248,89 @@ __device__ __forceinline__ void cluster_merge(T* __restrict__ out, float* __rest
 // group's heads are the 8 columns of the mma tile instead of 8 of its 16 rows.
 constexpr int kNarrowGroup = 8;
 
+// WorkItem is what one block of a decode launch computes: split `split` of
+// the `splits` splits of sequence `seq`. Its partial rows are those of item
+// first + split (the sequence's items are consecutive from first).
+struct WorkItem {
+  int seq, split, splits, first;
+};
+
+// block_scan_add returns the inclusive prefix sum of x over the block's
+// threads (in threadIdx order) and the block's total in *total; tmp holds
+// kDecodeWarps ints of shared memory. Every thread must call it.
+__device__ __forceinline__ int block_scan_add(int x, int* tmp, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  __syncthreads();  // tmp may still be read by the previous call
+  if (lane == 31) tmp[warp] = x;
+  __syncthreads();
+  int before = 0, all = 0;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) {
+    before += w < warp ? tmp[w] : 0;
+    all += tmp[w];
+  }
+  *total = all;
+  return x + before;
+}
+
+// balanced_item partitions a balanced launch's gridDim.y items among the
+// sequences from their real kv lengths, the same way in every block, and
+// returns block item blockIdx.y's share (splits == 0: an unused item).
+// With P the batch's pages and E = items − num_seqs the spare items, every
+// split covers at most c = max(min_pages, ⌈P/E⌉) pages, so sequence s gets
+// n_s = clamp(⌈pages_s/c⌉, 1, kMaxSplits) splits and Σ n_s ≤ P/c + num_seqs
+// ≤ items. Items are ordered for a greedy scheduler: the splits of the
+// sequences cut in several come first (longest work first), those of whole
+// sequences are numbered down from the last item, and unused items in
+// between exit at once. tmp: 3·kDecodeWarps ints of shared memory.
+__device__ __forceinline__ WorkItem balanced_item(const int* __restrict__ kv_lens, int num_seqs, int cap,
+                                                  int block_size_log2, int min_pages, int* tmp) {
+  const int bs_mask = (1 << block_size_log2) - 1;
+  auto pages_of = [&](int s) -> int {
+    const int len = min(max(__ldg(kv_lens + s), 0), cap);
+    return (len + bs_mask) >> block_size_log2;
+  };
+  int part = 0;
+  for (int s = threadIdx.x; s < num_seqs; s += kDecodeThreads) part += pages_of(s);
+  int total;
+  block_scan_add(part, tmp, &total);
+  const int items = gridDim.y;
+  const int spare = max(items - num_seqs, 1);
+  const int c = max(min_pages, (total + spare - 1) / spare);
+  const int y = blockIdx.y;
+  int* found = tmp + kDecodeWarps;  // seq, split, splits, first
+  if (threadIdx.x == 0) found[2] = 0;
+  int multi = 0, whole = 0;  // items before this chunk of sequences
+  for (int base = 0; base < num_seqs; base += kDecodeThreads) {
+    const int s = base + threadIdx.x;
+    const int n = s < num_seqs ? min(max((pages_of(s) + c - 1) / c, 1), kMaxSplits) : 0;
+    int chunk_multi, chunk_whole;
+    const int m_end = multi + block_scan_add(n > 1 ? n : 0, tmp, &chunk_multi);
+    const int w_end = whole + block_scan_add(n == 1 ? 1 : 0, tmp, &chunk_whole);
+    if (n > 1 && y >= m_end - n && y < m_end) {
+      found[0] = s;
+      found[1] = y - (m_end - n);
+      found[2] = n;
+      found[3] = m_end - n;
+    } else if (n == 1 && y == items - w_end) {
+      found[0] = s;
+      found[1] = 0;
+      found[2] = 1;
+      found[3] = y;
+    }
+    multi += chunk_multi;
+    whole += chunk_whole;
+  }
+  __syncthreads();
+  const WorkItem w = {found[0], found[1], found[2], found[3]};
+  return w;
+}
+
 template <typename T, typename C, int D, bool CLUSTER, bool NARROW>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
@@ -256,7 +339,8 @@ __device__ __forceinline__ void paged_decode(
     const C* __restrict__ k_cache, const C* __restrict__ v_cache,
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
-    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale) {
+    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale, int num_seqs,
+    int balance_min_pages) {
   PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
@@ -270,7 +354,6 @@ __device__ __forceinline__ void paged_decode(
   // 17). Not at D = 256, whose output tile alone takes 128 registers, nor for
   // fp8 caches, whose k order reads q per half k-step.
   constexpr bool kQInRegs = !kFP8 && !NARROW && D <= 128;
-  static_assert(!NARROW || !kFP8, "the narrow kernels read 16-bit caches");
   constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
   constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
 
@@ -291,9 +374,20 @@ __device__ __forceinline__ void paged_decode(
 
   const int kvh = blockIdx.x;
   const int num_kv_heads = gridDim.x;
-  const int seq = blockIdx.y;
-  const int split = blockIdx.z;
-  const int splits = gridDim.z;
+  const int cap = max_blocks_per_seq << block_size_log2;
+  // Which split of which sequence: fixed by the grid (seq = y, split = z of
+  // gridDim.z), or, for a balanced launch (balance_min_pages > 0, not for
+  // clusters), chosen from the real kv lengths.
+  WorkItem item = {(int)blockIdx.y, (int)blockIdx.z, (int)gridDim.z, (int)(blockIdx.y * gridDim.z)};
+  const bool balanced = !CLUSTER && balance_min_pages > 0;
+  if (balanced) {
+    item = balanced_item(kv_lens, num_seqs, cap, block_size_log2, balance_min_pages,
+                         reinterpret_cast<int*>(&m_s[0][0]));
+    if (item.splits == 0) return;  // an unused item
+  }
+  const int seq = item.seq;
+  const int split = item.split;
+  const int splits = item.splits;
   const int G = num_q_heads / num_kv_heads;
   if (NARROW && G > kNarrowGroup) __trap();  // the planner never pairs them
   const int lane = threadIdx.x & 31;
@@ -309,8 +403,9 @@ __device__ __forceinline__ void paged_decode(
     const int page = (s0 + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15)) >> block_size_log2;
     return page < max_blocks_per_seq ? __ldg(table + page) : 0;
   };
-  const int guess = (split * ((max_blocks_per_seq + splits - 1) / splits)) << block_size_log2;
-  int id_cur = raw_id(guess, 0), id_next = raw_id(guess, 1);
+  // (A balanced launch knows its lengths already: no guess.)
+  const int guess = balanced ? -1 : (split * ((max_blocks_per_seq + splits - 1) / splits)) << block_size_log2;
+  int id_cur = balanced ? 0 : raw_id(guess, 0), id_next = balanced ? 0 : raw_id(guess, 1);
   int len = kv_lens[seq];
   // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled:
   // each thread moves 16-element groups (two 16-byte loads, all issued
@@ -348,7 +443,6 @@ __device__ __forceinline__ void paged_decode(
     }
   }
 
-  const int cap = max_blocks_per_seq << block_size_log2;
   if (len > cap || len < 0) {
     if (kvh == 0 && split == 0 && threadIdx.x == 0) record_fault(fault, kFaultKVLenBeyondTable, seq, len, cap);
     len = len < 0 ? 0 : cap;
@@ -472,11 +566,28 @@ __device__ __forceinline__ void paged_decode(
       // Sᵀ = K·Qᵀ: rows are the tile's 16 tokens (A = K rows as stored),
       // columns the group's heads; even and odd k-steps in two chains.
       float st[4] = {0.0f, 0.0f, 0.0f, 0.0f}, st_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (!kFP8) {
 #pragma unroll
-      for (int ks = 0; ks < KSTEPS; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, kbase + swizzle<CH>(x4_row, 2 * ks + (lane >> 4)) * 16);
-        mma16816<T>(ks & 1 ? st_odd : st, a, qb[ks][0], qb[ks][1]);
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+          uint32_t a[4];
+          ldmatrix_x4(a, kbase + swizzle<CH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+          mma16816<T>(ks & 1 ? st_odd : st, a, qb[ks][0], qb[ks][1]);
+        }
+      } else {
+        // A 16-byte fp8 chunk is one k-step: lane (g, c) holds bytes 4c..4c+3
+        // (d = 4c+e, in q's permuted k order) of tokens g and g+8; one x4
+        // load covers chunks ks and ks+1.
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks += 2) {
+          uint32_t r[4];
+          ldmatrix_x4(r, kbase + swizzle<CH>(x4_row, ks + (lane >> 4)) * 16);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
+                                   e4m3_pair<T>(r[2 * h], 0x3424), e4m3_pair<T>(r[2 * h + 1], 0x3424)};
+            mma16816<T>(h ? st_odd : st, a, qb[ks + h][0], qb[ks + h][1]);
+          }
+        }
       }
       // Lane (g, c) = (lane/4, lane%4) holds tokens g (st[0..1]) and g+8
       // (st[2..3]) of heads 2c (st[0], st[2]) and 2c+1 (st[1], st[3]).
@@ -517,12 +628,30 @@ __device__ __forceinline__ void paged_decode(
       }
       // A = Vᵀ, m-tile m (d 16m..16m+15): x4.trans of tokens 0-7 and 8-15,
       // d chunks 2m and 2m+1.
-      const int v_row = (lane & 7) + (lane >> 4) * 8;
+      if constexpr (!kFP8) {
+        const int v_row = (lane & 7) + (lane >> 4) * 8;
 #pragma unroll
-      for (int m = 0; m < ACC; ++m) {
-        uint32_t a[4];
-        ldmatrix_x4_trans(a, vbase + swizzle<CH>(v_row, 2 * m + ((lane >> 3) & 1)) * 16);
-        mma16816<T>(acc[m], a, b0, b1);
+        for (int m = 0; m < ACC; ++m) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, vbase + swizzle<CH>(v_row, 2 * m + ((lane >> 3) & 1)) * 16);
+          mma16816<T>(acc[m], a, b0, b1);
+        }
+      } else {
+        // fp8: m-tile m is V chunk m (16 d) with rows g ↔ d = 16m+2g and
+        // g+8 ↔ d = 16m+2g+1: the x4.trans load gives lane (g, c) the bytes
+        // of d 2g, 2g+1 of tokens 2c, 2c+1 (and 8+2c, 9+2c), whose even and
+        // odd bytes are the two row halves of the A fragment.
+#pragma unroll
+        for (int m = 0; m < ACC; m += 2) {
+          uint32_t r[4];
+          ldmatrix_x4_trans(r, vbase + swizzle<CH>(x4_row, m + (lane >> 4)) * 16);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x2404), e4m3_pair<T>(r[2 * h], 0x3414),
+                                   e4m3_pair<T>(r[2 * h + 1], 0x2404), e4m3_pair<T>(r[2 * h + 1], 0x3414)};
+            mma16816<T>(acc[m + h], a, b0, b1);
+          }
+        }
       }
     } else {
       // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
@@ -646,7 +775,9 @@ __device__ __forceinline__ void paged_decode(
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = h0 + (e & 1);
-        if (h < G) o_s[(warp * kTileRows + h) * D + 16 * m + g + 8 * (e >> 1)] = acc[m][e];
+        // Row g (g+8) of m-tile m is d = 16m+g (16m+g+8); for fp8 16m+2g (+1).
+        const int d = kFP8 ? 16 * m + 2 * g + (e >> 1) : 16 * m + g + 8 * (e >> 1);
+        if (h < G) o_s[(warp * kTileRows + h) * D + d] = acc[m][e];
       }
     }
     if (g == 0) {
@@ -706,7 +837,7 @@ __device__ __forceinline__ void paged_decode(
         split_l_s[g] = sum;
       }
     } else {
-      const int64_t prow = row * splits + split;
+      const int64_t prow = (int64_t)(item.first + split) * num_q_heads + kvh * G + g;
       partial_out[prow * D + d] = o;
       if (d == 0) {
         partial_max[prow] = mx;
@@ -747,7 +878,7 @@ __device__ __forceinline__ void paged_decode(
   for (int i = threadIdx.x; i < G * splits; i += kDecodeThreads) {
     const int g = i / splits;
     const int z = i - g * splits;
-    const int64_t prow = ((int64_t)seq * num_q_heads + kvh * G + g) * splits + z;
+    const int64_t prow = (int64_t)(item.first + z) * num_q_heads + kvh * G + g;
     w_s[g * kMaxSplits + z] = __ldcg(partial_max + prow);
     z_s[g * kMaxSplits + z] = __ldcg(partial_sum + prow);
   }
@@ -772,7 +903,10 @@ __device__ __forceinline__ void paged_decode(
     const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
     const float sum = l_s[0][g];
     float o = 0.0f;
-    for (int z = 0; z < splits; ++z) o = fmaf(w_s[g * kMaxSplits + z], __ldcg(partial_out + (row * splits + z) * D + d), o);
+    const int64_t prow0 = (int64_t)item.first * num_q_heads + kvh * G + g;
+    for (int z = 0; z < splits; ++z) {
+      o = fmaf(w_s[g * kMaxSplits + z], __ldcg(partial_out + (prow0 + (int64_t)z * num_q_heads) * D + d), o);
+    }
     out[row * D + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
     if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (m_s[0][g] + log2f(sum)) * kLn2 : -INFINITY;
   }
@@ -790,11 +924,11 @@ __device__ __forceinline__ void paged_decode(
       unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                         \
       const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
-      float scale, float k_scale, float v_scale) {                                                    \
+      float scale, float k_scale, float v_scale, int num_seqs, int balance_min_pages) {               \
     pkv::paged_decode<T, C, D, CLUSTER, NARROW>(                                                      \
         out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
         kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
-        scale, k_scale, v_scale);                                                                     \
+        scale, k_scale, v_scale, num_seqs, balance_min_pages);                                        \
   }
 
 // PKV_DECODE_ALL defines the entries <prefix>_hd<D> for every head dim.
@@ -810,14 +944,14 @@ __device__ __forceinline__ void paged_decode(
   PKV_DECODE(prefix##_hd256_cluster, T, C, 256, true, false)
 
 // PKV_DECODE_NARROW_ALL defines the narrow entries <prefix>_hd<D>_g8 (a
-// 16-bit cache of the queries' type).
-#define PKV_DECODE_NARROW_ALL(prefix, T)                  \
-  PKV_DECODE(prefix##_hd64_g8, T, T, 64, false, true)   \
-  PKV_DECODE(prefix##_hd128_g8, T, T, 128, false, true) \
-  PKV_DECODE(prefix##_hd256_g8, T, T, 256, false, true)
+// cache of type C: the queries' type or e4m3).
+#define PKV_DECODE_NARROW_ALL(prefix, T, C)                  \
+  PKV_DECODE(prefix##_hd64_g8, T, C, 64, false, true)   \
+  PKV_DECODE(prefix##_hd128_g8, T, C, 128, false, true) \
+  PKV_DECODE(prefix##_hd256_g8, T, C, 256, false, true)
 
 // PKV_DECODE_NARROW_CLUSTER_ALL defines <prefix>_hd<D>_g8_cluster.
-#define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T)                  \
-  PKV_DECODE(prefix##_hd64_g8_cluster, T, T, 64, true, true)   \
-  PKV_DECODE(prefix##_hd128_g8_cluster, T, T, 128, true, true) \
-  PKV_DECODE(prefix##_hd256_g8_cluster, T, T, 256, true, true)
+#define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T, C)                  \
+  PKV_DECODE(prefix##_hd64_g8_cluster, T, C, 64, true, true)   \
+  PKV_DECODE(prefix##_hd128_g8_cluster, T, C, 128, true, true) \
+  PKV_DECODE(prefix##_hd256_g8_cluster, T, C, 256, true, true)

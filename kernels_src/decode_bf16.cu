@@ -4,4 +4,4 @@
 #include "decode.cuh"
 
 PKV_DECODE_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)
-PKV_DECODE_NARROW_ALL(paged_decode_bf16, __nv_bfloat16)
+PKV_DECODE_NARROW_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)

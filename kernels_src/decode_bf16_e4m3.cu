@@ -1,5 +1,7 @@
 // decode_bf16_e4m3.cu: paged decode attention kernels with __nv_bfloat16 queries and a
-// fp8 e4m3 cache, for every head dim and group tile (see decode.cuh).
+// fp8 e4m3 cache, for every head dim: one for any GQA group and one for groups up to 8
+// (_g8, see decode.cuh).
 #include "decode.cuh"
 
 PKV_DECODE_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3)
+PKV_DECODE_NARROW_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3)

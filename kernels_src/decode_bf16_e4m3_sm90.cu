@@ -5,3 +5,4 @@
 #include "decode.cuh"
 
 PKV_DECODE_CLUSTER_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3)
+PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3)

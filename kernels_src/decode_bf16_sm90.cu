@@ -6,4 +6,4 @@
 #include "decode.cuh"
 
 PKV_DECODE_CLUSTER_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)
-PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_bf16, __nv_bfloat16)
+PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)

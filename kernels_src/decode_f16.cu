@@ -4,4 +4,4 @@
 #include "decode.cuh"
 
 PKV_DECODE_ALL(paged_decode_f16, __half, __half)
-PKV_DECODE_NARROW_ALL(paged_decode_f16, __half)
+PKV_DECODE_NARROW_ALL(paged_decode_f16, __half, __half)

@@ -6,4 +6,4 @@
 #include "decode.cuh"
 
 PKV_DECODE_CLUSTER_ALL(paged_decode_f16, __half, __half)
-PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_f16, __half)
+PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_f16, __half, __half)

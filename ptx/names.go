@@ -51,16 +51,22 @@ const (
 
 // Entry points of decode_bf16_e4m3.ptx (kernels_src/decode_bf16_e4m3.cu).
 const (
-	PagedDecodeBf16E4m3Hd128 = "paged_decode_bf16_e4m3_hd128"
-	PagedDecodeBf16E4m3Hd256 = "paged_decode_bf16_e4m3_hd256"
-	PagedDecodeBf16E4m3Hd64  = "paged_decode_bf16_e4m3_hd64"
+	PagedDecodeBf16E4m3Hd128   = "paged_decode_bf16_e4m3_hd128"
+	PagedDecodeBf16E4m3Hd128G8 = "paged_decode_bf16_e4m3_hd128_g8"
+	PagedDecodeBf16E4m3Hd256   = "paged_decode_bf16_e4m3_hd256"
+	PagedDecodeBf16E4m3Hd256G8 = "paged_decode_bf16_e4m3_hd256_g8"
+	PagedDecodeBf16E4m3Hd64    = "paged_decode_bf16_e4m3_hd64"
+	PagedDecodeBf16E4m3Hd64G8  = "paged_decode_bf16_e4m3_hd64_g8"
 )
 
 // Entry points of decode_bf16_e4m3_sm90.ptx (kernels_src/decode_bf16_e4m3_sm90.cu).
 const (
-	PagedDecodeBf16E4m3Hd128Cluster = "paged_decode_bf16_e4m3_hd128_cluster"
-	PagedDecodeBf16E4m3Hd256Cluster = "paged_decode_bf16_e4m3_hd256_cluster"
-	PagedDecodeBf16E4m3Hd64Cluster  = "paged_decode_bf16_e4m3_hd64_cluster"
+	PagedDecodeBf16E4m3Hd128Cluster   = "paged_decode_bf16_e4m3_hd128_cluster"
+	PagedDecodeBf16E4m3Hd128G8Cluster = "paged_decode_bf16_e4m3_hd128_g8_cluster"
+	PagedDecodeBf16E4m3Hd256Cluster   = "paged_decode_bf16_e4m3_hd256_cluster"
+	PagedDecodeBf16E4m3Hd256G8Cluster = "paged_decode_bf16_e4m3_hd256_g8_cluster"
+	PagedDecodeBf16E4m3Hd64Cluster    = "paged_decode_bf16_e4m3_hd64_cluster"
+	PagedDecodeBf16E4m3Hd64G8Cluster  = "paged_decode_bf16_e4m3_hd64_g8_cluster"
 )
 
 // Entry points of decode_bf16_sm90.ptx (kernels_src/decode_bf16_sm90.cu).
@@ -85,16 +91,22 @@ const (
 
 // Entry points of decode_f16_e4m3.ptx (kernels_src/decode_f16_e4m3.cu).
 const (
-	PagedDecodeF16E4m3Hd128 = "paged_decode_f16_e4m3_hd128"
-	PagedDecodeF16E4m3Hd256 = "paged_decode_f16_e4m3_hd256"
-	PagedDecodeF16E4m3Hd64  = "paged_decode_f16_e4m3_hd64"
+	PagedDecodeF16E4m3Hd128   = "paged_decode_f16_e4m3_hd128"
+	PagedDecodeF16E4m3Hd128G8 = "paged_decode_f16_e4m3_hd128_g8"
+	PagedDecodeF16E4m3Hd256   = "paged_decode_f16_e4m3_hd256"
+	PagedDecodeF16E4m3Hd256G8 = "paged_decode_f16_e4m3_hd256_g8"
+	PagedDecodeF16E4m3Hd64    = "paged_decode_f16_e4m3_hd64"
+	PagedDecodeF16E4m3Hd64G8  = "paged_decode_f16_e4m3_hd64_g8"
 )
 
 // Entry points of decode_f16_e4m3_sm90.ptx (kernels_src/decode_f16_e4m3_sm90.cu).
 const (
-	PagedDecodeF16E4m3Hd128Cluster = "paged_decode_f16_e4m3_hd128_cluster"
-	PagedDecodeF16E4m3Hd256Cluster = "paged_decode_f16_e4m3_hd256_cluster"
-	PagedDecodeF16E4m3Hd64Cluster  = "paged_decode_f16_e4m3_hd64_cluster"
+	PagedDecodeF16E4m3Hd128Cluster   = "paged_decode_f16_e4m3_hd128_cluster"
+	PagedDecodeF16E4m3Hd128G8Cluster = "paged_decode_f16_e4m3_hd128_g8_cluster"
+	PagedDecodeF16E4m3Hd256Cluster   = "paged_decode_f16_e4m3_hd256_cluster"
+	PagedDecodeF16E4m3Hd256G8Cluster = "paged_decode_f16_e4m3_hd256_g8_cluster"
+	PagedDecodeF16E4m3Hd64Cluster    = "paged_decode_f16_e4m3_hd64_cluster"
+	PagedDecodeF16E4m3Hd64G8Cluster  = "paged_decode_f16_e4m3_hd64_g8_cluster"
 )
 
 // Entry points of decode_f16_sm90.ptx (kernels_src/decode_f16_sm90.cu).

@@ -34,11 +34,11 @@ for step in $STEPS; do
   verify) run verify 90 .gpu/pagedkv verify -n 25 ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
-    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths'
+    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow'
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 170 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 165s
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 220 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestDecodeRingDepths|TestAppendMatchesReference|TestRopeCacheMatchesReference|TestQKVNormRopeMatchesReference' -test.timeout 215s
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestDecodeRingDepths|TestDecodeBalancedMatchesReference|TestDecodeFP8Narrow|TestAppendMatchesReference|TestRopeCacheMatchesReference|TestQKVNormRopeMatchesReference' -test.timeout 215s
     ;;
   esac
 done

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -29,8 +30,11 @@ type benchResult struct {
 	BestSplits int     `json:"best_splits,omitempty"`
 	BestMicros float64 `json:"best_us,omitempty"`
 	RegretPct  float64 `json:"regret_pct,omitempty"`
-	HostMicros float64 `json:"host_us,omitempty"` // host time to issue one call`
-	Sweep      []sweep `json:"sweep,omitempty"`
+	HostMicros float64 `json:"host_us,omitempty"` // host time to issue one call
+	// BalancedMicros is the same batch with the balanced plan forced
+	// (DECODE_BALANCE=1): what a graph of it runs.
+	BalancedMicros float64 `json:"balanced_us,omitempty"`
+	Sweep          []sweep `json:"sweep,omitempty"`
 }
 
 type sweep struct {
@@ -502,26 +506,55 @@ func (b *bencher) benchDecode(quick, doSweep bool) error {
 	if pool.v, err = b.arena.Alloc(int64(maxPages) * pageBytes); err != nil {
 		return err
 	}
-	total := 2 * len(seqsGrid) * len(kvGrid)
+	ragged := raggedCases()
+	total := 3*len(seqsGrid)*len(kvGrid) + 2*len(ragged)
 	n := 0
-	for _, dt := range []pagedkv.DType{pagedkv.F16, pagedkv.BF16} {
-		b.status(fmt.Sprintf("filling %.1f GB of %s pages with random data", 2*float64(pool.k.Bytes)/1e9, dt))
-		if err := b.fillRandom(pool.k, dt); err != nil {
+	for _, cache := range []pagedkv.DType{pagedkv.F16, pagedkv.BF16, pagedkv.E4M3} {
+		b.status(fmt.Sprintf("filling %.1f GB of %s pages with random data", 2*float64(pool.k.Bytes)/1e9, cache))
+		if err := b.fillRandom(pool.k, cache); err != nil {
 			return err
 		}
-		if err := b.fillRandom(pool.v, dt); err != nil {
+		if err := b.fillRandom(pool.v, cache); err != nil {
 			return err
+		}
+		q := cache
+		if cache == pagedkv.E4M3 {
+			q = pagedkv.F16
 		}
 		for _, seqs := range seqsGrid {
 			for _, kv := range kvGrid {
 				n++
-				kvBytes := int64(seqs) * int64(kv) * kvHeads * headDim * 2 * 2
-				if float64(kvBytes) > limit {
-					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", dt, seqs, kv, float64(kvBytes)/1e9))
+				c := decodeCase{q: q, cache: cache, lens: uniformLens(seqs, kv), shape: fmt.Sprintf("seqs=%d kv=%d", seqs, kv),
+					sweep: doSweep && cache != pagedkv.E4M3, balancedAB: cache != pagedkv.E4M3}
+				if float64(c.kvBytes()) > limit {
+					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", cache, seqs, kv, float64(c.kvBytes())/1e9))
 					continue
 				}
-				b.status(fmt.Sprintf("decode %s seqs=%d kv=%d (%d/%d)", dt, seqs, kv, n, total))
-				res, err := b.decodeShape(&pool, dt, seqs, kv, kvBytes, doSweep)
+				b.status(fmt.Sprintf("decode %s seqs=%d kv=%d (%d/%d)", cache, seqs, kv, n, total))
+				res, err := b.decodeShape(&pool, c)
+				if err != nil {
+					return err
+				}
+				b.rep.Results = append(b.rep.Results, res)
+			}
+		}
+		if cache != pagedkv.F16 {
+			continue
+		}
+		// Ragged batches, f16: eager without the host's lengths (the plan
+		// sees only MaxKVLen), eager with them, and graph replays.
+		for _, rc := range ragged {
+			for _, mode := range []struct {
+				suffix         string
+				host, graph    bool
+				countsTowardsN bool
+			}{{" eager, no host lens", false, false, false}, {" eager", true, false, true}, {" graph", false, true, true}} {
+				if mode.countsTowardsN {
+					n++
+				}
+				c := decodeCase{q: q, cache: cache, lens: rc.lens, shape: rc.name + mode.suffix, hostLens: mode.host, graph: mode.graph}
+				b.status(fmt.Sprintf("decode %s %s (%d/%d)", cache, c.shape, n, total))
+				res, err := b.decodeShape(&pool, c)
 				if err != nil {
 					return err
 				}
@@ -532,46 +565,124 @@ func (b *bencher) benchDecode(quick, doSweep bool) error {
 	return nil
 }
 
-func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, kvBytes int64, doSweep bool) (benchResult, error) {
-	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
-	pagesPerSeq := kv / blockSize
-	rot := min(b.rotations(kvBytes, 64), pool.blocks/(seqs*pagesPerSeq))
-	a := check.NewArena(b.r)
-	defer a.Free()
+// raggedCase is a named batch of kv lengths.
+type raggedCase struct {
+	name string
+	lens []int32
+}
+
+// raggedCases are the serving batches of issue 11: one long request among
+// short ones, first and last, and 64 lengths drawn in 1..4000 (fixed seed).
+func raggedCases() []raggedCase {
+	longFirst := uniformLens(128, 512)
+	longFirst[0] = 32768
+	longLast := uniformLens(128, 512)
+	longLast[127] = 32768
+	g := rand.New(rand.NewPCG(11, 4000))
+	random := make([]int32, 64)
+	for i := range random {
+		random[i] = int32(1 + g.IntN(4000))
+	}
+	return []raggedCase{
+		{"1x32768+127x512", longFirst},
+		{"127x512+1x32768", longLast},
+		{"64 x rand(1..4000)", random},
+	}
+}
+
+func uniformLens(seqs, kv int) []int32 {
 	lens := make([]int32, seqs)
 	for i := range lens {
 		lens[i] = int32(kv)
 	}
-	qRaw, _ := check.RandomTensor(b.g, dt, seqs*qHeads*headDim, 1)
+	return lens
+}
+
+// decodeCase is one decode row: q and cache dtypes, the batch's lengths, and
+// how it is issued.
+type decodeCase struct {
+	q, cache pagedkv.DType
+	lens     []int32
+	shape    string
+	hostLens bool // pass HostKVLens (eager)
+	graph    bool // capture one graph per input set and time the replays
+	sweep    bool // also time forced split counts (regret column)
+	// balancedAB also times the balanced plan (DECODE_BALANCE=1), what a
+	// graph of this batch runs.
+	balancedAB bool
+}
+
+const benchKVHeads, benchHeadDim, benchBlockSize = 8, 128, 16
+
+// kvBytes is the K and V the batch reads.
+func (c *decodeCase) kvBytes() int64 {
+	var tokens int64
+	for _, l := range c.lens {
+		tokens += int64(l)
+	}
+	return tokens * benchKVHeads * benchHeadDim * 2 * int64(c.cache.Size())
+}
+
+func (b *bencher) decodeShape(pool *decodePool, c decodeCase) (benchResult, error) {
+	const qHeads, kvHeads, headDim, blockSize = 32, benchKVHeads, benchHeadDim, benchBlockSize
+	seqs := len(c.lens)
+	maxLen := int(slices.Max(c.lens))
+	pagesPerSeq := (maxLen + blockSize - 1) / blockSize
+	kvBytes := c.kvBytes()
+	pagesUsed := 0
+	for _, l := range c.lens {
+		pagesUsed += (int(l) + blockSize - 1) / blockSize
+	}
+	rot := min(b.rotations(kvBytes, 64), pool.blocks/pagesUsed)
+	a := check.NewArena(b.r)
+	defer a.Free()
+	qRaw, _ := check.RandomTensor(b.g, c.q, seqs*qHeads*headDim, 1)
 	base := pagedkv.DecodeArgs{
 		KCache: pool.k, VCache: pool.v,
 		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
-		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: kv, DType: dt, CacheDType: dt,
+		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxLen, DType: c.q, CacheDType: c.cache,
+		KVCapacity: pagesPerSeq * blockSize,
+	}
+	if c.cache == pagedkv.E4M3 {
+		base.KScale, base.VScale = 0.05, 0.05
+	}
+	if c.hostLens {
+		base.HostKVLens = c.lens
 	}
 	var err error
 	if base.Q, err = check.Upload(a, b.s, qRaw, 1); err != nil {
 		return benchResult{}, err
 	}
-	if base.KVLens, err = check.Upload(a, b.s, lens, 4); err != nil {
+	if base.KVLens, err = check.Upload(a, b.s, c.lens, 4); err != nil {
 		return benchResult{}, err
 	}
-	if base.Out, err = a.Alloc(int64(seqs * qHeads * headDim * 2)); err != nil {
+	if base.Out, err = a.Alloc(int64(seqs * qHeads * headDim * c.q.Size())); err != nil {
 		return benchResult{}, err
 	}
-	// Each rotation reads its own random pages of the pool.
+	// Each rotation reads its own random pages of the pool (entries past a
+	// sequence's length are never read).
 	perm := b.g.Perm(pool.blocks)
 	sets := make([]pagedkv.DecodeArgs, rot)
 	for i := range sets {
 		table := make([]int32, seqs*pagesPerSeq)
-		for j := range table {
-			table[j] = int32(perm[i*len(table)+j])
+		next := i * pagesUsed
+		for sq, l := range c.lens {
+			for j := range (int(l) + blockSize - 1) / blockSize {
+				table[sq*pagesPerSeq+j] = int32(perm[next])
+				next++
+			}
 		}
 		sets[i] = base
 		if sets[i].BlockTables, err = check.Upload(a, b.s, table, 4); err != nil {
 			return benchResult{}, err
 		}
 	}
-	plan, err := b.r.PlanDecode(b.s, &sets[0])
+	var plan dispatch.Plan
+	if c.graph {
+		plan, err = b.r.PlanDecodeGraph(&sets[0])
+	} else {
+		plan, err = b.r.PlanDecode(b.s, &sets[0])
+	}
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -582,6 +693,18 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 		}
 		decode = func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], plan) }
 	}
+	if c.graph {
+		graphs, err := b.capture(sets)
+		if err != nil {
+			return benchResult{}, err
+		}
+		defer func() {
+			for _, g := range graphs {
+				g.Close()
+			}
+		}()
+		decode = func(i int) error { return graphs[i%rot].Launch(b.s) }
+	}
 	us, err := b.measure(decode)
 	if err != nil {
 		return benchResult{}, err
@@ -591,18 +714,27 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 		return benchResult{}, err
 	}
 	gbps := float64(kvBytes) / us / 1e3
-	res := benchResult{Op: "decode", DType: dt.String(), Shape: fmt.Sprintf("seqs=%d kv=%d", seqs, kv),
+	res := benchResult{Op: "decode", DType: c.cache.String(), Shape: c.shape,
 		Plan: planText(plan), Splits: plan.Splits, Micros: us, GBps: gbps, PctCopy: 100 * gbps / b.rep.CopyGBps, HostMicros: host}
-	if !doSweep {
+	if c.balancedAB {
+		k := b.knobs()
+		k.Balance = dispatch.SplitOn
+		bp, err := b.r.PlanDecodeWith(&sets[0], maxLen, k)
+		if err != nil {
+			return res, err
+		}
+		if res.BalancedMicros, err = b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], bp) }); err != nil {
+			return res, err
+		}
+	}
+	if !c.sweep {
 		return res, nil
 	}
 	tried := map[int]bool{}
 	for _, forced := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128} {
-		k := dispatch.DefaultKnobs()
+		k := b.knobs()
 		k.ForcedSplits = forced
-		k.Clusters = b.r.Config().DecodeClusters // the sweep takes the same merge path and kernels as auto
-		k.Narrow = b.r.Config().DecodeNarrow
-		fp, err := b.r.PlanDecodeWith(&sets[0], kv, k)
+		fp, err := b.r.PlanDecodeWith(&sets[0], maxLen, k)
 		if err == nil && b.stages != 0 {
 			fp, err = b.withStages(fp)
 		}
@@ -626,6 +758,39 @@ func (b *bencher) decodeShape(pool *decodePool, dt pagedkv.DType, seqs, kv int, 
 	return res, nil
 }
 
+// knobs are the default knobs with the runtime's merge path and kernels, so
+// forced plans differ from the automatic one only where asked.
+func (b *bencher) knobs() dispatch.Knobs {
+	k := dispatch.DefaultKnobs()
+	k.Clusters = b.r.Config().DecodeClusters
+	k.Narrow = b.r.Config().DecodeNarrow
+	return k
+}
+
+// capture records one graph per input set, each decode planned for its
+// KVCapacity as an engine's graph is.
+func (b *bencher) capture(sets []pagedkv.DecodeArgs) ([]*pagedkv.Graph, error) {
+	graphs := make([]*pagedkv.Graph, 0, len(sets))
+	for i := range sets {
+		if err := b.r.ReserveDecode(b.s, &sets[i]); err != nil {
+			return graphs, err
+		}
+		if err := b.s.BeginCapture(); err != nil {
+			return graphs, err
+		}
+		err := b.r.Decode(b.s, &sets[i])
+		g, endErr := b.s.EndCapture()
+		if err != nil || endErr != nil {
+			if g != nil {
+				g.Close()
+			}
+			return graphs, errors.Join(err, endErr)
+		}
+		graphs = append(graphs, g)
+	}
+	return graphs, nil
+}
+
 // withStages returns plan with a ring of b.stages stages.
 func (b *bencher) withStages(plan dispatch.Plan) (dispatch.Plan, error) {
 	n, ok := dispatch.DecodeStagesShared(plan.Kernel, b.stages)
@@ -641,6 +806,8 @@ func (b *bencher) withStages(plan dispatch.Plan) (dispatch.Plan, error) {
 func planText(p dispatch.Plan) string {
 	ring := dispatch.DecodeRingStages(p.Kernel, int(p.SharedBytes))
 	switch {
+	case p.Balanced():
+		return fmt.Sprintf("balanced <=x%d r%d", p.Splits, ring)
 	case p.Splits == 1:
 		return fmt.Sprintf("single-pass r%d", ring)
 	case p.Cluster > 0:
@@ -670,14 +837,17 @@ func (b *bencher) print() {
 		fmt.Fprintln(tw, "\t\t\t\t\t")
 	}
 	if len(dec) > 0 {
-		fmt.Fprintln(tw, "decode\tshape\tplan\tµs\tGB/s K+V\t% copy\tbest forced\tregret\thost µs\t")
+		fmt.Fprintln(tw, "decode\tshape\tplan\tµs\tGB/s K+V\t% copy\tbest forced\tregret\tbalanced µs\thost µs\t")
 		for _, r := range dec {
-			best, regret := "-", "-"
+			best, regret, balanced := "-", "-", "-"
 			if r.BestMicros > 0 {
 				best = fmt.Sprintf("x%d %.2fµs", r.BestSplits, r.BestMicros)
 				regret = fmt.Sprintf("%+.1f%%", r.RegretPct)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.0f\t%.1f\t%s\t%s\t%.1f\t\n", r.DType, r.Shape, r.Plan, r.Micros, r.GBps, r.PctCopy, best, regret, r.HostMicros)
+			if r.BalancedMicros > 0 {
+				balanced = fmt.Sprintf("%.2f", r.BalancedMicros)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t%.1f\t\n", r.DType, r.Shape, r.Plan, r.Micros, r.GBps, r.PctCopy, best, regret, balanced, r.HostMicros)
 		}
 	}
 	tw.Flush()

@@ -141,11 +141,27 @@ func maxLen(lens []int32) int {
 	return m
 }
 
-// SetLens uploads new lengths (for graph replay); MaxKVLen follows them.
+// SetLens uploads new lengths (for graph replay); MaxKVLen follows them, and
+// so does HostKVLens when it is set.
 func (p *DecodeProblem) SetLens(s *pagedkv.Stream, lens []int32) error {
 	p.Lens = lens
 	p.Args.MaxKVLen = maxLen(lens)
+	if p.Args.HostKVLens != nil {
+		p.Args.HostKVLens = lens
+	}
 	return pagedkv.Upload(s, p.Args.KVLens, lens)
+}
+
+// RaggedLens draws n lengths in [0, maxLen] the way a serving batch looks:
+// a few long requests (one at maxLen) among many short ones, with 0, 1 and
+// page boundaries mixed in, in random order.
+func RaggedLens(g *rand.Rand, n, maxLen, bs int) []int32 {
+	lens := RandomLens(g, n, max(maxLen/16, 1), bs)
+	for range 1 + n/32 {
+		lens[g.IntN(n)] = int32(maxLen/2 + g.IntN(maxLen/2+1))
+	}
+	lens[g.IntN(n)] = int32(maxLen)
+	return lens
 }
 
 // Reference computes the float64 output and LSE.
