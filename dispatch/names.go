@@ -24,10 +24,10 @@ const NarrowMaxGroup = 8
 
 // The decode kernel variants, the middle index of the decode name tables.
 const (
-	variantWide   = iota // a cache of the queries' type, any GQA group
-	variantE4M3          // an fp8 e4m3 cache, any group
-	variantNarrow        // a cache of the queries' type, groups up to NarrowMaxGroup
-	variantE4M3Narrow    // an fp8 e4m3 cache, groups up to NarrowMaxGroup
+	variantWide       = iota // a cache of the queries' type, any GQA group
+	variantE4M3              // an fp8 e4m3 cache, any group
+	variantNarrow            // a cache of the queries' type, groups up to NarrowMaxGroup
+	variantE4M3Narrow        // an fp8 e4m3 cache, groups up to NarrowMaxGroup
 	decodeVariants
 )
 
