@@ -198,7 +198,14 @@ type pagedDecodeParams struct {
 	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
 	NumBlocks                                    int64
 	Scale, KScale, VScale                        float32
-	NumSeqs, BalanceMinPages                     int32
+	Work                                         driver.DevicePtr
+}
+
+// decodePartitionParams is the parameter list of decode_partition, in PTX
+// order (kernels_src/partition.cu).
+type decodePartitionParams struct {
+	Work, KVLens                                             driver.DevicePtr
+	NumSeqs, Items, MaxBlocksPerSeq, BlockSizeLog2, MinPages int32
 }
 
 // PlanDecode returns the plan Decode would follow for a on stream s right now
@@ -360,7 +367,6 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Scale: scale, KScale: kScale, VScale: vScale,
-		NumSeqs: int32(a.NumSeqs), BalanceMinPages: int32(plan.BalanceMinPages),
 	}
 	if plan.ScratchFloats == 0 {
 		err := r.do(func() error {
@@ -398,7 +404,29 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 	p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
 	p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
 	p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
-	if err := r.do(func() error { return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p) }); err != nil {
+	var part decodePartitionParams
+	var partFn driver.Function
+	if plan.Balanced() {
+		p.Work = base + driver.DevicePtr(plan.WorkOffset*4)
+		part = decodePartitionParams{
+			Work: p.Work, KVLens: a.KVLens.Ptr, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y),
+			MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), MinPages: int32(plan.BalanceMinPages),
+		}
+		var err error
+		if partFn, _, err = r.function(dispatch.DecodePartitionKernel); err != nil {
+			return err
+		}
+	}
+	err := r.do(func() error {
+		if plan.Balanced() {
+			one := driver.Dim3{X: 1, Y: 1, Z: 1}
+			if err := driver.Launch(partFn, one, driver.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1}, 0, s.s, &part); err != nil {
+				return err
+			}
+		}
+		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+	})
+	if err != nil {
 		return err
 	}
 	return s.afterLaunch(capturing)
@@ -420,6 +448,11 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 	kernel, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group)
 	if err != nil {
 		return err
+	}
+	// Either build of a kernel that has a compute_90 one, on a device that
+	// runs it.
+	if sm90, ok := dispatch.SM90DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group); ok && plan.Kernel == sm90 && dev.Clusters {
+		kernel = sm90
 	}
 	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
 	want := dispatch.Plan{
@@ -445,9 +478,11 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		want.Grid.Y, want.Grid.Z = plan.Grid.Y, 1
 		rows = items * int64(a.NumQHeads)
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
-		want.ScratchFloats = rows * int64(a.HeadDim+2)
+		shape := a.shape(false, 0)
+		want.ScratchFloats, want.WorkOffset = dispatch.BalancedScratch(&shape, int(items))
 		want.MaxOffset = rows * int64(a.HeadDim)
 		want.SumOffset = want.MaxOffset + rows
+		want.BalanceMinPages = plan.BalanceMinPages
 	} else if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
 		want.ScratchFloats = rows * int64(a.HeadDim+2)
@@ -464,7 +499,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster ||
 		plan.Cluster > dispatch.MaxClusterSplits || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset ||
-		plan.BalanceMinPages < 0 || plan.BalanceMinPages > math.MaxInt32 || (plan.BalanceMinPages > 0 && plan.Cluster > 0) {
+		plan.BalanceMinPages != want.BalanceMinPages || plan.BalanceMinPages > math.MaxInt32 || plan.WorkOffset != want.WorkOffset {
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
 	}

@@ -282,11 +282,16 @@ func TestCheckDecodePlan(t *testing.T) {
 	more.Grid.Y += 7
 	assert.Error(t, checkDecodePlan(&a, &more, &plain), "scratch for other items")
 	rows := int64(more.Grid.Y) * int64(a.NumQHeads)
-	more.ScratchFloats, more.MaxOffset, more.SumOffset = rows*int64(a.HeadDim+2), rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
+	shape := a.shape(false, 0)
+	more.ScratchFloats, more.WorkOffset = dispatch.BalancedScratch(&shape, int(more.Grid.Y))
+	more.MaxOffset, more.SumOffset = rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
 	assert.NoError(t, checkDecodePlan(&a, &more, &plain))
 	few := bal
 	few.Grid.Y = uint32(a.NumSeqs)
 	assert.ErrorContains(t, checkDecodePlan(&a, &few, &plain), "more items than sequences")
+	off := bal
+	off.WorkOffset++
+	assert.Error(t, checkDecodePlan(&a, &off, &plain), "a work list off its place")
 	bal.Cluster = 2
 	assert.Error(t, checkDecodePlan(&a, &bal, &sm90), "a balanced plan in clusters")
 }

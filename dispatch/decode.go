@@ -51,7 +51,7 @@ var (
 	// a slot's share of the work of the ideal, and each item's fixed cost
 	// (its prologue and its partial's merge, ~SplitCostTokens) stays small
 	// against the ≥ BalanceMinChunkTokens it streams.
-	BalanceItemsPerSlot = 4
+	BalanceItemsPerSlot = 8
 	// BalanceMinChunkTokens is the shortest split a balanced plan cuts: the
 	// √ rule's optimum for a 2048-token sequence is 8 splits of 256.
 	BalanceMinChunkTokens = 256
@@ -61,10 +61,14 @@ var (
 	BalanceRaggedRatio = 1.5
 )
 
-// BalanceMaxSeqs is the most sequences a balanced plan serves: every block
-// partitions the batch from all its lengths (balanced_item in
-// kernels_src/decode.cuh), 128 sequences per pass.
+// BalanceMaxSeqs is the most sequences a balanced plan serves: one block
+// partitions the batch from all its lengths (DecodePartitionKernel), 128
+// sequences per pass.
 const BalanceMaxSeqs = 512
+
+// DecodePartitionKernel writes a balanced plan's work list before its decode
+// launch (kernels_src/partition.cu): one block of DecodeThreads.
+const DecodePartitionKernel = "decode_partition"
 
 // MaxSplits is the largest split count any plan uses: the decode kernel's
 // fused merge keeps one weight per split and head in shared memory
@@ -232,11 +236,14 @@ type Plan struct {
 	Reason          string // one of the Reason constants
 
 	// BalanceMinPages > 0 marks a balanced plan: Grid.Y is a number of work
-	// items (NumSeqs plus spare ones), and the kernel splits each sequence
-	// from its real kv length into at most Splits splits of at least
-	// BalanceMinPages pages, as balanced_item in kernels_src/decode.cuh
-	// does. Its scratch has one row of partials per item and query head.
+	// items (NumSeqs plus spare ones). DecodePartitionKernel first splits
+	// each sequence from its real kv length into at most Splits splits of at
+	// least BalanceMinPages pages and writes the work list, int32
+	// [Grid.Y][4] at WorkOffset (floats from the start of the scratch, 16-byte
+	// aligned); the decode's block (x, y) then computes item y. Its
+	// partials have one row per item and query head.
 	BalanceMinPages int
+	WorkOffset      int64
 }
 
 // WorkspaceFloatsOffset is where a caller's workspace holds the plan's f32
@@ -268,6 +275,9 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 	qi, vi, hi, _ := decodeIndex(s.QType, s.CacheType, s.HeadDim, group)
 	kernel := tables.decode[qi][vi][hi]
+	if name := tables.sm90[qi][vi][hi]; name != "" && dev.Clusters {
+		kernel = name // the same kernel built for compute_90
+	}
 	shared := KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	if shared > dev.MaxSharedPerBlockOptin {
 		return Plan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheType=%v needs %d bytes of shared memory per block; %s allows %d",
@@ -363,12 +373,30 @@ func balancedItems(s *DecodeShape, dev *DeviceFacts, occ int) int {
 }
 
 func balancedScratchFloats(s *DecodeShape, items int) int64 {
-	return int64(items) * int64(s.NumQHeads) * int64(s.HeadDim+2)
+	return balancedWorkOffset(s, items) + 4*int64(items)
+}
+
+// balancedWorkOffset is where a balanced plan's work list starts: after the
+// partials, 16-byte aligned.
+func balancedWorkOffset(s *DecodeShape, items int) int64 {
+	return (int64(items)*int64(s.NumQHeads)*int64(s.HeadDim+2) + 3) / 4 * 4
+}
+
+// BalancedScratch returns the scratch layout of a balanced plan of items
+// work items for s: the f32 floats in all, and the work list's offset.
+func BalancedScratch(s *DecodeShape, items int) (floats, workOffset int64) {
+	return balancedScratchFloats(s, items), balancedWorkOffset(s, items)
 }
 
 // planBalanced returns the balanced plan of s (see Plan.BalanceMinPages).
 func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared int, reason string) Plan {
-	items := balancedItems(s, dev, occupancy(dev, kernel, twin))
+	occ := occupancy(dev, kernel, twin)
+	// Splits are short (BalanceMinChunkTokens up to about a slot's share):
+	// the one-wave ring, where it packs more blocks per SM.
+	if shallow := max(dev.ShallowOccupancy[kernel], dev.ShallowOccupancy[twin]); shallow > occ {
+		occ, shared = shallow, DecodeOneWaveSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
+	}
+	items := balancedItems(s, dev, occ)
 	minPages := ceilDiv(BalanceMinChunkTokens, s.BlockSize)
 	splits := min(MaxSplits, max(ceilDiv(ceilDiv(s.MaxKVLen, s.BlockSize), minPages), 1), items-s.NumSeqs+1)
 	rows := int64(items) * int64(s.NumQHeads)
@@ -385,6 +413,7 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 		MaxOffset:       rows * int64(s.HeadDim),
 		SumOffset:       rows*int64(s.HeadDim) + rows,
 		BalanceMinPages: minPages,
+		WorkOffset:      balancedWorkOffset(s, items),
 	}
 }
 

@@ -40,7 +40,11 @@ type nameTables struct {
 	// cluster: the decode kernels whose splits form one thread-block cluster
 	// and merge on chip (compute_90 modules decode_*_sm90).
 	cluster [len(activationTypes)][decodeVariants][len(headDims)]string
-	shape   map[string][2]int // decode kernel → {head dim, cache element size}
+	// sm90: the compute_90 builds of plain (non-cluster) decode kernels,
+	// where one exists: the narrow fp8 kernels, whose e4m3 moves are one
+	// instruction there (cvt.rn.f16x2.e4m3x2); "" elsewhere.
+	sm90  [len(activationTypes)][decodeVariants][len(headDims)]string
+	shape map[string][2]int // decode kernel → {head dim, cache element size}
 	append  [len(activationTypes)][2]string
 	gather  [3]string // by cache dtype: f16, bf16, e4m3
 	rope    [len(activationTypes)][2]string
@@ -87,6 +91,10 @@ func buildNames() *nameTables {
 				t.cluster[qi][narrow][hi] = name + "_g8_cluster"
 				t.shape[name+"_g8"] = [2]int{d, size}
 				t.shape[name+"_g8_cluster"] = [2]int{d, size}
+				if fp8 == 1 {
+					t.sm90[qi][narrow][hi] = name + "_g8_sm90"
+					t.shape[name+"_g8_sm90"] = [2]int{d, size}
+				}
 			}
 		}
 	}
@@ -244,6 +252,19 @@ func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 	return tables.decode[qi][vi][hi], nil
 }
 
+// SM90DecodeKernelName returns the compute_90 build of the kernel
+// DecodeKernelName names, and whether there is one (the narrow fp8 kernels).
+// The planner takes it on devices with clusters (compute capability 9.0 and
+// newer).
+func SM90DecodeKernelName(q, cache DType, headDim, group int) (string, bool) {
+	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
+	if err != nil {
+		return "", false
+	}
+	name := tables.sm90[qi][vi][hi]
+	return name, name != ""
+}
+
 // ClusterDecodeKernelName returns the cluster twin (compute_90) of the
 // kernel DecodeKernelName names, without building a string.
 func ClusterDecodeKernelName(q, cache DType, headDim, group int) (string, error) {
@@ -328,6 +349,16 @@ func KernelNames() []string {
 	names := append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...)
 	names = append(names, ClusterDecodeKernelNames()...)
 	names = append(names, RopeKernelNames()...)
+	names = append(names, DecodePartitionKernel)
+	for qi := range tables.sm90 {
+		for vi := range tables.sm90[qi] {
+			for _, name := range tables.sm90[qi][vi] {
+				if name != "" {
+					names = append(names, name)
+				}
+			}
+		}
+	}
 	for qi := range tables.mla {
 		names = append(names, tables.mla[qi][:]...)
 		names = append(names, tables.qkv[qi][:]...)

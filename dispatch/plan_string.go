@@ -8,6 +8,7 @@ import "fmt"
 //	paged_decode_f16_hd128_g8 grid(8,1,4) block 128 smem 69632 B, 4 splits (global merge, 16640 scratch floats, 8 counters): auto: split to fill SMs
 //	paged_decode_f16_hd128_g8_cluster grid(8,1,8) block 128 smem 69632 B, 8 splits in clusters of 8: auto: clusters of splits, one wave
 //	paged_decode_f16_hd128_g8 grid(8,128,1) block 128 smem 102400 B, single-pass: auto: grid fills the GPU
+//	paged_decode_f16_hd128_g8 grid(8,524,1) block 128 smem 69632 B, balanced: 524 work items, up to 64 splits of ≥ 16 pages per sequence (…): auto: ragged batch, …
 //
 // A split count that was clamped adds "requested N". A plan without a split
 // decision (Splits ≤ 1 and no Reason: cache writes, RoPE, QKV) ends after the
@@ -28,6 +29,9 @@ func (p Plan) String() string {
 		requested = fmt.Sprintf("requested %d", p.RequestedSplits)
 	}
 	switch {
+	case p.Balanced():
+		s += fmt.Sprintf(", balanced: %d work items, up to %d splits of ≥ %d pages per sequence (%d scratch floats, %d counters)",
+			p.Grid.Y, p.Splits, p.BalanceMinPages, p.ScratchFloats, p.Counters)
 	case p.Splits <= 1:
 		s += ", single-pass" + parenthesized(requested)
 	case p.Cluster > 0:

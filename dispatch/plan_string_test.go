@@ -115,3 +115,9 @@ func TestPlanStringOfPlans(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanStringBalanced(t *testing.T) {
+	p := Plan{Kernel: "paged_decode_f16_hd128_g8", Grid: Dim3{8, 524, 1}, Block: Dim3{128, 1, 1}, SharedBytes: 69632,
+		Splits: 64, ScratchFloats: 100, Counters: 1024, BalanceMinPages: 16, Reason: ReasonBalancedRagged}
+	assert.Equal(t, "paged_decode_f16_hd128_g8 grid(8,524,1) block 128 smem 69632 B, balanced: 524 work items, up to 64 splits of ≥ 16 pages per sequence (100 scratch floats, 1024 counters): "+ReasonBalancedRagged, p.String())
+}

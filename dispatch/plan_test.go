@@ -444,7 +444,7 @@ func TestKernelNameLists(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidShape)
 
 	all := KernelNames()
-	assert.Len(t, all, 2*len(decode)+4+3+4+4+4)
+	assert.Len(t, all, 2*len(decode)+4+3+4+4+4+1+6) // … decode_partition and the six _g8_sm90 fp8 kernels
 	seen := map[string]bool{}
 	for _, name := range all {
 		assert.False(t, seen[name], "duplicate %s", name)

@@ -164,17 +164,53 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// PKV_CVT_E4M3: compute capability 8.9 and newer convert two e4m3 values to
+// f16x2 in one instruction (cvt.rn.f16x2.e4m3x2), exactly; the compute_90
+// modules (decode_*_sm90) use it, the compute_80 ones the bit move of
+// common.cuh, whose values come out divided by 256 (mma_scale folds it back).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define PKV_CVT_E4M3 1
+#endif
+
+// mma_scale returns what the decode's tensor-core inputs of cache type C
+// must be multiplied by to give real values (before k_scale / v_scale).
+template <typename C>
+__device__ __forceinline__ float mma_scale() {
+#ifdef PKV_CVT_E4M3
+  return 1.0f;
+#else
+  return decode_scale<C>();
+#endif
+}
+
+// e4m3_half2 widens two e4m3 bytes of x to an f16 pair: selector is a
+// __byte_perm selector that puts the low value's byte in result byte 1 and
+// the high value's in byte 3 (0x1404: bytes 0 and 1; 0x3424: 2 and 3;
+// 0x2404: 0 and 2; 0x3414: 1 and 3). The pair holds value/256 without
+// PKV_CVT_E4M3, the value itself with it (see mma_scale).
+__device__ __forceinline__ uint32_t e4m3_half2(uint32_t x, uint32_t selector) {
+#ifdef PKV_CVT_E4M3
+  const uint32_t lo = (selector >> 4) & 0xF, hi = (selector >> 12) & 0xF;
+  const unsigned short pair = (unsigned short)__byte_perm(x, 0u, lo | (hi << 4));
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(pair));
+  return h;
+#else
+  return e4m3_pair_to_half2_bits_div256(x, selector);
+#endif
+}
+
 // e4m3_pair widens two e4m3 bytes of x (picked by selector, see
-// e4m3_pair_to_half2_bits_div256) to a pair of T holding value/256, exactly.
+// e4m3_half2) to a pair of T, exactly.
 template <typename T>
 __device__ __forceinline__ uint32_t e4m3_pair(uint32_t x, uint32_t selector);
 template <>
 __device__ __forceinline__ uint32_t e4m3_pair<__half>(uint32_t x, uint32_t selector) {
-  return e4m3_pair_to_half2_bits_div256(x, selector);
+  return e4m3_half2(x, selector);
 }
 template <>
 __device__ __forceinline__ uint32_t e4m3_pair<__nv_bfloat16>(uint32_t x, uint32_t selector) {
-  uint32_t h = e4m3_pair_to_half2_bits_div256(x, selector);
+  uint32_t h = e4m3_half2(x, selector);
   const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
   return pack2<__nv_bfloat16>(f.x, f.y);
 }
@@ -278,18 +314,19 @@ __device__ __forceinline__ int block_scan_add(int x, int* tmp, int* total) {
   return x + before;
 }
 
-// balanced_item partitions a balanced launch's gridDim.y items among the
-// sequences from their real kv lengths, the same way in every block, and
-// returns block item blockIdx.y's share (splits == 0: an unused item).
-// With P the batch's pages and E = items − num_seqs the spare items, every
-// split covers at most c = max(min_pages, ⌈P/E⌉) pages, so sequence s gets
-// n_s = clamp(⌈pages_s/c⌉, 1, kMaxSplits) splits and Σ n_s ≤ P/c + num_seqs
-// ≤ items. Items are ordered for a greedy scheduler: the splits of the
-// sequences cut in several come first (longest work first), those of whole
-// sequences are numbered down from the last item, and unused items in
-// between exit at once. tmp: 3·kDecodeWarps ints of shared memory.
-__device__ __forceinline__ WorkItem balanced_item(const int* __restrict__ kv_lens, int num_seqs, int cap,
-                                                  int block_size_log2, int min_pages, int* tmp) {
+// partition_work writes the work list of a balanced decode (one block of
+// kDecodeThreads; see decode_partition in partition.cu): work[y] = (seq,
+// split, splits, first) for each of the items y, splits = 0 for an unused
+// one. With P the batch's pages and E = items − num_seqs the spare items,
+// every split covers at most c = max(min_pages, ⌈P/E⌉) pages, so sequence s
+// gets n_s = clamp(⌈pages_s/c⌉, 1, kMaxSplits) splits and Σ n_s ≤ P/c +
+// num_seqs ≤ items. Items are ordered for a greedy block scheduler: the
+// splits of the sequences cut in several first (the longest work first),
+// then the whole sequences, then the unused items.
+__device__ __forceinline__ void partition_work(int4* __restrict__ work, const int* __restrict__ kv_lens,
+                                               int num_seqs, int items, int cap, int block_size_log2,
+                                               int min_pages) {
+  __shared__ int tmp[kDecodeWarps];
   const int bs_mask = (1 << block_size_log2) - 1;
   auto pages_of = [&](int s) -> int {
     const int len = min(max(__ldg(kv_lens + s), 0), cap);
@@ -299,36 +336,29 @@ __device__ __forceinline__ WorkItem balanced_item(const int* __restrict__ kv_len
   for (int s = threadIdx.x; s < num_seqs; s += kDecodeThreads) part += pages_of(s);
   int total;
   block_scan_add(part, tmp, &total);
-  const int items = gridDim.y;
   const int spare = max(items - num_seqs, 1);
   const int c = max(min_pages, (total + spare - 1) / spare);
-  const int y = blockIdx.y;
-  int* found = tmp + kDecodeWarps;  // seq, split, splits, first
-  if (threadIdx.x == 0) found[2] = 0;
-  int multi = 0, whole = 0;  // items before this chunk of sequences
+  auto splits_of = [&](int s) -> int { return s < num_seqs ? min(max((pages_of(s) + c - 1) / c, 1), kMaxSplits) : 0; };
+  int next = 0;  // items written so far (the same in every thread)
   for (int base = 0; base < num_seqs; base += kDecodeThreads) {
     const int s = base + threadIdx.x;
-    const int n = s < num_seqs ? min(max((pages_of(s) + c - 1) / c, 1), kMaxSplits) : 0;
-    int chunk_multi, chunk_whole;
-    const int m_end = multi + block_scan_add(n > 1 ? n : 0, tmp, &chunk_multi);
-    const int w_end = whole + block_scan_add(n == 1 ? 1 : 0, tmp, &chunk_whole);
-    if (n > 1 && y >= m_end - n && y < m_end) {
-      found[0] = s;
-      found[1] = y - (m_end - n);
-      found[2] = n;
-      found[3] = m_end - n;
-    } else if (n == 1 && y == items - w_end) {
-      found[0] = s;
-      found[1] = 0;
-      found[2] = 1;
-      found[3] = y;
+    const int n = splits_of(s);
+    int chunk;
+    const int end = next + block_scan_add(n > 1 ? n : 0, tmp, &chunk);
+    if (n > 1) {
+      for (int z = 0; z < n && end - n + z < items; ++z) work[end - n + z] = make_int4(s, z, n, end - n);
     }
-    multi += chunk_multi;
-    whole += chunk_whole;
+    next += chunk;
   }
-  __syncthreads();
-  const WorkItem w = {found[0], found[1], found[2], found[3]};
-  return w;
+  for (int base = 0; base < num_seqs; base += kDecodeThreads) {
+    const int s = base + threadIdx.x;
+    const int n = splits_of(s);
+    int chunk;
+    const int y = next + block_scan_add(n == 1 ? 1 : 0, tmp, &chunk) - 1;
+    if (n == 1 && y < items) work[y] = make_int4(s, 0, 1, y);
+    next += chunk;
+  }
+  for (int y = next + threadIdx.x; y < items; y += kDecodeThreads) work[y] = make_int4(0, 0, 0, 0);
 }
 
 template <typename T, typename C, int D, bool CLUSTER, bool NARROW>
@@ -339,8 +369,8 @@ __device__ __forceinline__ void paged_decode(
     const C* __restrict__ k_cache, const C* __restrict__ v_cache,
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
-    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale, int num_seqs,
-    int balance_min_pages) {
+    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
+    const int4* __restrict__ work) {
   PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
@@ -376,14 +406,14 @@ __device__ __forceinline__ void paged_decode(
   const int num_kv_heads = gridDim.x;
   const int cap = max_blocks_per_seq << block_size_log2;
   // Which split of which sequence: fixed by the grid (seq = y, split = z of
-  // gridDim.z), or, for a balanced launch (balance_min_pages > 0, not for
-  // clusters), chosen from the real kv lengths.
+  // gridDim.z), or, for a balanced launch (work != null, never a cluster),
+  // item y of the work list decode_partition wrote from the real lengths.
   WorkItem item = {(int)blockIdx.y, (int)blockIdx.z, (int)gridDim.z, (int)(blockIdx.y * gridDim.z)};
-  const bool balanced = !CLUSTER && balance_min_pages > 0;
+  const bool balanced = !CLUSTER && work != nullptr;
   if (balanced) {
-    item = balanced_item(kv_lens, num_seqs, cap, block_size_log2, balance_min_pages,
-                         reinterpret_cast<int*>(&m_s[0][0]));
-    if (item.splits == 0) return;  // an unused item
+    const int4 w = work[blockIdx.y];
+    if (w.z == 0) return;  // an unused item
+    item = {w.x, w.y, w.z, w.w};
   }
   const int seq = item.seq;
   const int split = item.split;
@@ -505,8 +535,8 @@ __device__ __forceinline__ void paged_decode(
   float acc[ACC][4];
 #pragma unroll
   for (int n = 0; n < ACC; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  // Scores come out in log2 units: scale·log2(e)·k_scale (·256 for fp8).
-  const float q_mul = scale * kLog2e * k_scale * decode_scale<C>();
+  // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
+  const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
   const uint32_t q_base = smem_addr(q_s);
   const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix x4 rows: 0-7, 8-15, 0-7, 8-15
 
@@ -808,7 +838,7 @@ __device__ __forceinline__ void paged_decode(
   }
   __syncthreads();
 
-  const float v_mul = v_scale * decode_scale<C>();
+  const float v_mul = v_scale * mma_scale<C>();
   for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
     const int g = i / D;
     const int d = i - g * D;
@@ -924,11 +954,11 @@ __device__ __forceinline__ void paged_decode(
       unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                         \
       const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
-      float scale, float k_scale, float v_scale, int num_seqs, int balance_min_pages) {               \
+      float scale, float k_scale, float v_scale, const int4* work) {                                  \
     pkv::paged_decode<T, C, D, CLUSTER, NARROW>(                                                      \
         out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
         kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
-        scale, k_scale, v_scale, num_seqs, balance_min_pages);                                        \
+        scale, k_scale, v_scale, work);                                                               \
   }
 
 // PKV_DECODE_ALL defines the entries <prefix>_hd<D> for every head dim.
@@ -949,6 +979,14 @@ __device__ __forceinline__ void paged_decode(
   PKV_DECODE(prefix##_hd64_g8, T, C, 64, false, true)   \
   PKV_DECODE(prefix##_hd128_g8, T, C, 128, false, true) \
   PKV_DECODE(prefix##_hd256_g8, T, C, 256, false, true)
+
+// PKV_DECODE_NARROW_SM90_ALL defines <prefix>_hd<D>_g8_sm90: the narrow
+// kernels of an fp8 cache built for compute_90, whose e4m3 moves are one
+// instruction (PKV_CVT_E4M3).
+#define PKV_DECODE_NARROW_SM90_ALL(prefix, T, C)                  \
+  PKV_DECODE(prefix##_hd64_g8_sm90, T, C, 64, false, true)   \
+  PKV_DECODE(prefix##_hd128_g8_sm90, T, C, 128, false, true) \
+  PKV_DECODE(prefix##_hd256_g8_sm90, T, C, 256, false, true)
 
 // PKV_DECODE_NARROW_CLUSTER_ALL defines <prefix>_hd<D>_g8_cluster.
 #define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T, C)                  \

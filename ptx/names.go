@@ -14,6 +14,7 @@ const (
 	ModuleDecodeF16E4m3Sm90  = "decode_f16_e4m3_sm90"
 	ModuleDecodeF16Sm90      = "decode_f16_sm90"
 	ModuleMla                = "mla"
+	ModulePartition          = "partition"
 	ModuleQkv                = "qkv"
 	ModuleRope               = "rope"
 )
@@ -63,10 +64,13 @@ const (
 const (
 	PagedDecodeBf16E4m3Hd128Cluster   = "paged_decode_bf16_e4m3_hd128_cluster"
 	PagedDecodeBf16E4m3Hd128G8Cluster = "paged_decode_bf16_e4m3_hd128_g8_cluster"
+	PagedDecodeBf16E4m3Hd128G8Sm90    = "paged_decode_bf16_e4m3_hd128_g8_sm90"
 	PagedDecodeBf16E4m3Hd256Cluster   = "paged_decode_bf16_e4m3_hd256_cluster"
 	PagedDecodeBf16E4m3Hd256G8Cluster = "paged_decode_bf16_e4m3_hd256_g8_cluster"
+	PagedDecodeBf16E4m3Hd256G8Sm90    = "paged_decode_bf16_e4m3_hd256_g8_sm90"
 	PagedDecodeBf16E4m3Hd64Cluster    = "paged_decode_bf16_e4m3_hd64_cluster"
 	PagedDecodeBf16E4m3Hd64G8Cluster  = "paged_decode_bf16_e4m3_hd64_g8_cluster"
+	PagedDecodeBf16E4m3Hd64G8Sm90     = "paged_decode_bf16_e4m3_hd64_g8_sm90"
 )
 
 // Entry points of decode_bf16_sm90.ptx (kernels_src/decode_bf16_sm90.cu).
@@ -103,10 +107,13 @@ const (
 const (
 	PagedDecodeF16E4m3Hd128Cluster   = "paged_decode_f16_e4m3_hd128_cluster"
 	PagedDecodeF16E4m3Hd128G8Cluster = "paged_decode_f16_e4m3_hd128_g8_cluster"
+	PagedDecodeF16E4m3Hd128G8Sm90    = "paged_decode_f16_e4m3_hd128_g8_sm90"
 	PagedDecodeF16E4m3Hd256Cluster   = "paged_decode_f16_e4m3_hd256_cluster"
 	PagedDecodeF16E4m3Hd256G8Cluster = "paged_decode_f16_e4m3_hd256_g8_cluster"
+	PagedDecodeF16E4m3Hd256G8Sm90    = "paged_decode_f16_e4m3_hd256_g8_sm90"
 	PagedDecodeF16E4m3Hd64Cluster    = "paged_decode_f16_e4m3_hd64_cluster"
 	PagedDecodeF16E4m3Hd64G8Cluster  = "paged_decode_f16_e4m3_hd64_g8_cluster"
+	PagedDecodeF16E4m3Hd64G8Sm90     = "paged_decode_f16_e4m3_hd64_g8_sm90"
 )
 
 // Entry points of decode_f16_sm90.ptx (kernels_src/decode_f16_sm90.cu).
@@ -125,6 +132,11 @@ const (
 	MlaConcatQF16    = "mla_concat_q_f16"
 	MlaRopeQuantBf16 = "mla_rope_quant_bf16"
 	MlaRopeQuantF16  = "mla_rope_quant_f16"
+)
+
+// Entry points of partition.ptx (kernels_src/partition.cu).
+const (
+	DecodePartition = "decode_partition"
 )
 
 // Entry points of qkv.ptx (kernels_src/qkv.cu).

@@ -19,11 +19,11 @@ import (
 // type, narrow and wide groups, pages of 1 to 256 tokens.
 func raggedShapes() []check.DecodeShape {
 	return []check.DecodeShape{
-		{Seqs: 128, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 256, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 4096},
-		{Seqs: 300, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1270},
+		{Seqs: 128, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 2048},
+		{Seqs: 300, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1270},
 		{Seqs: 40, QHeads: 16, KVHeads: 1, HeadDim: 128, BlockSize: 1, MaxBlocksPerSeq: 3000, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 3000},
-		{Seqs: 20, QHeads: 12, KVHeads: 4, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 12, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 3000},
-		{Seqs: 70, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 160, DType: pagedkv.F16, Cache: pagedkv.E4M3, MaxLen: 2500},
+		{Seqs: 20, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 12, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 3000},
+		{Seqs: 70, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 160, DType: pagedkv.F16, Cache: pagedkv.E4M3, MaxLen: 2500},
 		{Seqs: 33, QHeads: 24, KVHeads: 2, HeadDim: 128, BlockSize: 64, MaxBlocksPerSeq: 40, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 2500}, // group 12: wide
 	}
 }
@@ -75,6 +75,7 @@ func TestDecodeBalancedGraphReplay(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	for _, c := range raggedShapes()[:5] {
+		c.MaxBlocksPerSeq += 7 // capacity beyond the first lengths
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, r, s, g, c)
 			p.Args.KVCapacity = c.MaxBlocksPerSeq * c.BlockSize

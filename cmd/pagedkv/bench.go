@@ -73,6 +73,7 @@ func runBench(args []string) error {
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, "decode ring stages for every decode launch, 2..4 (0: the planner's)")
+	caches := fs.String("cache", "f16,bf16,e4m3", "decode cache dtypes to measure, comma-separated (ragged rows come with f16)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	// The op may also come first: pagedkv bench decode [flags].
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -124,7 +125,15 @@ func runBench(args []string) error {
 		}
 	}
 	if *op == "all" || *op == "decode" {
-		if err := b.benchDecode(*quick, !*noSweep); err != nil {
+		var list []pagedkv.DType
+		for _, name := range strings.Split(*caches, ",") {
+			d, ok := map[string]pagedkv.DType{"f16": pagedkv.F16, "bf16": pagedkv.BF16, "e4m3": pagedkv.E4M3}[name]
+			if !ok {
+				return fmt.Errorf("pagedkv bench: -cache=%q is not allowed; allowed: a comma-separated list of f16, bf16, e4m3", *caches)
+			}
+			list = append(list, d)
+		}
+		if err := b.benchDecode(list, *quick, !*noSweep); err != nil {
 			return err
 		}
 	}
@@ -481,7 +490,7 @@ func (b *bencher) fillRandom(dst pagedkv.Buffer, d pagedkv.DType) error {
 	return b.s.Synchronize()
 }
 
-func (b *bencher) benchDecode(quick, doSweep bool) error {
+func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error {
 	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
 	seqsGrid := []int{1, 8, 32, 128}
 	kvGrid := []int{512, 2048, 8192, 32768}
@@ -509,7 +518,7 @@ func (b *bencher) benchDecode(quick, doSweep bool) error {
 	ragged := raggedCases()
 	total := 3*len(seqsGrid)*len(kvGrid) + 2*len(ragged)
 	n := 0
-	for _, cache := range []pagedkv.DType{pagedkv.F16, pagedkv.BF16, pagedkv.E4M3} {
+	for _, cache := range caches {
 		b.status(fmt.Sprintf("filling %.1f GB of %s pages with random data", 2*float64(pool.k.Bytes)/1e9, cache))
 		if err := b.fillRandom(pool.k, cache); err != nil {
 			return err

@@ -1,0 +1,172 @@
+package dispatch
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPlanDecodeBalancedChoice: the automatic plan is balanced for graphs and
+// for eager batches whose host lengths are ragged; never when a knob forces
+// another path, when the batch has too many sequences or the scratch limit
+// is too small.
+func TestPlanDecodeBalancedChoice(t *testing.T) {
+	ragged := llama(128, 32768)
+	ragged.HostKVLens = make([]int32, 128)
+	for i := range ragged.HostKVLens {
+		ragged.HostKVLens[i] = 512
+	}
+	ragged.HostKVLens[0] = 32768
+	uniform := llama(128, 512)
+	uniform.HostKVLens = make([]int32, 128)
+	for i := range uniform.HostKVLens {
+		uniform.HostKVLens[i] = 512
+	}
+	graph := llama(1, 32768)
+	graph.Graph = true
+	many := llama(BalanceMaxSeqs+1, 4096)
+	many.Graph = true
+	for _, tt := range []struct {
+		name   string
+		shape  DecodeShape
+		k      Knobs
+		reason string // "" = not balanced
+	}{
+		{"ragged host lengths", ragged, DefaultKnobs(), ReasonBalancedRagged},
+		{"uniform host lengths", uniform, DefaultKnobs(), ""},
+		{"no host lengths", llama(128, 32768), DefaultKnobs(), ""},
+		{"graph", graph, DefaultKnobs(), ReasonBalancedGraph},
+		{"forced on", llama(8, 2048), knobs(func(k *Knobs) { k.Balance = SplitOn }), ReasonBalanceOn},
+		{"forced off", graph, knobs(func(k *Knobs) { k.Balance = SplitOff }), ""},
+		{"forced splits win", ragged, knobs(func(k *Knobs) { k.ForcedSplits = 4 }), ""},
+		{"PAGED_FLASH=0 wins", graph, knobs(func(k *Knobs) { k.PagedFlash = false }), ""},
+		{"SPLIT_K_ATTN=0 wins", graph, knobs(func(k *Knobs) { k.SplitK = SplitOff }), ""},
+		{"too many sequences", many, DefaultKnobs(), ""},
+		{"scratch limit", graph, knobs(func(k *Knobs) { k.ScratchLimitBytes = 4096 }), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanDecode(tt.shape, h200(), tt.k)
+			require.NoError(t, err)
+			if tt.reason == "" {
+				assert.False(t, p.Balanced(), "%s", p.String())
+				return
+			}
+			require.True(t, p.Balanced(), "%s", p.String())
+			assert.Equal(t, tt.reason, p.Reason)
+			assert.Zero(t, p.Cluster)
+			assert.Greater(t, int(p.Grid.Y), tt.shape.NumSeqs)
+			assert.Equal(t, Dim3{uint32(tt.shape.NumKVHeads), p.Grid.Y, 1}, p.Grid)
+			floats, work := BalancedScratch(&tt.shape, int(p.Grid.Y))
+			assert.Equal(t, floats, p.ScratchFloats)
+			assert.Equal(t, work, p.WorkOffset)
+			assert.Zero(t, p.WorkOffset%4, "16-byte aligned work list")
+			assert.GreaterOrEqual(t, p.WorkOffset, p.SumOffset+int64(p.Grid.Y)*int64(tt.shape.NumQHeads), "after the sums")
+			assert.Equal(t, int64(tt.shape.NumSeqs*tt.shape.NumKVHeads), p.Counters)
+			assert.Equal(t, ceilDiv(BalanceMinChunkTokens, tt.shape.BlockSize), p.BalanceMinPages)
+			assert.Equal(t, p.WorkOffset*4+4*4*int64(p.Grid.Y), p.ScratchFloats*4)
+		})
+	}
+
+	bad := ragged
+	bad.HostKVLens = bad.HostKVLens[:3]
+	_, err := PlanDecode(bad, h200(), DefaultKnobs())
+	assert.ErrorContains(t, err, "HostKVLens has 3 lengths; want NumSeqs=128")
+	bad = uniform
+	bad.HostKVLens = append([]int32(nil), uniform.HostKVLens...)
+	bad.HostKVLens[5] = 513
+	_, err = PlanDecode(bad, h200(), DefaultKnobs())
+	assert.ErrorContains(t, err, "HostKVLens[5]=513 is out of range")
+	_, err = PlanDecode(llama(2, 64), h200(), knobs(func(k *Knobs) { k.Balance = 7 }))
+	assert.ErrorContains(t, err, "Knobs.Balance")
+}
+
+// partition is the work list kernels_src/decode.cuh's partition_work writes,
+// computed the same way on the host: (seq, split, splits, first) per item.
+func partition(lens []int32, items, cap, blockSize, minPages int) [][4]int {
+	pagesOf := func(l int32) int { return ceilDiv(min(max(int(l), 0), cap), blockSize) }
+	total := 0
+	for _, l := range lens {
+		total += pagesOf(l)
+	}
+	spare := max(items-len(lens), 1)
+	c := max(minPages, ceilDiv(total, spare))
+	n := make([]int, len(lens))
+	for s, l := range lens {
+		n[s] = min(max(ceilDiv(pagesOf(l), c), 1), MaxSplits)
+	}
+	work := make([][4]int, items)
+	next := 0
+	for s := range lens {
+		if n[s] > 1 {
+			for z := range n[s] {
+				work[next+z] = [4]int{s, z, n[s], next}
+			}
+			next += n[s]
+		}
+	}
+	for s := range lens {
+		if n[s] == 1 {
+			work[next] = [4]int{s, 0, 1, next}
+			next++
+		}
+	}
+	return work
+}
+
+// TestBalancedPartitionCovers checks the partition's promise on random and
+// extreme batches: every sequence's splits appear once each, in items the
+// plan has, each split at most c pages, and the items of split sequences
+// first.
+func TestBalancedPartitionCovers(t *testing.T) {
+	g := rand.New(rand.NewPCG(3, 4))
+	dev := h200()
+	for trial := range 300 {
+		seqs := 1 + g.IntN(BalanceMaxSeqs)
+		bs := 1 << g.IntN(9)
+		capacity := 1 + g.IntN(40000)
+		lens := make([]int32, seqs)
+		for i := range lens {
+			switch g.IntN(4) {
+			case 0:
+				lens[i] = int32(capacity)
+			case 1:
+				lens[i] = int32(g.IntN(3))
+			default:
+				lens[i] = int32(g.IntN(capacity + 1))
+			}
+		}
+		shape := DecodeShape{NumSeqs: seqs, NumQHeads: 8, NumKVHeads: 1 + g.IntN(8), HeadDim: 128, BlockSize: bs,
+			MaxKVLen: capacity, MaxBlocksPerSeq: ceilDiv(capacity, bs), QType: F16, CacheType: F16, Graph: true}
+		shape.NumQHeads = shape.NumKVHeads * (1 + g.IntN(4))
+		p, err := PlanDecode(shape, dev, DefaultKnobs())
+		require.NoError(t, err)
+		require.True(t, p.Balanced(), "trial %d: %s", trial, p.String())
+		work := partition(lens, int(p.Grid.Y), shape.MaxBlocksPerSeq*bs, bs, p.BalanceMinPages)
+		seen := make([][]bool, seqs)
+		usedDone := false
+		for y, w := range work {
+			if w[2] == 0 {
+				usedDone = true
+				continue
+			}
+			require.False(t, usedDone, "trial %d: item %d used after an unused one", trial, y)
+			s, z, n, first := w[0], w[1], w[2], w[3]
+			require.LessOrEqual(t, n, p.Splits, "trial %d: more splits than the plan's Splits", trial)
+			if seen[s] == nil {
+				seen[s] = make([]bool, n)
+			}
+			require.Len(t, seen[s], n)
+			require.False(t, seen[s][z], "trial %d: seq %d split %d twice", trial, s, z)
+			seen[s][z] = true
+			require.Equal(t, y, first+z, "trial %d: items of a sequence are consecutive from first", trial)
+		}
+		for s := range seen {
+			require.NotNil(t, seen[s], "trial %d: seq %d (len %d) has no item", trial, s, lens[s])
+			for z, ok := range seen[s] {
+				require.True(t, ok, "trial %d: seq %d split %d missing", trial, s, z)
+			}
+		}
+	}
+}
