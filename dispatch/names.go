@@ -43,13 +43,13 @@ type nameTables struct {
 	// sm90: the compute_90 builds of plain (non-cluster) decode kernels,
 	// where one exists: the narrow fp8 kernels, whose e4m3 moves are one
 	// instruction there (cvt.rn.f16x2.e4m3x2); "" elsewhere.
-	sm90  [len(activationTypes)][decodeVariants][len(headDims)]string
-	shape map[string][2]int // decode kernel → {head dim, cache element size}
-	append  [len(activationTypes)][2]string
-	gather  [3]string // by cache dtype: f16, bf16, e4m3
-	rope    [len(activationTypes)][2]string
-	mla     [len(activationTypes)][2]string // rope+quant, concat
-	qkv     [len(activationTypes)][2]string
+	sm90   [len(activationTypes)][decodeVariants][len(headDims)]string
+	shape  map[string][2]int // decode kernel → {head dim, cache element size}
+	append [len(activationTypes)][2]string
+	gather [3]string // by cache dtype: f16, bf16, e4m3
+	rope   [len(activationTypes)][2]string
+	mla    [len(activationTypes)][2]string // rope+quant, concat
+	qkv    [len(activationTypes)][2]string
 }
 
 // tables is built by a variable initializer rather than init, so that other
