@@ -204,8 +204,8 @@ type pagedDecodeParams struct {
 // decodePartitionParams is the parameter list of decode_partition, in PTX
 // order (kernels_src/partition.cu).
 type decodePartitionParams struct {
-	Work, KVLens                                             driver.DevicePtr
-	NumSeqs, Items, MaxBlocksPerSeq, BlockSizeLog2, MinPages int32
+	Work, KVLens                                                   driver.DevicePtr
+	NumSeqs, Items, Wave, MaxBlocksPerSeq, BlockSizeLog2, MinPages int32
 }
 
 // PlanDecode returns the plan Decode would follow for a on stream s right now
@@ -409,7 +409,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 	if plan.Balanced() {
 		p.Work = base + driver.DevicePtr(plan.WorkOffset*4)
 		part = decodePartitionParams{
-			Work: p.Work, KVLens: a.KVLens.Ptr, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y),
+			Work: p.Work, KVLens: a.KVLens.Ptr, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
 			MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), MinPages: int32(plan.BalanceMinPages),
 		}
 		var err error
@@ -470,7 +470,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		}
 		want.Cluster = uint32(plan.Splits)
 	} else if plan.Balanced() {
-		// Any number of spare items will do; the kernel partitions them.
+		// Any number of spare items will do, as long as a wave fits them.
 		items := int64(plan.Grid.Y)
 		if items <= int64(a.NumSeqs) || a.NumSeqs > dispatch.BalanceMaxSeqs {
 			return errf("DecodeWithPlan: the balanced plan has %d work items for %d sequences; allowed: more items than sequences, at most %d sequences", items, a.NumSeqs, dispatch.BalanceMaxSeqs)
@@ -483,6 +483,9 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		want.MaxOffset = rows * int64(a.HeadDim)
 		want.SumOffset = want.MaxOffset + rows
 		want.BalanceMinPages = plan.BalanceMinPages
+		if plan.BalanceWave < 1 || int64(plan.BalanceWave) > items-int64(a.NumSeqs) {
+			return errf("DecodeWithPlan: the balanced plan's BalanceWave=%d is not allowed; allowed: 1..Grid.Y-NumSeqs=%d", plan.BalanceWave, items-int64(a.NumSeqs))
+		}
 	} else if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
 		want.ScratchFloats = rows * int64(a.HeadDim+2)
@@ -499,7 +502,8 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster ||
 		plan.Cluster > dispatch.MaxClusterSplits || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset ||
-		plan.BalanceMinPages != want.BalanceMinPages || plan.BalanceMinPages > math.MaxInt32 || plan.WorkOffset != want.WorkOffset {
+		plan.BalanceMinPages != want.BalanceMinPages || plan.BalanceMinPages > math.MaxInt32 || plan.WorkOffset != want.WorkOffset ||
+		(!plan.Balanced() && plan.BalanceWave != 0) {
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
 	}

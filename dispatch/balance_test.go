@@ -84,32 +84,43 @@ func TestPlanDecodeBalancedChoice(t *testing.T) {
 
 // partition is the work list kernels_src/decode.cuh's partition_work writes,
 // computed the same way on the host: (seq, split, splits, first) per item.
-func partition(lens []int32, items, cap, blockSize, minPages int) [][4]int {
+func partition(lens []int32, items, wave, cap, blockSize, minPages int) [][4]int {
 	pagesOf := func(l int32) int { return ceilDiv(min(max(int(l), 0), cap), blockSize) }
 	total := 0
 	for _, l := range lens {
 		total += pagesOf(l)
 	}
-	spare := max(items-len(lens), 1)
+	spare := max(wave, 1)
+	if len(lens) < wave {
+		spare = wave - len(lens)
+	}
 	c := max(minPages, ceilDiv(total, spare))
 	n := make([]int, len(lens))
+	class := make([]int, len(lens))
 	for s, l := range lens {
-		n[s] = min(max(ceilDiv(pagesOf(l), c), 1), MaxSplits)
+		p := pagesOf(l)
+		n[s] = min(max(ceilDiv(p, c), 1), MaxSplits)
+		switch {
+		case n[s] > 1:
+			class[s] = 0
+		case 2*p > c:
+			class[s] = 1
+		case 4*p > c:
+			class[s] = 2
+		default:
+			class[s] = 3
+		}
 	}
 	work := make([][4]int, items)
 	next := 0
-	for s := range lens {
-		if n[s] > 1 {
-			for z := range n[s] {
-				work[next+z] = [4]int{s, z, n[s], next}
+	for cls := range 4 {
+		for s := range lens {
+			if class[s] == cls {
+				for z := range n[s] {
+					work[next+z] = [4]int{s, z, n[s], next}
+				}
+				next += n[s]
 			}
-			next += n[s]
-		}
-	}
-	for s := range lens {
-		if n[s] == 1 {
-			work[next] = [4]int{s, 0, 1, next}
-			next++
 		}
 	}
 	return work
@@ -143,7 +154,16 @@ func TestBalancedPartitionCovers(t *testing.T) {
 		p, err := PlanDecode(shape, dev, DefaultKnobs())
 		require.NoError(t, err)
 		require.True(t, p.Balanced(), "trial %d: %s", trial, p.String())
-		work := partition(lens, int(p.Grid.Y), shape.MaxBlocksPerSeq*bs, bs, p.BalanceMinPages)
+		work := partition(lens, int(p.Grid.Y), p.BalanceWave, shape.MaxBlocksPerSeq*bs, bs, p.BalanceMinPages)
+		used := 0
+		for _, w := range work {
+			if w[2] > 0 {
+				used++
+			}
+		}
+		if seqs < p.BalanceWave {
+			require.LessOrEqual(t, used, p.BalanceWave, "trial %d: a batch of fewer sequences than a wave runs in one wave", trial)
+		}
 		seen := make([][]bool, seqs)
 		usedDone := false
 		for y, w := range work {

@@ -37,6 +37,11 @@ var (
 	// (docs/perf-notes.md, Decode 17), unless its blocks are short
 	// (ShallowRingMaxTokens).
 	OneWaveRingBytes = 16 << 10
+	// OneWaveRingBytesFP8 is OneWaveRingBytes for fp8 caches: 3 stages of 4
+	// KiB per warp at head dim 128 instead of 4, so that 4 blocks share an
+	// SM instead of 3; fp8 blocks are bound by their math (the e4m3
+	// moves), and more warps per SM hide it.
+	OneWaveRingBytesFP8 = 12 << 10
 	// ShallowRingMaxTokens: a grid of several waves whose blocks each stream
 	// at most this many KV tokens also gets the one-wave ring, when that
 	// ring lets more of its blocks share an SM (DeviceFacts.ShallowOccupancy)
@@ -45,13 +50,6 @@ var (
 	// kernels, seqs=128: kv=512 76.4 → 73.4 µs with 3 blocks per SM; kv=2048
 	// 256.8 → 260.6 µs, so long blocks keep the deep ring.
 	ShallowRingMaxTokens = 1024
-	// BalanceItemsPerSlot is how many work items a balanced plan offers per
-	// resident block slot (SMs × blocks per SM), beyond one per sequence: a
-	// greedy block scheduler then ends within about 1/BalanceItemsPerSlot of
-	// a slot's share of the work of the ideal, and each item's fixed cost
-	// (its prologue and its partial's merge, ~SplitCostTokens) stays small
-	// against the ≥ BalanceMinChunkTokens it streams.
-	BalanceItemsPerSlot = 8
 	// BalanceMinChunkTokens is the shortest split a balanced plan cuts: the
 	// √ rule's optimum for a 2048-token sequence is 8 splits of 256.
 	BalanceMinChunkTokens = 256
@@ -236,13 +234,15 @@ type Plan struct {
 	Reason          string // one of the Reason constants
 
 	// BalanceMinPages > 0 marks a balanced plan: Grid.Y is a number of work
-	// items (NumSeqs plus spare ones). DecodePartitionKernel first splits
-	// each sequence from its real kv length into at most Splits splits of at
-	// least BalanceMinPages pages and writes the work list, int32
-	// [Grid.Y][4] at WorkOffset (floats from the start of the scratch, 16-byte
-	// aligned); the decode's block (x, y) then computes item y. Its
+	// items (NumSeqs plus BalanceWave, the items one wave runs per KV head).
+	// DecodePartitionKernel first splits each sequence from its real kv
+	// length into at most Splits splits of at least BalanceMinPages pages,
+	// as few as keep the GPU busy, and writes the work list, int32
+	// [Grid.Y][4] at WorkOffset (floats from the start of the scratch,
+	// 16-byte aligned); the decode's block (x, y) then computes item y. Its
 	// partials have one row per item and query head.
 	BalanceMinPages int
+	BalanceWave     int
 	WorkOffset      int64
 }
 
@@ -339,7 +339,7 @@ func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
 		s.NumSeqs > BalanceMaxSeqs || s.MaxKVLen == 0 {
 		return "", false
 	}
-	if k.ScratchLimitBytes > 0 && balancedScratchFloats(s, balancedItems(s, nil, 1))*4 > k.ScratchLimitBytes {
+	if k.ScratchLimitBytes > 0 && balancedScratchFloats(s, balancedItems(s, 1))*4 > k.ScratchLimitBytes {
 		return "", false
 	}
 	switch {
@@ -360,17 +360,20 @@ func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
 	return "", false
 }
 
-// balancedItems returns the work items of a balanced plan: one per sequence
-// and BalanceItemsPerSlot per block slot of the device (per KV head, since
-// every item runs once per KV head).
-func balancedItems(s *DecodeShape, dev *DeviceFacts, occ int) int {
+// balancedWave returns how many items of a balanced plan run at once per KV
+// head: the device's block slots (SMs × blocks per SM) over the KV heads.
+func balancedWave(s *DecodeShape, dev *DeviceFacts, occ int) int {
 	sms := 1
 	if dev != nil {
 		sms = dev.SMs
 	}
-	spare := ceilDiv(BalanceItemsPerSlot*sms*occ, s.NumKVHeads)
-	return min(s.NumSeqs+max(spare, 1), maxGridY)
+	return max(sms*occ/s.NumKVHeads, 1)
 }
+
+// balancedItems returns the work items of a balanced plan: enough for one
+// wave of splits beside the sequences (see partition_work in
+// kernels_src/decode.cuh).
+func balancedItems(s *DecodeShape, wave int) int { return min(s.NumSeqs+wave, maxGridY) }
 
 func balancedScratchFloats(s *DecodeShape, items int) int64 {
 	return balancedWorkOffset(s, items) + 4*int64(items)
@@ -393,10 +396,11 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 	occ := occupancy(dev, kernel, twin)
 	// Splits are short (BalanceMinChunkTokens up to about a slot's share):
 	// the one-wave ring, where it packs more blocks per SM.
-	if shallow := max(dev.ShallowOccupancy[kernel], dev.ShallowOccupancy[twin]); shallow > occ {
+	if shallow := shallowOccupancy(dev, kernel, twin); shallow > occ {
 		occ, shared = shallow, DecodeOneWaveSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	}
-	items := balancedItems(s, dev, occ)
+	wave := balancedWave(s, dev, occ)
+	items := balancedItems(s, wave)
 	minPages := ceilDiv(BalanceMinChunkTokens, s.BlockSize)
 	splits := min(MaxSplits, max(ceilDiv(ceilDiv(s.MaxKVLen, s.BlockSize), minPages), 1), items-s.NumSeqs+1)
 	rows := int64(items) * int64(s.NumQHeads)
@@ -413,6 +417,7 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 		MaxOffset:       rows * int64(s.HeadDim),
 		SumOffset:       rows*int64(s.HeadDim) + rows,
 		BalanceMinPages: minPages,
+		BalanceWave:     wave,
 		WorkOffset:      balancedWorkOffset(s, items),
 	}
 }
@@ -455,6 +460,11 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin strin
 		return 1, 1, ReasonShortKV
 	}
 	occ := occupancy(dev, kernel, twin)
+	if s.CacheType == E4M3 {
+		// fp8 blocks are bound by their math, not the stream: a wave of
+		// them is as many as the one-wave ring fits (more warps per SM).
+		occ = max(occ, shallowOccupancy(dev, kernel, twin))
+	}
 	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads)
 	slots := int64(dev.SMs) * int64(occ)
 
@@ -485,12 +495,21 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin strin
 // more of them per SM.
 func shallowRing(s *DecodeShape, dev *DeviceFacts, splits int, kernel, twin string) bool {
 	occ := occupancy(dev, kernel, twin)
+	shallow := shallowOccupancy(dev, kernel, twin)
 	blocks := int64(s.NumSeqs) * int64(s.NumKVHeads) * int64(splits)
-	if blocks <= int64(dev.SMs)*int64(occ) {
-		return true
+	if blocks <= int64(dev.SMs)*int64(max(occ, shallow)) {
+		return true // one wave with the one-wave ring
 	}
-	shallow := max(dev.ShallowOccupancy[kernel], dev.ShallowOccupancy[twin])
 	return ceilDiv(s.MaxKVLen, splits) <= ShallowRingMaxTokens && shallow > occ
+}
+
+// shallowOccupancy returns the resident blocks per SM of a decode kernel
+// launched with the one-wave ring: its own figure, else its twin's, else 0.
+func shallowOccupancy(dev *DeviceFacts, kernel, twin string) int {
+	if n := dev.ShallowOccupancy[kernel]; n > 0 {
+		return n
+	}
+	return dev.ShallowOccupancy[twin]
 }
 
 // occupancy returns the resident blocks per SM of a decode kernel: its own

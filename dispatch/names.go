@@ -161,7 +161,11 @@ func DecodeOneWaveSharedBytes(kernel string, optin int) int {
 	}
 	q, stage := decodeSmem(shape[0], shape[1])
 	perWarp := stage / decodeWarps
-	stages := max(OneWaveRingBytes/perWarp, DecodeMinStages)
+	ring := OneWaveRingBytes
+	if shape[1] == 1 {
+		ring = OneWaveRingBytesFP8
+	}
+	stages := max(ring/perWarp, DecodeMinStages)
 	return min(q+stages*stage, KernelSharedBytes(kernel, optin))
 }
 

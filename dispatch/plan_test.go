@@ -294,9 +294,10 @@ func TestPlanDecodeRing(t *testing.T) {
 		{"four waves of 1024-token blocks", llama(128, 1024), q128 + 2*stage128, 2},
 		{"four waves of 1040-token blocks", llama(128, 1040), q128 + 3*stage128, 3},
 		{"four waves of 2048-token blocks", llama(128, 2048), q128 + 3*stage128, 3},
-		{"272 blocks of 264: two waves", llama(34, 32768), q128 + 3*stage128, 3},
+		{"272 blocks: two waves of 264, one of 396 with the shallow ring", llama(34, 32768), q128 + 2*stage128, 2},
+		{"400 blocks: two waves either way", llama(50, 32768), q128 + 3*stage128, 3},
 		{"wide kernel (group 16), short blocks: no more blocks per SM", group16(128, 512), q128 + 3*stage128, 3},
-		{"fp8 head dim 128: 4 stages of 4 KiB per warp either way", fp8, 4096 + 4*16384, 4},
+		{"fp8 head dim 128, one wave: 3 stages of 4 KiB per warp (OneWaveRingBytesFP8)", fp8, 4096 + 3*16384, 3},
 		{"head dim 256: 2 stages either way", hd256, 8192 + 2*65536, 2},
 		{"fp8 head dim 256: 2 stages of 8 KiB per warp", fp8hd256, 8192 + 2*32768, 2},
 	} {

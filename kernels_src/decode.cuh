@@ -317,14 +317,18 @@ __device__ __forceinline__ int block_scan_add(int x, int* tmp, int* total) {
 // partition_work writes the work list of a balanced decode (one block of
 // kDecodeThreads; see decode_partition in partition.cu): work[y] = (seq,
 // split, splits, first) for each of the items y, splits = 0 for an unused
-// one. With P the batch's pages and E = items − num_seqs the spare items,
-// every split covers at most c = max(min_pages, ⌈P/E⌉) pages, so sequence s
-// gets n_s = clamp(⌈pages_s/c⌉, 1, kMaxSplits) splits and Σ n_s ≤ P/c +
-// num_seqs ≤ items. Items are ordered for a greedy block scheduler: the
-// splits of the sequences cut in several first (the longest work first),
-// then the whole sequences, then the unused items.
+// one. wave is how many items run at once per KV head (the device's block
+// slots / num_kv_heads); items ≥ num_seqs + wave. With P the batch's pages,
+// a split covers at most c pages: c = ⌈P / (wave − num_seqs)⌉ when the batch
+// has fewer sequences than a wave holds, so that every item runs in one wave;
+// else c = ⌈P / wave⌉, one slot's share of the batch. Never below min_pages.
+// Sequence s then gets n_s = clamp(⌈pages_s/c⌉, 1, kMaxSplits) splits, and
+// Σ n_s ≤ P/c + num_seqs ≤ items. Items are ordered longest first, for the
+// greedy block scheduler: the splits of the sequences cut in several (each
+// about c pages), then whole sequences of more than c/2 pages, more than
+// c/4, and the rest; then the unused items.
 __device__ __forceinline__ void partition_work(int4* __restrict__ work, const int* __restrict__ kv_lens,
-                                               int num_seqs, int items, int cap, int block_size_log2,
+                                               int num_seqs, int items, int wave, int cap, int block_size_log2,
                                                int min_pages) {
   __shared__ int tmp[kDecodeWarps];
   const int bs_mask = (1 << block_size_log2) - 1;
@@ -336,27 +340,28 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
   for (int s = threadIdx.x; s < num_seqs; s += kDecodeThreads) part += pages_of(s);
   int total;
   block_scan_add(part, tmp, &total);
-  const int spare = max(items - num_seqs, 1);
+  const int spare = num_seqs < wave ? wave - num_seqs : max(wave, 1);
   const int c = max(min_pages, (total + spare - 1) / spare);
-  auto splits_of = [&](int s) -> int { return s < num_seqs ? min(max((pages_of(s) + c - 1) / c, 1), kMaxSplits) : 0; };
+  // The class of sequence s: 0 cut in splits, 1..3 whole by falling size, -1 none.
+  auto class_of = [&](int s, int* n) -> int {
+    if (s >= num_seqs) return -1;
+    const int p = pages_of(s);
+    *n = min(max((p + c - 1) / c, 1), kMaxSplits);
+    return *n > 1 ? 0 : 2 * p > c ? 1 : 4 * p > c ? 2 : 3;
+  };
   int next = 0;  // items written so far (the same in every thread)
-  for (int base = 0; base < num_seqs; base += kDecodeThreads) {
-    const int s = base + threadIdx.x;
-    const int n = splits_of(s);
-    int chunk;
-    const int end = next + block_scan_add(n > 1 ? n : 0, tmp, &chunk);
-    if (n > 1) {
-      for (int z = 0; z < n && end - n + z < items; ++z) work[end - n + z] = make_int4(s, z, n, end - n);
+  for (int cls = 0; cls < 4; ++cls) {
+    for (int base = 0; base < num_seqs; base += kDecodeThreads) {
+      const int s = base + threadIdx.x;
+      int n = 0;
+      const bool mine = class_of(s, &n) == cls;
+      int chunk;
+      const int end = next + block_scan_add(mine ? n : 0, tmp, &chunk);
+      if (mine) {
+        for (int z = 0; z < n && end - n + z < items; ++z) work[end - n + z] = make_int4(s, z, n, end - n);
+      }
+      next += chunk;
     }
-    next += chunk;
-  }
-  for (int base = 0; base < num_seqs; base += kDecodeThreads) {
-    const int s = base + threadIdx.x;
-    const int n = splits_of(s);
-    int chunk;
-    const int y = next + block_scan_add(n == 1 ? 1 : 0, tmp, &chunk) - 1;
-    if (n == 1 && y < items) work[y] = make_int4(s, 0, 1, y);
-    next += chunk;
   }
   for (int y = next + threadIdx.x; y < items; y += kDecodeThreads) work[y] = make_int4(0, 0, 0, 0);
 }

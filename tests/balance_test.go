@@ -166,8 +166,8 @@ func TestDecodeGraphAfterGrowth(t *testing.T) {
 func TestDecodeWorkspace(t *testing.T) {
 	g := rng(t)
 	for _, opts := range []config.Options{
-		{PagedFlashSplits: ptr(12), KVCapacity: ptr(4096)},
-		{DecodeBalance: ptr(config.SplitOn), KVCapacity: ptr(4096)},
+		{PagedFlashSplits: ptr(12), KVCapacity: ptr(2048)},
+		{DecodeBalance: ptr(config.SplitOn), KVCapacity: ptr(2048)},
 	} {
 		r := open(t, opts)
 		s, err := r.NewStream()

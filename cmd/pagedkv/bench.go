@@ -550,6 +550,17 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		if cache != pagedkv.F16 {
 			continue
 		}
+		// Small batches captured into graphs (planned balanced: the graph
+		// does not know its lengths), against their eager rows above.
+		for _, sk := range [][2]int{{1, 512}, {8, 2048}, {32, 8192}} {
+			c := decodeCase{q: q, cache: cache, lens: uniformLens(sk[0], sk[1]), shape: fmt.Sprintf("seqs=%d kv=%d graph", sk[0], sk[1]), graph: true}
+			b.status(fmt.Sprintf("decode %s %s", cache, c.shape))
+			res, err := b.decodeShape(&pool, c)
+			if err != nil {
+				return err
+			}
+			b.rep.Results = append(b.rep.Results, res)
+		}
 		// Ragged batches, f16: eager without the host's lengths (the plan
 		// sees only MaxKVLen), eager with them, and graph replays.
 		for _, rc := range ragged {
