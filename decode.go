@@ -470,10 +470,10 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		}
 		want.Cluster = uint32(plan.Splits)
 	} else if plan.Balanced() {
-		// Any number of spare items will do, as long as a wave fits them.
+		// Any number of items will do that the partition can fill.
 		items := int64(plan.Grid.Y)
-		if items <= int64(a.NumSeqs) || a.NumSeqs > dispatch.BalanceMaxSeqs {
-			return errf("DecodeWithPlan: the balanced plan has %d work items for %d sequences; allowed: more items than sequences, at most %d sequences", items, a.NumSeqs, dispatch.BalanceMaxSeqs)
+		if a.NumSeqs > dispatch.BalanceMaxSeqs || !dispatch.BalancedItemsValid(a.NumSeqs, int(items), plan.BalanceWave) {
+			return errf("DecodeWithPlan: the balanced plan has %d work items, %d per wave, for %d sequences; allowed: at least the wave (NumSeqs < BalanceWave) or NumSeqs + BalanceWave, at most %d sequences", items, plan.BalanceWave, a.NumSeqs, dispatch.BalanceMaxSeqs)
 		}
 		want.Grid.Y, want.Grid.Z = plan.Grid.Y, 1
 		rows = items * int64(a.NumQHeads)
@@ -483,9 +483,6 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		want.MaxOffset = rows * int64(a.HeadDim)
 		want.SumOffset = want.MaxOffset + rows
 		want.BalanceMinPages = plan.BalanceMinPages
-		if plan.BalanceWave < 1 || int64(plan.BalanceWave) > items-int64(a.NumSeqs) {
-			return errf("DecodeWithPlan: the balanced plan's BalanceWave=%d is not allowed; allowed: 1..Grid.Y-NumSeqs=%d", plan.BalanceWave, items-int64(a.NumSeqs))
-		}
 	} else if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
 		want.ScratchFloats = rows * int64(a.HeadDim+2)

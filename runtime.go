@@ -198,6 +198,14 @@ func knobsFrom(c config.Config) dispatch.Knobs {
 	k.ScratchLimitBytes = c.ScratchLimitBytes
 	k.Clusters = c.DecodeClusters
 	k.Narrow = c.DecodeNarrow
+	switch c.DecodeBalance {
+	case config.SplitOff:
+		k.Balance = dispatch.SplitOff
+	case config.SplitOn:
+		k.Balance = dispatch.SplitOn
+	default:
+		k.Balance = dispatch.SplitAuto
+	}
 	return k
 }
 

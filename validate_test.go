@@ -288,7 +288,11 @@ func TestCheckDecodePlan(t *testing.T) {
 	assert.NoError(t, checkDecodePlan(&a, &more, &plain))
 	few := bal
 	few.Grid.Y = uint32(a.NumSeqs)
-	assert.ErrorContains(t, checkDecodePlan(&a, &few, &plain), "more items than sequences")
+	shape = a.shape(false, 0)
+	few.ScratchFloats, few.WorkOffset = dispatch.BalancedScratch(&shape, int(few.Grid.Y))
+	rows = int64(few.Grid.Y) * int64(a.NumQHeads)
+	few.MaxOffset, few.SumOffset = rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
+	assert.ErrorContains(t, checkDecodePlan(&a, &few, &plain), "work items")
 	off := bal
 	off.WorkOffset++
 	assert.Error(t, checkDecodePlan(&a, &off, &plain), "a work list off its place")

@@ -24,8 +24,10 @@ func TestPlanDecodeBalancedChoice(t *testing.T) {
 	for i := range uniform.HostKVLens {
 		uniform.HostKVLens[i] = 512
 	}
-	graph := llama(1, 32768)
+	graph := llama(BalanceGraphMinSeqs, 32768)
 	graph.Graph = true
+	smallGraph := llama(BalanceGraphMinSeqs-1, 32768)
+	smallGraph.Graph = true
 	many := llama(BalanceMaxSeqs+1, 4096)
 	many.Graph = true
 	for _, tt := range []struct {
@@ -38,6 +40,8 @@ func TestPlanDecodeBalancedChoice(t *testing.T) {
 		{"uniform host lengths", uniform, DefaultKnobs(), ""},
 		{"no host lengths", llama(128, 32768), DefaultKnobs(), ""},
 		{"graph", graph, DefaultKnobs(), ReasonBalancedGraph},
+		{"graph of a small batch", smallGraph, DefaultKnobs(), ""},
+		{"graph of a small batch, forced on", smallGraph, knobs(func(k *Knobs) { k.Balance = SplitOn }), ReasonBalanceOn},
 		{"forced on", llama(8, 2048), knobs(func(k *Knobs) { k.Balance = SplitOn }), ReasonBalanceOn},
 		{"forced off", graph, knobs(func(k *Knobs) { k.Balance = SplitOff }), ""},
 		{"forced splits win", ragged, knobs(func(k *Knobs) { k.ForcedSplits = 4 }), ""},
@@ -56,7 +60,7 @@ func TestPlanDecodeBalancedChoice(t *testing.T) {
 			require.True(t, p.Balanced(), "%s", p.String())
 			assert.Equal(t, tt.reason, p.Reason)
 			assert.Zero(t, p.Cluster)
-			assert.Greater(t, int(p.Grid.Y), tt.shape.NumSeqs)
+			assert.True(t, BalancedItemsValid(tt.shape.NumSeqs, int(p.Grid.Y), p.BalanceWave))
 			assert.Equal(t, Dim3{uint32(tt.shape.NumKVHeads), p.Grid.Y, 1}, p.Grid)
 			floats, work := BalancedScratch(&tt.shape, int(p.Grid.Y))
 			assert.Equal(t, floats, p.ScratchFloats)
@@ -90,16 +94,26 @@ func partition(lens []int32, items, wave, cap, blockSize, minPages int) [][4]int
 	for _, l := range lens {
 		total += pagesOf(l)
 	}
-	spare := max(wave, 1)
+	splitsOf := func(p, c int) int { return min(max(ceilDiv(p, c), 1), MaxSplits) }
+	c := max(minPages, ceilDiv(total, max(wave, 1)))
 	if len(lens) < wave {
-		spare = wave - len(lens)
+		c = minPages
+		for {
+			used := 0
+			for _, l := range lens {
+				used += splitsOf(pagesOf(l), c)
+			}
+			if used <= items {
+				break
+			}
+			c++
+		}
 	}
-	c := max(minPages, ceilDiv(total, spare))
 	n := make([]int, len(lens))
 	class := make([]int, len(lens))
 	for s, l := range lens {
 		p := pagesOf(l)
-		n[s] = min(max(ceilDiv(p, c), 1), MaxSplits)
+		n[s] = splitsOf(p, c)
 		switch {
 		case n[s] > 1:
 			class[s] = 0
@@ -151,7 +165,7 @@ func TestBalancedPartitionCovers(t *testing.T) {
 		shape := DecodeShape{NumSeqs: seqs, NumQHeads: 8, NumKVHeads: 1 + g.IntN(8), HeadDim: 128, BlockSize: bs,
 			MaxKVLen: capacity, MaxBlocksPerSeq: ceilDiv(capacity, bs), QType: F16, CacheType: F16, Graph: true}
 		shape.NumQHeads = shape.NumKVHeads * (1 + g.IntN(4))
-		p, err := PlanDecode(shape, dev, DefaultKnobs())
+		p, err := PlanDecode(shape, dev, knobs(func(k *Knobs) { k.Balance = SplitOn }))
 		require.NoError(t, err)
 		require.True(t, p.Balanced(), "trial %d: %s", trial, p.String())
 		work := partition(lens, int(p.Grid.Y), p.BalanceWave, shape.MaxBlocksPerSeq*bs, bs, p.BalanceMinPages)
@@ -161,8 +175,9 @@ func TestBalancedPartitionCovers(t *testing.T) {
 				used++
 			}
 		}
+		require.True(t, BalancedItemsValid(seqs, int(p.Grid.Y), p.BalanceWave), "trial %d", trial)
 		if seqs < p.BalanceWave {
-			require.LessOrEqual(t, used, p.BalanceWave, "trial %d: a batch of fewer sequences than a wave runs in one wave", trial)
+			require.Equal(t, p.BalanceWave, int(p.Grid.Y), "trial %d: a batch of fewer sequences than a wave runs in one wave", trial)
 		}
 		seen := make([][]bool, seqs)
 		usedDone := false
@@ -188,5 +203,18 @@ func TestBalancedPartitionCovers(t *testing.T) {
 				require.True(t, ok, "trial %d: seq %d split %d missing", trial, s, z)
 			}
 		}
+	}
+}
+
+func TestBalancedItemsValid(t *testing.T) {
+	for _, tt := range []struct {
+		seqs, items, wave int
+		ok                bool
+	}{
+		{10, 49, 49, true}, {10, 48, 49, false}, {10, 60, 49, true},
+		{49, 98, 49, true}, {49, 97, 49, false}, {128, 177, 49, true},
+		{1, 1, 0, false}, {5, 4, 1, false}, {5, 6, 1, true},
+	} {
+		assert.Equal(t, tt.ok, BalancedItemsValid(tt.seqs, tt.items, tt.wave), "%+v", tt)
 	}
 }

@@ -57,6 +57,15 @@ var (
 	// NumSeqs × max > BalanceRaggedRatio × Σ lengths is ragged, and the
 	// automatic plan is balanced.
 	BalanceRaggedRatio = 1.5
+	// BalanceGraphMinSeqs is the smallest batch whose graph plan is
+	// balanced. A smaller batch keeps the plan for its capacity: that plan
+	// cuts every sequence into as many splits as the capacity's √ rule
+	// gives, from the sequence's own length, so a long sequence among few is
+	// spread over the GPU already, and the balanced plan's extra launch and
+	// global merge cost more than they save (session 6 run 3: seqs=1 kv=512
+	// 18.6 µs balanced against 7.4 with ×8 clusters; seqs=8 kv=2048 33.6
+	// against 24.1).
+	BalanceGraphMinSeqs = 16
 )
 
 // BalanceMaxSeqs is the most sequences a balanced plan serves: one block
@@ -345,7 +354,7 @@ func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
 	switch {
 	case k.Balance == SplitOn:
 		return ReasonBalanceOn, true
-	case s.Graph:
+	case s.Graph && s.NumSeqs >= BalanceGraphMinSeqs:
 		return ReasonBalancedGraph, true
 	case len(s.HostKVLens) == s.NumSeqs && s.NumSeqs > 1:
 		var sum, most int64
@@ -370,10 +379,31 @@ func balancedWave(s *DecodeShape, dev *DeviceFacts, occ int) int {
 	return max(sms*occ/s.NumKVHeads, 1)
 }
 
-// balancedItems returns the work items of a balanced plan: enough for one
-// wave of splits beside the sequences (see partition_work in
-// kernels_src/decode.cuh).
-func balancedItems(s *DecodeShape, wave int) int { return min(s.NumSeqs+wave, maxGridY) }
+// balancedItems returns the work items of a balanced plan (see
+// partition_work in kernels_src/decode.cuh): one wave for a batch of fewer
+// sequences than a wave holds, so that the grid has no block beyond the
+// wave (unused blocks past a wave cost a one-wave decode up to 18%: session
+// 6 run 4, seqs=32 kv=32768 1157 µs with 81 items against 987 with 33);
+// else one wave of splits beside the sequences.
+func balancedItems(s *DecodeShape, wave int) int {
+	if s.NumSeqs < wave {
+		return wave
+	}
+	return min(s.NumSeqs+wave, maxGridY)
+}
+
+// BalancedItemsValid reports whether a balanced plan of items work items and
+// wave items per wave serves numSeqs sequences: the partition's promise
+// (every split has an item) holds.
+func BalancedItemsValid(numSeqs, items, wave int) bool {
+	if wave < 1 || items < numSeqs || items > maxGridY {
+		return false
+	}
+	if numSeqs < wave {
+		return items >= wave
+	}
+	return items >= numSeqs+wave
+}
 
 func balancedScratchFloats(s *DecodeShape, items int) int64 {
 	return balancedWorkOffset(s, items) + 4*int64(items)

@@ -318,12 +318,13 @@ __device__ __forceinline__ int block_scan_add(int x, int* tmp, int* total) {
 // kDecodeThreads; see decode_partition in partition.cu): work[y] = (seq,
 // split, splits, first) for each of the items y, splits = 0 for an unused
 // one. wave is how many items run at once per KV head (the device's block
-// slots / num_kv_heads); items ≥ num_seqs + wave. With P the batch's pages,
-// a split covers at most c pages: c = ⌈P / (wave − num_seqs)⌉ when the batch
-// has fewer sequences than a wave holds, so that every item runs in one wave;
-// else c = ⌈P / wave⌉, one slot's share of the batch. Never below min_pages.
-// Sequence s then gets n_s = clamp(⌈pages_s/c⌉, 1, kMaxSplits) splits, and
-// Σ n_s ≤ P/c + num_seqs ≤ items. Items are ordered longest first, for the
+// slots / num_kv_heads). Sequence s gets n_s(c) = clamp(⌈pages_s/c⌉, 1,
+// kMaxSplits) splits of at most c pages, c ≥ min_pages. A batch of fewer
+// sequences than a wave runs in one wave: items = wave, and c is the
+// smallest that keeps Σ n_s ≤ items (a binary search), so the wave is as
+// full as the lengths allow and no block waits. A larger batch gets c =
+// ⌈P / wave⌉ (P: the batch's pages), one slot's share, and items ≥ num_seqs
+// + wave ≥ P/c + num_seqs ≥ Σ n_s. Items are ordered longest first, for the
 // greedy block scheduler: the splits of the sequences cut in several (each
 // about c pages), then whole sequences of more than c/2 pages, more than
 // c/4, and the rest; then the unused items.
@@ -340,13 +341,33 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
   for (int s = threadIdx.x; s < num_seqs; s += kDecodeThreads) part += pages_of(s);
   int total;
   block_scan_add(part, tmp, &total);
-  const int spare = num_seqs < wave ? wave - num_seqs : max(wave, 1);
-  const int c = max(min_pages, (total + spare - 1) / spare);
+  auto splits_of = [&](int s, int c) -> int {
+    return s < num_seqs ? min(max((pages_of(s) + c - 1) / c, 1), kMaxSplits) : 0;
+  };
+  int c = max(min_pages, (total + max(wave, 1) - 1) / max(wave, 1));
+  if (num_seqs < wave) {
+    // Smallest c in [min_pages, max(P, min_pages)] with Σ n_s(c) ≤ items;
+    // the upper end gives every sequence one split.
+    int lo = min_pages, hi = max(total, min_pages);
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      int n = 0;
+      for (int s = threadIdx.x; s < num_seqs; s += kDecodeThreads) n += splits_of(s, mid);
+      int used;
+      block_scan_add(n, tmp, &used);
+      if (used <= items) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    c = lo;
+  }
   // The class of sequence s: 0 cut in splits, 1..3 whole by falling size, -1 none.
   auto class_of = [&](int s, int* n) -> int {
     if (s >= num_seqs) return -1;
     const int p = pages_of(s);
-    *n = min(max((p + c - 1) / c, 1), kMaxSplits);
+    *n = splits_of(s, c);
     return *n > 1 ? 0 : 2 * p > c ? 1 : 4 * p > c ? 2 : 3;
   };
   int next = 0;  // items written so far (the same in every thread)

@@ -38,10 +38,10 @@ for step in $STEPS; do
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
     reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow'
-    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 170 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      .gpu/tests.test -test.run "$reduced" -test.timeout 165s
-    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 220 compute-sanitizer --tool racecheck --error-exitcode 9 \
-      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestDecodeRingDepths|TestDecodeBalancedMatchesReference|TestDecodeFP8Narrow|TestAppendMatchesReference|TestRopeCacheMatchesReference|TestQKVNormRopeMatchesReference' -test.timeout 215s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      .gpu/tests.test -test.run "$reduced" -test.timeout 235s
+    PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestDecodeRingDepths|TestDecodeWorkspace|TestDecodeFP8Narrow|TestAppendMatchesReference|TestRopeCacheMatchesReference|TestQKVNormRopeMatchesReference' -test.timeout 235s
     ;;
   esac
 done

@@ -207,7 +207,7 @@ func TestDecodeWorkspace(t *testing.T) {
 				require.NoError(t, p.Check(out, lse), "replay")
 			}
 
-			p.Args.Workspace, err = ws.Slice(0, need-4)
+			p.Args.Workspace, err = ws.Slice(0, eager.WorkspaceBytes()-4)
 			require.NoError(t, err)
 			assert.ErrorContains(t, r.Decode(s, &p.Args), "DecodeArgs.Workspace has")
 			p.Args.Workspace = pagedkv.Buffer{}

@@ -63,6 +63,9 @@ type bencher struct {
 	// stages, when not 0, gives every decode launch a ring of that many
 	// stages instead of the planner's (an experiment knob: -stages).
 	stages int
+	// expBalance, when set, also times variants of each balanced A/B plan
+	// (an experiment knob: -exp-balance), printed to stderr.
+	expBalance bool
 }
 
 func runBench(args []string) error {
@@ -73,6 +76,7 @@ func runBench(args []string) error {
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, "decode ring stages for every decode launch, 2..4 (0: the planner's)")
+	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan on the uniform rows (stderr)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode cache dtypes to measure, comma-separated (ragged rows come with f16)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	// The op may also come first: pagedkv bench decode [flags].
@@ -98,7 +102,7 @@ func runBench(args []string) error {
 	}
 	defer r.Close()
 	b := &bencher{r: r, s: r.Stream(), reps: max(*reps, 3), g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
-		l2: int64(r.Info().L2Bytes), stages: *stages}
+		l2: int64(r.Info().L2Bytes), stages: *stages, expBalance: *expBalance}
 	defer b.arena.Free()
 	if b.timer, err = b.s.NewTimer(); err != nil {
 		return err
@@ -746,6 +750,11 @@ func (b *bencher) decodeShape(pool *decodePool, c decodeCase) (benchResult, erro
 		if res.BalancedMicros, err = b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], bp) }); err != nil {
 			return res, err
 		}
+		if b.expBalance {
+			if err := b.balanceVariants(sets, rot, bp, res); err != nil {
+				return res, err
+			}
+		}
 	}
 	if !c.sweep {
 		return res, nil
@@ -776,6 +785,37 @@ func (b *bencher) decodeShape(pool *decodePool, c decodeCase) (benchResult, erro
 	}
 	res.RegretPct = 100 * (us/res.BestMicros - 1)
 	return res, nil
+}
+
+// balanceVariants times variants of balanced plan bp and prints them: the
+// deep ring; one spare item per KV head (no unused blocks when every
+// sequence is whole); the planner's single-pass or split plan as reference.
+func (b *bencher) balanceVariants(sets []pagedkv.DecodeArgs, rot int, bp dispatch.Plan, res benchResult) error {
+	a := &sets[0]
+	deep := bp
+	deep.SharedBytes = uint32(dispatch.KernelSharedBytes(bp.Kernel, b.r.Info().MaxSharedPerBlockOptin))
+	few := bp
+	few.Grid.Y, few.BalanceWave = uint32(a.NumSeqs+1), 1
+	shape := dispatch.DecodeShape{NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim}
+	few.ScratchFloats, few.WorkOffset = dispatch.BalancedScratch(&shape, int(few.Grid.Y))
+	rows := int64(few.Grid.Y) * int64(a.NumQHeads)
+	few.MaxOffset, few.SumOffset = rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
+	fewDeep := few
+	fewDeep.SharedBytes = deep.SharedBytes
+	line := fmt.Sprintf("exp-balance %s %s: plan %.2f, balanced %.2f (r%d, %d items)", res.DType, res.Shape, res.Micros, res.BalancedMicros,
+		dispatch.DecodeRingStages(bp.Kernel, int(bp.SharedBytes)), bp.Grid.Y)
+	for _, v := range []struct {
+		name string
+		p    dispatch.Plan
+	}{{"deep ring", deep}, {"1 spare item", few}, {"1 spare item, deep ring", fewDeep}} {
+		us, err := b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], v.p) })
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		line += fmt.Sprintf(", %s %.2f", v.name, us)
+	}
+	fmt.Fprintln(os.Stderr, line)
+	return nil
 }
 
 // knobs are the default knobs with the runtime's merge path and kernels, so
