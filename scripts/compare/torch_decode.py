@@ -1,0 +1,72 @@
+"""Dense decode attention in PyTorch (cuDNN and FlashAttention-2 backends of
+scaled_dot_product_attention) on pagedkv's bench shapes, for side-by-side
+ratios: run it in the same device call as `pagedkv bench decode`.
+
+Shape: 32 query heads, 8 KV heads, head dim 128, f16, one query token per
+sequence, K and V dense [seqs, 8, kv, 128]. Bytes = K + V read. Prints one
+line per (backend, shape): µs (median of CUDA-event timings) and % of the
+device-to-device copy bandwidth measured here.
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_us(fn, reps=50, inner=20):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / inner)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    dev = torch.device("cuda")
+    n = 1 << 28  # 512 MiB of f16 per copy side
+    src = torch.empty(n, dtype=torch.float16, device=dev).fill_(1.0)
+    dst = torch.empty_like(src)
+    copy_us = median_us(lambda: dst.copy_(src), reps=20, inner=5)
+    copy_gbps = 2 * n * 2 / copy_us / 1e3
+    print(f"torch copy: {copy_gbps:.0f} GB/s")
+    shapes = [(1, 8192), (1, 32768), (8, 8192), (32, 2048), (128, 512)]
+    if len(sys.argv) > 1:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in sys.argv[1:]]
+    for backend, name in [(SDPBackend.CUDNN_ATTENTION, "cudnn"), (SDPBackend.FLASH_ATTENTION, "fa2")]:
+        for seqs, kv in shapes:
+            # Rotate enough K/V sets that the working set exceeds L2.
+            kv_bytes = 2 * seqs * 8 * kv * 128 * 2
+            rot = max(1, min(16, (3 * 60 * 2**20) // kv_bytes + 1))
+            q = torch.randn(seqs, 32, 1, 128, dtype=torch.float16, device=dev)
+            ks = [torch.randn(seqs, 8, kv, 128, dtype=torch.float16, device=dev) for _ in range(rot)]
+            vs = [torch.randn(seqs, 8, kv, 128, dtype=torch.float16, device=dev) for _ in range(rot)]
+            i = [0]
+
+            def run():
+                j = i[0] % rot
+                i[0] += 1
+                return F.scaled_dot_product_attention(q, ks[j], vs[j], enable_gqa=True)
+
+            try:
+                with sdpa_kernel(backend):
+                    us = median_us(run)
+            except RuntimeError as e:
+                print(f"{name} seqs={seqs} kv={kv}: not available ({str(e).splitlines()[0][:80]})")
+                continue
+            gbps = kv_bytes / us / 1e3
+            print(f"{name} seqs={seqs} kv={kv}: {us:.2f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy")
+            del ks, vs
+
+
+if __name__ == "__main__":
+    main()
