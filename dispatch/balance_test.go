@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -217,4 +218,27 @@ func TestBalancedItemsValid(t *testing.T) {
 	} {
 		assert.Equal(t, tt.ok, BalancedItemsValid(tt.seqs, tt.items, tt.wave), "%+v", tt)
 	}
+}
+
+// TestPlanDecodeExtremeLengths: lengths near the int limits are errors or
+// plans, never overflows.
+func TestPlanDecodeExtremeLengths(t *testing.T) {
+	assert.Equal(t, 1, ceilDiv(1, 16))
+	assert.Equal(t, 0, ceilDiv(0, 16))
+	assert.Equal(t, math.MaxInt/16+1, ceilDiv(math.MaxInt, 16))
+	s := llama(1, 512)
+	s.MaxKVLen = math.MaxInt
+	_, err := PlanDecode(s, h200(), DefaultKnobs())
+	assert.ErrorContains(t, err, "DecodeShape.MaxKVLen=9223372036854775807 is out of range; allowed: 0..2147483647")
+	s.MaxKVLen = math.MaxInt32
+	_, err = PlanDecode(s, h200(), DefaultKnobs())
+	assert.ErrorContains(t, err, "holds fewer than MaxKVLen")
+	s.MaxBlocksPerSeq = math.MaxInt / 16
+	_, err = PlanDecode(s, h200(), DefaultKnobs())
+	assert.ErrorContains(t, err, "DecodeShape.MaxBlocksPerSeq=576460752303423487 is out of range")
+	s.MaxBlocksPerSeq = math.MaxInt32 / 16
+	s.MaxKVLen = s.MaxBlocksPerSeq * 16
+	p, err := PlanDecode(s, h200(), DefaultKnobs())
+	require.NoError(t, err)
+	assert.LessOrEqual(t, p.Splits, MaxSplits, "%s", p.String())
 }

@@ -625,7 +625,14 @@ func fitScratch(splits, pages int, s *DecodeShape, k *Knobs) int {
 	return wholePages(int(fit), pages)
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0, without overflowing for any a.
+func ceilDiv(a, b int) int {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
 
 // validateDecode checks everything PlanDecode relies on.
 func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
@@ -650,8 +657,11 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if s.BlockSize < 1 || s.BlockSize > 256 || s.BlockSize&(s.BlockSize-1) != 0 {
 		return errf("dispatch: DecodeShape.BlockSize=%d is not supported; supported: a power of two from 1 to 256", s.BlockSize)
 	}
-	if s.MaxKVLen < 0 {
-		return errf("dispatch: DecodeShape.MaxKVLen=%d is negative", s.MaxKVLen)
+	if s.MaxKVLen < 0 || s.MaxKVLen > math.MaxInt32 {
+		return errf("dispatch: DecodeShape.MaxKVLen=%d is out of range; allowed: 0..%d (the kernels' lengths are int32)", s.MaxKVLen, math.MaxInt32)
+	}
+	if s.MaxBlocksPerSeq > math.MaxInt32/s.BlockSize {
+		return errf("dispatch: DecodeShape.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize must fit an int32)", s.MaxBlocksPerSeq, math.MaxInt32/s.BlockSize)
 	}
 	if len(s.HostKVLens) > 0 && len(s.HostKVLens) != s.NumSeqs {
 		return errf("dispatch: DecodeShape.HostKVLens has %d lengths; want NumSeqs=%d (or none)", len(s.HostKVLens), s.NumSeqs)

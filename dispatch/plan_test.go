@@ -482,7 +482,7 @@ func TestPlanDecodeErrors(t *testing.T) {
 		{"block size too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 512 },
 			"dispatch: DecodeShape.BlockSize=512 is not supported; supported: a power of two from 1 to 256"},
 		{"negative kv", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxKVLen = -1 },
-			"dispatch: DecodeShape.MaxKVLen=-1 is negative"},
+			"dispatch: DecodeShape.MaxKVLen=-1 is out of range; allowed: 0..2147483647 (the kernels' lengths are int32)"},
 		{"block table empty", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxBlocksPerSeq = 0 },
 			"dispatch: DecodeShape.MaxBlocksPerSeq=0 is out of range; allowed: ≥ 1"},
 		{"block table too short", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxBlocksPerSeq = 63 },
