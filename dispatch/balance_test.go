@@ -242,3 +242,20 @@ func TestPlanDecodeExtremeLengths(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, p.Splits, MaxSplits, "%s", p.String())
 }
+
+// TestPlanDecodeBalancedScratchLimit: a balanced plan whose scratch exceeds
+// the limit by a byte falls back to the usual plan; at the limit it stays.
+func TestPlanDecodeBalancedScratchLimit(t *testing.T) {
+	s := llama(64, 8192)
+	s.Graph = true
+	p, err := PlanDecode(s, h200(), DefaultKnobs())
+	require.NoError(t, err)
+	require.True(t, p.Balanced())
+	at, err := PlanDecode(s, h200(), knobs(func(k *Knobs) { k.ScratchLimitBytes = p.ScratchFloats * 4 }))
+	require.NoError(t, err)
+	assert.True(t, at.Balanced())
+	below, err := PlanDecode(s, h200(), knobs(func(k *Knobs) { k.ScratchLimitBytes = p.ScratchFloats*4 - 1 }))
+	require.NoError(t, err)
+	assert.False(t, below.Balanced(), "%s", below.String())
+	assert.LessOrEqual(t, below.ScratchFloats*4, p.ScratchFloats*4-1)
+}

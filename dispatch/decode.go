@@ -295,7 +295,10 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 
 	clusterKernel := tables.cluster[qi][vi][hi]
 	if reason, ok := chooseBalanced(&s, &k); ok {
-		return planBalanced(&s, &dev, kernel, clusterKernel, shared, reason), nil
+		// A balanced plan over the scratch limit falls back to the usual one.
+		if p := planBalanced(&s, &dev, kernel, clusterKernel, shared, reason); k.ScratchLimitBytes <= 0 || p.ScratchFloats*4 <= k.ScratchLimitBytes {
+			return p, nil
+		}
 	}
 	splits, requested, reason := chooseSplits(&s, &dev, &k, kernel, clusterKernel)
 	// Clusters: a forced split count (or one the scratch limit cut) of 2..8
@@ -341,14 +344,11 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 }
 
 // chooseBalanced reports whether s gets a balanced plan, and why. Forcing
-// single-pass or a split count wins over it; so does a scratch limit the
-// plan would exceed.
+// single-pass or a split count wins over it (PlanDecode also falls back when
+// the plan's scratch would exceed the limit).
 func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
 	if !k.PagedFlash || k.SplitK == SplitOff || k.ForcedSplits > 0 || k.Balance == SplitOff ||
 		s.NumSeqs > BalanceMaxSeqs || s.MaxKVLen == 0 {
-		return "", false
-	}
-	if k.ScratchLimitBytes > 0 && balancedScratchFloats(s, balancedItems(s, 1))*4 > k.ScratchLimitBytes {
 		return "", false
 	}
 	switch {
