@@ -1,0 +1,83 @@
+package pagedkv_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pagedkv/pagedkv"
+)
+
+// Example is the README's library snippet: open a runtime, write one token
+// per sequence into a paged f16 cache and decode. Without a GPU it stops at
+// Open; `go test` compiles it either way, so the README stays true.
+func Example() {
+	const (
+		seqs, qHeads, kvHeads, headDim = 4, 32, 8, 128
+		blockSize, maxBlocks           = 16, 64
+		numBlocks                      = seqs * maxBlocks
+	)
+	rt, err := pagedkv.Open(pagedkv.Options{Device: 0})
+	if errors.Is(err, pagedkv.ErrNoDriver) || errors.Is(err, pagedkv.ErrNoDevice) {
+		fmt.Println("no GPU")
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	defer rt.Close()
+	s := rt.Stream() // or rt.NewStream(): one per concurrent caller
+
+	alloc := func(bytes int64) pagedkv.Buffer {
+		m, err := rt.Alloc(bytes)
+		if err != nil {
+			panic(err)
+		}
+		return m.Buffer // freed with the runtime here; call m.Free() in real code
+	}
+	cacheBytes := int64(numBlocks * blockSize * kvHeads * headDim * 2)
+	kc, vc := alloc(cacheBytes), alloc(cacheBytes)
+	k, v := alloc(seqs*kvHeads*headDim*2), alloc(seqs*kvHeads*headDim*2)
+	q, out := alloc(seqs*qHeads*headDim*2), alloc(seqs*qHeads*headDim*2)
+
+	// Sequence i owns blocks i·maxBlocks…; its next token goes to slot lens[i].
+	tables := make([]int32, seqs*maxBlocks)
+	for i := range tables {
+		tables[i] = int32(i)
+	}
+	lens := []int32{1, 17, 300, 1000}
+	slots := make([]int64, seqs)
+	for i, n := range lens {
+		slots[i] = int64(i*maxBlocks*blockSize) + int64(n-1)
+	}
+	tablesBuf, lensBuf, slotsBuf := alloc(int64(len(tables)*4)), alloc(seqs*4), alloc(seqs*8)
+	for _, err := range []error{
+		pagedkv.Upload(s, tablesBuf, tables), pagedkv.Upload(s, lensBuf, lens), pagedkv.Upload(s, slotsBuf, slots),
+	} {
+		if err != nil {
+			panic(err)
+		}
+	}
+
+	err = rt.Append(s, &pagedkv.AppendArgs{
+		Key: k, Value: v, KeyCache: kc, ValueCache: vc, SlotMapping: slotsBuf,
+		NumTokens: seqs, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks,
+		DType: pagedkv.F16, CacheDType: pagedkv.F16,
+	})
+	if err != nil {
+		panic(err)
+	}
+	err = rt.Decode(s, &pagedkv.DecodeArgs{
+		Q: q, KCache: kc, VCache: vc, BlockTables: tablesBuf, KVLens: lensBuf, Out: out,
+		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
+		NumBlocks: numBlocks, MaxBlocksPerSeq: maxBlocks, MaxKVLen: 1000,
+		HostKVLens: lens, // optional: lets the planner balance a ragged batch
+		DType:      pagedkv.F16, CacheDType: pagedkv.F16,
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		panic(err)
+	}
+	fmt.Println("decoded")
+}
