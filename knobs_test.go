@@ -9,6 +9,11 @@ import (
 	"github.com/pagedkv/pagedkv/dispatch"
 )
 
+// TestConfigLimitsMatchPlanner ties config's limits to the planner's.
+func TestConfigLimitsMatchPlanner(t *testing.T) {
+	assert.Equal(t, dispatch.MaxSplits, config.MaxPagedFlashSplits)
+}
+
 // TestKnobsFrom checks that every planner knob follows its config key.
 func TestKnobsFrom(t *testing.T) {
 	c := config.Default()

@@ -16,7 +16,7 @@ import (
 // Load or Default.
 type Config struct {
 	KVCapacity        int       // PAGEDKV_KV_CAPACITY, 1..1<<24
-	PagedFlashSplits  int       // PAGEDKV_PAGED_FLASH_SPLITS, 0 = auto, else 1..256
+	PagedFlashSplits  int       // PAGEDKV_PAGED_FLASH_SPLITS, 0 = auto, else 1..MaxPagedFlashSplits
 	PagedFlash        bool      // PAGEDKV_PAGED_FLASH
 	SplitKAttn        SplitMode // PAGEDKV_SPLIT_K_ATTN
 	ScratchLimitBytes int64     // PAGEDKV_SCRATCH_LIMIT_BYTES, 0 = no limit
@@ -110,8 +110,15 @@ func Default() Config {
 // An error names the variable as its source spells it (PAGEDKV_KV_CAPACITY,
 // "path.yaml: kv_capacity" or Options.KVCapacity), the value and what is
 // allowed. A config file with an extension other than .yaml, .yml or .toml,
-// or with a key that is not a knob, is an error too.
+// or with a key that is not a knob, is an error too, and so is a variable
+// in the environment that starts with PAGEDKV_ but is neither a knob's Env
+// nor one of NonKnobEnv (the error names each one, and the closest known
+// name where one is close).
 func Load(opts Options) (Config, error) {
+	if err := checkEnvNames(os.Environ()); err != nil {
+		return Config{}, err
+	}
+
 	v := viper.New()
 
 	path, origin := configFile(opts)
@@ -135,9 +142,10 @@ func Load(opts Options) (Config, error) {
 
 	c := Config{Sources: make(map[string]Source, len(keys))}
 	for _, k := range keys {
-		if val, ok := k.option(opts); ok {
-			if err := k.validate(val); err != nil {
-				return Config{}, invalid("Options."+k.Field, showOption(val), err, k)
+		if opt, ok := k.option(opts); ok {
+			val, err := k.validate(opt)
+			if err != nil {
+				return Config{}, invalid("Options."+k.Field, showOption(opt), err, k)
 			}
 			v.Set(k.File, val)
 			k.set(&c, val)

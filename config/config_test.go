@@ -79,7 +79,7 @@ func TestEnvValues(t *testing.T) {
 		{"PAGEDKV_PAGED_FLASH_SPLITS", "auto", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
 		{"PAGEDKV_PAGED_FLASH_SPLITS", "AUTO", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
 		{"PAGEDKV_PAGED_FLASH_SPLITS", "1", func(t *testing.T, c Config) { assert.Equal(t, 1, c.PagedFlashSplits) }},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "256", func(t *testing.T, c Config) { assert.Equal(t, 256, c.PagedFlashSplits) }},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "64", func(t *testing.T, c Config) { assert.Equal(t, 64, c.PagedFlashSplits) }},
 		{"PAGEDKV_PAGED_FLASH", "0", func(t *testing.T, c Config) { assert.False(t, c.PagedFlash) }},
 		{"PAGEDKV_PAGED_FLASH", "off", func(t *testing.T, c Config) { assert.False(t, c.PagedFlash) }},
 		{"PAGEDKV_PAGED_FLASH", "FALSE", func(t *testing.T, c Config) { assert.False(t, c.PagedFlash) }},
@@ -139,13 +139,17 @@ func TestEnvErrors(t *testing.T) {
 		{"PAGEDKV_KV_CAPACITY", "16777217", `config: PAGEDKV_KV_CAPACITY="16777217" is out of range; allowed: 1..16777216`},
 		{"PAGEDKV_KV_CAPACITY", "1e3", `config: PAGEDKV_KV_CAPACITY="1e3" is not an integer; allowed: 1..16777216`},
 		{"PAGEDKV_KV_CAPACITY", " 5", `config: PAGEDKV_KV_CAPACITY=" 5" is not an integer; allowed: 1..16777216`},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "0", `config: PAGEDKV_PAGED_FLASH_SPLITS="0" is out of range; allowed: "auto" (or empty) or 1..256`},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "257", `config: PAGEDKV_PAGED_FLASH_SPLITS="257" is out of range; allowed: "auto" (or empty) or 1..256`},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "four", `config: PAGEDKV_PAGED_FLASH_SPLITS="four" is not an integer; allowed: "auto" (or empty) or 1..256`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "0", `config: PAGEDKV_PAGED_FLASH_SPLITS="0" is out of range; allowed: "auto" (or empty) or 1..64`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "65", `config: PAGEDKV_PAGED_FLASH_SPLITS="65" is out of range; allowed: "auto" (or empty) or 1..64`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "256", `config: PAGEDKV_PAGED_FLASH_SPLITS="256" is out of range; allowed: "auto" (or empty) or 1..64`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "four", `config: PAGEDKV_PAGED_FLASH_SPLITS="four" is not an integer; allowed: "auto" (or empty) or 1..64`},
 		{"PAGEDKV_PAGED_FLASH", "yes", `config: PAGEDKV_PAGED_FLASH="yes" is not a boolean; allowed: 1, 0, true, false, on, off (any case)`},
 		{"PAGEDKV_PAGED_FLASH", "2", `config: PAGEDKV_PAGED_FLASH="2" is not a boolean; allowed: 1, 0, true, false, on, off (any case)`},
-		{"PAGEDKV_SPLIT_K_ATTN", "2", `config: PAGEDKV_SPLIT_K_ATTN="2" is not allowed; allowed: "auto", "0" (off), "1" (on)`},
-		{"PAGEDKV_SPLIT_K_ATTN", "on", `config: PAGEDKV_SPLIT_K_ATTN="on" is not allowed; allowed: "auto", "0" (off), "1" (on)`},
+		{"PAGEDKV_SPLIT_K_ATTN", "2", `config: PAGEDKV_SPLIT_K_ATTN="2" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"PAGEDKV_SPLIT_K_ATTN", "yes", `config: PAGEDKV_SPLIT_K_ATTN="yes" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"PAGEDKV_SPLIT_K_ATTN", "automatic", `config: PAGEDKV_SPLIT_K_ATTN="automatic" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"PAGEDKV_DECODE_BALANCE", "-1", `config: PAGEDKV_DECODE_BALANCE="-1" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"PAGEDKV_DECODE_BALANCE", " on", `config: PAGEDKV_DECODE_BALANCE=" on" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
 		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "-1", `config: PAGEDKV_SCRATCH_LIMIT_BYTES="-1" is out of range; allowed: an integer >= 0 (0 = no limit)`},
 		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "1GiB", `config: PAGEDKV_SCRATCH_LIMIT_BYTES="1GiB" is not an integer; allowed: an integer >= 0 (0 = no limit)`},
 		{"PAGEDKV_SCRATCH_LIMIT_BYTES", "99999999999999999999", `config: PAGEDKV_SCRATCH_LIMIT_BYTES="99999999999999999999" is out of range; allowed: an integer >= 0 (0 = no limit)`},
@@ -169,9 +173,10 @@ func TestOptionErrors(t *testing.T) {
 		want string
 	}{
 		{"capacity", Options{KVCapacity: ptr(0)}, `config: Options.KVCapacity=0 is out of range; allowed: 1..16777216`},
-		{"splits", Options{PagedFlashSplits: ptr(300)}, `config: Options.PagedFlashSplits=300 is out of range; allowed: "auto" (or empty) or 1..256`},
-		{"splits negative", Options{PagedFlashSplits: ptr(-1)}, `config: Options.PagedFlashSplits=-1 is out of range; allowed: "auto" (or empty) or 1..256`},
-		{"split mode", Options{SplitKAttn: ptr(SplitMode("yes"))}, `config: Options.SplitKAttn="yes" is not allowed; allowed: "auto", "0" (off), "1" (on)`},
+		{"splits", Options{PagedFlashSplits: ptr(65)}, `config: Options.PagedFlashSplits=65 is out of range; allowed: "auto" (or empty) or 1..64`},
+		{"splits negative", Options{PagedFlashSplits: ptr(-1)}, `config: Options.PagedFlashSplits=-1 is out of range; allowed: "auto" (or empty) or 1..64`},
+		{"split mode", Options{SplitKAttn: ptr(SplitMode("yes"))}, `config: Options.SplitKAttn="yes" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"split mode empty", Options{DecodeBalance: ptr(SplitMode(""))}, `config: Options.DecodeBalance="" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
 		{"scratch", Options{ScratchLimitBytes: ptr(int64(-5))}, `config: Options.ScratchLimitBytes=-5 is out of range; allowed: an integer >= 0 (0 = no limit)`},
 	}
 	for _, tt := range tests {
@@ -224,7 +229,9 @@ func TestFileErrors(t *testing.T) {
 		{"c.yaml", "kv_capacity: 0\n", `config: PATH: kv_capacity=0 is out of range; allowed: 1..16777216`},
 		{"c.yaml", "kv_capacity: 1.5\n", `config: PATH: kv_capacity=1.5 is not an integer; allowed: 1..16777216`},
 		{"c.toml", "scratch_limit_bytes = -1\n", `config: PATH: scratch_limit_bytes=-1 is out of range; allowed: an integer >= 0 (0 = no limit)`},
-		{"c.yaml", "split_k_attn: 2\n", `config: PATH: split_k_attn=2 is not allowed; allowed: "auto", "0" (off), "1" (on)`},
+		{"c.yaml", "split_k_attn: 2\n", `config: PATH: split_k_attn=2 is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"c.toml", "decode_balance = \"yes\"\n", `config: PATH: decode_balance="yes" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"c.yaml", "paged_flash_splits: 65\n", `config: PATH: paged_flash_splits=65 is out of range; allowed: "auto" (or empty) or 1..64`},
 		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
 		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
 		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance`},
@@ -326,7 +333,7 @@ func TestSourcesMixed(t *testing.T) {
 
 	table := c.Table()
 	require.Len(t, table, len(Keys())+1)
-	assert.Equal(t, []string{"PAGEDKV_SPLIT_K_ATTN", "0", "env", `"auto", "0" (off), "1" (on)`}, table[4])
+	assert.Equal(t, []string{"PAGEDKV_SPLIT_K_ATTN", "0", "env", `auto, 1, 0, true, false, on, off (any case)`}, table[4])
 	assert.Equal(t, Source(""), c.Source("nope"))
 }
 
@@ -355,5 +362,198 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.Equal(t, SplitOn, c.DecodeBalance)
 	for _, k := range Keys() {
 		assert.Equal(t, SourceOption, c.Source(k.File), k.File)
+	}
+}
+
+func TestSplitModeSpellings(t *testing.T) {
+	tests := []struct {
+		value string
+		want  SplitMode
+	}{
+		{"auto", SplitAuto}, {"AUTO", SplitAuto}, {"Auto", SplitAuto},
+		{"1", SplitOn}, {"true", SplitOn}, {"TRUE", SplitOn}, {"on", SplitOn}, {"On", SplitOn},
+		{"0", SplitOff}, {"false", SplitOff}, {"False", SplitOff}, {"off", SplitOff}, {"OFF", SplitOff},
+	}
+	knobs := []struct {
+		env, file string
+		opt       func(m SplitMode) Options
+		get       func(c Config) SplitMode
+	}{
+		{"PAGEDKV_SPLIT_K_ATTN", KeySplitKAttn,
+			func(m SplitMode) Options { return Options{SplitKAttn: &m} },
+			func(c Config) SplitMode { return c.SplitKAttn }},
+		{"PAGEDKV_DECODE_BALANCE", KeyDecodeBalance,
+			func(m SplitMode) Options { return Options{DecodeBalance: &m} },
+			func(c Config) SplitMode { return c.DecodeBalance }},
+	}
+	for _, k := range knobs {
+		for _, tt := range tests {
+			t.Run(k.env+"="+tt.value, func(t *testing.T) {
+				clearEnv(t)
+				t.Setenv(k.env, tt.value)
+				c, err := Load(Options{})
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, k.get(c))
+				v, _ := c.Value(k.file)
+				assert.Equal(t, string(tt.want), v, "Value spells the mode canonically")
+			})
+			t.Run(k.file+" file "+tt.value, func(t *testing.T) {
+				clearEnv(t)
+				t.Setenv(EnvConfigFile, writeFile(t, "c.yaml", k.file+": \""+tt.value+"\"\n"))
+				c, err := Load(Options{})
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, k.get(c))
+			})
+			t.Run(k.file+" option "+tt.value, func(t *testing.T) {
+				clearEnv(t)
+				c, err := Load(k.opt(SplitMode(tt.value)))
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, k.get(c), "options are stored canonically")
+			})
+		}
+	}
+}
+
+func TestSplitModeFileBooleans(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       SplitMode
+	}{
+		{"c.toml", "split_k_attn = true\n", SplitOn},
+		{"c.toml", "split_k_attn = false\n", SplitOff},
+		{"c.yaml", "split_k_attn: true\n", SplitOn},
+		{"c.yaml", "split_k_attn: off\n", SplitOff},
+		{"c.yaml", "split_k_attn: 0\n", SplitOff},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" "+tt.body, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(EnvConfigFile, writeFile(t, tt.name, tt.body))
+			c, err := Load(Options{})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, c.SplitKAttn)
+		})
+	}
+}
+
+func TestPagedFlashSplitsLimit(t *testing.T) {
+	assert.Equal(t, 64, MaxPagedFlashSplits, "must equal dispatch.MaxSplits")
+	clearEnv(t)
+	c, err := Load(Options{PagedFlashSplits: ptr(MaxPagedFlashSplits)})
+	require.NoError(t, err)
+	assert.Equal(t, MaxPagedFlashSplits, c.PagedFlashSplits)
+}
+
+// knownEnvText is how unknown-variable errors list the known variables.
+const knownEnvText = "PAGEDKV_KV_CAPACITY, PAGEDKV_PAGED_FLASH_SPLITS, PAGEDKV_PAGED_FLASH, PAGEDKV_SPLIT_K_ATTN, PAGEDKV_SCRATCH_LIMIT_BYTES, PAGEDKV_CHECK_BOUNDS, PAGEDKV_DECODE_CLUSTERS, PAGEDKV_DECODE_NARROW, PAGEDKV_DECODE_BALANCE, PAGEDKV_CONFIG, PAGEDKV_TEST_SEED"
+
+func TestUnknownEnv(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		opts Options
+		want string // "" for no error; else the text before "; known variables: …"
+	}{
+		{"misspelled", map[string]string{"PAGEDKV_KV_CAPACTY": "1024"},
+			Options{}, "config: unknown environment variable PAGEDKV_KV_CAPACTY (did you mean PAGEDKV_KV_CAPACITY?)"},
+		{"missing underscore", map[string]string{"PAGEDKV_SPLITK_ATTN": "1"},
+			Options{}, "config: unknown environment variable PAGEDKV_SPLITK_ATTN (did you mean PAGEDKV_SPLIT_K_ATTN?)"},
+		{"lower case", map[string]string{"PAGEDKV_paged_flash": "0"},
+			Options{}, "config: unknown environment variable PAGEDKV_paged_flash (did you mean PAGEDKV_PAGED_FLASH?)"},
+		{"singular", map[string]string{"PAGEDKV_PAGED_FLASH_SPLIT": "8"},
+			Options{}, "config: unknown environment variable PAGEDKV_PAGED_FLASH_SPLIT (did you mean PAGEDKV_PAGED_FLASH_SPLITS?)"},
+		{"truncated", map[string]string{"PAGEDKV_SCRATCH_LIMIT": "0"},
+			Options{}, "config: unknown environment variable PAGEDKV_SCRATCH_LIMIT (did you mean PAGEDKV_SCRATCH_LIMIT_BYTES?)"},
+		{"non-knob misspelled", map[string]string{"PAGEDKV_CONFG": "c.yaml"},
+			Options{}, "config: unknown environment variable PAGEDKV_CONFG (did you mean PAGEDKV_CONFIG?)"},
+		{"test seed misspelled", map[string]string{"PAGEDKV_TEST_SEEDS": "7"},
+			Options{}, "config: unknown environment variable PAGEDKV_TEST_SEEDS (did you mean PAGEDKV_TEST_SEED?)"},
+		{"nothing close", map[string]string{"PAGEDKV_FOO": "1"},
+			Options{}, "config: unknown environment variable PAGEDKV_FOO"},
+		{"empty value", map[string]string{"PAGEDKV_FOO": ""},
+			Options{}, "config: unknown environment variable PAGEDKV_FOO"},
+		{"prefix alone", map[string]string{"PAGEDKV_": "1"},
+			Options{}, "config: unknown environment variable PAGEDKV_"},
+		{"several, sorted", map[string]string{"PAGEDKV_KV_CAPACTY": "1", "PAGEDKV_FOO": "1", "PAGEDKV_DECODE_NARROW": "1"},
+			Options{}, "config: unknown environment variables PAGEDKV_FOO, PAGEDKV_KV_CAPACTY (did you mean PAGEDKV_KV_CAPACITY?)"},
+		{"options do not excuse it", map[string]string{"PAGEDKV_KV_CAPACTY": "1"},
+			Options{KVCapacity: ptr(1024), ConfigFile: ptr("")}, "config: unknown environment variable PAGEDKV_KV_CAPACTY (did you mean PAGEDKV_KV_CAPACITY?)"},
+		{"test seed", map[string]string{EnvTestSeed: "7"}, Options{}, ""},
+		{"empty config", map[string]string{EnvConfigFile: ""}, Options{}, ""},
+		{"other prefix", map[string]string{"PAGEDKVX": "1", "pagedkv_kv_capacity": "1", "XPAGEDKV_FOO": "1"}, Options{}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			for name, value := range tt.env {
+				t.Setenv(name, value)
+			}
+			_, err := Load(tt.opts)
+			if tt.want == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, tt.want+"; known variables: "+knownEnvText, err.Error())
+		})
+	}
+}
+
+func TestCheckEnvNames(t *testing.T) {
+	tests := []struct {
+		name    string
+		environ []string
+		want    string // "" for no error
+	}{
+		{"none", nil, ""},
+		{"knobs and non-knobs", []string{"PAGEDKV_KV_CAPACITY=1", "PAGEDKV_CONFIG=", "PAGEDKV_TEST_SEED=3", "HOME=/root"}, ""},
+		{"no equals sign", []string{"PAGEDKV_FOO"}, "config: unknown environment variable PAGEDKV_FOO; known variables: " + knownEnvText},
+		{"duplicate", []string{"PAGEDKV_FOO=1", "PAGEDKV_FOO=2"}, "config: unknown environment variable PAGEDKV_FOO; known variables: " + knownEnvText},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkEnvNames(tt.environ)
+			if tt.want == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, tt.want, err.Error())
+		})
+	}
+}
+
+func TestNonKnobEnv(t *testing.T) {
+	got := NonKnobEnv()
+	assert.Equal(t, []string{"PAGEDKV_CONFIG", "PAGEDKV_TEST_SEED"}, got)
+	for _, name := range got {
+		assert.True(t, strings.HasPrefix(name, EnvPrefix), name)
+		for _, k := range Keys() {
+			assert.NotEqual(t, k.Env, name, "a non-knob variable is not a knob")
+		}
+	}
+	got[0] = "PAGEDKV_CHANGED"
+	assert.Equal(t, EnvConfigFile, NonKnobEnv()[0], "NonKnobEnv returns a copy")
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0},
+		{"", "ABC", 3},
+		{"ABC", "", 3},
+		{"KV_CAPACITY", "KV_CAPACITY", 0},
+		{"KV_CAPACTY", "KV_CAPACITY", 1},
+		{"SPLITK_ATTN", "SPLIT_K_ATTN", 1},
+		{"KITTEN", "SITTING", 3},
+		{"FLAW", "LAWN", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.a+"/"+tt.b, func(t *testing.T) {
+			assert.Equal(t, tt.want, editDistance(tt.a, tt.b))
+			assert.Equal(t, tt.want, editDistance(tt.b, tt.a))
+		})
 	}
 }

@@ -13,6 +13,11 @@ const EnvPrefix = "PAGEDKV_"
 // config file (.yaml, .yml or .toml).
 const EnvConfigFile = EnvPrefix + "CONFIG"
 
+// EnvTestSeed names the environment variable that seeds the random inputs of
+// the GPU tests in tests/. Load does not read it, but accepts it; see
+// NonKnobEnv.
+const EnvTestSeed = EnvPrefix + "TEST_SEED"
+
 // File keys, one per knob. They are also the keys of Config.Sources.
 const (
 	KeyKVCapacity        = "kv_capacity"
@@ -28,15 +33,21 @@ const (
 
 // Limits of the integer knobs.
 const (
-	MaxKVCapacity       = 1 << 24
-	MaxPagedFlashSplits = 256
+	MaxKVCapacity = 1 << 24
+
+	// MaxPagedFlashSplits is the largest split count the planner runs, so
+	// the largest count PAGEDKV_PAGED_FLASH_SPLITS accepts. It must equal
+	// dispatch.MaxSplits (the decode kernel's kMaxSplits); config does not
+	// import dispatch, so a test outside this package checks that they agree.
+	MaxPagedFlashSplits = 64
 )
 
 // SplitMode selects whether attention may use the split-K kernels.
 type SplitMode string
 
-// The allowed SplitMode values; their spelling is what the environment and the
-// config file accept.
+// The allowed SplitMode values. The environment, the config file and Options
+// also accept "auto" in any case and every spelling of a boolean knob (1, 0,
+// true, false, on, off, any case); Load turns them into these three.
 const (
 	SplitAuto SplitMode = "auto" // the planner decides
 	SplitOff  SplitMode = "0"    // always the single-pass kernel
@@ -46,7 +57,9 @@ const (
 // String returns the mode as the environment spells it.
 func (m SplitMode) String() string { return string(m) }
 
-// Valid reports whether m is one of SplitAuto, SplitOff, SplitOn.
+// Valid reports whether m is one of SplitAuto, SplitOff, SplitOn: the
+// spellings Config holds. Load accepts more (see SplitAuto) and turns them
+// into these.
 func (m SplitMode) Valid() bool { return m == SplitAuto || m == SplitOff || m == SplitOn }
 
 // Key describes one knob. Keys returns the full list; the CLI's info command
@@ -68,9 +81,9 @@ type key struct {
 	parse func(s string) (any, error)
 	// option returns the value of the Options field and whether it is set.
 	option func(o Options) (any, bool)
-	// validate checks a typed value (from Options) and returns the same kind
-	// of error text as parse.
-	validate func(v any) error
+	// validate checks a typed value (from Options) and returns it in the
+	// form Config holds, or the same kind of error text as parse.
+	validate func(v any) (any, error)
 	set      func(c *Config, v any)
 	get      func(c Config) string
 }
@@ -84,7 +97,7 @@ var keys = []key{
 		},
 		parse:    intParser(1, MaxKVCapacity),
 		option:   func(o Options) (any, bool) { return deref(o.KVCapacity) },
-		validate: func(v any) error { return checkRange(int64(v.(int)), 1, MaxKVCapacity) },
+		validate: func(v any) (any, error) { return v, checkRange(int64(v.(int)), 1, MaxKVCapacity) },
 		set:      func(c *Config, v any) { c.KVCapacity = v.(int) },
 		get:      func(c Config) string { return strconv.Itoa(c.KVCapacity) },
 	},
@@ -92,7 +105,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "PAGED_FLASH_SPLITS", File: KeyPagedFlashSplits, Field: "PagedFlashSplits",
 			Default: "auto", Allowed: `"auto" (or empty) or ` + intRange(1, MaxPagedFlashSplits),
-			Description: "Split count for split-K paged attention; auto (0 in Go) lets the planner choose; a forced count is clamped to what is valid (1..64, whole pages) and the plan says so.",
+			Description: "Split count for split-K paged attention; auto (0 in Go) lets the planner choose; a forced count is lowered where a sequence has fewer pages (each split takes whole pages) or the scratch limit is smaller, and the plan says so.",
 		},
 		parse: func(s string) (any, error) {
 			if s == "" || strings.EqualFold(s, "auto") {
@@ -101,11 +114,11 @@ var keys = []key{
 			return intParser(1, MaxPagedFlashSplits)(s)
 		},
 		option: func(o Options) (any, bool) { return deref(o.PagedFlashSplits) },
-		validate: func(v any) error {
+		validate: func(v any) (any, error) {
 			if v.(int) == 0 {
-				return nil
+				return v, nil
 			}
-			return checkRange(int64(v.(int)), 1, MaxPagedFlashSplits)
+			return v, checkRange(int64(v.(int)), 1, MaxPagedFlashSplits)
 		},
 		set: func(c *Config, v any) { c.PagedFlashSplits = v.(int) },
 		get: func(c Config) string {
@@ -123,15 +136,15 @@ var keys = []key{
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.PagedFlash) },
-		validate: func(any) error { return nil },
+		validate: anyValue,
 		set:      func(c *Config, v any) { c.PagedFlash = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.PagedFlash) },
 	},
 	{
 		Key: Key{
 			Env: EnvPrefix + "SPLIT_K_ATTN", File: KeySplitKAttn, Field: "SplitKAttn",
-			Default: "auto", Allowed: `"auto", "0" (off), "1" (on)`,
-			Description: "Split-K attention: auto lets the planner decide, 0 disables it, 1 forces it where valid.",
+			Default: "auto", Allowed: splitModeAllowed,
+			Description: "Split-K attention: auto lets the planner decide, off (0) disables it, on (1) forces it where valid.",
 		},
 		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.SplitKAttn) },
@@ -156,11 +169,11 @@ var keys = []key{
 			return n, nil
 		},
 		option: func(o Options) (any, bool) { return deref(o.ScratchLimitBytes) },
-		validate: func(v any) error {
+		validate: func(v any) (any, error) {
 			if v.(int64) < 0 {
-				return errOutOfRange
+				return nil, errOutOfRange
 			}
-			return nil
+			return v, nil
 		},
 		set: func(c *Config, v any) { c.ScratchLimitBytes = v.(int64) },
 		get: func(c Config) string { return strconv.FormatInt(c.ScratchLimitBytes, 10) },
@@ -173,7 +186,7 @@ var keys = []key{
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.CheckBounds) },
-		validate: func(any) error { return nil },
+		validate: anyValue,
 		set:      func(c *Config, v any) { c.CheckBounds = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.CheckBounds) },
 	},
@@ -185,7 +198,7 @@ var keys = []key{
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.DecodeClusters) },
-		validate: func(any) error { return nil },
+		validate: anyValue,
 		set:      func(c *Config, v any) { c.DecodeClusters = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.DecodeClusters) },
 	},
@@ -193,19 +206,19 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "DECODE_NARROW", File: KeyDecodeNarrow, Field: "DecodeNarrow",
 			Default: "true", Allowed: boolAllowed,
-			Description: "For a 16-bit cache and GQA groups up to 8, decode with the narrow kernels (the group's heads are the 8 columns of the tensor-core tile: half the math and registers); false uses the kernels that serve every group.",
+			Description: "For GQA groups up to 8, decode with the narrow kernels (the group's heads are the 8 columns of the tensor-core tile: half the math and registers); false uses the kernels that serve every group.",
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.DecodeNarrow) },
-		validate: func(any) error { return nil },
+		validate: anyValue,
 		set:      func(c *Config, v any) { c.DecodeNarrow = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.DecodeNarrow) },
 	},
 	{
 		Key: Key{
 			Env: EnvPrefix + "DECODE_BALANCE", File: KeyDecodeBalance, Field: "DecodeBalance",
-			Default: "auto", Allowed: `"auto", "0" (off), "1" (on)`,
-			Description: "Balanced decode: the kernels split each sequence from its real kv length so a ragged batch spreads over the GPU. auto uses it for decodes captured into graphs and for eager decodes whose DecodeArgs.HostKVLens are ragged; 0 never; 1 always (where split-K is allowed).",
+			Default: "auto", Allowed: splitModeAllowed,
+			Description: "Balanced decode: the kernels split each sequence from its real kv length so a ragged batch spreads over the GPU. auto uses it for decodes captured into graphs (16 or more sequences) and for eager decodes whose DecodeArgs.HostKVLens are ragged; off (0) never; on (1) always (where split-K is allowed).",
 		},
 		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.DecodeBalance) },
@@ -215,25 +228,30 @@ var keys = []key{
 	},
 }
 
-// parseSplitMode parses "auto" (any case), "0" or "1".
+// parseSplitMode parses "auto" (any case) as SplitAuto and every spelling
+// parseBool accepts as SplitOn or SplitOff: one grammar for on and off across
+// the knobs.
 func parseSplitMode(s string) (any, error) {
 	if strings.EqualFold(s, "auto") {
 		return SplitAuto, nil
 	}
-	m := SplitMode(s)
-	if !m.Valid() {
+	b, err := parseBool(s)
+	if err != nil {
 		return nil, errNotAllowed
 	}
-	return m, nil
+	if b.(bool) {
+		return SplitOn, nil
+	}
+	return SplitOff, nil
 }
 
-// validateSplitMode checks a SplitMode given as an option.
-func validateSplitMode(v any) error {
-	if !v.(SplitMode).Valid() {
-		return errNotAllowed
-	}
-	return nil
-}
+// validateSplitMode checks a SplitMode given as an option, which may be
+// spelled any way parseSplitMode accepts, and returns SplitAuto, SplitOff or
+// SplitOn.
+func validateSplitMode(v any) (any, error) { return parseSplitMode(string(v.(SplitMode))) }
+
+// anyValue is the validate of knobs whose every Go value is allowed.
+func anyValue(v any) (any, error) { return v, nil }
 
 // Keys returns every knob in a fixed order. The slice is a copy.
 func Keys() []Key {
@@ -271,7 +289,10 @@ func knownFileKeys() string {
 	return strings.Join(names, ", ")
 }
 
-const boolAllowed = "1, 0, true, false, on, off (any case)"
+const (
+	boolAllowed      = "1, 0, true, false, on, off (any case)"
+	splitModeAllowed = "auto, " + boolAllowed
+)
 
 // valueError is the reason part of an invalid-value error.
 type valueError string

@@ -39,7 +39,7 @@ func openDevice(t testing.TB, device int, opts config.Options) *pagedkv.Runtime 
 func rng(t testing.TB) *rand.Rand {
 	t.Helper()
 	seed := rand.Uint64()
-	if s := os.Getenv("PAGEDKV_TEST_SEED"); s != "" {
+	if s := os.Getenv(config.EnvTestSeed); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "PAGEDKV_TEST_SEED")
 		seed = v
