@@ -3,10 +3,10 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -68,14 +68,32 @@ type bencher struct {
 	expBalance bool
 }
 
-func runBench(args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+// benchOptions are pagedkv bench's flags, checked.
+type benchOptions struct {
+	Op         string // all, copy, append or decode
+	JSONPath   string // "" for none
+	Reps       int
+	Quick      bool
+	Sweep      bool
+	Stages     int // 0 for the planner's
+	ExpBalance bool
+	Caches     []pagedkv.DType
+	Device     int
+}
+
+// benchCaches are the -cache names.
+var benchCaches = map[string]pagedkv.DType{"f16": pagedkv.F16, "bf16": pagedkv.BF16, "e4m3": pagedkv.E4M3}
+
+// parseBench parses and checks pagedkv bench's arguments (after "bench")
+// without touching a device. Errors are a *usageError or a *helpRequest.
+func parseBench(args []string) (benchOptions, error) {
+	fs := newFlagSet("bench", "pagedkv bench [all|copy|append|decode] [flags]")
 	op := fs.String("op", "all", "what to measure: all, copy, append (alias cache: every cache-writing op), decode")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file")
-	reps := fs.Int("reps", 15, "timed batches per measurement (the median is reported)")
+	reps := fs.Int("reps", 15, "timed batches per measurement, 3 or more (the median is reported)")
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
-	stages := fs.Int("stages", 0, "decode ring stages for every decode launch, 2..4 (0: the planner's)")
+	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
 	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan on the uniform rows (stderr)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode cache dtypes to measure, comma-separated (ragged rows come with f16)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
@@ -83,26 +101,76 @@ func runBench(args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		*op, args = args[0], args[1:]
 	}
-	_ = fs.Parse(args)
-	if fs.NArg() > 0 {
-		return fmt.Errorf("pagedkv bench: unexpected argument %q; usage: pagedkv bench [all|copy|append|decode] [flags]", fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return benchOptions{}, err
 	}
-	if *op == "cache" { // the issue tracker's name for the cache-op table
-		*op = "append"
+	o := benchOptions{Op: *op, JSONPath: *jsonPath, Reps: *reps, Quick: *quick, Sweep: !*noSweep,
+		Stages: *stages, ExpBalance: *expBalance, Device: *device}
+	if o.Op == "cache" { // the issue tracker's name for the cache-op table
+		o.Op = "append"
 	}
-	switch *op {
+	switch o.Op {
 	case "all", "copy", "append", "decode":
 	default:
-		return fmt.Errorf("pagedkv bench: -op=%q is not allowed; allowed: all, copy, append (or cache), decode", *op)
+		return benchOptions{}, usagef("bench", "-op=%q is not allowed; allowed: all, copy, append (or cache), decode", *op)
+	}
+	if o.Reps < 3 {
+		// Fewer batches leave no median worth the name.
+		return benchOptions{}, usagef("bench", "-reps=%d is not allowed; allowed: 3 or more", o.Reps)
+	}
+	if o.Stages != 0 && (o.Stages < dispatch.DecodeMinStages || o.Stages > dispatch.DecodeMaxStages) {
+		return benchOptions{}, usagef("bench", "-stages=%d is not allowed; allowed: 0 (the planner's) or %d..%d",
+			o.Stages, dispatch.DecodeMinStages, dispatch.DecodeMaxStages)
+	}
+	seen := map[pagedkv.DType]bool{}
+	for _, name := range strings.Split(*caches, ",") {
+		d, ok := benchCaches[strings.TrimSpace(name)]
+		if !ok || seen[d] {
+			return benchOptions{}, usagef("bench", "-cache=%q is not allowed; allowed: a comma-separated list of f16, bf16, e4m3, each at most once", *caches)
+		}
+		seen[d] = true
+		o.Caches = append(o.Caches, d)
+	}
+	if err := checkDevice("bench", o.Device); err != nil {
+		return benchOptions{}, err
+	}
+	return o, nil
+}
+
+// checkJSONPath reports, before a run of minutes, whether the results could
+// be written to path: its folder must exist and path must not be a folder.
+// The file itself is written only at the end, so a failed run leaves an
+// earlier one in place.
+func checkJSONPath(path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return usagef("bench", "-json=%q is not allowed; allowed: a file path, and this is a folder", path)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return usagef("bench", "-json=%q is not allowed; allowed: a file in an existing folder, and %s is not one", path, dir)
+	}
+	return nil
+}
+
+func runBench(args []string) error {
+	o, err := parseBench(args)
+	if err != nil {
+		return err
+	}
+	if err := checkJSONPath(o.JSONPath); err != nil {
+		return err
 	}
 
-	r, err := pagedkv.Open(pagedkv.Options{Device: *device})
+	r, err := pagedkv.Open(pagedkv.Options{Device: o.Device})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	b := &bencher{r: r, s: r.Stream(), reps: max(*reps, 3), g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
-		l2: int64(r.Info().L2Bytes), stages: *stages, expBalance: *expBalance}
+	b := &bencher{r: r, s: r.Stream(), reps: o.Reps, g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
+		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance}
 	defer b.arena.Free()
 	if b.timer, err = b.s.NewTimer(); err != nil {
 		return err
@@ -115,12 +183,10 @@ func runBench(args []string) error {
 	if b.rep.CopyGBps, err = b.copyBandwidth(); err != nil {
 		return err
 	}
-	if *op == "all" || *op == "append" {
+	if o.Op == "all" || o.Op == "append" {
 		if err := b.benchAppend(); err != nil {
 			return err
 		}
-	}
-	if *op == "all" || *op == "append" {
 		if err := b.benchRope(); err != nil {
 			return err
 		}
@@ -128,22 +194,14 @@ func runBench(args []string) error {
 			return err
 		}
 	}
-	if *op == "all" || *op == "decode" {
-		var list []pagedkv.DType
-		for _, name := range strings.Split(*caches, ",") {
-			d, ok := map[string]pagedkv.DType{"f16": pagedkv.F16, "bf16": pagedkv.BF16, "e4m3": pagedkv.E4M3}[name]
-			if !ok {
-				return fmt.Errorf("pagedkv bench: -cache=%q is not allowed; allowed: a comma-separated list of f16, bf16, e4m3", *caches)
-			}
-			list = append(list, d)
-		}
-		if err := b.benchDecode(list, *quick, !*noSweep); err != nil {
+	if o.Op == "all" || o.Op == "decode" {
+		if err := b.benchDecode(o.Caches, o.Quick, o.Sweep); err != nil {
 			return err
 		}
 	}
-	if *jsonPath != "" {
+	if o.JSONPath != "" {
 		data, _ := json.MarshalIndent(b.rep, "", "  ")
-		if err := os.WriteFile(*jsonPath, append(data, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
 			return err
 		}
 	}

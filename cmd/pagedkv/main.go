@@ -35,7 +35,15 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	if err != nil {
+	var help *helpRequest
+	var bad *usageError
+	switch {
+	case errors.As(err, &help):
+		fmt.Fprint(os.Stderr, help.Usage)
+	case errors.As(err, &bad):
+		fmt.Fprintln(os.Stderr, bad)
+		os.Exit(2)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, explain(err))
 		os.Exit(1)
 	}
@@ -46,20 +54,36 @@ func usage() {
 
 commands:
   info     driver version, device, configuration in effect and its sources,
-           and whether every embedded module JIT-loads on this GPU
+           and whether every embedded module JIT-loads on this GPU (without a
+           GPU: the configuration, the embedded modules and why there is none)
   bench    device-to-device copy bandwidth, then the kernels as a fraction of it:
-           pagedkv bench [all|copy|append|decode] [flags] (pagedkv bench -h for flags)
+           pagedkv bench [all|copy|append|decode] [flags]
   verify   a correctness sweep on random shapes against the float64 reference
+
+pagedkv <command> -h lists the command's flags. Flags are checked before the
+GPU is opened; a bad one exits with status 2.
 `)
 }
 
 // explain turns the no-GPU errors into one sentence.
 func explain(err error) string {
-	switch {
-	case errors.Is(err, pagedkv.ErrNoDriver):
-		return "pagedkv: no NVIDIA driver: libcuda.so.1 could not be loaded (install an NVIDIA driver for CUDA 11.8 or newer, or set LD_LIBRARY_PATH): " + err.Error()
-	case errors.Is(err, pagedkv.ErrNoDevice):
-		return "pagedkv: the NVIDIA driver sees no CUDA device on this machine: " + err.Error()
+	if reason, ok := noGPUReason(err); ok {
+		return "pagedkv: " + reason
 	}
 	return err.Error()
+}
+
+// noGPUReason says in one sentence why err, from pagedkv.Open, leaves no GPU
+// to run on, and false when err is another failure (or nil).
+func noGPUReason(err error) (string, bool) {
+	switch {
+	case errors.Is(err, pagedkv.ErrNoDriver):
+		// The driver's text already names the libraries tried and the fix
+		// (a driver for CUDA 11.8 or newer, LD_LIBRARY_PATH); adding ours
+		// said it twice.
+		return err.Error(), true
+	case errors.Is(err, pagedkv.ErrNoDevice):
+		return "the NVIDIA driver sees no CUDA device on this machine (" + err.Error() + ")", true
+	}
+	return "", false
 }

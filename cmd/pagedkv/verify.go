@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,19 +10,46 @@ import (
 	"github.com/pagedkv/pagedkv/internal/check"
 )
 
-func runVerify(args []string) error {
-	fs := flag.NewFlagSet("verify", flag.ExitOnError)
-	n := fs.Int("n", 40, "random shapes per op")
+// verifyOptions are pagedkv verify's flags, checked.
+type verifyOptions struct {
+	N      int    // random shapes per op
+	Seed   uint64 // 0: runVerify picks one
+	Device int
+}
+
+// parseVerify parses and checks pagedkv verify's arguments (after "verify")
+// without touching a device. Errors are a *usageError or a *helpRequest.
+func parseVerify(args []string) (verifyOptions, error) {
+	fs := newFlagSet("verify", "pagedkv verify [flags]")
+	n := fs.Int("n", 40, "random shapes per op, 1 or more")
 	seed := fs.Uint64("seed", 0, "random seed (0: pick one and print it)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
-	_ = fs.Parse(args)
-	if *seed == 0 {
-		*seed = rand.Uint64()
+	if err := parseFlags(fs, args); err != nil {
+		return verifyOptions{}, err
 	}
-	fmt.Printf("verify: seed %d\n", *seed)
-	g := rand.New(rand.NewPCG(*seed, 99))
+	o := verifyOptions{N: *n, Seed: *seed, Device: *device}
+	if o.N < 1 {
+		// No shapes would check nothing and still print all-pass.
+		return verifyOptions{}, usagef("verify", "-n=%d is not allowed; allowed: 1 or more", o.N)
+	}
+	if err := checkDevice("verify", o.Device); err != nil {
+		return verifyOptions{}, err
+	}
+	return o, nil
+}
 
-	r, err := pagedkv.Open(pagedkv.Options{Device: *device})
+func runVerify(args []string) error {
+	o, err := parseVerify(args)
+	if err != nil {
+		return err
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+	fmt.Printf("verify: seed %d\n", o.Seed)
+	g := rand.New(rand.NewPCG(o.Seed, 99))
+
+	r, err := pagedkv.Open(pagedkv.Options{Device: o.Device})
 	if err != nil {
 		return err
 	}
@@ -39,7 +65,7 @@ func runVerify(args []string) error {
 		pass[op]++
 	}
 
-	for range *n {
+	for range o.N {
 		c := check.RandomAppendShape(g)
 		p, err := check.NewAppendProblem(r, s, g, c)
 		if err != nil {
@@ -50,7 +76,7 @@ func runVerify(args []string) error {
 			return err
 		}
 	}
-	for range *n {
+	for range o.N {
 		c := check.RandomRopeShape(g)
 		p, err := check.NewRopeProblem(r, s, g, c)
 		if err != nil {
@@ -61,11 +87,11 @@ func runVerify(args []string) error {
 			return err
 		}
 	}
-	for range *n {
+	for range o.N {
 		record("mla", check.RunMLA(r, s, g, check.RandomMLAShape(g)))
 		record("qkv+norm+rope", check.RunQKV(r, s, g, check.RandomQKVShape(g)))
 	}
-	for range *n {
+	for range o.N {
 		c := check.RandomDecodeShape(g)
 		p, err := check.NewDecodeProblem(r, s, g, c)
 		if err != nil {
