@@ -8,8 +8,9 @@ import (
 
 // Sentinel errors for errors.Is.
 var (
-	// ErrNoDriver reports that libcuda could not be loaded, or that it lacks
-	// a symbol this package needs (a driver older than CUDA 11.8).
+	// ErrNoDriver reports that the driver library (libcuda.so.1, nvcuda.dll)
+	// could not be loaded, that it lacks a symbol this package needs (a
+	// driver older than CUDA 11.8), or that the platform has no CUDA driver.
 	ErrNoDriver = errors.New("cuda: no usable NVIDIA driver library")
 	// ErrNoDevice reports that the driver sees no CUDA device
 	// (CUDA_ERROR_NO_DEVICE, or a device count of 0).

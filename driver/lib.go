@@ -12,22 +12,20 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// libNames are the names tried, in order, when opening the driver library.
-var libNames = []string{"libcuda.so.1", "libcuda.so"}
-
 // bound is set once every symbol of the function table is registered, so
 // error formatting may ask the driver for names (cuGetErrorName works
 // even when cuInit failed).
 var bound atomic.Bool
 
-// loadDriver opens libcuda, binds the function table and calls cuInit(0),
-// once per process; every later call returns the first result.
+// loadDriver opens the driver library (openLibrary, per platform), binds the
+// function table and calls cuInit(0), once per process; every later call
+// returns the first result.
 var loadDriver = sync.OnceValues(func() (uintptr, error) {
-	h, err := openLibrary(libNames)
+	h, lib, err := openLibrary(libNames)
 	if err != nil {
 		return 0, err
 	}
-	if err := bindTable(func(name string) (uintptr, error) { return purego.Dlsym(h, name) }); err != nil {
+	if err := bindTable(lib, func(name string) (uintptr, error) { return librarySymbol(h, name) }); err != nil {
 		return 0, err
 	}
 	bound.Store(true)
@@ -37,24 +35,47 @@ var loadDriver = sync.OnceValues(func() (uintptr, error) {
 	return h, nil
 })
 
-func openLibrary(names []string) (uintptr, error) {
-	var tried []string
-	for _, name := range names {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err == nil {
-			return h, nil
-		}
-		tried = append(tried, fmt.Sprintf("%s (%v)", name, err))
+// openError is the ErrNoDriver error of an openLibrary that opened none of
+// names (errs[i] is why names[i] failed), in one sentence: the names tried,
+// why, and advice. A reason that repeats its name first, as dlerror's
+// "libcuda.so.1: cannot open shared object file" does, loses that prefix, and
+// a reason every name shares is said once.
+func openError(names []string, errs []error, advice string) error {
+	reasons := make([]string, len(names))
+	same := true
+	for i, name := range names {
+		reasons[i] = strings.TrimPrefix(errs[i].Error(), name+": ")
+		same = same && reasons[i] == reasons[0]
 	}
-	return 0, fmt.Errorf("%w: could not open %s; install an NVIDIA driver that supports CUDA 11.8 or newer, "+
-		"or add the folder holding libcuda.so.1 to LD_LIBRARY_PATH", ErrNoDriver, strings.Join(tried, ", "))
+	tried := make([]string, len(names))
+	for i, name := range names {
+		tried[i] = name
+		if !same {
+			tried[i] += " (" + reasons[i] + ")"
+		}
+	}
+	var why string
+	if same && len(reasons) > 0 {
+		why = " (" + reasons[0] + ")"
+	}
+	return fmt.Errorf("%w: could not open %s%s; %s", ErrNoDriver, joinOr(tried), why, advice)
+}
+
+// joinOr joins items as "a", "a or b", "a, b or c".
+func joinOr(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
 }
 
 // Init loads the driver library and initializes the driver (cuInit(0)).
 // It runs once per process; later calls return the same result. Every other
 // function in this package calls it first, so calling it explicitly is only
-// needed to probe for a driver. The error wraps ErrNoDriver when libcuda is
-// missing or too old, and ErrNoDevice when the driver sees no device.
+// needed to probe for a driver. The error wraps ErrNoDriver when the driver
+// library (libcuda.so.1 on Linux, nvcuda.dll on Windows) is missing or too
+// old, or the platform has no CUDA driver at all (macOS), and ErrNoDevice
+// when the driver sees no device.
 // See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__INITIALIZE.html
 func Init() error {
 	_, err := loadDriver()
@@ -324,9 +345,9 @@ func rawCall(addr uintptr, args ...uintptr) Result {
 }
 
 // bindTable looks every symbol up with lookup first, so a missing one is an
-// error naming it (all missing ones, in fact), never a panic; only then does
-// it register the table.
-func bindTable(lookup func(name string) (uintptr, error)) error {
+// error naming it (all missing ones, in fact) and lib, the library opened,
+// never a panic; only then does it register the table.
+func bindTable(lib string, lookup func(name string) (uintptr, error)) error {
 	syms := symbols()
 	addrs := make([]uintptr, len(syms))
 	var missing []string
@@ -340,7 +361,7 @@ func bindTable(lookup func(name string) (uintptr, error)) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: %s lacks %s; the driver is older than CUDA 11.8, install a newer NVIDIA driver",
-			ErrNoDriver, libNames[0], strings.Join(missing, ", "))
+			ErrNoDriver, lib, strings.Join(missing, ", "))
 	}
 	for i, s := range syms {
 		if s.raw != nil {

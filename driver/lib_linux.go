@@ -1,0 +1,27 @@
+package driver
+
+import "github.com/ebitengine/purego"
+
+// libNames are the names tried, in order, when opening the driver library:
+// the driver's own soname, then the unversioned development link.
+var libNames = []string{"libcuda.so.1", "libcuda.so"}
+
+// openLibrary dlopens the first of names that loads and returns its handle
+// and name; if none does, the error wraps ErrNoDriver and names them all.
+func openLibrary(names []string) (uintptr, string, error) {
+	errs := make([]error, 0, len(names))
+	for _, name := range names {
+		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err == nil {
+			return h, name, nil
+		}
+		errs = append(errs, err)
+	}
+	return 0, "", openError(names, errs,
+		"install an NVIDIA driver for CUDA 11.8 or newer, or add the folder holding libcuda.so.1 to LD_LIBRARY_PATH")
+}
+
+// librarySymbol returns the address of symbol name in the library h.
+func librarySymbol(h uintptr, name string) (uintptr, error) {
+	return purego.Dlsym(h, name)
+}
