@@ -68,6 +68,17 @@ func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int)
 //     checked on the device: an out-of-range slot is not written and is
 //     recorded in the stream's fault record (see Stream.Fault).
 //   - Tokens sharing one slot are written in an unspecified order.
+//
+// Aliasing: KeyCache and ValueCache must not overlap each other or any input
+// (Key, Value, SlotMapping, SlotRemap): some threads write the caches while
+// others still read their inputs, and the kernel takes every pointer as
+// restrict. The inputs may overlap one another (they are only read): Key and
+// Value may be two strided views of one fused KV activation.
+//
+// Bounds: NumTokens ≤ 2^30, NumKVHeads ≤ 2^16 and HeadDim (the kernel's int32
+// counts); NumBlocks ≤ 2^40 (the slot count is int64); strides ≤ 2^31
+// elements (int64 in the kernel, bounded so that no address it forms can
+// overflow).
 type AppendArgs struct {
 	Key, Value             Buffer
 	KeyCache, ValueCache   Buffer
@@ -94,15 +105,17 @@ func (a *AppendArgs) strides() (kt, kh, vt, vh int64) {
 }
 
 func (a *AppendArgs) keyRows() tokenRows {
-	return tokenRows{"Key", "KeyTokenStride", "KeyHeadStride", a.Key, a.NumTokens, a.NumKVHeads, a.HeadDim, a.KeyTokenStride, a.KeyHeadStride}
+	return tokenRows{"Key", "KeyTokenStride", "KeyHeadStride", "NumTokens", "NumKVHeads", "HeadDim",
+		a.Key, a.NumTokens, a.NumKVHeads, a.HeadDim, a.KeyTokenStride, a.KeyHeadStride}
 }
 
 func (a *AppendArgs) valueRows() tokenRows {
-	return tokenRows{"Value", "ValueTokenStride", "ValueHeadStride", a.Value, a.NumTokens, a.NumKVHeads, a.HeadDim, a.ValueTokenStride, a.ValueHeadStride}
+	return tokenRows{"Value", "ValueTokenStride", "ValueHeadStride", "NumTokens", "NumKVHeads", "HeadDim",
+		a.Value, a.NumTokens, a.NumKVHeads, a.HeadDim, a.ValueTokenStride, a.ValueHeadStride}
 }
 
 func (a *AppendArgs) target() cacheTarget {
-	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, a.NumTokens, a.NumKVHeads, a.HeadDim,
+	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, "NumTokens", a.NumTokens, a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.NumBlocks, a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
 }
 
@@ -144,10 +157,17 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 	if err != nil {
 		return err
 	}
+	p := a.params(s.fault)
+	return launchPlan(r, s, &plan, &p)
+}
+
+// params returns the kernel parameters of a valid a, with fault as the fault
+// record.
+func (a *AppendArgs) params(fault driver.DevicePtr) cacheAppendParams {
 	kt, kh, vt, vh := a.strides()
 	p := cacheAppendParams{
 		Key: a.Key.Ptr, Value: a.Value.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
-		SlotMapping: a.SlotMapping.Ptr, SlotRemap: a.SlotRemap.Ptr, Fault: s.fault,
+		SlotMapping: a.SlotMapping.Ptr, SlotRemap: a.SlotRemap.Ptr, Fault: fault,
 		NumSlots:  int64(a.NumBlocks) * int64(a.BlockSize),
 		NumRemap:  a.SlotRemap.Bytes / 8,
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
@@ -155,7 +175,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
 	}
 	p.KScale, p.VScale = a.target().scales()
-	return launchPlan(r, s, &plan, &p)
+	return p
 }
 
 // launchPlan enqueues the single kernel of plan with parameters p on s and
@@ -191,6 +211,10 @@ func dim(d dispatch.Dim3) driver.Dim3 { return driver.Dim3{X: d.X, Y: d.Y, Z: d.
 // the device), bit for bit: the exact inverse of an append into a cache of
 // the input's dtype. A negative slot leaves its row as it was; a slot beyond
 // the cache is recorded in the stream's fault record and not read.
+//
+// Aliasing: KeyOut and ValueOut must not overlap each other or any input
+// (KeyCache, ValueCache, Slots); a gather is not in place. The inputs may
+// overlap one another.
 type GatherArgs struct {
 	KeyCache, ValueCache Buffer
 	Slots                Buffer
@@ -228,18 +252,22 @@ func (a *GatherArgs) Validate() error {
 		return err
 	}
 	esize := int64(a.CacheDType.Size())
-	cacheElems, err := mul(gatherArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
+	cacheBytes, err := size(gatherArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", esize,
+		int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
 	if err != nil {
 		return err
 	}
-	if err := buffer(gatherArg, "KeyCache", a.KeyCache, cacheElems*esize, 16); err != nil {
+	if err := buffer(gatherArg, "KeyCache", a.KeyCache, cacheBytes, 16); err != nil {
 		return err
 	}
-	if err := buffer(gatherArg, "ValueCache", a.ValueCache, cacheElems*esize, 16); err != nil {
+	if err := buffer(gatherArg, "ValueCache", a.ValueCache, cacheBytes, 16); err != nil {
 		return err
 	}
 	if a.NumTokens > 0 {
-		rows := int64(a.NumTokens) * int64(a.NumKVHeads) * int64(a.HeadDim) * esize
+		rows, err := size(gatherArg, "NumTokens·NumKVHeads·HeadDim", esize, int64(a.NumTokens), int64(a.NumKVHeads), int64(a.HeadDim))
+		if err != nil {
+			return err
+		}
 		if err := buffer(gatherArg, "Slots", a.Slots, int64(a.NumTokens)*8, 8); err != nil {
 			return err
 		}
@@ -277,11 +305,17 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 	if err != nil {
 		return err
 	}
-	p := cacheGatherParams{
+	p := a.params(s.fault)
+	return launchPlan(r, s, &plan, &p)
+}
+
+// params returns the kernel parameters of a valid a, with fault as the fault
+// record.
+func (a *GatherArgs) params(fault driver.DevicePtr) cacheGatherParams {
+	return cacheGatherParams{
 		KeyOut: a.KeyOut.Ptr, ValueOut: a.ValueOut.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
-		Slots: a.Slots.Ptr, Fault: s.fault, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
+		Slots: a.Slots.Ptr, Fault: fault, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
 		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
 	}
-	return launchPlan(r, s, &plan, &p)
 }

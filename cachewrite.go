@@ -1,47 +1,80 @@
 package pagedkv
 
-// Checks shared by the ops that write the paged cache (Append, RopeCache).
+import "strconv"
 
-// tokenRows is a token-major input [tokens, heads, headDim] at element
-// strides, as an argument struct names it.
+// Checks shared by the ops that write the paged cache (Append, RopeCache,
+// QKVNormRope); tokenRows also serves the MLA ops.
+
+// tokenRows is a token-major input [tokens, heads, dim] at element strides,
+// as an argument struct names it: field is the buffer, the other names are
+// the fields that set each number (for errors).
 type tokenRows struct {
-	field, tokenF, headF string
-	buf                  Buffer
-	tokens, heads, dim   int
-	token, head          int
+	field, tokenF, headF  string
+	tokensF, headsF, dimF string
+	buf                   Buffer
+	tokens, heads, dim    int
+	token, head           int
 }
 
-// strides returns the strides in effect: 0 means contiguous, and the stride
-// of a dimension of size 1 (one head, one token) is canonicalized to the
-// contiguous one, since it never moves an address.
+// strides returns the strides in effect, once check has passed: 0 means
+// contiguous, and the stride of a dimension of size 1 never moves an
+// address, so it is canonicalized: one head's stride to the contiguous one,
+// one token's to the heads' span.
 func (r tokenRows) strides() (token, head int64) {
-	pick := func(v, n int, contiguous int64) int64 {
-		if v == 0 || n == 1 {
-			return contiguous
-		}
-		return int64(v)
-	}
-	head = pick(r.head, r.heads, int64(r.dim))
-	token = pick(r.token, r.tokens, int64(r.heads)*int64(r.dim))
-	return token, head
+	head = r.headStride()
+	return r.tokenStride(r.span(head)), head
 }
 
-// check validates the strides (multiples of 8 elements that keep heads and
-// tokens apart) and that buf holds every element the shapes address.
-func (r tokenRows) check(arg string, d DType) error {
-	token, head := r.strides()
-	row := int64(r.dim)
-	if head%8 != 0 || head < row {
-		return errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=%d", arg, r.headF, head, row)
+func (r tokenRows) headStride() int64 {
+	if r.head == 0 || r.heads == 1 {
+		return int64(r.dim)
 	}
-	span := int64(r.heads-1)*head + row
-	if token%8 != 0 || token < span {
-		return errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ %d (the heads' span)", arg, r.tokenF, token, span)
+	return int64(r.head)
+}
+
+// span is the elements one token's heads reach at head stride head (checked
+// by check before strides uses it unchecked).
+func (r tokenRows) span(head int64) int64 { return int64(r.heads-1)*head + int64(r.dim) }
+
+func (r tokenRows) tokenStride(span int64) int64 {
+	switch {
+	case r.tokens == 1:
+		return span
+	case r.token == 0:
+		return int64(r.heads) * int64(r.dim)
+	}
+	return int64(r.token)
+}
+
+// check validates the strides (multiples of 8 elements up to maxStride that
+// keep heads and tokens apart) and that buf holds every element the shapes
+// address. The counts must already be in range.
+func (r tokenRows) check(arg string, d DType) error {
+	head := r.headStride()
+	row := int64(r.dim)
+	if head%8 != 0 || head < row || head > maxStride {
+		return errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ %s=%d and ≤ %d", arg, r.headF, r.head, r.dimF, row, maxStride)
+	}
+	heads := axis{int64(r.heads), head, r.headsF, r.headF}
+	span, err := extent(arg, r.field, 1, row, heads)
+	if err != nil {
+		return err
+	}
+	token := r.tokenStride(span)
+	if r.tokens != 1 && (token%8 != 0 || token < span || token > maxStride) {
+		given := strconv.Itoa(r.token)
+		if r.token == 0 {
+			given = "0 (contiguous: " + strconv.FormatInt(token, 10) + ")"
+		}
+		return errf("%s.%s=%s is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ %d (the heads' span) and ≤ %d", arg, r.tokenF, given, span, maxStride)
 	}
 	if r.tokens == 0 {
 		return nil
 	}
-	need := (int64(r.tokens-1)*token + span) * int64(d.Size())
+	need, err := extent(arg, r.field, int64(d.Size()), row, axis{int64(r.tokens), token, r.tokensF, r.tokenF}, heads)
+	if err != nil {
+		return err
+	}
 	return buffer(arg, r.field, r.buf, need, 16)
 }
 
@@ -49,6 +82,7 @@ func (r tokenRows) check(arg string, d DType) error {
 // and the element types.
 type cacheTarget struct {
 	keyCache, valueCache, slotMapping, slotRemap Buffer
+	tokensF                                      string // the field that set tokens
 	tokens, kvHeads, headDim, blockSize, blocks  int
 	in, cache                                    DType
 	kScale, vScale                               float32
@@ -70,7 +104,7 @@ func (c cacheTarget) check(arg string) error {
 	if err := inRange(arg, "NumKVHeads", c.kvHeads, 1, 1<<16); err != nil {
 		return err
 	}
-	if err := inRange(arg, "NumTokens", c.tokens, 0, 1<<30); err != nil {
+	if err := inRange(arg, c.tokensF, c.tokens, 0, 1<<30); err != nil {
 		return err
 	}
 	if err := powerOfTwo(arg, "BlockSize", c.blockSize, 1, 256); err != nil {
@@ -88,11 +122,11 @@ func (c cacheTarget) check(arg string) error {
 	if err := cacheScale(arg, "VScale", c.vScale, c.cache); err != nil {
 		return err
 	}
-	elems, err := mul(arg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(c.blocks), int64(c.blockSize), int64(c.kvHeads), int64(c.headDim))
+	bytes, err := size(arg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(c.cache.Size()),
+		int64(c.blocks), int64(c.blockSize), int64(c.kvHeads), int64(c.headDim))
 	if err != nil {
 		return err
 	}
-	bytes := elems * int64(c.cache.Size())
 	if err := buffer(arg, "KeyCache", c.keyCache, bytes, 16); err != nil {
 		return err
 	}
@@ -100,7 +134,7 @@ func (c cacheTarget) check(arg string) error {
 		return err
 	}
 	if c.tokens > 0 {
-		if err := buffer(arg, "SlotMapping", c.slotMapping, int64(c.tokens)*8, 8); err != nil {
+		if err := buffer(arg, "SlotMapping", c.slotMapping, int64(c.tokens)*8, 8); err != nil { // tokens ≤ 2^30
 			return err
 		}
 	}

@@ -43,7 +43,14 @@ import (
 //   - Scale: softmax scale; 0 means 1/√HeadDim.
 //
 // Aliasing: Out and LSE must not overlap each other or any input; the inputs
-// may overlap one another (they are only read).
+// may overlap one another (they are only read). Workspace must not overlap
+// any other buffer.
+//
+// Bounds: NumSeqs ≤ 65535 (the grid's y), NumKVHeads ≤ 2^16, NumQHeads ≤
+// 16·NumKVHeads, NumBlocks < 2^31 (block ids are int32), MaxBlocksPerSeq ·
+// BlockSize ≤ 2^30 (token positions are int32 in the kernels, whose split
+// arithmetic reaches up to 63 pages and a tile past the table's end);
+// QSeqStride ≤ 2^31 elements.
 type DecodeArgs struct {
 	Q, KCache, VCache   Buffer
 	BlockTables, KVLens Buffer
@@ -81,7 +88,10 @@ func (a *DecodeArgs) Validate() error {
 	if err := inRange(decodeArg, "NumKVHeads", a.NumKVHeads, 1, 1<<16); err != nil {
 		return err
 	}
-	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 {
+	if a.NumQHeads < 1 {
+		return errf("%s.NumQHeads=%d is out of range; allowed: a multiple of NumKVHeads=%d from %d to %d", decodeArg, a.NumQHeads, a.NumKVHeads, a.NumKVHeads, 16*a.NumKVHeads)
+	}
+	if a.NumQHeads%a.NumKVHeads != 0 {
 		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", decodeArg, a.NumQHeads, a.NumKVHeads)
 	}
 	if g := a.NumQHeads / a.NumKVHeads; g > 16 {
@@ -93,8 +103,13 @@ func (a *DecodeArgs) Validate() error {
 	if err := inRange(decodeArg, "NumBlocks", a.NumBlocks, 1, math.MaxInt32); err != nil {
 		return err
 	}
-	if err := inRange(decodeArg, "MaxBlocksPerSeq", a.MaxBlocksPerSeq, 1, math.MaxInt32/a.BlockSize); err != nil {
-		return err
+	// The kernels hold token positions in int32, and their split arithmetic
+	// reaches up to MaxSplits−1 pages and a tile past the table's end (the
+	// guessed start of the last split): a bound well below 2^31 keeps every
+	// one of them exact.
+	if a.MaxBlocksPerSeq < 1 || a.MaxBlocksPerSeq > dispatch.MaxSeqTokens/a.BlockSize {
+		return errf("%s.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)",
+			decodeArg, a.MaxBlocksPerSeq, dispatch.MaxSeqTokens/a.BlockSize)
 	}
 	if a.MaxKVLen < 0 || a.MaxKVLen > a.MaxBlocksPerSeq*a.BlockSize {
 		return errf("%s.MaxKVLen=%d is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=%d", decodeArg, a.MaxKVLen, a.MaxBlocksPerSeq*a.BlockSize)
@@ -124,37 +139,49 @@ func (a *DecodeArgs) Validate() error {
 	if err := cacheScale(decodeArg, "VScale", a.VScale, a.CacheDType); err != nil {
 		return err
 	}
-	rowElems := int64(a.NumQHeads) * int64(a.HeadDim)
+	rowElems := int64(a.NumQHeads) * int64(a.HeadDim) // ≤ 2^20 · 256
 	qs := int64(a.QSeqStride)
 	if qs == 0 {
 		qs = rowElems
 	}
-	if qs < rowElems || qs%8 != 0 {
-		return errf("%s.QSeqStride=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d",
-			decodeArg, a.QSeqStride, rowElems)
+	if qs < rowElems || qs%8 != 0 || qs > maxStride {
+		return errf("%s.QSeqStride=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d and ≤ %d",
+			decodeArg, a.QSeqStride, rowElems, maxStride)
 	}
 	esize := int64(a.DType.Size())
-	if err := buffer(decodeArg, "Q", a.Q, (int64(a.NumSeqs-1)*qs+rowElems)*esize, 16); err != nil {
-		return err
-	}
-	cacheElems, err := mul(decodeArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
+	qBytes, err := extent(decodeArg, "Q", esize, rowElems, axis{int64(a.NumSeqs), qs, "NumSeqs", "QSeqStride"})
 	if err != nil {
 		return err
 	}
-	cbytes := cacheElems * int64(a.CacheDType.Size())
+	if err := buffer(decodeArg, "Q", a.Q, qBytes, 16); err != nil {
+		return err
+	}
+	cbytes, err := size(decodeArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.CacheDType.Size()),
+		int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
 	if err := buffer(decodeArg, "KCache", a.KCache, cbytes, 16); err != nil {
 		return err
 	}
 	if err := buffer(decodeArg, "VCache", a.VCache, cbytes, 16); err != nil {
 		return err
 	}
-	if err := buffer(decodeArg, "BlockTables", a.BlockTables, int64(a.NumSeqs)*int64(a.MaxBlocksPerSeq)*4, 4); err != nil {
+	tableBytes, err := size(decodeArg, "NumSeqs·MaxBlocksPerSeq", 4, int64(a.NumSeqs), int64(a.MaxBlocksPerSeq))
+	if err != nil {
+		return err
+	}
+	if err := buffer(decodeArg, "BlockTables", a.BlockTables, tableBytes, 4); err != nil {
 		return err
 	}
 	if err := buffer(decodeArg, "KVLens", a.KVLens, int64(a.NumSeqs)*4, 4); err != nil {
 		return err
 	}
-	if err := buffer(decodeArg, "Out", a.Out, int64(a.NumSeqs)*rowElems*esize, uintptr(esize)); err != nil {
+	outBytes, err := size(decodeArg, "NumSeqs·NumQHeads·HeadDim", esize, int64(a.NumSeqs), int64(a.NumQHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
+	if err := buffer(decodeArg, "Out", a.Out, outBytes, uintptr(esize)); err != nil {
 		return err
 	}
 	if !a.LSE.IsZero() {
@@ -199,6 +226,30 @@ type pagedDecodeParams struct {
 	NumBlocks                                    int64
 	Scale, KScale, VScale                        float32
 	Work                                         driver.DevicePtr
+}
+
+// params returns the kernel parameters of a valid a that do not depend on
+// the plan, with fault as the fault record.
+func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
+	scale := a.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
+	}
+	kScale, vScale := float32(1), float32(1)
+	if a.CacheDType == E4M3 {
+		kScale, vScale = a.KScale, a.VScale
+	}
+	qs := int64(a.QSeqStride)
+	if qs == 0 {
+		qs = int64(a.NumQHeads) * int64(a.HeadDim)
+	}
+	return pagedDecodeParams{
+		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
+		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: fault,
+		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
+		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
+		Scale: scale, KScale: kScale, VScale: vScale,
+	}
 }
 
 // decodePartitionParams is the parameter list of decode_partition, in PTX
@@ -349,25 +400,7 @@ func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) e
 
 // launchDecode enqueues the kernels of plan.
 func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
-	scale := a.Scale
-	if scale == 0 {
-		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
-	}
-	kScale, vScale := float32(1), float32(1)
-	if a.CacheDType == E4M3 {
-		kScale, vScale = a.KScale, a.VScale
-	}
-	qs := int64(a.QSeqStride)
-	if qs == 0 {
-		qs = int64(a.NumQHeads) * int64(a.HeadDim)
-	}
-	p := pagedDecodeParams{
-		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
-		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: s.fault,
-		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
-		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Scale: scale, KScale: kScale, VScale: vScale,
-	}
+	p := a.params(s.fault)
 	if plan.ScratchFloats == 0 {
 		err := r.do(func() error {
 			if plan.Cluster > 0 {

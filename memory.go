@@ -21,10 +21,15 @@ type Buffer struct {
 // IsZero reports whether b is the zero Buffer (an optional argument left out).
 func (b Buffer) IsZero() bool { return b.Ptr == 0 && b.Bytes == 0 }
 
-// Slice returns the view [off, off+n) of b.
+// Slice returns the view [off, off+n) of b: it needs 0 ≤ off, 0 ≤ n and
+// off+n ≤ b.Bytes (computed without overflow), so a view never reaches
+// outside its parent.
 func (b Buffer) Slice(off, n int64) (Buffer, error) {
-	if off < 0 || n < 0 || off+n > b.Bytes {
-		return Buffer{}, fmt.Errorf("pagedkv: Buffer.Slice(%d, %d) is outside a buffer of %d bytes", off, n, b.Bytes)
+	if off < 0 || n < 0 || b.Bytes < 0 || off > b.Bytes || n > b.Bytes-off {
+		return Buffer{}, errf("Buffer.Slice(%d, %d) is outside a buffer of %d bytes; allowed: off ≥ 0, n ≥ 0, off+n ≤ %d", off, n, b.Bytes, max(b.Bytes, 0))
+	}
+	if uint64(b.Ptr)+uint64(off) < uint64(b.Ptr) {
+		return Buffer{}, errf("Buffer.Slice(%d, %d) of a buffer at %#x runs past the end of the address space", off, n, uintptr(b.Ptr))
 	}
 	return Buffer{Ptr: b.Ptr + driver.DevicePtr(off), Bytes: n}, nil
 }
@@ -44,7 +49,7 @@ func (r *Runtime) Alloc(bytes int64) (*Memory, error) {
 		return nil, err
 	}
 	if bytes <= 0 {
-		return nil, fmt.Errorf("pagedkv: Alloc(%d): size must be positive", bytes)
+		return nil, errf("Alloc(%d): size must be positive", bytes)
 	}
 	var p driver.DevicePtr
 	err := r.do(func() error {
@@ -94,7 +99,7 @@ func Upload[T any](s *Stream, dst Buffer, src []T) error {
 		return nil
 	}
 	if n > dst.Bytes {
-		return fmt.Errorf("pagedkv: Upload of %d bytes into a buffer of %d bytes", n, dst.Bytes)
+		return errf("Upload of %d bytes into a buffer of %d bytes", n, dst.Bytes)
 	}
 	defer runtime.KeepAlive(src)
 	return s.r.do(func() error {
@@ -113,7 +118,7 @@ func Download[T any](s *Stream, dst []T, src Buffer) error {
 		return nil
 	}
 	if n > src.Bytes {
-		return fmt.Errorf("pagedkv: Download of %d bytes from a buffer of %d bytes", n, src.Bytes)
+		return errf("Download of %d bytes from a buffer of %d bytes", n, src.Bytes)
 	}
 	defer runtime.KeepAlive(dst)
 	return s.r.do(func() error {
@@ -126,6 +131,9 @@ func Download[T any](s *Stream, dst []T, src Buffer) error {
 
 // Fill sets every byte of b to v on stream s (asynchronously).
 func (s *Stream) Fill(b Buffer, v byte) error {
+	if b.Bytes < 0 {
+		return errf("Fill of a buffer of %d bytes; allowed: a size ≥ 0", b.Bytes)
+	}
 	if b.Bytes == 0 {
 		return nil
 	}
@@ -135,8 +143,8 @@ func (s *Stream) Fill(b Buffer, v byte) error {
 // Fill32 sets every 4-byte word of b to v on stream s (asynchronously); b's
 // size must be a multiple of 4. Tests use it to poison outputs with NaN.
 func (s *Stream) Fill32(b Buffer, v uint32) error {
-	if b.Bytes%4 != 0 {
-		return fmt.Errorf("pagedkv: Fill32 needs a multiple of 4 bytes, got %d", b.Bytes)
+	if b.Bytes%4 != 0 || b.Bytes < 0 {
+		return errf("Fill32 needs a multiple of 4 bytes, got %d", b.Bytes)
 	}
 	if b.Bytes == 0 {
 		return nil
@@ -146,8 +154,8 @@ func (s *Stream) Fill32(b Buffer, v uint32) error {
 
 // Copy copies src into dst on stream s (asynchronously); sizes must match.
 func (s *Stream) Copy(dst, src Buffer) error {
-	if dst.Bytes != src.Bytes {
-		return fmt.Errorf("pagedkv: Copy of %d bytes into %d bytes", src.Bytes, dst.Bytes)
+	if dst.Bytes != src.Bytes || src.Bytes < 0 {
+		return errf("Copy of %d bytes into %d bytes", src.Bytes, dst.Bytes)
 	}
 	return s.r.do(func() error { return driver.MemcpyDtoDAsync(dst.Ptr, src.Ptr, uint64(src.Bytes), s.s) })
 }

@@ -1,6 +1,8 @@
 package pagedkv
 
 import (
+	"math"
+
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
 )
@@ -18,6 +20,15 @@ import (
 //     saturated: QOut [NumTokens, NumHeads, LoraRank+RopeDim] (nope first,
 //     then the rotated rope part), KNopeOut [NumTokens, NumKVHeads, LoraRank],
 //     KRopeOut [NumTokens, NumKVHeads, RopeDim] (rotated).
+//
+// Aliasing: QOut, KNopeOut and KRopeOut must not overlap each other or any
+// input (QNope, QRope, KNope, KRope, Positions, CosSin); the op is not in
+// place. The inputs may overlap one another (QNope and QRope may be strided
+// views of one q buffer, KNope and KRope of one k buffer).
+//
+// Bounds: NumTokens ≤ 2^30, NumHeads and NumKVHeads ≤ 2^12, LoraRank ≤ 4096,
+// RopeDim ≤ 512 (int32 in the kernel, which also counts a token's pieces in
+// int32); strides ≤ 2^31 elements.
 type MLARopeQuantArgs struct {
 	QNope, QRope, KNope, KRope        Buffer
 	QOut, KNopeOut, KRopeOut          Buffer
@@ -38,10 +49,14 @@ type MLARopeQuantArgs struct {
 const mlaArg = "MLARopeQuantArgs"
 
 func (a *MLARopeQuantArgs) rows() (qn, qr, kn, kr tokenRows) {
-	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
-	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
-	kn = tokenRows{"KNope", "KNopeTokenStride", "KNopeHeadStride", a.KNope, a.NumTokens, a.NumKVHeads, a.LoraRank, a.KNopeTokenStride, a.KNopeHeadStride}
-	kr = tokenRows{"KRope", "KRopeTokenStride", "KRopeHeadStride", a.KRope, a.NumTokens, a.NumKVHeads, a.RopeDim, a.KRopeTokenStride, a.KRopeHeadStride}
+	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", "NumTokens", "NumHeads", "LoraRank",
+		a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
+	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", "NumTokens", "NumHeads", "RopeDim",
+		a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
+	kn = tokenRows{"KNope", "KNopeTokenStride", "KNopeHeadStride", "NumTokens", "NumKVHeads", "LoraRank",
+		a.KNope, a.NumTokens, a.NumKVHeads, a.LoraRank, a.KNopeTokenStride, a.KNopeHeadStride}
+	kr = tokenRows{"KRope", "KRopeTokenStride", "KRopeHeadStride", "NumTokens", "NumKVHeads", "RopeDim",
+		a.KRope, a.NumTokens, a.NumKVHeads, a.RopeDim, a.KRopeTokenStride, a.KRopeHeadStride}
 	return
 }
 
@@ -72,11 +87,11 @@ func (a *MLARopeQuantArgs) Validate() error {
 		return err
 	}
 	for _, sc := range []struct {
-		field string
-		v     float32
-	}{{"QScale", a.QScale}, {"KScale", a.KScale}} {
-		if err := cacheScale(mlaArg, sc.field, sc.v, E4M3); err != nil {
-			return err
+		field, what string
+		v           float32
+	}{{"QScale", "QOut = q / QScale", a.QScale}, {"KScale", "KNopeOut, KRopeOut = k / KScale", a.KScale}} {
+		if !(sc.v > 0) || math.IsInf(float64(sc.v), 0) {
+			return errf("%s.%s=%g is not allowed; allowed: a finite value > 0 (the e4m3 outputs are %s)", mlaArg, sc.field, sc.v, sc.what)
 		}
 	}
 	qn, qr, kn, kr := a.rows()
@@ -85,7 +100,11 @@ func (a *MLARopeQuantArgs) Validate() error {
 			return err
 		}
 	}
-	if err := buffer(mlaArg, "CosSin", a.CosSin, int64(a.MaxPos)*int64(2*a.RotDim)*4, 4); err != nil {
+	table, err := size(mlaArg, "MaxPos·2·RotDim", 4, int64(a.MaxPos), 2, int64(a.RotDim))
+	if err != nil {
+		return err
+	}
+	if err := buffer(mlaArg, "CosSin", a.CosSin, table, 4); err != nil {
 		return err
 	}
 	if a.NumTokens == 0 {
@@ -93,16 +112,21 @@ func (a *MLARopeQuantArgs) Validate() error {
 	}
 	t := int64(a.NumTokens)
 	for _, o := range []struct {
-		field string
-		buf   Buffer
-		bytes int64
+		field, what string
+		buf         Buffer
+		esize       int64
+		counts      []int64
 	}{
-		{"QOut", a.QOut, t * int64(a.NumHeads) * int64(a.LoraRank+a.RopeDim)},
-		{"KNopeOut", a.KNopeOut, t * int64(a.NumKVHeads) * int64(a.LoraRank)},
-		{"KRopeOut", a.KRopeOut, t * int64(a.NumKVHeads) * int64(a.RopeDim)},
-		{"Positions", a.Positions, t * 8},
+		{"QOut", "NumTokens·NumHeads·(LoraRank+RopeDim)", a.QOut, 1, []int64{t, int64(a.NumHeads), int64(a.LoraRank + a.RopeDim)}},
+		{"KNopeOut", "NumTokens·NumKVHeads·LoraRank", a.KNopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.LoraRank)}},
+		{"KRopeOut", "NumTokens·NumKVHeads·RopeDim", a.KRopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.RopeDim)}},
+		{"Positions", "NumTokens", a.Positions, 8, []int64{t}},
 	} {
-		if err := buffer(mlaArg, o.field, o.buf, o.bytes, 8); err != nil {
+		need, err := size(mlaArg, o.what, o.esize, o.counts...)
+		if err != nil {
+			return err
+		}
+		if err := buffer(mlaArg, o.field, o.buf, need, 8); err != nil {
 			return err
 		}
 	}
@@ -139,11 +163,18 @@ func (r *Runtime) MLARopeQuant(s *Stream, a *MLARopeQuantArgs) error {
 	if err != nil {
 		return err
 	}
+	p := a.params(s.fault)
+	return launchPlan(r, s, &plan, &p)
+}
+
+// params returns the kernel parameters of a valid a, with fault as the fault
+// record.
+func (a *MLARopeQuantArgs) params(fault driver.DevicePtr) mlaRopeQuantParams {
 	qn, qr, kn, kr := a.rows()
 	p := mlaRopeQuantParams{
 		QNope: a.QNope.Ptr, QRope: a.QRope.Ptr, KNope: a.KNope.Ptr, KRope: a.KRope.Ptr,
 		QOut: a.QOut.Ptr, KNopeOut: a.KNopeOut.Ptr, KRopeOut: a.KRopeOut.Ptr,
-		Positions: a.Positions.Ptr, CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: s.fault,
+		Positions: a.Positions.Ptr, CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: fault,
 		NumTokens: int32(a.NumTokens), NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads),
 		LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim), QScale: a.QScale, KScale: a.KScale,
 	}
@@ -154,12 +185,19 @@ func (r *Runtime) MLARopeQuant(s *Stream, a *MLARopeQuantArgs) error {
 	if a.NeoX {
 		p.NeoX = 1
 	}
-	return launchPlan(r, s, &plan, &p)
+	return p
 }
 
 // MLAConcatQArgs concatenates QNope [NumTokens, NumHeads, LoraRank] and QRope
 // [NumTokens, NumHeads, RopeDim] (DType, element strides, 0 = contiguous)
 // into Out [NumTokens, NumHeads, LoraRank+RopeDim], bit for bit.
+//
+// Aliasing: Out must not overlap QNope or QRope (the kernel takes every
+// pointer as restrict: a concat into one of its inputs is not in place);
+// QNope and QRope may overlap each other.
+//
+// Bounds: NumTokens ≤ 2^30, NumHeads ≤ 2^12, LoraRank and RopeDim ≤ 4096
+// (int32 in the kernel); strides ≤ 2^31 elements.
 type MLAConcatQArgs struct {
 	QNope, QRope, Out                 Buffer
 	NumTokens, NumHeads               int
@@ -172,8 +210,10 @@ type MLAConcatQArgs struct {
 const concatArg = "MLAConcatQArgs"
 
 func (a *MLAConcatQArgs) rows() (qn, qr tokenRows) {
-	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
-	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
+	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", "NumTokens", "NumHeads", "LoraRank",
+		a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
+	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", "NumTokens", "NumHeads", "RopeDim",
+		a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
 	return
 }
 
@@ -206,7 +246,12 @@ func (a *MLAConcatQArgs) Validate() error {
 	if a.NumTokens == 0 {
 		return nil
 	}
-	return buffer(concatArg, "Out", a.Out, int64(a.NumTokens)*int64(a.NumHeads)*int64(a.LoraRank+a.RopeDim)*int64(a.DType.Size()), 16)
+	out, err := size(concatArg, "NumTokens·NumHeads·(LoraRank+RopeDim)", int64(a.DType.Size()),
+		int64(a.NumTokens), int64(a.NumHeads), int64(a.LoraRank+a.RopeDim))
+	if err != nil {
+		return err
+	}
+	return buffer(concatArg, "Out", a.Out, out, 16)
 }
 
 // mlaConcatQParams is the parameter list of the mla_concat_q_* kernels, in
@@ -233,10 +278,16 @@ func (r *Runtime) MLAConcatQ(s *Stream, a *MLAConcatQArgs) error {
 	if err != nil {
 		return err
 	}
+	p := a.params()
+	return launchPlan(r, s, &plan, &p)
+}
+
+// params returns the kernel parameters of a valid a.
+func (a *MLAConcatQArgs) params() mlaConcatQParams {
 	qn, qr := a.rows()
 	p := mlaConcatQParams{QNope: a.QNope.Ptr, QRope: a.QRope.Ptr, Out: a.Out.Ptr,
 		NumTokens: int32(a.NumTokens), NumHeads: int32(a.NumHeads), LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim)}
 	p.QNopeTokenStride, p.QNopeHeadStride = qn.strides()
 	p.QRopeTokenStride, p.QRopeHeadStride = qr.strides()
-	return launchPlan(r, s, &plan, &p)
+	return p
 }

@@ -38,6 +38,16 @@ const (
 //     of sequence s goes to block BlockTables[s][p/BlockSize] (int32
 //     [NumSeqs, MaxBlocksPerSeq]), row p%BlockSize. Device-side values out of
 //     range are recorded in the stream's fault record and not written.
+//
+// Aliasing: QOut, KeyCache and ValueCache must not overlap each other or any
+// input (QKV, CuSeqlensQ, PosOffsets, BlockTables, Cos, Sin, QNormWeight,
+// KNormWeight). Not even QOut over QKV's own q heads is in place: each block
+// copies the QKV rows of its next tokens ahead (cp.async) while it writes the
+// rows of earlier ones. The inputs may overlap one another.
+//
+// Bounds: NumTokens ≤ 2^30, NumSeqs ≤ 2^20, NumQHeads ≤ 2^12,
+// MaxBlocksPerSeq·BlockSize < 2^31 (int32 in the kernel); QKVTokenStride ≤
+// 2^31 elements (int64, bounded so that no address can overflow).
 type QKVNormRopeArgs struct {
 	QKV                      Buffer
 	QKVOffset                int64
@@ -66,25 +76,41 @@ const qkvArg = "QKVNormRopeArgs"
 // views returns QKV and QOut from their offsets.
 func (a *QKVNormRopeArgs) views() (qkv, qOut Buffer, err error) {
 	if a.QKVOffset < 0 || a.QKVOffset > a.QKV.Bytes {
-		return qkv, qOut, errf("%s.QKVOffset=%d is outside QKV of %d bytes", qkvArg, a.QKVOffset, a.QKV.Bytes)
+		return qkv, qOut, errf("%s.QKVOffset=%d is outside QKV of %d bytes; allowed: 0..%d", qkvArg, a.QKVOffset, a.QKV.Bytes, max(a.QKV.Bytes, 0))
 	}
 	if a.QOutOffset < 0 || a.QOutOffset > a.QOut.Bytes {
-		return qkv, qOut, errf("%s.QOutOffset=%d is outside QOut of %d bytes", qkvArg, a.QOutOffset, a.QOut.Bytes)
+		return qkv, qOut, errf("%s.QOutOffset=%d is outside QOut of %d bytes; allowed: 0..%d", qkvArg, a.QOutOffset, a.QOut.Bytes, max(a.QOut.Bytes, 0))
 	}
-	qkv, _ = a.QKV.Slice(a.QKVOffset, a.QKV.Bytes-a.QKVOffset)
-	qOut, _ = a.QOut.Slice(a.QOutOffset, a.QOut.Bytes-a.QOutOffset)
+	if qkv, err = a.QKV.Slice(a.QKVOffset, a.QKV.Bytes-a.QKVOffset); err != nil {
+		return qkv, qOut, errf("%s.QKVOffset=%d is outside QKV (pointer %#x, %d bytes)", qkvArg, a.QKVOffset, uintptr(a.QKV.Ptr), a.QKV.Bytes)
+	}
+	if qOut, err = a.QOut.Slice(a.QOutOffset, a.QOut.Bytes-a.QOutOffset); err != nil {
+		return qkv, qOut, errf("%s.QOutOffset=%d is outside QOut (pointer %#x, %d bytes)", qkvArg, a.QOutOffset, uintptr(a.QOut.Ptr), a.QOut.Bytes)
+	}
 	return qkv, qOut, nil
+}
+
+// rows returns the token rows of qkv, the QKV view.
+func (a *QKVNormRopeArgs) rows(qkv Buffer) tokenRows {
+	return tokenRows{"QKV", "QKVTokenStride", "", "NumTokens", "", "(NumQHeads+2·NumKVHeads)·HeadDim",
+		qkv, a.NumTokens, 1, (a.NumQHeads + 2*a.NumKVHeads) * a.HeadDim, a.QKVTokenStride, 0}
 }
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *QKVNormRopeArgs) Validate() error {
-	// The cache target: flash layout, one slot per token.
-	t := cacheTarget{a.KeyCache, a.ValueCache, Buffer{}, Buffer{}, 0, a.NumKVHeads, a.HeadDim, a.BlockSize, a.NumBlocks,
-		a.DType, a.CacheDType, a.KScale, a.VScale, LayoutFlash}
-	if err := t.check(qkvArg); err != nil {
+	if err := inRange(qkvArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
-	if err := inRange(qkvArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
+	if a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim&(a.HeadDim-1) != 0 {
+		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 16 to 256", qkvArg, a.HeadDim)
+	}
+	if err := inRange(qkvArg, "NumQHeads", a.NumQHeads, 1, 1<<12); err != nil {
+		return err
+	}
+	// The cache target: flash layout, one slot per token.
+	t := cacheTarget{a.KeyCache, a.ValueCache, Buffer{}, Buffer{}, "NumTokens", 0, a.NumKVHeads, a.HeadDim, a.BlockSize, a.NumBlocks,
+		a.DType, a.CacheDType, a.KScale, a.VScale, LayoutFlash}
+	if err := t.check(qkvArg); err != nil {
 		return err
 	}
 	if err := inRange(qkvArg, "NumSeqs", a.NumSeqs, 1, 1<<20); err != nil {
@@ -92,12 +118,6 @@ func (a *QKVNormRopeArgs) Validate() error {
 	}
 	if a.CuSeqlensQ.IsZero() && a.NumSeqs != 1 {
 		return errf("%s.NumSeqs=%d needs CuSeqlensQ; without it the tokens are one sequence", qkvArg, a.NumSeqs)
-	}
-	if a.HeadDim < 16 || a.HeadDim&(a.HeadDim-1) != 0 {
-		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 16 to 256", qkvArg, a.HeadDim)
-	}
-	if err := inRange(qkvArg, "NumQHeads", a.NumQHeads, 1, 1<<12); err != nil {
-		return err
 	}
 	if a.NumQHeads%a.NumKVHeads != 0 {
 		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", qkvArg, a.NumQHeads, a.NumKVHeads)
@@ -134,11 +154,13 @@ func (a *QKVNormRopeArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	rows := tokenRows{"QKV", "QKVTokenStride", "", qkv, a.NumTokens, 1, (a.NumQHeads + 2*a.NumKVHeads) * a.HeadDim, a.QKVTokenStride, 0}
-	if err := rows.check(qkvArg, a.DType); err != nil {
+	if err := a.rows(qkv).check(qkvArg, a.DType); err != nil {
 		return err
 	}
-	table := int64(a.MaxPos) * int64(a.RotDim) * 4
+	table, err := size(qkvArg, "MaxPos·RotDim", 4, int64(a.MaxPos), int64(a.RotDim))
+	if err != nil {
+		return err
+	}
 	if err := buffer(qkvArg, "Cos", a.Cos, table, 4); err != nil {
 		return err
 	}
@@ -153,13 +175,21 @@ func (a *QKVNormRopeArgs) Validate() error {
 			return err
 		}
 	}
-	if err := buffer(qkvArg, "BlockTables", a.BlockTables, int64(a.NumSeqs)*int64(a.MaxBlocksPerSeq)*4, 4); err != nil {
+	tables, err := size(qkvArg, "NumSeqs·MaxBlocksPerSeq", 4, int64(a.NumSeqs), int64(a.MaxBlocksPerSeq))
+	if err != nil {
+		return err
+	}
+	if err := buffer(qkvArg, "BlockTables", a.BlockTables, tables, 4); err != nil {
 		return err
 	}
 	if a.NumTokens == 0 {
 		return nil
 	}
-	return buffer(qkvArg, "QOut", qOut, int64(a.NumTokens)*int64(a.NumQHeads)*int64(a.HeadDim)*int64(a.DType.Size()), 16)
+	qBytes, err := size(qkvArg, "NumTokens·NumQHeads·HeadDim", int64(a.DType.Size()), int64(a.NumTokens), int64(a.NumQHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
+	return buffer(qkvArg, "QOut", qOut, qBytes, 16)
 }
 
 // qkvNormRopeParams is the parameter list of the qkv_norm_rope_* kernels, in
@@ -192,13 +222,19 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 	if err != nil {
 		return err
 	}
+	p := a.params(s.fault)
+	return launchPlan(r, s, &plan, &p)
+}
+
+// params returns the kernel parameters of a valid a, with fault as the fault
+// record.
+func (a *QKVNormRopeArgs) params(fault driver.DevicePtr) qkvNormRopeParams {
 	qkv, qOut, _ := a.views()
-	rows := tokenRows{"QKV", "QKVTokenStride", "", qkv, a.NumTokens, 1, (a.NumQHeads + 2*a.NumKVHeads) * a.HeadDim, a.QKVTokenStride, 0}
-	ts, _ := rows.strides()
+	ts, _ := a.rows(qkv).strides()
 	p := qkvNormRopeParams{
 		QKV: qkv.Ptr, QOut: qOut.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr, CuSeqlens: a.CuSeqlensQ.Ptr,
 		PosOffsets: a.PosOffsets.Ptr, BlockTables: a.BlockTables.Ptr, QWeight: a.QNormWeight.Ptr, KWeight: a.KNormWeight.Ptr,
-		Cos: a.Cos.Ptr, Sin: a.Sin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: s.fault,
+		Cos: a.Cos.Ptr, Sin: a.Sin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: fault,
 		NumTokens: int32(a.NumTokens), NumSeqs: int32(a.NumSeqs), NumQHeads: int32(a.NumQHeads), NumKVHeads: int32(a.NumKVHeads),
 		HeadDim: int32(a.HeadDim), QKVTokenStride: ts, MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks), Norm: int32(a.Norm), Eps: a.Eps,
@@ -207,5 +243,5 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 	if a.NeoX {
 		p.NeoX = 1
 	}
-	return launchPlan(r, s, &plan, &p)
+	return p
 }

@@ -25,6 +25,17 @@ import (
 //   - The caches, slots, layout and fp8 scales follow AppendArgs: rotated k
 //     (exactly KOut's values) and v go to slot SlotMapping[t]; each KV head is
 //     written once whatever the GQA group.
+//
+// Aliasing: the outputs (QOut, KOut, ZerosOut, KeyCache, ValueCache) must not
+// overlap each other or any input (Q, K, V, Positions, Offsets, CosSin,
+// SlotMapping, SlotRemap). RoPE is not in place: QOut = Q (or KOut = K) is
+// not supported, as the kernel takes every pointer as restrict and may read
+// the inputs through the read-only cache. The inputs may overlap one another
+// (Q, K and V may be strided views of one fused QKV activation).
+//
+// Bounds: NumTokens, NumKVTokens ≤ 2^30 and NumQHeads, NumKVHeads ≤ 2^16
+// (the kernel holds them, and a token's (NumQHeads+NumKVHeads)·HeadDim/8
+// pieces, in int32); MaxPos ≤ 2^30; strides ≤ 2^31 elements.
 type RopeCacheArgs struct {
 	Q, K, V                Buffer
 	QOut, KOut, ZerosOut   Buffer
@@ -55,33 +66,49 @@ func (a *RopeCacheArgs) kvTokens() int {
 	return a.NumKVTokens
 }
 
+// kvTokensF names the field that set kvTokens.
+func (a *RopeCacheArgs) kvTokensF() string {
+	if a.NumKVTokens == 0 {
+		return "NumTokens"
+	}
+	return "NumKVTokens"
+}
+
 func (a *RopeCacheArgs) target() cacheTarget {
-	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, a.kvTokens(), a.NumKVHeads, a.HeadDim,
+	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, a.kvTokensF(), a.kvTokens(), a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.NumBlocks, a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
 }
 
 func (a *RopeCacheArgs) rows() (q, k, v tokenRows) {
-	q = tokenRows{"Q", "QTokenStride", "QHeadStride", a.Q, a.NumTokens, a.NumQHeads, a.HeadDim, a.QTokenStride, a.QHeadStride}
-	k = tokenRows{"K", "KTokenStride", "KHeadStride", a.K, a.kvTokens(), a.NumKVHeads, a.HeadDim, a.KTokenStride, a.KHeadStride}
-	v = tokenRows{"V", "VTokenStride", "VHeadStride", a.V, a.kvTokens(), a.NumKVHeads, a.HeadDim, a.VTokenStride, a.VHeadStride}
+	q = tokenRows{"Q", "QTokenStride", "QHeadStride", "NumTokens", "NumQHeads", "HeadDim",
+		a.Q, a.NumTokens, a.NumQHeads, a.HeadDim, a.QTokenStride, a.QHeadStride}
+	k = tokenRows{"K", "KTokenStride", "KHeadStride", a.kvTokensF(), "NumKVHeads", "HeadDim",
+		a.K, a.kvTokens(), a.NumKVHeads, a.HeadDim, a.KTokenStride, a.KHeadStride}
+	v = tokenRows{"V", "VTokenStride", "VHeadStride", a.kvTokensF(), "NumKVHeads", "HeadDim",
+		a.V, a.kvTokens(), a.NumKVHeads, a.HeadDim, a.VTokenStride, a.VHeadStride}
 	return
 }
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *RopeCacheArgs) Validate() error {
-	if err := a.target().check(ropeArg); err != nil {
-		return err
-	}
 	if err := inRange(ropeArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
 	if a.NumKVTokens != 0 && a.NumKVTokens < a.NumTokens {
 		return errf("%s.NumKVTokens=%d is below NumTokens=%d; allowed: 0 (= NumTokens) or ≥ NumTokens", ropeArg, a.NumKVTokens, a.NumTokens)
 	}
-	if a.HeadDim < 16 || a.HeadDim&(a.HeadDim-1) != 0 {
+	if a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim&(a.HeadDim-1) != 0 {
 		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 16 to 256", ropeArg, a.HeadDim)
 	}
-	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 {
+	// The kernel counts a token's pieces, (NumQHeads+NumKVHeads)·HeadDim/8,
+	// in an int32.
+	if err := inRange(ropeArg, "NumQHeads", a.NumQHeads, 1, 1<<16); err != nil {
+		return err
+	}
+	if err := a.target().check(ropeArg); err != nil {
+		return err
+	}
+	if a.NumQHeads%a.NumKVHeads != 0 {
 		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", ropeArg, a.NumQHeads, a.NumKVHeads)
 	}
 	if a.RotDim != a.HeadDim && a.RotDim != a.HeadDim/2 {
@@ -96,18 +123,29 @@ func (a *RopeCacheArgs) Validate() error {
 			return err
 		}
 	}
-	if err := buffer(ropeArg, "CosSin", a.CosSin, int64(a.MaxPos)*int64(2*a.RotDim)*4, 4); err != nil {
+	table, err := size(ropeArg, "MaxPos·2·RotDim", 4, int64(a.MaxPos), 2, int64(a.RotDim))
+	if err != nil {
+		return err
+	}
+	if err := buffer(ropeArg, "CosSin", a.CosSin, table, 4); err != nil {
 		return err
 	}
 	if a.NumTokens == 0 {
 		return nil
 	}
 	esize := int64(a.DType.Size())
-	qBytes := int64(a.NumTokens) * int64(a.NumQHeads) * int64(a.HeadDim) * esize
+	qBytes, err := size(ropeArg, "NumTokens·NumQHeads·HeadDim", esize, int64(a.NumTokens), int64(a.NumQHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
+	kBytes, err := size(ropeArg, "NumTokens·NumKVHeads·HeadDim", esize, int64(a.NumTokens), int64(a.NumKVHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
 	if err := buffer(ropeArg, "QOut", a.QOut, qBytes, 16); err != nil {
 		return err
 	}
-	if err := buffer(ropeArg, "KOut", a.KOut, int64(a.NumTokens)*int64(a.NumKVHeads)*int64(a.HeadDim)*esize, 16); err != nil {
+	if err := buffer(ropeArg, "KOut", a.KOut, kBytes, 16); err != nil {
 		return err
 	}
 	if !a.ZerosOut.IsZero() {
@@ -160,6 +198,13 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 	if err != nil {
 		return err
 	}
+	p := a.params(s.fault)
+	return launchPlan(r, s, &plan, &p)
+}
+
+// params returns the kernel parameters of a valid a, with fault as the fault
+// record.
+func (a *RopeCacheArgs) params(fault driver.DevicePtr) ropeCacheParams {
 	q, k, v := a.rows()
 	qt, qh := q.strides()
 	kt, kh := k.strides()
@@ -168,7 +213,7 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 		Q: a.Q.Ptr, K: a.K.Ptr, V: a.V.Ptr, QOut: a.QOut.Ptr, KOut: a.KOut.Ptr, ZerosOut: a.ZerosOut.Ptr,
 		KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr, Positions: a.Positions.Ptr, Offsets: a.Offsets.Ptr,
 		CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim),
-		SlotMapping: a.SlotMapping.Ptr, SlotRemap: a.SlotRemap.Ptr, NumRemap: a.SlotRemap.Bytes / 8, Fault: s.fault,
+		SlotMapping: a.SlotMapping.Ptr, SlotRemap: a.SlotRemap.Ptr, NumRemap: a.SlotRemap.Bytes / 8, Fault: fault,
 		NumSlots:  int64(a.NumBlocks) * int64(a.BlockSize),
 		NumTokens: int32(a.NumTokens), NumKVTokens: int32(a.kvTokens()), NumQHeads: int32(a.NumQHeads),
 		NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
@@ -179,5 +224,5 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 		p.NeoX = 1
 	}
 	p.KScale, p.VScale = a.target().scales()
-	return launchPlan(r, s, &plan, &p)
+	return p
 }

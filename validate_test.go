@@ -1,6 +1,8 @@
 package pagedkv
 
 import (
+	"errors"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,6 +35,7 @@ func expectErrors[T any, P validator[T]](t *testing.T, good func() T, cases []ba
 			err := P(&a).Validate()
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
 		})
 	}
 }
@@ -168,18 +171,20 @@ func TestGatherArgsValidate(t *testing.T) {
 	expectErrors(t, good, cases)
 }
 
-func TestRopeCacheArgsValidate(t *testing.T) {
-	good := func() RopeCacheArgs {
-		const tok, qh, kh, d, bs, nb, maxPos = 10, 8, 2, 64, 16, 4, 100
-		return RopeCacheArgs{
-			Q: fakeBuffer(tok * qh * d * 2), K: fakeBuffer(tok * kh * d * 2), V: fakeBuffer(tok * kh * d * 2),
-			QOut: fakeBuffer(tok * qh * d * 2), KOut: fakeBuffer(tok * kh * d * 2),
-			KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
-			Positions: fakeBuffer(tok * 8), CosSin: fakeBuffer(maxPos * d * 4), SlotMapping: fakeBuffer(tok * 8),
-			NumTokens: tok, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb,
-			MaxPos: maxPos, RotDim: d / 2, NeoX: true, DType: F16, CacheDType: F16,
-		}
+func goodRope() RopeCacheArgs {
+	const tok, qh, kh, d, bs, nb, maxPos = 10, 8, 2, 64, 16, 4, 100
+	return RopeCacheArgs{
+		Q: fakeBuffer(tok * qh * d * 2), K: fakeBuffer(tok * kh * d * 2), V: fakeBuffer(tok * kh * d * 2),
+		QOut: fakeBuffer(tok * qh * d * 2), KOut: fakeBuffer(tok * kh * d * 2),
+		KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		Positions: fakeBuffer(tok * 8), CosSin: fakeBuffer(maxPos * d * 4), SlotMapping: fakeBuffer(tok * 8),
+		NumTokens: tok, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb,
+		MaxPos: maxPos, RotDim: d / 2, NeoX: true, DType: F16, CacheDType: F16,
 	}
+}
+
+func TestRopeCacheArgsValidate(t *testing.T) {
+	good := goodRope
 	a := good()
 	require.NoError(t, a.Validate())
 	cases := []badCase[RopeCacheArgs]{
@@ -192,8 +197,192 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 		{"positions", func(a *RopeCacheArgs) { a.Positions = Buffer{} }, "RopeCacheArgs.Positions is missing"},
 		{"zeros", func(a *RopeCacheArgs) { a.ZerosOut = fakeBuffer(8) }, "RopeCacheArgs.ZerosOut holds 8 bytes"},
 		{"max pos", func(a *RopeCacheArgs) { a.MaxPos = 0 }, "RopeCacheArgs.MaxPos=0 is out of range"},
+		{"kv tokens big", func(a *RopeCacheArgs) { a.NumKVTokens = 1 << 31 }, "RopeCacheArgs.NumKVTokens=2147483648 is out of range; allowed: 0..1073741824"},
+		{"kv tokens slots", func(a *RopeCacheArgs) { a.NumKVTokens = 12 }, "RopeCacheArgs.SlotMapping holds 80 bytes; the shapes need 96"},
+		{"kv tokens k", func(a *RopeCacheArgs) { a.NumKVTokens, a.SlotMapping.Bytes = 12, 96 }, "RopeCacheArgs.K holds 2560 bytes; the shapes need 3072"},
+		{"v stride", func(a *RopeCacheArgs) { a.VTokenStride = 100 }, "RopeCacheArgs.VTokenStride=100 is not allowed"},
+		{"q heads", func(a *RopeCacheArgs) { a.NumQHeads = 1<<16 + 2 }, "RopeCacheArgs.NumQHeads=65538 is out of range; allowed: 1..65536"},
+		{"head dim big", func(a *RopeCacheArgs) { a.HeadDim, a.RotDim = 512, 256 }, "RopeCacheArgs.HeadDim=512 is not allowed; allowed: a power of two from 16 to 256"},
+		{"head stride zero tokens", func(a *RopeCacheArgs) { a.QHeadStride = 100 }, "RopeCacheArgs.QHeadStride=100 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=64"},
+		{"contiguous tokens, spread heads", func(a *RopeCacheArgs) { a.QHeadStride = 128 },
+			"RopeCacheArgs.QTokenStride=0 (contiguous: 512) is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 960 (the heads' span)"},
 	}
 	expectErrors(t, good, cases)
+}
+
+// TestIssue12Overflows pins the issue's cases: extents that wrapped int64,
+// and counts that did not fit the kernels' int32 parameters, are errors that
+// name the field the caller set and what it may be.
+func TestIssue12Overflows(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"decode q stride, 5 sequences", func() error {
+			a := goodDecode()
+			a.NumSeqs, a.QSeqStride, a.Q.Bytes = 5, 1<<62, 8192
+			return a.Validate()
+		}, "pagedkv: DecodeArgs.QSeqStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=4096 and ≤ 2147483648"},
+		{"decode q stride, 9 sequences", func() error {
+			a := goodDecode()
+			a.NumSeqs, a.QSeqStride, a.Q.Bytes = 9, 1<<61, 8192
+			return a.Validate()
+		}, "pagedkv: DecodeArgs.QSeqStride=2305843009213693952 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=4096 and ≤ 2147483648"},
+		{"append key token stride", func() error {
+			a := goodAppend()
+			a.KeyTokenStride = 1 << 62
+			return a.Validate()
+		}, "pagedkv: AppendArgs.KeyTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512 (the heads' span) and ≤ 2147483648"},
+		{"append value token stride", func() error {
+			a := goodAppend()
+			a.ValueTokenStride = 1 << 62
+			return a.Validate()
+		}, "pagedkv: AppendArgs.ValueTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512 (the heads' span) and ≤ 2147483648"},
+		{"append key head stride", func() error {
+			a := goodAppend()
+			a.KeyHeadStride = 1 << 62
+			return a.Validate()
+		}, "pagedkv: AppendArgs.KeyHeadStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=128 and ≤ 2147483648"},
+		{"rope q token stride", func() error {
+			a := goodRope()
+			a.QTokenStride = 1 << 62
+			return a.Validate()
+		}, "pagedkv: RopeCacheArgs.QTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512 (the heads' span) and ≤ 2147483648"},
+		{"rope 2^53 q heads, sizes wrapped to 0", func() error {
+			a := goodRope()
+			a.NumTokens, a.NumQHeads, a.Q.Bytes, a.QOut.Bytes = 16, 1<<53, 0, 0
+			return a.Validate()
+		}, "pagedkv: RopeCacheArgs.NumQHeads=9007199254740992 is out of range; allowed: 1..65536"},
+		{"rope 2^32+2 q heads, packed as 2", func() error {
+			a := goodRope()
+			a.NumQHeads, a.Q.Bytes, a.QOut.Bytes = 1<<32+2, 1<<50, 1<<50
+			return a.Validate()
+		}, "pagedkv: RopeCacheArgs.NumQHeads=4294967298 is out of range; allowed: 1..65536"},
+		{"qkv token stride", func() error {
+			a := goodQKV()
+			a.QKVTokenStride = 1 << 62
+			return a.Validate()
+		}, "pagedkv: QKVNormRopeArgs.QKVTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 1536 (the heads' span) and ≤ 2147483648"},
+		{"mla q nope token stride", func() error {
+			a := goodMLA()
+			a.QNopeTokenStride = 1 << 62
+			return a.Validate()
+		}, "pagedkv: MLARopeQuantArgs.QNopeTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 8192 (the heads' span) and ≤ 2147483648"},
+		{"mla k rope head stride", func() error {
+			a := goodMLA()
+			a.NumKVHeads, a.KRopeHeadStride, a.KNope.Bytes = 2, 1<<62, 2*a.KNope.Bytes
+			return a.Validate()
+		}, "pagedkv: MLARopeQuantArgs.KRopeHeadStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ RopeDim=64 and ≤ 2147483648"},
+		{"concat q rope token stride", func() error {
+			a := goodConcat()
+			a.QRopeTokenStride = 1 << 62
+			return a.Validate()
+		}, "pagedkv: MLAConcatQArgs.QRopeTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 1024 (the heads' span) and ≤ 2147483648"},
+		{"slice past the end", func() error {
+			_, err := fakeBuffer(4096).Slice(math.MaxInt64, 1)
+			return err
+		}, "pagedkv: Buffer.Slice(9223372036854775807, 1) is outside a buffer of 4096 bytes; allowed: off ≥ 0, n ≥ 0, off+n ≤ 4096"},
+		{"slice larger than its parent", func() error {
+			_, err := fakeBuffer(4096).Slice(1, math.MaxInt64)
+			return err
+		}, "pagedkv: Buffer.Slice(1, 9223372036854775807) is outside a buffer of 4096 bytes; allowed: off ≥ 0, n ≥ 0, off+n ≤ 4096"},
+		{"cache too large for int64", func() error {
+			a := GatherArgs{KeyCache: fakeBuffer(1), ValueCache: fakeBuffer(1), NumKVHeads: 1 << 16, HeadDim: 256,
+				BlockSize: 256, NumBlocks: 1 << 40, CacheDType: F16}
+			return a.Validate()
+		}, "pagedkv: GatherArgs.NumBlocks=1099511627776 is too large: NumBlocks·BlockSize·NumKVHeads·HeadDim is more than 2^56 elements; allowed: at most 16777216 with the other sizes as given"},
+		{"decode sequence length beyond the kernels' int32 positions", func() error {
+			a := goodDecode()
+			a.MaxBlocksPerSeq = 1<<26 + 1
+			return a.Validate()
+		}, "pagedkv: DecodeArgs.MaxBlocksPerSeq=67108865 is out of range; allowed: 1..67108864 (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.err()
+			require.Error(t, err)
+			assert.Equal(t, c.want, err.Error())
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+		})
+	}
+}
+
+func TestBufferSlice(t *testing.T) {
+	b := fakeBuffer(4096)
+	v, err := b.Slice(4000, 96)
+	require.NoError(t, err)
+	assert.Equal(t, Buffer{Ptr: b.Ptr + 4000, Bytes: 96}, v)
+	v, err = b.Slice(4096, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), v.Bytes)
+	for _, c := range [][2]int64{{-1, 1}, {0, -1}, {4000, 97}, {4097, 0}, {math.MaxInt64, 1}, {1, math.MaxInt64}, {math.MaxInt64, math.MaxInt64}} {
+		_, err := b.Slice(c[0], c[1])
+		assert.ErrorIs(t, err, ErrInvalidArgument, "Slice(%d, %d)", c[0], c[1])
+	}
+	_, err = Buffer{Ptr: ptrAt(math.MaxUint64 - 15), Bytes: math.MaxInt64}.Slice(32, 0)
+	assert.ErrorContains(t, err, "runs past the end of the address space")
+	_, err = Buffer{Ptr: b.Ptr, Bytes: -8}.Slice(0, 0)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+func TestCheckedArithmetic(t *testing.T) {
+	p, ok := mul64(1<<31, 1<<31)
+	assert.True(t, ok)
+	assert.Equal(t, int64(1<<62), p)
+	_, ok = mul64(1<<32, 1<<31)
+	assert.False(t, ok, "2^63 does not fit")
+	_, ok = mul64(-1, 1)
+	assert.False(t, ok)
+	s, ok := add64(math.MaxInt64-1, 1)
+	assert.True(t, ok)
+	assert.Equal(t, int64(math.MaxInt64), s)
+	_, ok = add64(math.MaxInt64, 1)
+	assert.False(t, ok)
+
+	// extent: (Σ (count−1)·stride + row)·esize, or 0 for an empty axis.
+	n, err := extent("X", "Q", 2, 128, axis{10, 512, "NumTokens", "TokenStride"}, axis{4, 128, "NumHeads", "HeadStride"})
+	require.NoError(t, err)
+	assert.Equal(t, int64((9*512+3*128+128)*2), n)
+	n, err = extent("X", "Q", 2, 128, axis{0, 1 << 62, "NumTokens", "TokenStride"})
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	_, err = extent("X", "Q", 2, 128, axis{5, 1 << 62, "NumTokens", "TokenStride"})
+	assert.EqualError(t, err, "pagedkv: X.TokenStride=4611686018427387904 is too large with NumTokens=5: Q would span more than 2^63 bytes; allowed: at most 1152921504606846943 with the other sizes as given")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = extent("X", "Q", 2, 128, axis{3, 1 << 61, "NumTokens", "TokenStride"})
+	assert.ErrorContains(t, err, "X.TokenStride=2305843009213693952 is too large with NumTokens=3", "the bytes overflow though the elements fit")
+	// Each term fits, their sum does not: the farther axis is named, with the
+	// most it may be beside the other.
+	_, err = extent("X", "Q", 1, 8, axis{2, 1 << 61, "NumTokens", "TokenStride"}, axis{2, 3 << 61, "NumHeads", "HeadStride"})
+	assert.EqualError(t, err, "pagedkv: X.HeadStride=6917529027641081856 is too large with NumHeads=2: Q would span more than 2^63 bytes; allowed: at most 6917529027641081847 with the other sizes as given")
+	limit, err := extent("X", "Q", 1, 8, axis{2, 1 << 61, "NumTokens", "TokenStride"}, axis{2, 6917529027641081847, "NumHeads", "HeadStride"})
+	require.NoError(t, err, "the limit the error quotes is allowed")
+	assert.Equal(t, int64(math.MaxInt64), limit)
+
+	b, err := size("X", "NumBlocks·BlockSize", 2, 1<<20, 256)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1<<29), b)
+	_, err = size("X", "NumBlocks·BlockSize", 2, 1<<50, 256)
+	assert.EqualError(t, err, "pagedkv: X.NumBlocks=1125899906842624 is too large: NumBlocks·BlockSize is more than 2^56 elements; allowed: at most 281474976710656 with the other sizes as given")
+}
+
+// TestBufferChecks covers what buffer rejects besides a short size: a
+// negative size and a view that wraps the address space.
+func TestBufferChecks(t *testing.T) {
+	assert.ErrorContains(t, buffer("X", "Q", Buffer{Ptr: 0x1000, Bytes: -16}, 0, 16), "X.Q holds -16 bytes; allowed: a size ≥ 0")
+	assert.ErrorContains(t, buffer("X", "Q", Buffer{Ptr: ptrAt(math.MaxUint64 - 15), Bytes: 32}, 0, 16), "X.Q at 0xfffffffffffffff0 with 32 bytes runs past the end of the address space")
+	assert.NoError(t, buffer("X", "Q", Buffer{Ptr: 0x1000, Bytes: 16}, 16, 16))
+}
+
+// TestValidationErrorsMatchSentinel checks errors.Is for the host-side
+// argument errors outside the Validate methods.
+func TestValidationErrorsMatchSentinel(t *testing.T) {
+	for _, err := range []error{
+		Float32FromE4M3(make([]float32, 2), make([]uint8, 3), 1),
+		Float32FromE4M3(make([]float32, 2), make([]uint8, 2), 0),
+	} {
+		assert.True(t, errors.Is(err, ErrInvalidArgument), "%v", err)
+	}
 }
 
 // TestCheckDecodePlan checks what DecodeWithPlan accepts: the planner's own
@@ -298,4 +487,159 @@ func TestCheckDecodePlan(t *testing.T) {
 	assert.Error(t, checkDecodePlan(&a, &off, &plain), "a work list off its place")
 	bal.Cluster = 2
 	assert.Error(t, checkDecodePlan(&a, &bal, &sm90), "a balanced plan in clusters")
+}
+
+func goodQKV() QKVNormRopeArgs {
+	const tok, seqs, qh, kh, d, bs, nb, mb, maxPos, rot = 12, 3, 8, 2, 128, 16, 32, 8, 4096, 64
+	return QKVNormRopeArgs{
+		QKV: fakeBuffer(tok * (qh + 2*kh) * d * 2), QOut: fakeBuffer(tok * qh * d * 2),
+		KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		BlockTables: fakeBuffer(seqs * mb * 4), CuSeqlensQ: fakeBuffer((seqs + 1) * 4), PosOffsets: fakeBuffer(seqs * 8),
+		Cos: fakeBuffer(maxPos * rot * 4), Sin: fakeBuffer(maxPos * rot * 4),
+		QNormWeight: fakeBuffer(d * 2), KNormWeight: fakeBuffer(d * 2), Norm: NormQK, Eps: 1e-6,
+		NumTokens: tok, NumSeqs: seqs, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb,
+		MaxBlocksPerSeq: mb, MaxPos: maxPos, RotDim: rot, NeoX: true, DType: BF16, CacheDType: BF16,
+	}
+}
+
+func TestQKVNormRopeArgsValidate(t *testing.T) {
+	a := goodQKV()
+	require.NoError(t, a.Validate())
+	strided := goodQKV()
+	strided.QKVTokenStride = 2048
+	strided.QKV.Bytes = (11*2048 + 1536) * 2 // the last token needs only its heads
+	require.NoError(t, strided.Validate())
+	strided.QKV.Bytes--
+	require.ErrorContains(t, strided.Validate(), "QKVNormRopeArgs.QKV holds 48127 bytes; the shapes need 48128")
+	offset := goodQKV()
+	offset.QKVOffset, offset.QKV.Bytes = 4096, offset.QKV.Bytes+4096
+	offset.QOutOffset, offset.QOut.Bytes = 32, offset.QOut.Bytes+32
+	require.NoError(t, offset.Validate())
+	one := goodQKV()
+	one.CuSeqlensQ, one.NumSeqs, one.Norm, one.Eps, one.QNormWeight, one.KNormWeight = Buffer{}, 1, NormNone, 0, Buffer{}, Buffer{}
+	require.NoError(t, one.Validate())
+	fp8 := goodQKV()
+	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 0.5
+	fp8.KeyCache.Bytes, fp8.ValueCache.Bytes = fp8.KeyCache.Bytes/2, fp8.ValueCache.Bytes/2
+	require.NoError(t, fp8.Validate())
+
+	cases := []badCase[QKVNormRopeArgs]{
+		{"q heads", func(a *QKVNormRopeArgs) { a.NumQHeads = 1<<12 + 2 }, "QKVNormRopeArgs.NumQHeads=4098 is out of range; allowed: 1..4096"},
+		{"gqa", func(a *QKVNormRopeArgs) { a.NumQHeads = 7 }, "QKVNormRopeArgs.NumQHeads=7 is not a multiple of NumKVHeads=2"},
+		{"kv heads", func(a *QKVNormRopeArgs) { a.NumKVHeads = 0 }, "QKVNormRopeArgs.NumKVHeads=0 is out of range"},
+		{"tokens", func(a *QKVNormRopeArgs) { a.NumTokens = 1<<30 + 1 }, "QKVNormRopeArgs.NumTokens=1073741825 is out of range; allowed: 0..1073741824"},
+		{"seqs", func(a *QKVNormRopeArgs) { a.NumSeqs = 1<<20 + 1 }, "QKVNormRopeArgs.NumSeqs=1048577 is out of range; allowed: 1..1048576"},
+		{"seqs without cu", func(a *QKVNormRopeArgs) { a.CuSeqlensQ = Buffer{} }, "QKVNormRopeArgs.NumSeqs=3 needs CuSeqlensQ; without it the tokens are one sequence"},
+		{"head dim", func(a *QKVNormRopeArgs) { a.HeadDim = 96 }, "QKVNormRopeArgs.HeadDim=96 is not allowed; allowed: a power of two from 16 to 256"},
+		{"head dim big", func(a *QKVNormRopeArgs) { a.HeadDim = 512 }, "QKVNormRopeArgs.HeadDim=512 is not allowed; allowed: a power of two from 16 to 256"},
+		{"rot", func(a *QKVNormRopeArgs) { a.RotDim = 48 }, "QKVNormRopeArgs.RotDim=48 is not allowed; allowed: HeadDim=128 or HeadDim/2=64"},
+		{"max pos", func(a *QKVNormRopeArgs) { a.MaxPos = 0 }, "QKVNormRopeArgs.MaxPos=0 is out of range; allowed: 1..1073741824"},
+		{"max blocks", func(a *QKVNormRopeArgs) { a.MaxBlocksPerSeq = 0 }, "QKVNormRopeArgs.MaxBlocksPerSeq=0 is out of range"},
+		{"weights without norm", func(a *QKVNormRopeArgs) { a.Norm = NormNone }, "QKVNormRopeArgs: QNormWeight, KNormWeight and Eps are only used with Norm=NormQK"},
+		{"eps", func(a *QKVNormRopeArgs) { a.Eps = 0 }, "QKVNormRopeArgs.Eps=0 is not allowed with NormQK; allowed: a finite value > 0"},
+		{"weight small", func(a *QKVNormRopeArgs) { a.KNormWeight.Bytes = 128 }, "QKVNormRopeArgs.KNormWeight holds 128 bytes; the shapes need 256"},
+		{"norm mode", func(a *QKVNormRopeArgs) { a.Norm = 5 }, "QKVNormRopeArgs.Norm=5 is not supported; allowed: NormNone, NormQK"},
+		{"offset outside", func(a *QKVNormRopeArgs) { a.QKVOffset = a.QKV.Bytes + 16 }, "QKVNormRopeArgs.QKVOffset=36880 is outside QKV of 36864 bytes; allowed: 0..36864"},
+		{"offset negative", func(a *QKVNormRopeArgs) { a.QOutOffset = -16 }, "QKVNormRopeArgs.QOutOffset=-16 is outside QOut of 24576 bytes"},
+		{"offset leaves too little", func(a *QKVNormRopeArgs) { a.QKVOffset = 16 }, "QKVNormRopeArgs.QKV holds 36848 bytes; the shapes need 36864"},
+		{"offset misaligned", func(a *QKVNormRopeArgs) { a.QKVOffset, a.QKV.Bytes = 8, a.QKV.Bytes+8 }, "QKVNormRopeArgs.QKV pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"q out offset", func(a *QKVNormRopeArgs) { a.QOutOffset = 32 }, "QKVNormRopeArgs.QOut holds 24544 bytes; the shapes need 24576"},
+		{"token stride", func(a *QKVNormRopeArgs) { a.QKVTokenStride = 1000 }, "QKVNormRopeArgs.QKVTokenStride=1000 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 1536 (the heads' span)"},
+		{"cu seqlens small", func(a *QKVNormRopeArgs) { a.CuSeqlensQ.Bytes = 12 }, "QKVNormRopeArgs.CuSeqlensQ holds 12 bytes; the shapes need 16"},
+		{"pos offsets", func(a *QKVNormRopeArgs) { a.PosOffsets = Buffer{} }, "QKVNormRopeArgs.PosOffsets is missing"},
+		{"tables", func(a *QKVNormRopeArgs) { a.BlockTables.Bytes = 64 }, "QKVNormRopeArgs.BlockTables holds 64 bytes; the shapes need 96"},
+		{"cos", func(a *QKVNormRopeArgs) { a.Cos.Bytes-- }, "QKVNormRopeArgs.Cos holds 1048575 bytes; the shapes need 1048576"},
+		{"sin misaligned", func(a *QKVNormRopeArgs) { a.Sin.Ptr += 2 }, "QKVNormRopeArgs.Sin pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"cache", func(a *QKVNormRopeArgs) { a.ValueCache.Bytes -= 2 }, "QKVNormRopeArgs.ValueCache holds 262142 bytes; the shapes need 262144"},
+		{"fp8 scale", func(a *QKVNormRopeArgs) { a.CacheDType = E4M3 }, "QKVNormRopeArgs.KScale=0 is not allowed with an e4m3 cache"},
+		{"dtype", func(a *QKVNormRopeArgs) { a.DType = E4M3 }, "QKVNormRopeArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
+	}
+	expectErrors(t, goodQKV, cases)
+}
+
+func goodMLA() MLARopeQuantArgs {
+	const tok, h, kh, lora, rope, maxPos = 6, 16, 1, 512, 64, 1024
+	return MLARopeQuantArgs{
+		QNope: fakeBuffer(tok * h * lora * 2), QRope: fakeBuffer(tok * h * rope * 2),
+		KNope: fakeBuffer(tok * kh * lora * 2), KRope: fakeBuffer(tok * kh * rope * 2),
+		QOut: fakeBuffer(tok * h * (lora + rope)), KNopeOut: fakeBuffer(tok * kh * lora), KRopeOut: fakeBuffer(tok * kh * rope),
+		Positions: fakeBuffer(tok * 8), CosSin: fakeBuffer(maxPos * 2 * rope * 4),
+		NumTokens: tok, NumHeads: h, NumKVHeads: kh, LoraRank: lora, RopeDim: rope, MaxPos: maxPos, RotDim: rope,
+		NeoX: true, DType: BF16, QScale: 0.5, KScale: 0.25,
+	}
+}
+
+func TestMLARopeQuantArgsValidate(t *testing.T) {
+	a := goodMLA()
+	require.NoError(t, a.Validate())
+	// QNope and QRope as two strided views of one q of [6, 16, 576].
+	views := goodMLA()
+	views.QNopeTokenStride, views.QNopeHeadStride = 16*576, 576
+	views.QRopeTokenStride, views.QRopeHeadStride = 16*576, 576
+	views.QNope = Buffer{Ptr: 0x7f0000000000, Bytes: (5*16*576 + 15*576 + 512) * 2}
+	views.QRope = Buffer{Ptr: 0x7f0000000000 + 1024, Bytes: (5*16*576 + 15*576 + 64) * 2}
+	require.NoError(t, views.Validate())
+	views.QRope.Bytes--
+	require.ErrorContains(t, views.Validate(), "MLARopeQuantArgs.QRope holds")
+
+	cases := []badCase[MLARopeQuantArgs]{
+		{"dtype", func(a *MLARopeQuantArgs) { a.DType = E4M3 }, "MLARopeQuantArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
+		{"tokens", func(a *MLARopeQuantArgs) { a.NumTokens = -1 }, "MLARopeQuantArgs.NumTokens=-1 is out of range; allowed: 0..1073741824"},
+		{"heads", func(a *MLARopeQuantArgs) { a.NumHeads = 0 }, "MLARopeQuantArgs.NumHeads=0 is out of range; allowed: 1..4096"},
+		{"kv heads", func(a *MLARopeQuantArgs) { a.NumKVHeads = 1<<12 + 1 }, "MLARopeQuantArgs.NumKVHeads=4097 is out of range; allowed: 1..4096"},
+		{"lora", func(a *MLARopeQuantArgs) { a.LoraRank = 12 }, "MLARopeQuantArgs.LoraRank=12 is not supported; allowed: a multiple of 8 from 8 to 4096"},
+		{"rope", func(a *MLARopeQuantArgs) { a.RopeDim = 24 }, "MLARopeQuantArgs.RopeDim=24 is not supported; allowed: a multiple of 16 from 16 to 512"},
+		{"rot", func(a *MLARopeQuantArgs) { a.RotDim = 48 }, "MLARopeQuantArgs.RotDim=48 is not allowed; allowed: RopeDim=64 or RopeDim/2=32"},
+		{"max pos", func(a *MLARopeQuantArgs) { a.MaxPos = 1<<30 + 1 }, "MLARopeQuantArgs.MaxPos=1073741825 is out of range"},
+		{"q scale", func(a *MLARopeQuantArgs) { a.QScale = 0 }, "MLARopeQuantArgs.QScale=0 is not allowed; allowed: a finite value > 0 (the e4m3 outputs are QOut = q / QScale)"},
+		{"k scale", func(a *MLARopeQuantArgs) { a.KScale = float32(math.Inf(1)) }, "MLARopeQuantArgs.KScale=+Inf is not allowed; allowed: a finite value > 0 (the e4m3 outputs are KNopeOut, KRopeOut = k / KScale)"},
+		{"nope head stride", func(a *MLARopeQuantArgs) { a.QNopeHeadStride = 256 }, "MLARopeQuantArgs.QNopeHeadStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ LoraRank=512"},
+		{"rope token stride", func(a *MLARopeQuantArgs) { a.KRopeTokenStride = 100 }, "MLARopeQuantArgs.KRopeTokenStride=100 is not allowed"},
+		{"q nope small", func(a *MLARopeQuantArgs) { a.QNope.Bytes-- }, "MLARopeQuantArgs.QNope holds 98303 bytes; the shapes need 98304"},
+		{"q out small", func(a *MLARopeQuantArgs) { a.QOut.Bytes-- }, "MLARopeQuantArgs.QOut holds 55295 bytes; the shapes need 55296"},
+		{"k rope out missing", func(a *MLARopeQuantArgs) { a.KRopeOut = Buffer{} }, "MLARopeQuantArgs.KRopeOut is missing"},
+		{"k nope out misaligned", func(a *MLARopeQuantArgs) { a.KNopeOut.Ptr += 4 }, "MLARopeQuantArgs.KNopeOut pointer 0x7f0000000004 is not 8-byte aligned"},
+		{"positions", func(a *MLARopeQuantArgs) { a.Positions.Bytes = 40 }, "MLARopeQuantArgs.Positions holds 40 bytes; the shapes need 48"},
+		{"cos sin", func(a *MLARopeQuantArgs) { a.CosSin.Bytes = 100 }, "MLARopeQuantArgs.CosSin holds 100 bytes; the shapes need 524288"},
+	}
+	expectErrors(t, goodMLA, cases)
+	// An MLA step writes no cache: its scale errors must not speak of one.
+	b := goodMLA()
+	b.QScale = -1
+	assert.NotContains(t, b.Validate().Error(), "cache")
+}
+
+func goodConcat() MLAConcatQArgs {
+	const tok, h, lora, rope = 6, 16, 512, 64
+	return MLAConcatQArgs{
+		QNope: fakeBuffer(tok * h * lora * 2), QRope: fakeBuffer(tok * h * rope * 2), Out: fakeBuffer(tok * h * (lora + rope) * 2),
+		NumTokens: tok, NumHeads: h, LoraRank: lora, RopeDim: rope, DType: F16,
+	}
+}
+
+func TestMLAConcatQArgsValidate(t *testing.T) {
+	a := goodConcat()
+	require.NoError(t, a.Validate())
+	none := goodConcat()
+	none.NumTokens, none.Out = 0, Buffer{}
+	require.NoError(t, none.Validate(), "no tokens: nothing is written")
+	strided := goodConcat()
+	strided.QRopeTokenStride, strided.QRopeHeadStride = 16*128, 128
+	strided.QRope.Bytes = (5*16*128 + 15*128 + 64) * 2
+	require.NoError(t, strided.Validate())
+
+	cases := []badCase[MLAConcatQArgs]{
+		{"dtype", func(a *MLAConcatQArgs) { a.DType = 0 }, "MLAConcatQArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
+		{"tokens", func(a *MLAConcatQArgs) { a.NumTokens = -1 }, "MLAConcatQArgs.NumTokens=-1 is out of range"},
+		{"heads", func(a *MLAConcatQArgs) { a.NumHeads = 1<<12 + 1 }, "MLAConcatQArgs.NumHeads=4097 is out of range; allowed: 1..4096"},
+		{"lora", func(a *MLAConcatQArgs) { a.LoraRank = 0 }, "MLAConcatQArgs.LoraRank=0 is not supported; allowed: a multiple of 8 from 8 to 4096"},
+		{"rope", func(a *MLAConcatQArgs) { a.RopeDim = 4104 }, "MLAConcatQArgs.RopeDim=4104 is not supported; allowed: a multiple of 8 from 8 to 4096"},
+		{"out small", func(a *MLAConcatQArgs) { a.Out.Bytes-- }, "MLAConcatQArgs.Out holds 110591 bytes; the shapes need 110592"},
+		{"out misaligned", func(a *MLAConcatQArgs) { a.Out.Ptr += 8 }, "MLAConcatQArgs.Out pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"rope stride", func(a *MLAConcatQArgs) { a.QRopeTokenStride = 100 }, "MLAConcatQArgs.QRopeTokenStride=100 is not allowed"},
+		{"nope stride", func(a *MLAConcatQArgs) { a.QNopeHeadStride = 8 }, "MLAConcatQArgs.QNopeHeadStride=8 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ LoraRank=512"},
+		{"nope small", func(a *MLAConcatQArgs) { a.QNope.Bytes = 2 }, "MLAConcatQArgs.QNope holds 2 bytes; the shapes need 98304"},
+		{"rope missing", func(a *MLAConcatQArgs) { a.QRope = Buffer{} }, "MLAConcatQArgs.QRope is missing"},
+	}
+	expectErrors(t, goodConcat, cases)
 }

@@ -236,11 +236,21 @@ func TestPlanDecodeExtremeLengths(t *testing.T) {
 	s.MaxBlocksPerSeq = math.MaxInt / 16
 	_, err = PlanDecode(s, h200(), DefaultKnobs())
 	assert.ErrorContains(t, err, "DecodeShape.MaxBlocksPerSeq=576460752303423487 is out of range")
-	s.MaxBlocksPerSeq = math.MaxInt32 / 16
-	s.MaxKVLen = s.MaxBlocksPerSeq * 16
+	s.MaxBlocksPerSeq = MaxSeqTokens/16 + 1
+	s.MaxKVLen = 512
+	_, err = PlanDecode(s, h200(), DefaultKnobs())
+	assert.ErrorContains(t, err, "DecodeShape.MaxBlocksPerSeq=67108865 is out of range; allowed: 1..67108864")
+	s.MaxBlocksPerSeq = MaxSeqTokens / 16
+	s.MaxKVLen = MaxSeqTokens
 	p, err := PlanDecode(s, h200(), DefaultKnobs())
 	require.NoError(t, err)
 	assert.LessOrEqual(t, p.Splits, MaxSplits, "%s", p.String())
+	// A batch whose pages could pass the partition's int32 sum is not balanced.
+	s = llama(40, MaxSeqTokens)
+	s.BlockSize, s.MaxBlocksPerSeq, s.Graph = 1, MaxSeqTokens, true
+	p, err = PlanDecode(s, h200(), DefaultKnobs())
+	require.NoError(t, err)
+	assert.False(t, p.Balanced(), "%s", p.String())
 }
 
 // TestPlanDecodeBalancedScratchLimit: a balanced plan whose scratch exceeds

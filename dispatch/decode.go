@@ -73,6 +73,12 @@ var (
 // sequences per pass.
 const BalanceMaxSeqs = 512
 
+// MaxSeqTokens bounds MaxBlocksPerSeq·BlockSize: the kernels hold token
+// positions in int32, and their split arithmetic reaches up to MaxSplits−1
+// pages and a tile past the table's end, so a bound well below 2^31 keeps
+// every one of them exact.
+const MaxSeqTokens = 1 << 30
+
 // DecodePartitionKernel writes a balanced plan's work list before its decode
 // launch (kernels_src/partition.cu): one block of DecodeThreads.
 const DecodePartitionKernel = "decode_partition"
@@ -347,8 +353,9 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 // single-pass or a split count wins over it (PlanDecode also falls back when
 // the plan's scratch would exceed the limit).
 func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
+	// The partition kernel sums the batch's pages in an int32.
 	if !k.PagedFlash || k.SplitK == SplitOff || k.ForcedSplits > 0 || k.Balance == SplitOff ||
-		s.NumSeqs > BalanceMaxSeqs || s.MaxKVLen == 0 {
+		s.NumSeqs > BalanceMaxSeqs || s.MaxKVLen == 0 || int64(s.NumSeqs)*int64(s.MaxBlocksPerSeq) > math.MaxInt32 {
 		return "", false
 	}
 	switch {
@@ -660,8 +667,8 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if s.MaxKVLen < 0 || s.MaxKVLen > math.MaxInt32 {
 		return errf("dispatch: DecodeShape.MaxKVLen=%d is out of range; allowed: 0..%d (the kernels' lengths are int32)", s.MaxKVLen, math.MaxInt32)
 	}
-	if s.MaxBlocksPerSeq > math.MaxInt32/s.BlockSize {
-		return errf("dispatch: DecodeShape.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize must fit an int32)", s.MaxBlocksPerSeq, math.MaxInt32/s.BlockSize)
+	if s.MaxBlocksPerSeq > MaxSeqTokens/s.BlockSize {
+		return errf("dispatch: DecodeShape.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)", s.MaxBlocksPerSeq, MaxSeqTokens/s.BlockSize)
 	}
 	if len(s.HostKVLens) > 0 && len(s.HostKVLens) != s.NumSeqs {
 		return errf("dispatch: DecodeShape.HostKVLens has %d lengths; want NumSeqs=%d (or none)", len(s.HostKVLens), s.NumSeqs)
