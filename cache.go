@@ -5,52 +5,6 @@ import (
 	"github.com/pagedkv/pagedkv/driver"
 )
 
-// CacheLayout is the memory layout of a paged K/V cache pair. x is 16 bytes
-// over the cache element size: 8 for f16/bf16, 16 for fp8.
-type CacheLayout int
-
-const (
-	// LayoutFlash: K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim].
-	LayoutFlash CacheLayout = iota
-	// LayoutXSplit ("paged"): K [NumBlocks, NumKVHeads, HeadDim/x, BlockSize, x],
-	// V [NumBlocks, NumKVHeads, HeadDim, BlockSize]. HeadDim must be a
-	// multiple of x.
-	LayoutXSplit
-	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
-	// BlockSize/x, HeadDim, x]. HeadDim and BlockSize must be multiples of x.
-	LayoutShuffle
-)
-
-func (l CacheLayout) String() string {
-	switch l {
-	case LayoutFlash:
-		return "flash"
-	case LayoutXSplit:
-		return "x-split"
-	case LayoutShuffle:
-		return "shuffle"
-	}
-	return "CacheLayout(" + itoa(int(l)) + ")"
-}
-
-// checkLayout checks the layout and the multiples of x it needs.
-func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {
-	x := 16 / cache.Size()
-	switch l {
-	case LayoutFlash:
-		return nil
-	case LayoutXSplit, LayoutShuffle:
-		if headDim%x != 0 {
-			return errf("%s.HeadDim=%d is not allowed with the %s layout and a %s cache; allowed: a multiple of %d", arg, headDim, l, cache, x)
-		}
-		if l == LayoutShuffle && blockSize%x != 0 {
-			return errf("%s.BlockSize=%d is not allowed with the shuffle layout and a %s cache; allowed: a multiple of %d", arg, blockSize, cache, x)
-		}
-		return nil
-	}
-	return errf("%s.Layout=%d is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle", arg, int(l))
-}
-
 // AppendArgs describes one KV-cache append ("reshape and cache"): token t's
 // key and value rows go to slot SlotMapping[t] of the caches, in Layout.
 //
@@ -177,33 +131,6 @@ func (a *AppendArgs) params(fault driver.DevicePtr) cacheAppendParams {
 	p.KScale, p.VScale = a.target().scales()
 	return p
 }
-
-// launchPlan enqueues the single kernel of plan with parameters p on s and
-// applies the CHECK_BOUNDS mode. A plan with an empty grid launches nothing.
-func launchPlan[T any](r *Runtime, s *Stream, plan *dispatch.Plan, p *T) error {
-	if plan.Grid.X == 0 {
-		return nil
-	}
-	fn, _, err := r.function(plan.Kernel)
-	if err != nil {
-		return err
-	}
-	capturing := false
-	if r.cfg.CheckBounds {
-		if capturing, err = s.capturing(); err != nil {
-			return err
-		}
-	}
-	err = r.do(func() error {
-		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, p)
-	})
-	if err != nil {
-		return err
-	}
-	return s.afterLaunch(capturing)
-}
-
-func dim(d dispatch.Dim3) driver.Dim3 { return driver.Dim3{X: d.X, Y: d.Y, Z: d.Z} }
 
 // GatherArgs describes a gather of cache slots back to token-major rows:
 // row t of KeyOut and ValueOut ([NumTokens, NumKVHeads, HeadDim] of

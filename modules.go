@@ -78,6 +78,26 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	entries := moduleEntries(name)
+	start := time.Now()
+	mod, funcs, facts, err := r.loadImage(name, image, entries)
+	elapsed := time.Since(start)
+	if err != nil {
+		if mod != 0 {
+			_ = r.do(mod.Unload)
+		}
+		return elapsed, err
+	}
+	r.mu.Lock()
+	r.modules[name] = moduleLoad{module: mod, duration: elapsed}
+	maps.Copy(r.funcs, funcs)
+	r.facts.Store(facts.addTo(r.facts.Load()))
+	r.mu.Unlock()
+	return elapsed, nil
+}
+
+// moduleEntries returns the entry points of the embedded module name, sorted.
+func moduleEntries(name string) []string {
 	var entries []string
 	for e, m := range entryModule {
 		if m == name {
@@ -85,12 +105,16 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 		}
 	}
 	sort.Strings(entries)
-	var mod driver.Module
-	funcs := map[string]driver.Function{}
-	occupancy := map[string]int{}
-	shallow := map[string]int{}
-	clusters := map[string][]int{}
-	start := time.Now()
+	return entries
+}
+
+// loadImage JIT-loads image, the PTX of module name, resolves entries in
+// it and measures each for the planner (moduleFacts.measure) as it is
+// resolved. It records nothing in r. On an error after the driver loaded the
+// image, mod is that module, for the caller to unload.
+func (r *Runtime) loadImage(name string, image []byte, entries []string) (mod driver.Module, funcs map[string]driver.Function, facts moduleFacts, err error) {
+	funcs = map[string]driver.Function{}
+	facts = moduleFacts{occupancy: map[string]int{}, shallow: map[string]int{}, clusters: map[string][]int{}}
 	err = r.do(func() error {
 		var err error
 		if mod, err = driver.LoadModule(image); err != nil {
@@ -102,86 +126,98 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 				return fmt.Errorf("pagedkv: module %s: %w", name, err)
 			}
 			funcs[e] = f
-			block, err := f.Attribute(driver.FuncAttrMaxThreadsPerBlock)
-			if err != nil {
+			if err := facts.measure(name, e, f, r.info.MaxSharedPerBlockOptin); err != nil {
 				return err
-			}
-			// Kernels with more dynamic shared memory than the default 48 KiB
-			// opt in; one this device cannot hold gets occupancy 0 and the
-			// planner refuses it by name.
-			shared := dispatch.KernelSharedBytes(e, r.info.MaxSharedPerBlockOptin)
-			if shared > r.info.MaxSharedPerBlockOptin {
-				occupancy[e] = 0
-				continue
-			}
-			// A decode kernel opts in to its deepest ring the device holds,
-			// so that a plan may carry another depth (DecodeWithPlan).
-			if limit := dispatch.DecodeSharedLimit(e, r.info.MaxSharedPerBlockOptin); limit > 48<<10 {
-				if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSizeBytes, limit); err != nil {
-					return fmt.Errorf("pagedkv: module %s: %s: %w", name, e, err)
-				}
-			}
-			// Every pagedkv kernel is launched with its __launch_bounds__ block
-			// size, which is what the driver reports as the maximum, except
-			// qkv_norm_rope, whose block and shared memory follow the shape (at
-			// most that size and KernelSharedBytes; see dispatch.PlanQKV): its
-			// figure is for the largest of both.
-			n, err := f.MaxActiveBlocksPerSM(block, shared)
-			if err != nil {
-				return err
-			}
-			occupancy[e] = n
-			// A decode kernel: also its blocks per SM with the one-wave
-			// ring, which the planner gives short blocks when it packs more.
-			if sh := dispatch.DecodeOneWaveSharedBytes(e, r.info.MaxSharedPerBlockOptin); sh > 0 {
-				if shallow[e], err = f.MaxActiveBlocksPerSM(block, sh); err != nil {
-					return err
-				}
-			}
-			// A cluster decode kernel: how many clusters of each size fit
-			// at once (one wave), for the planner's split choice. A size the
-			// driver cannot place (or a failed query) counts as none, which
-			// keeps the planner on the global-memory merge.
-			if dispatch.IsClusterKernel(e) {
-				waves := make([]int, dispatch.MaxClusterSplits+1)
-				for size := 1; size <= dispatch.MaxClusterSplits; size++ {
-					b := driver.Dim3{X: uint32(block), Y: 1, Z: 1}
-					if n, err := f.MaxActiveClusters(b, driver.Dim3{X: 1, Y: 1, Z: uint32(size)}, uint32(shared)); err == nil {
-						waves[size] = n
-					}
-				}
-				clusters[e] = waves
 			}
 		}
 		return nil
 	})
-	elapsed := time.Since(start)
+	return mod, funcs, facts, err
+}
+
+// moduleFacts is what the planner learns of the kernels of one module when
+// it loads: per kernel, the fields of dispatch.DeviceFacts of the same names.
+type moduleFacts struct {
+	occupancy map[string]int   // Occupancy
+	shallow   map[string]int   // ShallowOccupancy, decode kernels only
+	clusters  map[string][]int // ActiveClusters, cluster decode kernels only
+}
+
+// measure records the facts of kernel e of module (function f) on a device
+// whose blocks may opt in to maxShared bytes of dynamic shared memory. It
+// also opts a decode kernel in to the deepest ring the device holds, before
+// its occupancy is measured. It runs with the context current.
+func (m *moduleFacts) measure(module, e string, f driver.Function, maxShared int) error {
+	block, err := f.Attribute(driver.FuncAttrMaxThreadsPerBlock)
 	if err != nil {
-		if mod != 0 {
-			_ = r.do(mod.Unload)
-		}
-		return elapsed, err
+		return err
 	}
-	r.mu.Lock()
-	r.modules[name] = moduleLoad{module: mod, duration: elapsed}
-	maps.Copy(r.funcs, funcs)
-	old := r.facts.Load()
+	// Kernels with more dynamic shared memory than the default 48 KiB opt
+	// in; one this device cannot hold gets occupancy 0 and the planner
+	// refuses it by name.
+	shared := dispatch.KernelSharedBytes(e, maxShared)
+	if shared > maxShared {
+		m.occupancy[e] = 0
+		return nil
+	}
+	// A decode kernel opts in to its deepest ring the device holds, so that
+	// a plan may carry another depth (DecodeWithPlan).
+	if limit := dispatch.DecodeSharedLimit(e, maxShared); limit > 48<<10 {
+		if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSizeBytes, limit); err != nil {
+			return fmt.Errorf("pagedkv: module %s: %s: %w", module, e, err)
+		}
+	}
+	// Every pagedkv kernel is launched with its __launch_bounds__ block
+	// size, which is what the driver reports as the maximum, except
+	// qkv_norm_rope, whose block and shared memory follow the shape (at most
+	// that size and KernelSharedBytes; see dispatch.PlanQKV): its figure is
+	// for the largest of both.
+	n, err := f.MaxActiveBlocksPerSM(block, shared)
+	if err != nil {
+		return err
+	}
+	m.occupancy[e] = n
+	// A decode kernel: also its blocks per SM with the one-wave ring, which
+	// the planner gives short blocks when it packs more.
+	if sh := dispatch.DecodeOneWaveSharedBytes(e, maxShared); sh > 0 {
+		if m.shallow[e], err = f.MaxActiveBlocksPerSM(block, sh); err != nil {
+			return err
+		}
+	}
+	// A cluster decode kernel: how many clusters of each size fit at once
+	// (one wave), for the planner's split choice. A size the driver cannot
+	// place (or a failed query) counts as none, which keeps the planner on
+	// the global-memory merge.
+	if dispatch.IsClusterKernel(e) {
+		waves := make([]int, dispatch.MaxClusterSplits+1)
+		for size := 1; size <= dispatch.MaxClusterSplits; size++ {
+			b := driver.Dim3{X: uint32(block), Y: 1, Z: 1}
+			if n, err := f.MaxActiveClusters(b, driver.Dim3{X: 1, Y: 1, Z: uint32(size)}, uint32(shared)); err == nil {
+				waves[size] = n
+			}
+		}
+		m.clusters[e] = waves
+	}
+	return nil
+}
+
+// addTo returns old with m's facts added, as a new value: old and its maps
+// are left as they are, for the plans being made from them.
+func (m moduleFacts) addTo(old *dispatch.DeviceFacts) *dispatch.DeviceFacts {
 	facts := *old
 	facts.Occupancy = maps.Clone(old.Occupancy)
-	maps.Copy(facts.Occupancy, occupancy)
+	maps.Copy(facts.Occupancy, m.occupancy)
 	facts.ShallowOccupancy = maps.Clone(old.ShallowOccupancy)
 	if facts.ShallowOccupancy == nil {
 		facts.ShallowOccupancy = map[string]int{}
 	}
-	maps.Copy(facts.ShallowOccupancy, shallow)
+	maps.Copy(facts.ShallowOccupancy, m.shallow)
 	facts.ActiveClusters = maps.Clone(old.ActiveClusters)
 	if facts.ActiveClusters == nil {
 		facts.ActiveClusters = map[string][]int{}
 	}
-	maps.Copy(facts.ActiveClusters, clusters)
-	r.facts.Store(&facts)
-	r.mu.Unlock()
-	return elapsed, nil
+	maps.Copy(facts.ActiveClusters, m.clusters)
+	return &facts
 }
 
 // computeCapability is the device's compute capability as major*10+minor

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
 	"github.com/pagedkv/pagedkv/ptx"
 )
@@ -70,4 +71,32 @@ func TestLoadModuleGatedBeforeDriver(t *testing.T) {
 	assert.Zero(t, took)
 	assert.Equal(t, "pagedkv: module needs a newer GPU: decode_f16 needs compute capability 8.0; device 1 (Fake GPU) has 7.5", err.Error())
 	assert.Empty(t, r.modules)
+}
+
+// TestModuleFactsAddTo checks how a loaded module's measured facts join the
+// device facts: into a new value, where they add to the facts of modules
+// loaded before (missing maps are made), while the value plans are being
+// made from is left as it was.
+func TestModuleFactsAddTo(t *testing.T) {
+	old := &dispatch.DeviceFacts{Name: "Fake GPU", SMs: 132, Clusters: true, Occupancy: map[string]int{"a": 1, "b": 2}}
+	decode := moduleFacts{
+		occupancy: map[string]int{"b": 3, "c": 0},
+		shallow:   map[string]int{"c": 4},
+		clusters:  map[string][]int{"c": {0, 5}},
+	}
+	got := decode.addTo(old)
+	assert.Equal(t, &dispatch.DeviceFacts{
+		Name: "Fake GPU", SMs: 132, Clusters: true,
+		Occupancy:        map[string]int{"a": 1, "b": 3, "c": 0},
+		ShallowOccupancy: map[string]int{"c": 4},
+		ActiveClusters:   map[string][]int{"c": {0, 5}},
+	}, got)
+	assert.Equal(t, &dispatch.DeviceFacts{Name: "Fake GPU", SMs: 132, Clusters: true, Occupancy: map[string]int{"a": 1, "b": 2}}, old)
+
+	rope := moduleFacts{occupancy: map[string]int{"d": 6}, shallow: map[string]int{}, clusters: map[string][]int{}}
+	next := rope.addTo(got)
+	assert.Equal(t, map[string]int{"a": 1, "b": 3, "c": 0, "d": 6}, next.Occupancy)
+	assert.Equal(t, map[string]int{"c": 4}, next.ShallowOccupancy)
+	assert.Equal(t, map[string][]int{"c": {0, 5}}, next.ActiveClusters)
+	assert.Equal(t, map[string]int{"a": 1, "b": 3, "c": 0}, got.Occupancy)
 }

@@ -7,8 +7,6 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
-
-	"github.com/pagedkv/pagedkv/driver"
 )
 
 // Validation helpers shared by the argument structs. Each names the struct
@@ -225,9 +223,5 @@ func cacheScale(arg, field string, v float32, cache DType) error {
 	}
 	return nil
 }
-
-func log2(v int) int32 { return int32(bits.TrailingZeros(uint(v))) }
-
-func ptrOf(b Buffer) driver.DevicePtr { return b.Ptr }
 
 func itoa(v int) string { return strconv.Itoa(v) }

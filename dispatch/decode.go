@@ -7,64 +7,68 @@ import (
 
 // Tunables of the split heuristic. They are read by every PlanDecode call; set
 // them (for experiments and benchmarks) before planning starts, never while
-// another goroutine plans.
+// another goroutine plans. Each comment says what its value trades and gives
+// one H200 measurement behind it; every run that set or moved a value is in
+// docs/perf-notes.md, Planner, "Tunables: the measurements behind them".
 var (
 	// SplitCostTokens is what one more split costs (its block's fixed work
 	// and its share of the merge), in KV tokens streamed by one block. A
 	// split decode then takes about kv/s + SplitCostTokens·s, least at
-	// s = √(kv / SplitCostTokens); the H200 sweeps in docs/perf-notes.md put
-	// it at 32 for the tensor-core kernel (8 for the CUDA-core one before it).
-	// Forced split counts ignore it.
+	// s = √(kv / SplitCostTokens): fewer splits leave each block a longer
+	// stream, more add fixed work and merging. Forced split counts ignore
+	// it. At 32 the rule gives the best forced split count of seqs=1 at
+	// every kv: 4, 8, 16, 32 at kv 512…32768 (session 4 run 19).
 	SplitCostTokens = 32.0
-	// ClusterSplitCostTokens is the same for splits that merge on chip in a
-	// thread-block cluster (v7: the best split count for seqs=1, kv=512 is
-	// 8, i.e. √(kv/8)).
+	// ClusterSplitCostTokens is SplitCostTokens for splits that merge on
+	// chip in a thread-block cluster: the merge costs less, so more splits
+	// pay. seqs=1, kv=512 takes 7.2 µs as 8 clustered splits against 8.0
+	// as the 4 that SplitCostTokens would give (session 4 run 18).
 	ClusterSplitCostTokens = 8.0
 	// ClusterMaxSplitTokens is the longest split, in KV tokens, that still
 	// runs as a cluster: the on-chip merge saves a short split the global
 	// merge's round trips, but a long one streams faster in the plain
-	// kernel (session 4, aligned shared memory: seqs=8, kv=8192 takes 73.1
-	// µs with 4 global splits against 78.0 with 3 in clusters; kv=2048,
-	// 683 tokens per split, is even).
+	// kernel (seqs=8, kv=8192 takes 73.1 µs with 4 global splits against
+	// 78.0 with 3 in clusters: session 4 runs 18 and 19).
 	ClusterMaxSplitTokens = 1024
 	// OneWaveRingBytes is the ring depth, in bytes of K and V rows per warp,
 	// of a decode launch whose grid fits in one wave (every block resident
 	// at once): at least two stages, at most the deep ring of
-	// DecodeSharedBytes. Such grids stream 1–5% faster from 2 stages of 8
-	// KiB than from 3 at head dim 128 (session 5, H200; the same at two or
-	// three blocks per SM, so it is the ring, not the occupancy). A grid of
-	// several waves keeps the deep ring, where the shallow one lost 3–7%
-	// (docs/perf-notes.md, Decode 17), unless its blocks are short
-	// (ShallowRingMaxTokens).
+	// DecodeSharedBytes. Such grids stream faster from the shallower ring
+	// (2 stages at head dim 128, 16-bit: seqs=32, kv=2048 67.4 µs against
+	// 68.9 with 3, both at 2 blocks per SM: Decode 17). A grid of several
+	// waves keeps the deep ring, where the shallow one loses, unless its
+	// blocks are short (ShallowRingMaxTokens).
 	OneWaveRingBytes = 16 << 10
 	// OneWaveRingBytesFP8 is OneWaveRingBytes for fp8 caches: 3 stages of 4
 	// KiB per warp at head dim 128 instead of 4, so that 4 blocks share an
 	// SM instead of 3; fp8 blocks are bound by their math (the e4m3
-	// moves), and more warps per SM hide it.
+	// moves), and more warps per SM hide it (seqs=32, kv=8192 153.7 →
+	// 146.8 µs: session 6 run 3).
 	OneWaveRingBytesFP8 = 12 << 10
 	// ShallowRingMaxTokens: a grid of several waves whose blocks each stream
 	// at most this many KV tokens also gets the one-wave ring, when that
 	// ring lets more of its blocks share an SM (DeviceFacts.ShallowOccupancy)
 	// than the deep one: a short block's ramp and drain are a large part of
-	// its life, and a third block per SM hides them. Session 5 run 7, narrow
-	// kernels, seqs=128: kv=512 76.4 → 73.4 µs with 3 blocks per SM; kv=2048
-	// 256.8 → 260.6 µs, so long blocks keep the deep ring.
+	// its life, and a third block per SM hides them, while long blocks
+	// stream faster from the deep ring. Narrow kernels, seqs=128, kv=512:
+	// 73.4 µs against 76.4 with the deep ring (session 5 run 7).
 	ShallowRingMaxTokens = 1024
 	// BalanceMinChunkTokens is the shortest split a balanced plan cuts: the
-	// √ rule's optimum for a 2048-token sequence is 8 splits of 256.
+	// √ rule's optimum for a 2048-token sequence is 8 splits of 256 (a value
+	// derived from SplitCostTokens, not swept).
 	BalanceMinChunkTokens = 256
 	// BalanceRaggedRatio: an eager batch whose host lengths give
 	// NumSeqs × max > BalanceRaggedRatio × Σ lengths is ragged, and the
-	// automatic plan is balanced.
+	// automatic plan is balanced. A uniform batch gives 1, the bench's
+	// ragged batches 1.82 and 42.9; 1.5, between them, is not swept.
 	BalanceRaggedRatio = 1.5
 	// BalanceGraphMinSeqs is the smallest batch whose graph plan is
 	// balanced. A smaller batch keeps the plan for its capacity: that plan
 	// cuts every sequence into as many splits as the capacity's √ rule
 	// gives, from the sequence's own length, so a long sequence among few is
 	// spread over the GPU already, and the balanced plan's extra launch and
-	// global merge cost more than they save (session 6 run 3: seqs=1 kv=512
-	// 18.6 µs balanced against 7.4 with ×8 clusters; seqs=8 kv=2048 33.6
-	// against 24.1).
+	// global merge cost more than they save (seqs=1 kv=512 18.6 µs balanced
+	// against 7.4 with ×8 clusters: session 6 run 3).
 	BalanceGraphMinSeqs = 16
 )
 

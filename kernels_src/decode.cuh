@@ -60,7 +60,7 @@
 #include "common.cuh"
 
 // PKV_TRACE(point) marks a moment of a block's life for the timeline harness
-// scripts/trace/decode_timeline.cu, which defines PKV_DECODE_TRACE and the
+// lab/trace/decode_timeline.cu, which defines PKV_DECODE_TRACE and the
 // macro's body. Everywhere else it is empty, so the kernels compile exactly
 // as without it. Points: 0 entry, 1 warp 0's first tile has landed, 2 warp 0
 // is past the main loop, 3 before the split-K counter, 4 exit, 5 exit of a

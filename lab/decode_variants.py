@@ -2,8 +2,8 @@
 in one detail, for the experiments of docs/perf-notes.md (Decode, entry 15).
 They are never part of the build: compile a harness against one with -I.
 
-    python3 scripts/exp/decode_variants.py kernels_src /tmp/exp [name ...]
-    nvcc -O3 -std=c++17 -arch=sm_90 -I /tmp/exp/nomath scripts/trace/read_roofline.cu -o /tmp/rr
+    python3 lab/decode_variants.py kernels_src /tmp/exp [name ...]
+    nvcc -O3 -std=c++17 -arch=sm_90 -I /tmp/exp/nomath lab/trace/read_roofline.cu -o /tmp/rr
 
 Variants (all by default):
     nomath  the main loop copies tiles but skips the math (output is wrong)

@@ -4,7 +4,7 @@
 // first tile lands, the tail after most blocks are done, uneven SMs.
 //
 // Build from the repository root (see README.md):
-//   nvcc -O3 -std=c++17 -arch=sm_90 -DPKV_DECODE_TRACE -I kernels_src scripts/trace/decode_timeline.cu -o /tmp/dt
+//   nvcc -O3 -std=c++17 -arch=sm_90 -DPKV_DECODE_TRACE -I kernels_src lab/trace/decode_timeline.cu -o /tmp/dt
 // Run: /tmp/dt [stages [blocks]]   (stages 2..4; default as dispatch.DecodeSharedBytes
 // picks; blocks: at most this many blocks per SM, by padding the shared memory)
 //

@@ -1,4 +1,4 @@
-// check.cuh: CHECK(call) for the standalone CUDA harnesses in scripts/trace:
+// check.cuh: CHECK(call) for the standalone CUDA harnesses in lab/trace:
 // a failed runtime call prints where and why, and exits.
 #pragma once
 #include <cuda_runtime.h>

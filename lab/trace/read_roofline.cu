@@ -26,7 +26,7 @@
 // profiler.
 //
 // Build and run on the GPU machine from the repository root (see README.md):
-//   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels_src scripts/trace/read_roofline.cu -o /tmp/rr && /tmp/rr
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels_src lab/trace/read_roofline.cu -o /tmp/rr && /tmp/rr
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

@@ -2,8 +2,57 @@ package pagedkv
 
 import "strconv"
 
-// Checks shared by the ops that write the paged cache (Append, RopeCache,
-// QKVNormRope); tokenRows also serves the MLA ops.
+// Cache layouts and token-major row layouts, shared by the op files: the
+// layout of a paged K/V cache (CacheLayout, checkLayout), a token-major input
+// at element strides (tokenRows: Append, RopeCache, QKVNormRope and the MLA
+// ops), and the cache a write targets (cacheTarget: Append, RopeCache,
+// QKVNormRope).
+
+// CacheLayout is the memory layout of a paged K/V cache pair. x is 16 bytes
+// over the cache element size: 8 for f16/bf16, 16 for fp8.
+type CacheLayout int
+
+const (
+	// LayoutFlash: K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	LayoutFlash CacheLayout = iota
+	// LayoutXSplit ("paged"): K [NumBlocks, NumKVHeads, HeadDim/x, BlockSize, x],
+	// V [NumBlocks, NumKVHeads, HeadDim, BlockSize]. HeadDim must be a
+	// multiple of x.
+	LayoutXSplit
+	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
+	// BlockSize/x, HeadDim, x]. HeadDim and BlockSize must be multiples of x.
+	LayoutShuffle
+)
+
+func (l CacheLayout) String() string {
+	switch l {
+	case LayoutFlash:
+		return "flash"
+	case LayoutXSplit:
+		return "x-split"
+	case LayoutShuffle:
+		return "shuffle"
+	}
+	return "CacheLayout(" + itoa(int(l)) + ")"
+}
+
+// checkLayout checks the layout and the multiples of x it needs.
+func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {
+	x := 16 / cache.Size()
+	switch l {
+	case LayoutFlash:
+		return nil
+	case LayoutXSplit, LayoutShuffle:
+		if headDim%x != 0 {
+			return errf("%s.HeadDim=%d is not allowed with the %s layout and a %s cache; allowed: a multiple of %d", arg, headDim, l, cache, x)
+		}
+		if l == LayoutShuffle && blockSize%x != 0 {
+			return errf("%s.BlockSize=%d is not allowed with the shuffle layout and a %s cache; allowed: a multiple of %d", arg, blockSize, cache, x)
+		}
+		return nil
+	}
+	return errf("%s.Layout=%d is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle", arg, int(l))
+}
 
 // tokenRows is a token-major input [tokens, heads, dim] at element strides,
 // as an argument struct names it: field is the buffer, the other names are
