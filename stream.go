@@ -3,6 +3,8 @@ package pagedkv
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/pagedkv/pagedkv/driver"
@@ -59,21 +61,37 @@ func (e *FaultError) Error() string {
 }
 
 // Stream is a CUDA stream of a Runtime with its own fault record. Ops on one
-// stream run in order; ops on different streams may overlap. A Stream may be
-// used from any goroutine, but ops enqueued on one stream from several
-// goroutines at once run in an unspecified order.
+// stream run in order; ops on different streams may overlap (order them with
+// an Event: Record on one, Wait on the other). A Stream may be used from any
+// goroutine, but ops enqueued on one stream from several goroutines at once
+// run in an unspecified order.
+//
+// A Stream either owns its CUstream (NewStream; Close destroys it) or wraps
+// one that other code owns (WrapStream; Close leaves it alone).
 type Stream struct {
 	r     *Runtime
 	s     driver.Stream
 	fault driver.DevicePtr
+	// owned is false for a wrapped CUstream: Close then releases what
+	// pagedkv added (fault record, scratch) in stream order and never
+	// destroys or waits for the stream.
+	owned bool
 }
+
+// LegacyStream is the handle WrapStream takes for the legacy default stream
+// (CU_STREAM_LEGACY), the stream a zero cudaStream_t or CUstream means to the
+// CUDA APIs. Work on it waits for, and is waited for by, all work on the
+// device's blocking streams (those created without the non-blocking flag),
+// so it serializes with them; pagedkv's own streams are non-blocking. It
+// cannot be captured into a graph.
+const LegacyStream uintptr = uintptr(driver.StreamLegacy)
 
 // NewStream creates a non-blocking stream.
 func (r *Runtime) NewStream() (*Stream, error) {
 	if err := r.live(); err != nil {
 		return nil, err
 	}
-	st := &Stream{r: r}
+	st := &Stream{r: r, owned: true}
 	err := r.do(func() error {
 		var err error
 		if st.s, err = driver.StreamCreate(driver.StreamNonBlocking); err != nil {
@@ -96,14 +114,121 @@ func (r *Runtime) NewStream() (*Stream, error) {
 	return st, nil
 }
 
+// WrapStream returns a Stream over handle, a CUstream that other code created
+// and owns (an engine's stream, or one of another CUDA library), so that
+// pagedkv ops run in order with that code's work on it.
+//
+// handle must be a live stream of the primary context of r's device: the
+// context Runtime uses, and the one the CUDA runtime API (cudaStreamCreate)
+// uses, so a cudaStream_t of the same device qualifies; a stream of a context
+// made with cuCtxCreate does not. WrapStream checks the context
+// (cuStreamGetCtx) and rejects a stream of any other; a value that is not a
+// stream at all is undefined behavior in the driver and cannot be detected.
+//
+// Rejected, as ErrInvalidArgument: 0, the value an unset handle has, which
+// the driver would take for the legacy default stream (pass LegacyStream to
+// mean that stream); CU_STREAM_PER_THREAD, which names a different stream
+// on each OS thread while Go moves goroutines between threads; and a handle
+// that a Stream of r already uses (its own, NewStream's, or one wrapped and
+// not closed yet): split-K scratch is kept per CUstream, so two Streams over
+// one could free each other's scratch. Wrapping a stream that is being
+// captured into a graph is an error too: wrap it before BeginCapture.
+//
+// WrapStream enqueues the zeroing of the Stream's fault record on handle and
+// waits for it, so it returns once the work already enqueued on handle has
+// finished.
+//
+// # Ownership
+//
+// The CUstream stays the caller's: pagedkv never destroys it, and the
+// caller must not destroy it before Close (or Runtime.Close) has returned,
+// since Close enqueues on it. Close releases only what pagedkv added: the
+// fault record and the stream's split-K scratch, freed in stream order
+// (after every op already enqueued on it) without waiting for the stream.
+// Close graphs captured on the stream first, as for any Stream.
+func (r *Runtime) WrapStream(handle uintptr) (*Stream, error) {
+	if err := r.live(); err != nil {
+		return nil, err
+	}
+	switch driver.Stream(handle) {
+	case 0:
+		return nil, errf("WrapStream(0): handle 0 is what an unset handle looks like; to run on the legacy default stream pass pagedkv.LegacyStream (%#x)", LegacyStream)
+	case driver.StreamPerThread:
+		return nil, errf("WrapStream(%#x): CU_STREAM_PER_THREAD names each OS thread's own default stream, and Go moves goroutines between threads; allowed: a created stream or pagedkv.LegacyStream", handle)
+	}
+	st := &Stream{r: r, s: driver.Stream(handle)}
+	err := r.do(func() error {
+		ctx, err := st.s.Context()
+		if err != nil {
+			return fmt.Errorf("pagedkv: WrapStream(%#x): %w", handle, err)
+		}
+		if ctx != r.ctx {
+			return errf("WrapStream(%#x): the stream belongs to context %#x, not to the primary context %#x of device %d that the Runtime uses", handle, uintptr(ctx), uintptr(r.ctx), r.info.Ordinal)
+		}
+		capturing, err := st.s.IsCapturing()
+		if err != nil {
+			return err
+		}
+		if capturing {
+			return fmt.Errorf("pagedkv: WrapStream(%#x): the stream is being captured into a graph; wrap it before the capture begins", handle)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.streamMu.Lock()
+	for other := range r.streams {
+		if other.s == st.s {
+			r.streamMu.Unlock()
+			return nil, errf("WrapStream(%#x): a Stream of this Runtime already uses that CUstream; use that Stream, or Close it first", handle)
+		}
+	}
+	// Registered before the driver work below, so a concurrent WrapStream of
+	// the same handle fails the check above.
+	r.streams[st] = struct{}{}
+	r.streamMu.Unlock()
+	err = r.do(func() error {
+		// Pool memory freed in stream order by Close, which must not wait for
+		// a stream it does not own. The synchronize makes the allocation and
+		// the zeroing complete, so a graph captured on this stream may be
+		// replayed on any other.
+		var err error
+		if st.fault, err = driver.MemAllocAsync(faultBytes, st.s); err != nil {
+			return err
+		}
+		if err := driver.MemsetD8Async(st.fault, 0, faultBytes, st.s); err != nil {
+			return err
+		}
+		return st.s.Synchronize()
+	})
+	if err != nil {
+		r.streamMu.Lock()
+		delete(r.streams, st)
+		r.streamMu.Unlock()
+		if st.fault != 0 {
+			err = errors.Join(err, r.do(func() error { return driver.MemFreeAsync(st.fault, st.s) }))
+		}
+		return nil, fmt.Errorf("pagedkv: WrapStream(%#x): %w", handle, err)
+	}
+	return st, nil
+}
+
 // Handle is the raw CUstream, for interoperation with other CUDA libraries.
+// For a wrapped stream it is the handle given to WrapStream.
 func (s *Stream) Handle() uintptr { return uintptr(s.s) }
 
 // Synchronize waits until every op enqueued on the stream has finished.
 func (s *Stream) Synchronize() error { return s.r.do(s.s.Synchronize) }
 
-// Close waits for the stream, frees its scratch buffers and destroys it. The
-// Runtime's own stream is closed by Runtime.Close.
+// Close releases the stream. For a stream from NewStream it waits for the
+// stream, frees its fault record and scratch buffers and destroys it. For a
+// wrapped stream (WrapStream) it frees the fault record and scratch buffers
+// in stream order, after every op already enqueued, without waiting and
+// without destroying the CUstream; it is an error while the stream is being
+// captured (end the capture first). The Runtime's own stream is closed by
+// Runtime.Close. Closing a closed Stream does nothing; any other use of it
+// afterwards is a bug.
 func (s *Stream) Close() error {
 	if s == s.r.stream {
 		return fmt.Errorf("pagedkv: the Runtime's own stream is closed by Runtime.Close")
@@ -112,6 +237,9 @@ func (s *Stream) Close() error {
 }
 
 func (s *Stream) destroy() error {
+	if !s.owned {
+		return s.release()
+	}
 	s.r.streamMu.Lock()
 	_, ok := s.r.streams[s]
 	delete(s.r.streams, s)
@@ -131,6 +259,41 @@ func (s *Stream) destroy() error {
 		}
 		return s.s.Destroy()
 	})
+}
+
+// release is destroy for a wrapped stream: everything in stream order,
+// nothing that waits, and the CUstream left to its owner.
+func (s *Stream) release() error {
+	s.r.streamMu.Lock()
+	_, ok := s.r.streams[s]
+	s.r.streamMu.Unlock()
+	if !ok {
+		return nil
+	}
+	// Frees enqueued during a capture would be captured instead of run.
+	capturing, err := s.capturing()
+	if err != nil {
+		return err
+	}
+	if capturing {
+		return fmt.Errorf("pagedkv: Stream.Close of wrapped stream %#x during graph capture; end the capture first", uintptr(s.s))
+	}
+	s.r.streamMu.Lock()
+	_, ok = s.r.streams[s]
+	delete(s.r.streams, s)
+	s.r.streamMu.Unlock()
+	if !ok {
+		return nil
+	}
+	errs := []error{s.r.scratch.Drop(uintptr(s.s)), s.r.counters.Drop(uintptr(s.s))}
+	fault := s.fault
+	// Kernels given a null record track no faults (common.cuh): a launch on
+	// the Stream after Close, a bug, then cannot write freed memory.
+	s.fault = 0
+	if fault != 0 {
+		errs = append(errs, s.r.do(func() error { return driver.MemFreeAsync(fault, s.s) }))
+	}
+	return errors.Join(errs...)
 }
 
 // capturing reports whether the stream is being captured into a graph.
@@ -159,7 +322,10 @@ func (s *Stream) Fault() error {
 		if rec[0] == 0 {
 			return nil
 		}
-		return driver.MemsetD8(s.fault, 0, faultBytes)
+		// Cleared in stream order: the synchronous memset runs on the
+		// legacy stream, which a non-blocking stream's next kernel does
+		// not wait for.
+		return driver.MemsetD8Async(s.fault, 0, faultBytes, s.s)
 	})
 	if err != nil {
 		return err
@@ -309,4 +475,155 @@ func (t *Timer) Close() error {
 		}
 		return t.end.Destroy()
 	})
+}
+
+// Event is a CUDA event of a Runtime: a point in a stream's work that other
+// streams and the host can wait for. Stream.Record marks the point,
+// Stream.Wait makes another stream's later work wait for it on the device
+// (the host does not block), and Synchronize blocks the host until it. An
+// Event may be recorded again; Wait and Synchronize use the most recent
+// Record before them. Events are created with CU_EVENT_DISABLE_TIMING,
+// which makes them cheaper to record and wait on; time with Stream.NewTimer.
+//
+// # Graph capture
+//
+// Recording on a stream that is being captured (Stream.BeginCapture) is
+// allowed and records a point of the graph instead: another stream that
+// Waits on it joins the capture (fork), and everything it enqueues
+// afterwards is captured, not run, until the stream that began the capture
+// Waits on an event recorded on the joined stream (join), which it must do
+// before EndCapture. Such an event cannot be synchronized on
+// (CUDA_ERROR_CAPTURED_EVENT) until it is recorded again outside a capture.
+// A captured graph pins the split-K scratch of the stream that began the
+// capture only: give decodes enqueued on a joined stream their own
+// DecodeArgs.Workspace.
+//
+// An Event is safe for concurrent use by multiple goroutines; Close must be
+// the last call. A cleanup destroys it if it becomes unreachable first.
+type Event struct {
+	r       *Runtime
+	mu      sync.RWMutex // read-held by every use, write-held by Close
+	e       driver.Event // 0 once closed
+	cleanup runtime.Cleanup
+}
+
+// NewEvent creates an event (CU_EVENT_DISABLE_TIMING). Close it when done.
+func (r *Runtime) NewEvent() (*Event, error) {
+	if err := r.live(); err != nil {
+		return nil, err
+	}
+	ev := &Event{r: r}
+	err := r.do(func() error {
+		var err error
+		ev.e, err = driver.EventCreate(driver.EventDisableTiming)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pagedkv: creating an event on %s: %w", r.info.Name, err)
+	}
+	ev.cleanup = runtime.AddCleanup(ev, func(c eventCleanup) { c.destroy() }, eventCleanup{r, ev.e})
+	return ev, nil
+}
+
+type eventCleanup struct {
+	r *Runtime
+	e driver.Event
+}
+
+func (c eventCleanup) destroy() {
+	if c.r.closed.Load() {
+		return
+	}
+	_ = c.r.do(c.e.Destroy)
+}
+
+// Close destroys the event without waiting for it: a Wait already enqueued
+// on it still holds, and the driver releases the event once its recorded
+// work is done. It is safe to call more than once.
+func (e *Event) Close() error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.e == 0 {
+		return nil
+	}
+	h := e.e
+	e.e = 0
+	e.cleanup.Stop()
+	if e.r.closed.Load() {
+		return nil // destroyed with the Runtime's context
+	}
+	return e.r.do(h.Destroy)
+}
+
+// Synchronize blocks until the work of the event's most recent Record has
+// finished (at once if it was never recorded).
+func (e *Event) Synchronize() error {
+	if e == nil {
+		return errf("Event.Synchronize: the event is nil")
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.e == 0 {
+		return errf("Event.Synchronize: the event is closed")
+	}
+	if err := e.r.live(); err != nil {
+		return err
+	}
+	return e.r.do(e.e.Synchronize)
+}
+
+// Record marks in e the work enqueued on s so far (cuEventRecord): e
+// completes when s has finished it. e must belong to a Runtime of s's
+// device. See Event for recording during graph capture.
+func (s *Stream) Record(e *Event) error {
+	if s == nil {
+		return errf("Stream.Record: the stream is nil")
+	}
+	if e == nil {
+		return errf("Stream.Record(nil): the event is nil")
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.e == 0 {
+		return errf("Stream.Record: the event is closed")
+	}
+	if e.r.closed.Load() {
+		return errf("Stream.Record: the event's Runtime is closed")
+	}
+	if e.r.ctx != s.r.ctx {
+		return errf("Stream.Record: the event belongs to device %d and the stream to device %d; record an event of the stream's own device", e.r.info.Ordinal, s.r.info.Ordinal)
+	}
+	if err := s.r.live(); err != nil {
+		return err
+	}
+	return s.r.do(func() error { return e.e.Record(s.s) })
+}
+
+// Wait makes every op enqueued on s after this call wait until e completes
+// (cuStreamWaitEvent): until the work of e's most recent Record before this
+// call has finished. It returns at once; the wait happens on the device. An
+// event never recorded is already complete. e may belong to a Runtime of
+// another device. See Event for waiting during graph capture.
+func (s *Stream) Wait(e *Event) error {
+	if s == nil {
+		return errf("Stream.Wait: the stream is nil")
+	}
+	if e == nil {
+		return errf("Stream.Wait(nil): the event is nil")
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.e == 0 {
+		return errf("Stream.Wait: the event is closed")
+	}
+	if e.r.closed.Load() {
+		return errf("Stream.Wait: the event's Runtime is closed")
+	}
+	if err := s.r.live(); err != nil {
+		return err
+	}
+	return s.r.do(func() error { return s.s.WaitEvent(e.e) })
 }

@@ -24,6 +24,18 @@ type DevicePtr uintptr
 // streams.
 type Stream uintptr
 
+// Special stream handles (cuda.h), accepted wherever a Stream is.
+const (
+	// StreamLegacy (CU_STREAM_LEGACY) names the legacy default stream
+	// explicitly: the stream the zero handle means to the driver API as
+	// bound here.
+	StreamLegacy Stream = 0x1
+	// StreamPerThread (CU_STREAM_PER_THREAD) is the calling OS thread's own
+	// default stream. Go moves goroutines between threads, so it names a
+	// different stream from one Context.Do to the next.
+	StreamPerThread Stream = 0x2
+)
+
 // Event is a CUevent.
 type Event uintptr
 

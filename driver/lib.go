@@ -152,6 +152,10 @@ var (
 	cuMemsetD8Async func(p DevicePtr, v uint8, n uint64, s Stream) Result
 	// CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
 	cuMemsetD32Async func(p DevicePtr, v uint32, n uint64, s Stream) Result
+	// CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
+	cuMemAllocHost func(pp *unsafe.Pointer, bytes uint64) Result
+	// CUresult cuMemFreeHost(void *p);
+	cuMemFreeHost func(p unsafe.Pointer) Result
 	// CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 	cuMemcpyHtoD func(dst DevicePtr, src unsafe.Pointer, bytes uint64) Result
 	// CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
@@ -177,6 +181,10 @@ var (
 	cuStreamEndCapture func(s Stream, g *Graph) Result
 	// CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 	cuStreamIsCapturing func(s Stream, status *int32) Result
+	// CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);   (hot path: bound with SyscallN)
+	cuStreamWaitEvent func(s Stream, e Event, flags uint32) Result
+	// CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
+	cuStreamGetCtx func(s Stream, ctx *Context) Result
 
 	// CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
 	cuGraphInstantiateWithFlags func(exec *GraphExec, g Graph, flags uint64) Result
@@ -220,8 +228,8 @@ type launchExFunc func(config *launchConfig, f Function, params *unsafe.Pointer,
 // given raw is bound by a hand-written adapter around rawCall (purego.SyscallN)
 // instead of purego.RegisterFunc: those symbols sit on per-launch paths
 // (Context.Do, Launch, LaunchCluster, GraphExec.Launch, Event.Record,
-// Stream.IsCapturing), and rawCall does not allocate per call the way
-// RegisterFunc's reflection-based calls do.
+// Stream.WaitEvent, Stream.IsCapturing), and rawCall does not allocate per
+// call the way RegisterFunc's reflection-based calls do.
 type symbol struct {
 	name string
 	fptr any
@@ -266,6 +274,8 @@ func symbols() []symbol {
 		{name: "cuMemsetD8_v2", fptr: &cuMemsetD8},
 		{name: "cuMemsetD8Async", fptr: &cuMemsetD8Async},
 		{name: "cuMemsetD32Async", fptr: &cuMemsetD32Async},
+		{name: "cuMemAllocHost_v2", fptr: &cuMemAllocHost},
+		{name: "cuMemFreeHost", fptr: &cuMemFreeHost},
 		{name: "cuMemcpyHtoD_v2", fptr: &cuMemcpyHtoD},
 		{name: "cuMemcpyDtoH_v2", fptr: &cuMemcpyDtoH},
 		{name: "cuMemcpyDtoD_v2", fptr: &cuMemcpyDtoD},
@@ -284,6 +294,12 @@ func symbols() []symbol {
 				return r
 			}
 		}},
+		{name: "cuStreamWaitEvent", fptr: &cuStreamWaitEvent, raw: func(addr uintptr) {
+			cuStreamWaitEvent = func(s Stream, e Event, flags uint32) Result {
+				return rawCall(addr, uintptr(s), uintptr(e), uintptr(flags))
+			}
+		}},
+		{name: "cuStreamGetCtx", fptr: &cuStreamGetCtx},
 		{name: "cuGraphInstantiateWithFlags", fptr: &cuGraphInstantiateWithFlags},
 		{name: "cuGraphLaunch", fptr: &cuGraphLaunch, raw: func(addr uintptr) {
 			cuGraphLaunch = func(exec GraphExec, s Stream) Result { return rawCall(addr, uintptr(exec), uintptr(s)) }

@@ -35,6 +35,12 @@ func TestInitWithoutDriver(t *testing.T) {
 	type params struct{ N int32 }
 	assert.ErrorIs(t, Launch(0, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, 0, &params{}), ErrNoDriver)
 	assert.ErrorIs(t, LaunchCluster(0, Dim3{2, 1, 1}, Dim3{1, 1, 1}, Dim3{2, 1, 1}, 0, 0, &params{}), ErrNoDriver)
+	assert.ErrorIs(t, StreamLegacy.WaitEvent(1), ErrNoDriver)
+	_, err = StreamLegacy.Context()
+	assert.ErrorIs(t, err, ErrNoDriver)
+	_, err = MemAllocHost(16)
+	assert.ErrorIs(t, err, ErrNoDriver)
+	assert.ErrorIs(t, MemFreeHost(nil), ErrNoDriver)
 }
 
 func TestOpenError(t *testing.T) {
@@ -130,6 +136,7 @@ func TestBindTableSignatures(t *testing.T) {
 		"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
 		"cuStreamDestroy_v2", "cuStreamBeginCapture_v2", "cuEventDestroy_v2",
 		"cuGraphInstantiateWithFlags", "cuEventElapsedTime", "cuLaunchKernel", "cuLaunchKernelEx",
+		"cuStreamWaitEvent", "cuStreamGetCtx", "cuMemAllocHost_v2", "cuMemFreeHost",
 	} {
 		assert.Contains(t, names, want)
 	}
@@ -192,6 +199,7 @@ func TestDriverWithoutDevice(t *testing.T) {
 	assert.NotEqual(t, ResultSuccess, cuLaunchKernelEx(&fr.config, 0, &fr.ptrs[0], nil))
 	assert.NotEqual(t, ResultSuccess, cuGraphLaunch(0, 0))
 	assert.NotEqual(t, ResultSuccess, cuEventRecord(0, 0))
+	assert.NotEqual(t, ResultSuccess, cuStreamWaitEvent(0, 0, 0))
 	if raceEnabled {
 		return // allocation counts are not meaningful under -race
 	}
@@ -202,6 +210,7 @@ func TestDriverWithoutDevice(t *testing.T) {
 		cuLaunchKernelEx(&fr.config, 0, &fr.ptrs[0], nil)
 		cuGraphLaunch(0, 0)
 		cuEventRecord(0, 0)
+		cuStreamWaitEvent(0, 0, 0)
 	})
 	assert.Zero(t, allocs)
 }

@@ -6,15 +6,18 @@ import "unsafe"
 //
 // Host pointers passed to the copy functions are the caller's
 // responsibility: the memory must be valid for bytes bytes and must stay
-// alive (and, if it is Go memory, pinned or otherwise kept from moving) until
-// the driver is done with it. For the synchronous forms that is until the
-// call returns (use runtime.KeepAlive after the call). For MemcpyHtoDAsync
-// and MemcpyDtoHAsync it is until the stream reaches the copy: synchronize
-// the stream (or an event recorded after the copy) before reusing or
-// releasing the host buffer. With pageable (non page-locked) host memory,
-// which is what Go allocates, the driver stages the copy and the async forms
-// are synchronous with respect to the host in practice; they remain ordered
-// on the stream.
+// alive (and, if it is Go memory, reachable and unmodified) until the driver
+// is done with it. For the synchronous forms that is until the call returns
+// (use runtime.KeepAlive after the call). For MemcpyHtoDAsync and
+// MemcpyDtoHAsync it is until the stream reaches the copy: synchronize the
+// stream (or an event recorded after the copy) before reusing or releasing
+// the host buffer. CUDA documents the async forms as fully asynchronous only
+// for page-locked memory (MemAllocHost); with pageable memory, which is what
+// Go allocates, they "might be synchronous with respect to host" (the driver
+// may stage the copy through pinned memory), and any call may block for
+// internal reasons. Neither behavior is a promise to rely on, so the rule
+// above holds for both kinds of memory. See
+// https://docs.nvidia.com/cuda/cuda-driver-api/api-sync-behavior.html
 
 // MemAlloc allocates bytes of device memory.
 // See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html
@@ -61,6 +64,33 @@ func MemFreeAsync(p DevicePtr, s Stream) error {
 		return err
 	}
 	return check("cuMemFreeAsync", cuMemFreeAsync(p, s))
+}
+
+// MemAllocHost allocates bytes of page-locked host memory (cuMemAllocHost_v2)
+// in the current context. The driver copies to and from it by DMA, so the
+// async copies run without staging and without blocking the host. With
+// unified addressing (every 64-bit platform a current driver runs on) every
+// context of every device may use it. It is outside the Go heap: free it with MemFreeHost.
+// See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html
+func MemAllocHost(bytes uint64) (unsafe.Pointer, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	var p unsafe.Pointer
+	if err := check("cuMemAllocHost_v2", cuMemAllocHost(&p, bytes)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// MemFreeHost frees memory from MemAllocHost. It does not wait for copies
+// still enqueued that use it: the caller makes sure none is.
+// See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html
+func MemFreeHost(p unsafe.Pointer) error {
+	if err := Init(); err != nil {
+		return err
+	}
+	return check("cuMemFreeHost", cuMemFreeHost(p))
 }
 
 // MemsetD8 sets n bytes at p to v.

@@ -37,6 +37,38 @@ func (s Stream) Synchronize() error {
 	return check("cuStreamSynchronize", cuStreamSynchronize(s))
 }
 
+// WaitEvent makes all work enqueued on s after this call wait until e
+// completes (cuStreamWaitEvent, flags 0), without blocking the host: the
+// wait happens on the device. It waits for the work of e's most recent
+// Record at the time of the call; a later Record does not change it. e may
+// belong to another context or device than s. During stream capture, waiting
+// on an event recorded in the capture joins s to that capture. It allocates
+// nothing.
+// See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html
+func (s Stream) WaitEvent(e Event) error {
+	if err := Init(); err != nil {
+		return err
+	}
+	return check("cuStreamWaitEvent", cuStreamWaitEvent(s, e, 0))
+}
+
+// Context returns the context s was created in (cuStreamGetCtx). For the
+// special handles (0, StreamLegacy, StreamPerThread) it is the context
+// current on the calling thread, so call it inside Context.Do. s must be a
+// live stream or a special handle: the driver's behavior for any other
+// value is undefined.
+// See https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html
+func (s Stream) Context() (Context, error) {
+	if err := Init(); err != nil {
+		return 0, err
+	}
+	var c Context
+	if err := check("cuStreamGetCtx", cuStreamGetCtx(s, &c)); err != nil {
+		return 0, err
+	}
+	return c, nil
+}
+
 // BeginCapture starts capturing the work enqueued on s into a graph instead
 // of running it. s must not be the legacy default stream. With
 // CaptureModeThreadLocal or CaptureModeGlobal, EndCapture must be called on
