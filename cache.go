@@ -106,7 +106,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 		return err
 	}
 	plan, err := dispatch.PlanAppend(dispatch.AppendShape{
-		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, In: a.DType, Cache: a.CacheDType,
+		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
 	})
 	if err != nil {
 		return err
@@ -134,17 +134,17 @@ func (a *AppendArgs) params(fault driver.DevicePtr) cacheAppendParams {
 
 // GatherArgs describes a gather of cache slots back to token-major rows:
 // row t of KeyOut and ValueOut ([NumTokens, NumKVHeads, HeadDim] of
-// CacheDType, contiguous) receives the elements of slot Slots[t] (int64 on
+// CacheDType, contiguous) receives the elements of slot SlotMapping[t] (int64 on
 // the device), bit for bit: the exact inverse of an append into a cache of
 // the input's dtype. A negative slot leaves its row as it was; a slot beyond
 // the cache is recorded in the stream's fault record and not read.
 //
 // Aliasing: KeyOut and ValueOut must not overlap each other or any input
-// (KeyCache, ValueCache, Slots); a gather is not in place. The inputs may
+// (KeyCache, ValueCache, SlotMapping); a gather is not in place. The inputs may
 // overlap one another.
 type GatherArgs struct {
 	KeyCache, ValueCache Buffer
-	Slots                Buffer
+	SlotMapping          Buffer
 	KeyOut, ValueOut     Buffer
 
 	NumTokens, NumKVHeads, HeadDim int
@@ -195,7 +195,7 @@ func (a *GatherArgs) Validate() error {
 		if err != nil {
 			return err
 		}
-		if err := buffer(gatherArg, "Slots", a.Slots, int64(a.NumTokens)*8, 8); err != nil {
+		if err := buffer(gatherArg, "SlotMapping", a.SlotMapping, int64(a.NumTokens)*8, 8); err != nil {
 			return err
 		}
 		if err := buffer(gatherArg, "KeyOut", a.KeyOut, rows, 16); err != nil {
@@ -212,7 +212,7 @@ func (a *GatherArgs) Validate() error {
 // PTX order (kernels_src/cache.cu).
 type cacheGatherParams struct {
 	KeyOut, ValueOut, KeyCache, ValueCache driver.DevicePtr
-	Slots, Fault                           driver.DevicePtr
+	SlotMapping, Fault                     driver.DevicePtr
 	NumSlots                               int64
 	NumTokens, NumKVHeads, HeadDim         int32
 	Layout, BlockSizeLog2                  int32
@@ -227,7 +227,7 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 		return err
 	}
 	plan, err := dispatch.PlanGather(dispatch.AppendShape{
-		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, In: a.CacheDType, Cache: a.CacheDType,
+		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.CacheDType, CacheDType: a.CacheDType,
 	})
 	if err != nil {
 		return err
@@ -241,7 +241,7 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 func (a *GatherArgs) params(fault driver.DevicePtr) cacheGatherParams {
 	return cacheGatherParams{
 		KeyOut: a.KeyOut.Ptr, ValueOut: a.ValueOut.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
-		Slots: a.Slots.Ptr, Fault: fault, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
+		SlotMapping: a.SlotMapping.Ptr, Fault: fault, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
 		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
 	}

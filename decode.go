@@ -13,8 +13,9 @@ import (
 //   - Q: [NumSeqs, NumQHeads, HeadDim] of DType (f16 or bf16); QSeqStride is
 //     the element stride between sequences (0 = NumQHeads·HeadDim; else a
 //     multiple of 8, and Q 16-byte aligned: q rows are read in 16-byte pieces).
-//   - KCache, VCache: flash layout [NumBlocks, BlockSize, NumKVHeads, HeadDim]
-//     of CacheDType: DType, or E4M3 with real value = stored · KScale (VScale).
+//   - KeyCache, ValueCache: flash layout [NumBlocks, BlockSize, NumKVHeads,
+//     HeadDim] of CacheDType: DType, or E4M3 with real value = stored · KScale
+//     (VScale).
 //   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs]
 //     (0 allowed: that sequence's output is zeros and its LSE is -inf). Both
 //     live on the device; see the package doc for what kernels do with bad
@@ -52,10 +53,10 @@ import (
 // arithmetic reaches up to 63 pages and a tile past the table's end);
 // QSeqStride ≤ 2^31 elements.
 type DecodeArgs struct {
-	Q, KCache, VCache   Buffer
-	BlockTables, KVLens Buffer
-	Out, LSE            Buffer
-	Workspace           Buffer
+	Q, KeyCache, ValueCache Buffer
+	BlockTables, KVLens     Buffer
+	Out, LSE                Buffer
+	Workspace               Buffer
 
 	NumSeqs, NumQHeads, NumKVHeads, HeadDim int
 	BlockSize, NumBlocks, MaxBlocksPerSeq   int
@@ -161,10 +162,10 @@ func (a *DecodeArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(decodeArg, "KCache", a.KCache, cbytes, 16); err != nil {
+	if err := buffer(decodeArg, "KeyCache", a.KeyCache, cbytes, 16); err != nil {
 		return err
 	}
-	if err := buffer(decodeArg, "VCache", a.VCache, cbytes, 16); err != nil {
+	if err := buffer(decodeArg, "ValueCache", a.ValueCache, cbytes, 16); err != nil {
 		return err
 	}
 	tableBytes, err := size(decodeArg, "NumSeqs·MaxBlocksPerSeq", 4, int64(a.NumSeqs), int64(a.MaxBlocksPerSeq))
@@ -198,7 +199,7 @@ func (a *DecodeArgs) shape(graph bool, kvCapacity int) dispatch.DecodeShape {
 	s := dispatch.DecodeShape{
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, MaxKVLen: a.MaxKVLen, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
-		QType: a.DType, CacheType: a.CacheDType, HostKVLens: a.HostKVLens,
+		DType: a.DType, CacheDType: a.CacheDType, HostKVLens: a.HostKVLens,
 	}
 	if graph {
 		s.MaxKVLen, s.HostKVLens, s.Graph = a.capacity(kvCapacity), nil, true
@@ -219,7 +220,7 @@ func (a *DecodeArgs) capacity(kvCapacity int) int {
 type pagedDecodeParams struct {
 	Out, LSE, PartialOut, PartialMax, PartialSum driver.DevicePtr
 	Counters                                     driver.DevicePtr
-	Q, KCache, VCache, BlockTables, KVLens       driver.DevicePtr
+	Q, KeyCache, ValueCache, BlockTables, KVLens driver.DevicePtr
 	Fault                                        driver.DevicePtr
 	QSeqStride                                   int64
 	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
@@ -244,7 +245,7 @@ func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
 		qs = int64(a.NumQHeads) * int64(a.HeadDim)
 	}
 	return pagedDecodeParams{
-		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
+		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
 		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: fault,
 		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),

@@ -18,7 +18,7 @@ func TestFaultErrorText(t *testing.T) {
 		{
 			name:  "slot beyond cache",
 			fault: FaultError{Code: faultSlotBeyondCache, A: 3, B: 4096, C: 4096},
-			want:  "pagedkv: SlotMapping[3]=4096 (or Slots[3] of a gather) is outside the cache of 4096 slots; that row was not touched",
+			want:  "pagedkv: SlotMapping[3]=4096 is outside the cache of 4096 slots; that row was not touched",
 		},
 		{
 			name:  "remap beyond table",

@@ -1,6 +1,7 @@
 package pagedkv
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,4 +34,40 @@ func TestKnobsFrom(t *testing.T) {
 	assert.False(t, k.Clusters)
 	assert.False(t, k.Narrow)
 	assert.Equal(t, int64(4096), k.ScratchLimitBytes)
+}
+
+// TestSplitModesMirror ties config.SplitMode (the knob as users spell it;
+// config may not import dispatch) to dispatch.SplitMode (what the planner
+// obeys): every config mode maps to the dispatch mode of the same meaning,
+// for both knobs that take one, and no mode on either side is left over.
+func TestSplitModesMirror(t *testing.T) {
+	mirror := []struct {
+		c config.SplitMode
+		d dispatch.SplitMode
+	}{
+		{config.SplitAuto, dispatch.SplitAuto},
+		{config.SplitOff, dispatch.SplitOff},
+		{config.SplitOn, dispatch.SplitOn},
+	}
+	names := map[config.SplitMode]string{config.SplitAuto: "auto", config.SplitOff: "off", config.SplitOn: "on"}
+	seen := map[dispatch.SplitMode]bool{}
+	for _, m := range mirror {
+		assert.True(t, m.c.Valid(), "config.SplitMode %q", m.c)
+		assert.Equal(t, names[m.c], m.d.String(), "config.SplitMode %q", m.c)
+		c := config.Default()
+		c.SplitKAttn, c.DecodeBalance = m.c, m.c
+		k := knobsFrom(c)
+		assert.Equal(t, m.d, k.SplitK, "SPLIT_K_ATTN=%s", m.c)
+		assert.Equal(t, m.d, k.Balance, "DECODE_BALANCE=%s", m.c)
+		assert.False(t, seen[m.d], "dispatch.SplitMode %s mirrors two config modes", m.d)
+		seen[m.d] = true
+	}
+	// Every dispatch.SplitMode (one whose String is a name, not a number)
+	// has a config mode.
+	for n := range 256 {
+		d := dispatch.SplitMode(n)
+		if d.String() != fmt.Sprintf("SplitMode(%d)", n) {
+			assert.True(t, seen[d], "dispatch.SplitMode %s has no config.SplitMode", d)
+		}
+	}
 }

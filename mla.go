@@ -11,13 +11,13 @@ import (
 // RoPE on the rope parts of q and k, and fp8 e4m3 quantization of all four
 // parts in one pass.
 //
-//   - QNope [NumTokens, NumHeads, LoraRank], QRope [NumTokens, NumHeads,
+//   - QNope [NumTokens, NumQHeads, LoraRank], QRope [NumTokens, NumQHeads,
 //     RopeDim], KNope [NumTokens, NumKVHeads, LoraRank], KRope [NumTokens,
 //     NumKVHeads, RopeDim], all of DType at element strides (0 = contiguous).
 //   - Positions int64 [NumTokens]; CosSin, RotDim (RopeDim or RopeDim/2) and
 //     NeoX as in RopeCacheArgs.
 //   - Outputs, fp8 e4m3, x / QScale or x / KScale rounded to nearest even and
-//     saturated: QOut [NumTokens, NumHeads, LoraRank+RopeDim] (nope first,
+//     saturated: QOut [NumTokens, NumQHeads, LoraRank+RopeDim] (nope first,
 //     then the rotated rope part), KNopeOut [NumTokens, NumKVHeads, LoraRank],
 //     KRopeOut [NumTokens, NumKVHeads, RopeDim] (rotated).
 //
@@ -26,14 +26,14 @@ import (
 // place. The inputs may overlap one another (QNope and QRope may be strided
 // views of one q buffer, KNope and KRope of one k buffer).
 //
-// Bounds: NumTokens ≤ 2^30, NumHeads and NumKVHeads ≤ 2^12, LoraRank ≤ 4096,
+// Bounds: NumTokens ≤ 2^30, NumQHeads and NumKVHeads ≤ 2^12, LoraRank ≤ 4096,
 // RopeDim ≤ 512 (int32 in the kernel, which also counts a token's pieces in
 // int32); strides ≤ 2^31 elements.
 type MLARopeQuantArgs struct {
 	QNope, QRope, KNope, KRope        Buffer
 	QOut, KNopeOut, KRopeOut          Buffer
 	Positions, CosSin                 Buffer
-	NumTokens, NumHeads               int
+	NumTokens, NumQHeads              int
 	NumKVHeads                        int
 	LoraRank, RopeDim                 int
 	MaxPos, RotDim                    int
@@ -49,10 +49,10 @@ type MLARopeQuantArgs struct {
 const mlaArg = "MLARopeQuantArgs"
 
 func (a *MLARopeQuantArgs) rows() (qn, qr, kn, kr tokenRows) {
-	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", "NumTokens", "NumHeads", "LoraRank",
-		a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
-	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", "NumTokens", "NumHeads", "RopeDim",
-		a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
+	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", "NumTokens", "NumQHeads", "LoraRank",
+		a.QNope, a.NumTokens, a.NumQHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
+	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", "NumTokens", "NumQHeads", "RopeDim",
+		a.QRope, a.NumTokens, a.NumQHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
 	kn = tokenRows{"KNope", "KNopeTokenStride", "KNopeHeadStride", "NumTokens", "NumKVHeads", "LoraRank",
 		a.KNope, a.NumTokens, a.NumKVHeads, a.LoraRank, a.KNopeTokenStride, a.KNopeHeadStride}
 	kr = tokenRows{"KRope", "KRopeTokenStride", "KRopeHeadStride", "NumTokens", "NumKVHeads", "RopeDim",
@@ -68,7 +68,7 @@ func (a *MLARopeQuantArgs) Validate() error {
 	if err := inRange(mlaArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
-	if err := inRange(mlaArg, "NumHeads", a.NumHeads, 1, 1<<12); err != nil {
+	if err := inRange(mlaArg, "NumQHeads", a.NumQHeads, 1, 1<<12); err != nil {
 		return err
 	}
 	if err := inRange(mlaArg, "NumKVHeads", a.NumKVHeads, 1, 1<<12); err != nil {
@@ -117,7 +117,7 @@ func (a *MLARopeQuantArgs) Validate() error {
 		esize       int64
 		counts      []int64
 	}{
-		{"QOut", "NumTokens·NumHeads·(LoraRank+RopeDim)", a.QOut, 1, []int64{t, int64(a.NumHeads), int64(a.LoraRank + a.RopeDim)}},
+		{"QOut", "NumTokens·NumQHeads·(LoraRank+RopeDim)", a.QOut, 1, []int64{t, int64(a.NumQHeads), int64(a.LoraRank + a.RopeDim)}},
 		{"KNopeOut", "NumTokens·NumKVHeads·LoraRank", a.KNopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.LoraRank)}},
 		{"KRopeOut", "NumTokens·NumKVHeads·RopeDim", a.KRopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.RopeDim)}},
 		{"Positions", "NumTokens", a.Positions, 8, []int64{t}},
@@ -140,7 +140,7 @@ type mlaRopeQuantParams struct {
 	MaxPos                                                                  int64
 	RotDim                                                                  int32
 	Fault                                                                   driver.DevicePtr
-	NumTokens, NumHeads, NumKVHeads, LoraRank, RopeDim                      int32
+	NumTokens, NumQHeads, NumKVHeads, LoraRank, RopeDim                     int32
 	QNopeTokenStride, QNopeHeadStride, QRopeTokenStride, QRopeHeadStride    int64
 	KNopeTokenStride, KNopeHeadStride, KRopeTokenStride, KRopeHeadStride    int64
 	QScale, KScale                                                          float32
@@ -175,7 +175,7 @@ func (a *MLARopeQuantArgs) params(fault driver.DevicePtr) mlaRopeQuantParams {
 		QNope: a.QNope.Ptr, QRope: a.QRope.Ptr, KNope: a.KNope.Ptr, KRope: a.KRope.Ptr,
 		QOut: a.QOut.Ptr, KNopeOut: a.KNopeOut.Ptr, KRopeOut: a.KRopeOut.Ptr,
 		Positions: a.Positions.Ptr, CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: fault,
-		NumTokens: int32(a.NumTokens), NumHeads: int32(a.NumHeads), NumKVHeads: int32(a.NumKVHeads),
+		NumTokens: int32(a.NumTokens), NumQHeads: int32(a.NumQHeads), NumKVHeads: int32(a.NumKVHeads),
 		LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim), QScale: a.QScale, KScale: a.KScale,
 	}
 	p.QNopeTokenStride, p.QNopeHeadStride = qn.strides()
@@ -188,19 +188,19 @@ func (a *MLARopeQuantArgs) params(fault driver.DevicePtr) mlaRopeQuantParams {
 	return p
 }
 
-// MLAConcatQArgs concatenates QNope [NumTokens, NumHeads, LoraRank] and QRope
-// [NumTokens, NumHeads, RopeDim] (DType, element strides, 0 = contiguous)
-// into Out [NumTokens, NumHeads, LoraRank+RopeDim], bit for bit.
+// MLAConcatQArgs concatenates QNope [NumTokens, NumQHeads, LoraRank] and QRope
+// [NumTokens, NumQHeads, RopeDim] (DType, element strides, 0 = contiguous)
+// into Out [NumTokens, NumQHeads, LoraRank+RopeDim], bit for bit.
 //
 // Aliasing: Out must not overlap QNope or QRope (the kernel takes every
 // pointer as restrict: a concat into one of its inputs is not in place);
 // QNope and QRope may overlap each other.
 //
-// Bounds: NumTokens ≤ 2^30, NumHeads ≤ 2^12, LoraRank and RopeDim ≤ 4096
+// Bounds: NumTokens ≤ 2^30, NumQHeads ≤ 2^12, LoraRank and RopeDim ≤ 4096
 // (int32 in the kernel); strides ≤ 2^31 elements.
 type MLAConcatQArgs struct {
 	QNope, QRope, Out                 Buffer
-	NumTokens, NumHeads               int
+	NumTokens, NumQHeads              int
 	LoraRank, RopeDim                 int
 	QNopeTokenStride, QNopeHeadStride int
 	QRopeTokenStride, QRopeHeadStride int
@@ -210,10 +210,10 @@ type MLAConcatQArgs struct {
 const concatArg = "MLAConcatQArgs"
 
 func (a *MLAConcatQArgs) rows() (qn, qr tokenRows) {
-	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", "NumTokens", "NumHeads", "LoraRank",
-		a.QNope, a.NumTokens, a.NumHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
-	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", "NumTokens", "NumHeads", "RopeDim",
-		a.QRope, a.NumTokens, a.NumHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
+	qn = tokenRows{"QNope", "QNopeTokenStride", "QNopeHeadStride", "NumTokens", "NumQHeads", "LoraRank",
+		a.QNope, a.NumTokens, a.NumQHeads, a.LoraRank, a.QNopeTokenStride, a.QNopeHeadStride}
+	qr = tokenRows{"QRope", "QRopeTokenStride", "QRopeHeadStride", "NumTokens", "NumQHeads", "RopeDim",
+		a.QRope, a.NumTokens, a.NumQHeads, a.RopeDim, a.QRopeTokenStride, a.QRopeHeadStride}
 	return
 }
 
@@ -225,7 +225,7 @@ func (a *MLAConcatQArgs) Validate() error {
 	if err := inRange(concatArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
-	if err := inRange(concatArg, "NumHeads", a.NumHeads, 1, 1<<12); err != nil {
+	if err := inRange(concatArg, "NumQHeads", a.NumQHeads, 1, 1<<12); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -246,8 +246,8 @@ func (a *MLAConcatQArgs) Validate() error {
 	if a.NumTokens == 0 {
 		return nil
 	}
-	out, err := size(concatArg, "NumTokens·NumHeads·(LoraRank+RopeDim)", int64(a.DType.Size()),
-		int64(a.NumTokens), int64(a.NumHeads), int64(a.LoraRank+a.RopeDim))
+	out, err := size(concatArg, "NumTokens·NumQHeads·(LoraRank+RopeDim)", int64(a.DType.Size()),
+		int64(a.NumTokens), int64(a.NumQHeads), int64(a.LoraRank+a.RopeDim))
 	if err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func (a *MLAConcatQArgs) Validate() error {
 // PTX order (kernels_src/mla.cu).
 type mlaConcatQParams struct {
 	QNope, QRope, Out                                                    driver.DevicePtr
-	NumTokens, NumHeads, LoraRank, RopeDim                               int32
+	NumTokens, NumQHeads, LoraRank, RopeDim                              int32
 	QNopeTokenStride, QNopeHeadStride, QRopeTokenStride, QRopeHeadStride int64
 }
 
@@ -286,7 +286,7 @@ func (r *Runtime) MLAConcatQ(s *Stream, a *MLAConcatQArgs) error {
 func (a *MLAConcatQArgs) params() mlaConcatQParams {
 	qn, qr := a.rows()
 	p := mlaConcatQParams{QNope: a.QNope.Ptr, QRope: a.QRope.Ptr, Out: a.Out.Ptr,
-		NumTokens: int32(a.NumTokens), NumHeads: int32(a.NumHeads), LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim)}
+		NumTokens: int32(a.NumTokens), NumQHeads: int32(a.NumQHeads), LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim)}
 	p.QNopeTokenStride, p.QNopeHeadStride = qn.strides()
 	p.QRopeTokenStride, p.QRopeHeadStride = qr.strides()
 	return p

@@ -29,8 +29,9 @@ const (
 //     position and its place in the cache.
 //   - Norm: NormNone or NormQK with QNormWeight and KNormWeight ([HeadDim] of
 //     DType) and Eps: x·w/√(mean(x²)+Eps) in f32.
-//   - Cos, Sin: f32 [MaxPos, RotDim], RotDim = HeadDim or HeadDim/2; NeoX as
-//     in RopeCacheArgs.
+//   - Cos, Sin: two separate f32 tables [MaxPos, RotDim], RotDim = HeadDim or
+//     HeadDim/2 (unlike RopeCacheArgs.CosSin, one table whose rows hold RotDim
+//     cosines then RotDim sines); NeoX as in RopeCacheArgs.
 //   - QOut: [NumTokens, NumQHeads, HeadDim] of DType starting QOutOffset bytes
 //     into the buffer.
 //   - KeyCache, ValueCache: flash layout [NumBlocks, BlockSize, NumKVHeads,
@@ -218,7 +219,7 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 		return err
 	}
 	plan, err := dispatch.PlanQKV(dispatch.QKVShape{NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
-		HeadDim: a.HeadDim, RotDim: a.RotDim, In: a.DType, Cache: a.CacheDType}, *r.facts.Load())
+		HeadDim: a.HeadDim, RotDim: a.RotDim, DType: a.DType, CacheDType: a.CacheDType}, *r.facts.Load())
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,9 @@ import (
 //     element strides (0 = contiguous). Tokens NumTokens.. are KV-only: no
 //     RoPE, cached as given.
 //   - Positions: int64 [NumTokens]; Offsets (optional): int64 [NumTokens]
-//     added to them. CosSin: f32 [MaxPos, 2·RotDim], each row RotDim cosines
-//     then RotDim sines; RotDim is HeadDim (one value per element) or
+//     added to them. CosSin: one combined f32 table [MaxPos, 2·RotDim], each
+//     row RotDim cosines then RotDim sines (QKVNormRopeArgs takes two separate
+//     tables, Cos and Sin); RotDim is HeadDim (one value per element) or
 //     HeadDim/2 (one per rotated pair, reused for both halves). NeoX rotates
 //     halves (x[j], x[j+HeadDim/2]); otherwise GPT-J rotates interleaved pairs
 //     (x[2i], x[2i+1]). A position outside [0, MaxPos) is recorded in the
@@ -193,7 +194,7 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 		return err
 	}
 	plan, err := dispatch.PlanRope(dispatch.AppendShape{
-		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, In: a.DType, Cache: a.CacheDType,
+		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
 	})
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ type FaultError struct {
 func (e *FaultError) Error() string {
 	switch e.Code {
 	case faultSlotBeyondCache:
-		return fmt.Sprintf("pagedkv: SlotMapping[%d]=%d (or Slots[%d] of a gather) is outside the cache of %d slots; that row was not touched", e.A, e.B, e.A, e.C)
+		return fmt.Sprintf("pagedkv: SlotMapping[%d]=%d is outside the cache of %d slots; that row was not touched", e.A, e.B, e.C)
 	case faultRemapBeyondTable:
 		return fmt.Sprintf("pagedkv: token %d has slot %d, outside SlotRemap of %d entries; that token was not written", e.A, e.B, e.C)
 	case faultKVLenBeyondTable:

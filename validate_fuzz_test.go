@@ -244,7 +244,7 @@ type decodeSpec struct {
 	MaxKVLen, QSeqStride, KVCapacity        int64
 	DType, CacheDType                       uint8
 	Scale, KScale, VScale                   float32
-	QSize, KCacheSize, VCacheSize           int64
+	QSize, KeyCacheSize, ValueCacheSize     int64
 	BlockTablesSize, KVLensSize             int64
 	OutSize, LSESize                        int64
 	Abs, Absent, Misalign                   uint16
@@ -270,7 +270,7 @@ func randDecodeSpec(g gen) decodeSpec {
 	s.QSeqStride = g.wild(g.stride(s.NumQHeads * s.HeadDim))
 	s.MaxKVLen = g.wild(int64(g.r.IntN(int(max(min(s.MaxBlocksPerSeq*s.BlockSize, 1<<20), 0)) + 1)))
 	sz := g.sizes(7)
-	s.QSize, s.KCacheSize, s.VCacheSize, s.BlockTablesSize, s.KVLensSize, s.OutSize, s.LSESize = sz[0], sz[1], sz[2], sz[3], sz[4], sz[5], sz[6]
+	s.QSize, s.KeyCacheSize, s.ValueCacheSize, s.BlockTablesSize, s.KVLensSize, s.OutSize, s.LSESize = sz[0], sz[1], sz[2], sz[3], sz[4], sz[5], sz[6]
 	s.Absent = uint16(g.r.IntN(2)) << 6 // LSE is optional
 	s.Abs, s.Misalign = g.rare(7, 100), g.rare(7, 100)
 	return s
@@ -386,7 +386,7 @@ type gatherSpec struct {
 	BlockSize, NumBlocks, Layout   int64
 	CacheDType                     uint8
 	KeyCacheSize, ValueCacheSize   int64
-	SlotsSize                      int64
+	SlotMappingSize                int64
 	KeyOutSize, ValueOutSize       int64
 	Abs, Absent, Misalign          uint16
 }
@@ -404,7 +404,7 @@ func randGatherSpec(g gen) gatherSpec {
 		CacheDType: uint8(g.pick(int64(F16), int64(BF16), int64(E4M3))),
 	}
 	sz := g.sizes(5)
-	s.KeyCacheSize, s.ValueCacheSize, s.SlotsSize, s.KeyOutSize, s.ValueOutSize = sz[0], sz[1], sz[2], sz[3], sz[4]
+	s.KeyCacheSize, s.ValueCacheSize, s.SlotMappingSize, s.KeyOutSize, s.ValueOutSize = sz[0], sz[1], sz[2], sz[3], sz[4]
 	s.Abs, s.Misalign = g.rare(5, 100), g.rare(5, 100)
 	return s
 }
@@ -612,7 +612,7 @@ func FuzzQKVNormRopeValidate(f *testing.F) {
 // --- MLARopeQuantArgs ---
 
 type mlaSpec struct {
-	NumTokens, NumHeads, NumKVHeads   int64
+	NumTokens, NumQHeads, NumKVHeads  int64
 	LoraRank, RopeDim, MaxPos, RotDim int64
 	NeoX                              bool
 	QNopeTokenStride, QNopeHeadStride int64
@@ -630,13 +630,13 @@ type mlaSpec struct {
 }
 
 func goodMLASpec() mlaSpec {
-	return mlaSpec{NumTokens: 6, NumHeads: 16, NumKVHeads: 1, LoraRank: 512, RopeDim: 64, MaxPos: 1024, RotDim: 64,
+	return mlaSpec{NumTokens: 6, NumQHeads: 16, NumKVHeads: 1, LoraRank: 512, RopeDim: 64, MaxPos: 1024, RotDim: 64,
 		NeoX: true, DType: uint8(BF16), QScale: 0.5, KScale: 0.25}
 }
 
 func randMLASpec(g gen) mlaSpec {
 	s := mlaSpec{
-		NumTokens: g.wild(g.pick(0, 1, 6, int64(g.r.IntN(300)))), NumHeads: g.wild(g.pick(1, 16, 128)), NumKVHeads: g.wild(g.pick(1, 2)),
+		NumTokens: g.wild(g.pick(0, 1, 6, int64(g.r.IntN(300)))), NumQHeads: g.wild(g.pick(1, 16, 128)), NumKVHeads: g.wild(g.pick(1, 2)),
 		LoraRank: g.wild(8 * (1 + int64(g.r.IntN(64)))), RopeDim: g.wild(16 * (1 + int64(g.r.IntN(8)))),
 		MaxPos: g.wild(g.pick(1, 1024)), NeoX: g.r.IntN(2) == 0, DType: uint8(g.pick(int64(F16), int64(BF16))),
 		QScale: 0.5, KScale: 2,
@@ -644,8 +644,8 @@ func randMLASpec(g gen) mlaSpec {
 	s.RotDim = g.wild(s.RopeDim / g.pick(1, 2))
 	s.QNopeHeadStride, s.QRopeHeadStride = g.stride(s.LoraRank), g.stride(s.RopeDim)
 	s.KNopeHeadStride, s.KRopeHeadStride = g.stride(s.LoraRank), g.stride(s.RopeDim)
-	s.QNopeTokenStride = g.stride(s.NumHeads * max(s.QNopeHeadStride, s.LoraRank))
-	s.QRopeTokenStride = g.stride(s.NumHeads * max(s.QRopeHeadStride, s.RopeDim))
+	s.QNopeTokenStride = g.stride(s.NumQHeads * max(s.QNopeHeadStride, s.LoraRank))
+	s.QRopeTokenStride = g.stride(s.NumQHeads * max(s.QRopeHeadStride, s.RopeDim))
 	s.KNopeTokenStride = g.stride(s.NumKVHeads * max(s.KNopeHeadStride, s.LoraRank))
 	s.KRopeTokenStride = g.stride(s.NumKVHeads * max(s.KRopeHeadStride, s.RopeDim))
 	sz := g.sizes(9)
@@ -680,27 +680,27 @@ func FuzzMLARopeQuantValidate(f *testing.F) {
 // --- MLAConcatQArgs ---
 
 type concatSpec struct {
-	NumTokens, NumHeads, LoraRank, RopeDim int64
-	QNopeTokenStride, QNopeHeadStride      int64
-	QRopeTokenStride, QRopeHeadStride      int64
-	DType                                  uint8
-	QNopeSize, QRopeSize, OutSize          int64
-	Abs, Absent, Misalign                  uint16
+	NumTokens, NumQHeads, LoraRank, RopeDim int64
+	QNopeTokenStride, QNopeHeadStride       int64
+	QRopeTokenStride, QRopeHeadStride       int64
+	DType                                   uint8
+	QNopeSize, QRopeSize, OutSize           int64
+	Abs, Absent, Misalign                   uint16
 }
 
 func goodConcatSpec() concatSpec {
-	return concatSpec{NumTokens: 6, NumHeads: 16, LoraRank: 512, RopeDim: 64, DType: uint8(F16)}
+	return concatSpec{NumTokens: 6, NumQHeads: 16, LoraRank: 512, RopeDim: 64, DType: uint8(F16)}
 }
 
 func randConcatSpec(g gen) concatSpec {
 	s := concatSpec{
-		NumTokens: g.wild(g.pick(0, 1, 6, int64(g.r.IntN(300)))), NumHeads: g.wild(g.pick(1, 16, 128)),
+		NumTokens: g.wild(g.pick(0, 1, 6, int64(g.r.IntN(300)))), NumQHeads: g.wild(g.pick(1, 16, 128)),
 		LoraRank: g.wild(8 * (1 + int64(g.r.IntN(64)))), RopeDim: g.wild(8 * (1 + int64(g.r.IntN(16)))),
 		DType: uint8(g.pick(int64(F16), int64(BF16))),
 	}
 	s.QNopeHeadStride, s.QRopeHeadStride = g.stride(s.LoraRank), g.stride(s.RopeDim)
-	s.QNopeTokenStride = g.stride(s.NumHeads * max(s.QNopeHeadStride, s.LoraRank))
-	s.QRopeTokenStride = g.stride(s.NumHeads * max(s.QRopeHeadStride, s.RopeDim))
+	s.QNopeTokenStride = g.stride(s.NumQHeads * max(s.QNopeHeadStride, s.LoraRank))
+	s.QRopeTokenStride = g.stride(s.NumQHeads * max(s.QRopeHeadStride, s.RopeDim))
 	sz := g.sizes(3)
 	s.QNopeSize, s.QRopeSize, s.OutSize = sz[0], sz[1], sz[2]
 	s.Abs, s.Misalign = g.rare(3, 100), g.rare(3, 100)

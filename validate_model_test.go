@@ -403,7 +403,7 @@ func gatherModel(a *GatherArgs) kernelModel {
 	m.regions = []region{
 		reg("KeyOut", "KeyOut", a.KeyOut, olo, ohi, 8*cs),
 		reg("ValueOut", "ValueOut", a.ValueOut, olo, ohi, 8*cs),
-		reg("Slots", "Slots", a.Slots, slo, shi, 8),
+		reg("SlotMapping", "SlotMapping", a.SlotMapping, slo, shi, 8),
 		reg("KeyCache", "KeyCache", a.KeyCache, kclo, kchi, cs),
 		reg("ValueCache", "ValueCache", a.ValueCache, vclo, vchi, cs),
 	}
@@ -573,7 +573,7 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 func mlaModel(a *MLARopeQuantArgs) kernelModel {
 	p := a.params(modelFault)
 	in := elemSize(a.DType)
-	T, NH, NKV := int64(p.NumTokens), int64(p.NumHeads), int64(p.NumKVHeads)
+	T, NH, NKV := int64(p.NumTokens), int64(p.NumQHeads), int64(p.NumKVHeads)
 	lora, rope, rot := int64(p.LoraRank), int64(p.RopeDim), int64(p.RotDim)
 	neox := p.NeoX != 0
 	nope := (lora >> 3) * 8
@@ -591,15 +591,15 @@ func mlaModel(a *MLARopeQuantArgs) kernelModel {
 		params: p,
 		want: map[string]*big.Int{
 			"MaxPos": bi(int64(a.MaxPos)), "RotDim": bi(int64(a.RotDim)), "NumTokens": bi(int64(a.NumTokens)),
-			"NumHeads": bi(int64(a.NumHeads)), "NumKVHeads": bi(int64(a.NumKVHeads)), "LoraRank": bi(int64(a.LoraRank)),
+			"NumQHeads": bi(int64(a.NumQHeads)), "NumKVHeads": bi(int64(a.NumKVHeads)), "LoraRank": bi(int64(a.LoraRank)),
 			"RopeDim": bi(int64(a.RopeDim)), "NeoX": bi(neoxWant),
 		},
 		free: []string{"QNopeTokenStride", "QNopeHeadStride", "QRopeTokenStride", "QRopeHeadStride",
 			"KNopeTokenStride", "KNopeHeadStride", "KRopeTokenStride", "KRopeHeadStride"},
 		int32s: map[string]*big.Int{
-			"(NumHeads+NumKVHeads)·LoraRank/8": bmul(badd(bi(NH), bi(NKV)), bi(lora>>3)),
-			"(NumHeads+NumKVHeads)·pieces":     bmul(badd(bi(NH), bi(NKV)), bi(cph)),
-			"LoraRank+RopeDim":                 badd(bi(lora), bi(rope)),
+			"(NumQHeads+NumKVHeads)·LoraRank/8": bmul(badd(bi(NH), bi(NKV)), bi(lora>>3)),
+			"(NumQHeads+NumKVHeads)·pieces":     bmul(badd(bi(NH), bi(NKV)), bi(cph)),
+			"LoraRank+RopeDim":                  badd(bi(lora), bi(rope)),
 		},
 	}
 	qnLo, qnHi := strided(in, 0, nope, axi(T, p.QNopeTokenStride), axi(NH, p.QNopeHeadStride))
@@ -636,17 +636,17 @@ func mlaModel(a *MLARopeQuantArgs) kernelModel {
 func concatModel(a *MLAConcatQArgs) kernelModel {
 	p := a.params()
 	in := elemSize(a.DType)
-	T, NH := int64(p.NumTokens), int64(p.NumHeads)
+	T, NH := int64(p.NumTokens), int64(p.NumQHeads)
 	lora, rope := int64(p.LoraRank), int64(p.RopeDim)
 	ph8 := ((lora + rope) >> 3) * 8 // the pieces d = 0, 8, … < ph8 of a head
 	m := kernelModel{
 		params: p,
 		want: map[string]*big.Int{
-			"NumTokens": bi(int64(a.NumTokens)), "NumHeads": bi(int64(a.NumHeads)),
+			"NumTokens": bi(int64(a.NumTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
 			"LoraRank": bi(int64(a.LoraRank)), "RopeDim": bi(int64(a.RopeDim)),
 		},
 		free:   []string{"QNopeTokenStride", "QNopeHeadStride", "QRopeTokenStride", "QRopeHeadStride"},
-		int32s: map[string]*big.Int{"NumHeads·(LoraRank+RopeDim)/8": bmul(bi(NH), bi((lora+rope)>>3))},
+		int32s: map[string]*big.Int{"NumQHeads·(LoraRank+RopeDim)/8": bmul(bi(NH), bi((lora+rope)>>3))},
 	}
 	// Pieces d < LoraRank come from QNope at d, the rest from QRope at d − LoraRank.
 	nopeEnd := min(lora, ph8)
@@ -712,8 +712,8 @@ func decodeModel(a *DecodeArgs) kernelModel {
 	seLo, seHi := rows(4, 1)
 	m.regions = []region{
 		reg("Q", "Q", a.Q, qLo, qHi, 16),
-		reg("KCache", "KCache", a.KCache, cLo, cHi, 16),
-		reg("VCache", "VCache", a.VCache, cLo, cHi, 16),
+		reg("KeyCache", "KeyCache", a.KeyCache, cLo, cHi, 16),
+		reg("ValueCache", "ValueCache", a.ValueCache, cLo, cHi, 16),
 		reg("BlockTables", "BlockTables", a.BlockTables, tLo, tHi, 4),
 		reg("KVLens", "KVLens", a.KVLens, lLo, lHi, 4),
 		reg("Out", "Out", a.Out, oLo, oHi, in),

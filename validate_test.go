@@ -117,7 +117,7 @@ func TestAppendStridedInputNeedsOnlyItsSpan(t *testing.T) {
 func goodDecode() DecodeArgs {
 	const s, qh, kh, d, bs, nb, mb = 4, 32, 8, 128, 16, 64, 16
 	return DecodeArgs{
-		Q: fakeBuffer(s * qh * d * 2), KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
+		Q: fakeBuffer(s * qh * d * 2), KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
 		BlockTables: fakeBuffer(s * mb * 4), KVLens: fakeBuffer(s * 4), Out: fakeBuffer(s * qh * d * 2),
 		NumSeqs: s, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb, MaxBlocksPerSeq: mb,
 		MaxKVLen: 200, DType: F16, CacheDType: F16,
@@ -136,7 +136,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"q small", func(a *DecodeArgs) { a.Q.Bytes -= 2 }, "DecodeArgs.Q holds"},
 		{"q stride", func(a *DecodeArgs) { a.QSeqStride = 100 }, "DecodeArgs.QSeqStride=100 is not allowed"},
 		{"q stride unaligned", func(a *DecodeArgs) { a.QSeqStride = 32*128 + 4 }, "allowed: 0 (contiguous) or a multiple of 8"},
-		{"cache small", func(a *DecodeArgs) { a.KCache.Bytes = 100 }, "DecodeArgs.KCache holds 100 bytes"},
+		{"cache small", func(a *DecodeArgs) { a.KeyCache.Bytes = 100 }, "DecodeArgs.KeyCache holds 100 bytes"},
 		{"tables small", func(a *DecodeArgs) { a.BlockTables.Bytes = 4 }, "DecodeArgs.BlockTables holds 4 bytes; the shapes need 256"},
 		{"lens", func(a *DecodeArgs) { a.KVLens = Buffer{} }, "DecodeArgs.KVLens is missing"},
 		{"out", func(a *DecodeArgs) { a.Out.Bytes = 0 }, "DecodeArgs.Out holds 0 bytes"},
@@ -145,7 +145,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"fp8 scale", func(a *DecodeArgs) { a.CacheDType = E4M3 }, "DecodeArgs.KScale=0 is not allowed with an e4m3 cache"},
 		{"cache dtype", func(a *DecodeArgs) { a.CacheDType = BF16 }, "DecodeArgs.CacheDType=bf16 is not supported with DType=f16"},
 		{"seqs", func(a *DecodeArgs) { a.NumSeqs = 0 }, "DecodeArgs.NumSeqs=0 is out of range"},
-		{"misaligned cache", func(a *DecodeArgs) { a.VCache.Ptr += 2 }, "DecodeArgs.VCache pointer"},
+		{"misaligned cache", func(a *DecodeArgs) { a.ValueCache.Ptr += 2 }, "DecodeArgs.ValueCache pointer"},
 	}
 	expectErrors(t, goodDecode, cases)
 }
@@ -154,7 +154,7 @@ func TestGatherArgsValidate(t *testing.T) {
 	good := func() GatherArgs {
 		const tok, h, d, bs, nb = 10, 4, 128, 16, 8
 		return GatherArgs{
-			KeyCache: fakeBuffer(nb * bs * h * d * 2), ValueCache: fakeBuffer(nb * bs * h * d * 2), Slots: fakeBuffer(tok * 8),
+			KeyCache: fakeBuffer(nb * bs * h * d * 2), ValueCache: fakeBuffer(nb * bs * h * d * 2), SlotMapping: fakeBuffer(tok * 8),
 			KeyOut: fakeBuffer(tok * h * d * 2), ValueOut: fakeBuffer(tok * h * d * 2),
 			NumTokens: tok, NumKVHeads: h, HeadDim: d, BlockSize: bs, NumBlocks: nb, CacheDType: F16, Layout: LayoutShuffle,
 		}
@@ -164,7 +164,7 @@ func TestGatherArgsValidate(t *testing.T) {
 	cases := []badCase[GatherArgs]{
 		{"dtype", func(a *GatherArgs) { a.CacheDType = 0 }, "GatherArgs.CacheDType=DType(0) is not supported"},
 		{"out small", func(a *GatherArgs) { a.ValueOut.Bytes-- }, "GatherArgs.ValueOut holds 10239 bytes; the shapes need 10240"},
-		{"slots", func(a *GatherArgs) { a.Slots = Buffer{} }, "GatherArgs.Slots is missing"},
+		{"slots", func(a *GatherArgs) { a.SlotMapping = Buffer{} }, "GatherArgs.SlotMapping is missing"},
 		{"shuffle fp8 block", func(a *GatherArgs) { a.CacheDType = E4M3; a.BlockSize = 8 }, "GatherArgs.BlockSize=8 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
 		{"cache small", func(a *GatherArgs) { a.KeyCache.Bytes = 64 }, "GatherArgs.KeyCache holds 64 bytes"},
 	}
@@ -564,7 +564,7 @@ func goodMLA() MLARopeQuantArgs {
 		KNope: fakeBuffer(tok * kh * lora * 2), KRope: fakeBuffer(tok * kh * rope * 2),
 		QOut: fakeBuffer(tok * h * (lora + rope)), KNopeOut: fakeBuffer(tok * kh * lora), KRopeOut: fakeBuffer(tok * kh * rope),
 		Positions: fakeBuffer(tok * 8), CosSin: fakeBuffer(maxPos * 2 * rope * 4),
-		NumTokens: tok, NumHeads: h, NumKVHeads: kh, LoraRank: lora, RopeDim: rope, MaxPos: maxPos, RotDim: rope,
+		NumTokens: tok, NumQHeads: h, NumKVHeads: kh, LoraRank: lora, RopeDim: rope, MaxPos: maxPos, RotDim: rope,
 		NeoX: true, DType: BF16, QScale: 0.5, KScale: 0.25,
 	}
 }
@@ -585,7 +585,7 @@ func TestMLARopeQuantArgsValidate(t *testing.T) {
 	cases := []badCase[MLARopeQuantArgs]{
 		{"dtype", func(a *MLARopeQuantArgs) { a.DType = E4M3 }, "MLARopeQuantArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
 		{"tokens", func(a *MLARopeQuantArgs) { a.NumTokens = -1 }, "MLARopeQuantArgs.NumTokens=-1 is out of range; allowed: 0..1073741824"},
-		{"heads", func(a *MLARopeQuantArgs) { a.NumHeads = 0 }, "MLARopeQuantArgs.NumHeads=0 is out of range; allowed: 1..4096"},
+		{"heads", func(a *MLARopeQuantArgs) { a.NumQHeads = 0 }, "MLARopeQuantArgs.NumQHeads=0 is out of range; allowed: 1..4096"},
 		{"kv heads", func(a *MLARopeQuantArgs) { a.NumKVHeads = 1<<12 + 1 }, "MLARopeQuantArgs.NumKVHeads=4097 is out of range; allowed: 1..4096"},
 		{"lora", func(a *MLARopeQuantArgs) { a.LoraRank = 12 }, "MLARopeQuantArgs.LoraRank=12 is not supported; allowed: a multiple of 8 from 8 to 4096"},
 		{"rope", func(a *MLARopeQuantArgs) { a.RopeDim = 24 }, "MLARopeQuantArgs.RopeDim=24 is not supported; allowed: a multiple of 16 from 16 to 512"},
@@ -613,7 +613,7 @@ func goodConcat() MLAConcatQArgs {
 	const tok, h, lora, rope = 6, 16, 512, 64
 	return MLAConcatQArgs{
 		QNope: fakeBuffer(tok * h * lora * 2), QRope: fakeBuffer(tok * h * rope * 2), Out: fakeBuffer(tok * h * (lora + rope) * 2),
-		NumTokens: tok, NumHeads: h, LoraRank: lora, RopeDim: rope, DType: F16,
+		NumTokens: tok, NumQHeads: h, LoraRank: lora, RopeDim: rope, DType: F16,
 	}
 }
 
@@ -631,7 +631,7 @@ func TestMLAConcatQArgsValidate(t *testing.T) {
 	cases := []badCase[MLAConcatQArgs]{
 		{"dtype", func(a *MLAConcatQArgs) { a.DType = 0 }, "MLAConcatQArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
 		{"tokens", func(a *MLAConcatQArgs) { a.NumTokens = -1 }, "MLAConcatQArgs.NumTokens=-1 is out of range"},
-		{"heads", func(a *MLAConcatQArgs) { a.NumHeads = 1<<12 + 1 }, "MLAConcatQArgs.NumHeads=4097 is out of range; allowed: 1..4096"},
+		{"heads", func(a *MLAConcatQArgs) { a.NumQHeads = 1<<12 + 1 }, "MLAConcatQArgs.NumQHeads=4097 is out of range; allowed: 1..4096"},
 		{"lora", func(a *MLAConcatQArgs) { a.LoraRank = 0 }, "MLAConcatQArgs.LoraRank=0 is not supported; allowed: a multiple of 8 from 8 to 4096"},
 		{"rope", func(a *MLAConcatQArgs) { a.RopeDim = 4104 }, "MLAConcatQArgs.RopeDim=4104 is not supported; allowed: a multiple of 8 from 8 to 4096"},
 		{"out small", func(a *MLAConcatQArgs) { a.Out.Bytes-- }, "MLAConcatQArgs.Out holds 110591 bytes; the shapes need 110592"},

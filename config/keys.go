@@ -42,7 +42,11 @@ const (
 	MaxPagedFlashSplits = 64
 )
 
-// SplitMode selects whether attention may use the split-K kernels.
+// SplitMode selects whether attention may use the split-K kernels. It
+// mirrors dispatch.SplitMode, the planner's mode, spelled as users write it
+// (config does not import dispatch): SplitAuto, SplitOff and SplitOn map to
+// the dispatch modes of the same names (TestSplitModesMirror in the root
+// package checks it); a mode added here needs one there.
 type SplitMode string
 
 // The allowed SplitMode values. The environment, the config file and Options

@@ -19,8 +19,8 @@ type AppendShape struct {
 	NumTokens  int
 	NumKVHeads int
 	HeadDim    int
-	In         DType // dtype of the new K and V: F16 or BF16
-	Cache      DType // In, or E4M3 for an fp8 cache
+	DType      DType // dtype of the new K and V: F16 or BF16
+	CacheDType DType // DType, or E4M3 for an fp8 cache
 }
 
 // PlanAppend plans a cache append launch: one thread per 8 elements of one
@@ -29,7 +29,7 @@ type AppendShape struct {
 // meaning nothing to launch. Errors wrap ErrInvalidShape. On success it
 // allocates nothing.
 func PlanAppend(a AppendShape) (Plan, error) {
-	kernel, err := AppendKernelName(a.In, a.Cache)
+	kernel, err := AppendKernelName(a.DType, a.CacheDType)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -37,9 +37,9 @@ func PlanAppend(a AppendShape) (Plan, error) {
 }
 
 // PlanGather plans a cache gather launch (the inverse of an append, reading
-// the Cache dtype; In is ignored) with the same geometry as PlanAppend.
+// the CacheDType; DType is ignored) with the same geometry as PlanAppend.
 func PlanGather(a AppendShape) (Plan, error) {
-	kernel, err := GatherKernelName(a.Cache)
+	kernel, err := GatherKernelName(a.CacheDType)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -86,7 +86,7 @@ func PlanRope(a AppendShape) (Plan, error) {
 	case a.NumKVHeads < 1:
 		return Plan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
 	}
-	kernel, err := RopeKernelName(a.In, a.Cache)
+	kernel, err := RopeKernelName(a.DType, a.CacheDType)
 	if err != nil {
 		return Plan{}, err
 	}

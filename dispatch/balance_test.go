@@ -164,7 +164,7 @@ func TestBalancedPartitionCovers(t *testing.T) {
 			}
 		}
 		shape := DecodeShape{NumSeqs: seqs, NumQHeads: 8, NumKVHeads: 1 + g.IntN(8), HeadDim: 128, BlockSize: bs,
-			MaxKVLen: capacity, MaxBlocksPerSeq: ceilDiv(capacity, bs), QType: F16, CacheType: F16, Graph: true}
+			MaxKVLen: capacity, MaxBlocksPerSeq: ceilDiv(capacity, bs), DType: F16, CacheDType: F16, Graph: true}
 		shape.NumQHeads = shape.NumKVHeads * (1 + g.IntN(4))
 		p, err := PlanDecode(shape, dev, knobs(func(k *Knobs) { k.Balance = SplitOn }))
 		require.NoError(t, err)

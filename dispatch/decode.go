@@ -129,7 +129,11 @@ const (
 	ReasonBalanceOn          = "balanced (DECODE_BALANCE=1)"
 )
 
-// SplitMode says whether decode may use split-K.
+// SplitMode says whether decode may use split-K. It mirrors
+// config.SplitMode, the knob as users spell it ("auto", "0", "1"), which
+// cannot use this type (config does not import dispatch): the root package
+// maps SplitAuto, SplitOff and SplitOn to their namesakes here
+// (TestSplitModesMirror checks it); a mode added here needs one there.
 type SplitMode uint8
 
 // The split modes (SPLIT_K_ATTN auto, 0, 1).
@@ -209,8 +213,8 @@ type DecodeShape struct {
 	// read the actual lengths from device memory.
 	MaxKVLen        int
 	MaxBlocksPerSeq int // columns of the block table
-	QType           DType
-	CacheType       DType // QType, or E4M3 for an fp8 cache
+	DType           DType
+	CacheDType      DType // DType, or E4M3 for an fp8 cache
 	// HostKVLens is the host's copy of the batch's kv lengths (optional;
 	// NumSeqs of them when set, each at most MaxKVLen): with it an eager
 	// plan sees a ragged batch and balances it.
@@ -292,15 +296,15 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	if !k.Narrow {
 		group = MaxGroupSize // the wide kernels serve every group
 	}
-	qi, vi, hi, _ := decodeIndex(s.QType, s.CacheType, s.HeadDim, group)
+	qi, vi, hi, _ := decodeIndex(s.DType, s.CacheDType, s.HeadDim, group)
 	kernel := tables.decode[qi][vi][hi]
 	if name := tables.sm90[qi][vi][hi]; name != "" && dev.Clusters {
 		kernel = name // the same kernel built for compute_90
 	}
 	shared := KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	if shared > dev.MaxSharedPerBlockOptin {
-		return Plan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheType=%v needs %d bytes of shared memory per block; %s allows %d",
-			s.HeadDim, s.CacheType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
+		return Plan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
+			s.HeadDim, s.CacheDType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
 
 	clusterKernel := tables.cluster[qi][vi][hi]
@@ -501,7 +505,7 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin strin
 		return 1, 1, ReasonShortKV
 	}
 	occ := occupancy(dev, kernel, twin)
-	if s.CacheType == E4M3 {
+	if s.CacheDType == E4M3 {
 		// fp8 blocks are bound by their math, not the stream: a wave of
 		// them is as many as the one-wave ring fits (more warps per SM).
 		occ = max(occ, shallowOccupancy(dev, kernel, twin))
@@ -690,11 +694,11 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 		return errf("dispatch: DecodeShape.MaxBlocksPerSeq=%d × BlockSize=%d holds fewer than MaxKVLen=%d tokens",
 			s.MaxBlocksPerSeq, s.BlockSize, s.MaxKVLen)
 	}
-	if _, ok := activationIndex(s.QType); !ok {
-		return errQType(s.QType)
+	if _, ok := activationIndex(s.DType); !ok {
+		return errDType(s.DType)
 	}
-	if _, ok := cacheIndex(s.QType, s.CacheType); !ok {
-		return errCacheType(s.CacheType, s.QType)
+	if _, ok := cacheIndex(s.DType, s.CacheDType); !ok {
+		return errCacheDType(s.CacheDType, s.DType)
 	}
 	if dev.SMs < 1 {
 		return errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: ≥ 1", dev.SMs)

@@ -21,12 +21,12 @@ func (e *shapeError) Is(target error) bool { return target == ErrInvalidShape }
 
 func errf(format string, args ...any) error { return newShapeError(fmt.Sprintf(format, args...)) }
 
-func errQType(q DType) error {
-	return errf("dispatch: DecodeShape.QType=%v is not supported; supported: f16, bf16", q)
+func errDType(dtype DType) error {
+	return errf("dispatch: DecodeShape.DType=%v is not supported; supported: f16, bf16", dtype)
 }
 
-func errCacheType(c, q DType) error {
-	return errf("dispatch: DecodeShape.CacheType=%v is not supported with QType=%v; supported: %v, e4m3", c, q, q)
+func errCacheDType(cacheDType, dtype DType) error {
+	return errf("dispatch: DecodeShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype)
 }
 
 func errHeadDim(d int) error {

@@ -243,13 +243,13 @@ func KernelSharedBytes(kernel string, optin int) int {
 	return 0
 }
 
-// DecodeKernelName returns the decode kernel entry point for q dtype q, cache
-// dtype cache, head dimension headDim and GQA group size group
+// DecodeKernelName returns the decode kernel entry point for q of type dtype,
+// a cache of type cacheDType, head dimension headDim and GQA group size group
 // (1..MaxGroupSize): the narrow kernel (_g8) for a group up to
 // NarrowMaxGroup, else the wide one, which serves every group (ask for
 // MaxGroupSize to get it for any group).
-func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
-	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
+func DecodeKernelName(dtype, cacheDType DType, headDim, group int) (string, error) {
+	qi, vi, hi, err := decodeIndex(dtype, cacheDType, headDim, group)
 	if err != nil {
 		return "", err
 	}
@@ -260,8 +260,8 @@ func DecodeKernelName(q, cache DType, headDim, group int) (string, error) {
 // DecodeKernelName names, and whether there is one (the narrow fp8 kernels).
 // The planner takes it on devices with clusters (compute capability 9.0 and
 // newer).
-func SM90DecodeKernelName(q, cache DType, headDim, group int) (string, bool) {
-	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
+func SM90DecodeKernelName(dtype, cacheDType DType, headDim, group int) (string, bool) {
+	qi, vi, hi, err := decodeIndex(dtype, cacheDType, headDim, group)
 	if err != nil {
 		return "", false
 	}
@@ -271,8 +271,8 @@ func SM90DecodeKernelName(q, cache DType, headDim, group int) (string, bool) {
 
 // ClusterDecodeKernelName returns the cluster twin (compute_90) of the
 // kernel DecodeKernelName names, without building a string.
-func ClusterDecodeKernelName(q, cache DType, headDim, group int) (string, error) {
-	qi, vi, hi, err := decodeIndex(q, cache, headDim, group)
+func ClusterDecodeKernelName(dtype, cacheDType DType, headDim, group int) (string, error) {
+	qi, vi, hi, err := decodeIndex(dtype, cacheDType, headDim, group)
 	if err != nil {
 		return "", err
 	}
@@ -282,13 +282,13 @@ func ClusterDecodeKernelName(q, cache DType, headDim, group int) (string, error)
 // decodeIndex returns the decode name tables' indices of a kernel (vi is
 // the variant: narrow for a group up to NarrowMaxGroup),
 // or an error naming what is not supported.
-func decodeIndex(q, cache DType, headDim, group int) (qi, vi, hi int, err error) {
+func decodeIndex(dtype, cacheDType DType, headDim, group int) (qi, vi, hi int, err error) {
 	var ok bool
-	if qi, ok = activationIndex(q); !ok {
-		return 0, 0, 0, errQType(q)
+	if qi, ok = activationIndex(dtype); !ok {
+		return 0, 0, 0, errDType(dtype)
 	}
-	if vi, ok = cacheIndex(q, cache); !ok {
-		return 0, 0, 0, errCacheType(cache, q)
+	if vi, ok = cacheIndex(dtype, cacheDType); !ok {
+		return 0, 0, 0, errCacheDType(cacheDType, dtype)
 	}
 	if hi, ok = headDimIndex(headDim); !ok {
 		return 0, 0, 0, errHeadDim(headDim)
@@ -302,16 +302,16 @@ func decodeIndex(q, cache DType, headDim, group int) (qi, vi, hi int, err error)
 	return qi, vi, hi, nil
 }
 
-// AppendKernelName returns the cache append kernel for input dtype in and
-// cache dtype cache.
-func AppendKernelName(in, cache DType) (string, error) {
-	ii, ok := activationIndex(in)
+// AppendKernelName returns the cache append kernel for input of type dtype
+// and a cache of type cacheDType (dtype, or E4M3).
+func AppendKernelName(dtype, cacheDType DType) (string, error) {
+	ii, ok := activationIndex(dtype)
 	if !ok {
-		return "", newShapeError(fmt.Sprintf("dispatch: AppendShape.In=%v is not supported; supported: f16, bf16", in))
+		return "", newShapeError(fmt.Sprintf("dispatch: AppendShape.DType=%v is not supported; supported: f16, bf16", dtype))
 	}
-	ci, ok := cacheIndex(in, cache)
+	ci, ok := cacheIndex(dtype, cacheDType)
 	if !ok {
-		return "", newShapeError(fmt.Sprintf("dispatch: AppendShape.Cache=%v is not supported with In=%v; supported: %v, e4m3", cache, in, in))
+		return "", newShapeError(fmt.Sprintf("dispatch: AppendShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype))
 	}
 	return tables.append[ii][ci], nil
 }
@@ -370,25 +370,26 @@ func KernelNames() []string {
 	return names
 }
 
-// GatherKernelName returns the cache gather kernel for a cache of dtype cache.
-func GatherKernelName(cache DType) (string, error) {
-	if !cache.Valid() {
-		return "", errf("dispatch: cache dtype %s is not supported; supported: f16, bf16, e4m3", cache)
+// GatherKernelName returns the cache gather kernel for a cache of type
+// cacheDType.
+func GatherKernelName(cacheDType DType) (string, error) {
+	if !cacheDType.Valid() {
+		return "", errf("dispatch: cache dtype %s is not supported; supported: f16, bf16, e4m3", cacheDType)
 	}
-	return tables.gather[cache-F16], nil
+	return tables.gather[cacheDType-F16], nil
 }
 
 // GatherKernelNames returns every cache gather kernel entry name.
 func GatherKernelNames() []string { return append([]string(nil), tables.gather[:]...) }
 
-// RopeKernelName returns the fused RoPE + cache write kernel for input dtype
-// in and cache dtype cache (in, or E4M3).
-func RopeKernelName(in, cache DType) (string, error) {
-	if _, err := AppendKernelName(in, cache); err != nil { // the same dtype rules
+// RopeKernelName returns the fused RoPE + cache write kernel for input of type
+// dtype and a cache of type cacheDType (dtype, or E4M3).
+func RopeKernelName(dtype, cacheDType DType) (string, error) {
+	if _, err := AppendKernelName(dtype, cacheDType); err != nil { // the same dtype rules
 		return "", err
 	}
-	ii, _ := activationIndex(in)
-	ci, _ := cacheIndex(in, cache)
+	ii, _ := activationIndex(dtype)
+	ci, _ := cacheIndex(dtype, cacheDType)
 	return tables.rope[ii][ci], nil
 }
 
@@ -401,12 +402,12 @@ func RopeKernelNames() []string {
 	return names
 }
 
-// MLAKernelNames returns the MLA rope+quant and concat kernels for input
-// dtype in (f16 or bf16).
-func MLAKernelNames(in DType) (ropeQuant, concat string, err error) {
-	ii, ok := activationIndex(in)
+// MLAKernelNames returns the MLA rope+quant and concat kernels for input of
+// type dtype (f16 or bf16).
+func MLAKernelNames(dtype DType) (ropeQuant, concat string, err error) {
+	ii, ok := activationIndex(dtype)
 	if !ok {
-		return "", "", errf("dispatch: MLA input dtype %v is not supported; supported: f16, bf16", in)
+		return "", "", errf("dispatch: MLA input dtype %v is not supported; supported: f16, bf16", dtype)
 	}
 	return tables.mla[ii][0], tables.mla[ii][1], nil
 }
@@ -423,15 +424,15 @@ func PlanTokens(kernel string, tokens int) (Plan, error) {
 const maxGridX = 1<<31 - 1
 
 // QKVKernelName returns the split-QKV + norm + RoPE + cache kernel for input
-// dtype in and cache dtype cache (in, or E4M3).
-func QKVKernelName(in, cache DType) (string, error) {
-	ii, ok := activationIndex(in)
+// of type dtype and a cache of type cacheDType (dtype, or E4M3).
+func QKVKernelName(dtype, cacheDType DType) (string, error) {
+	ii, ok := activationIndex(dtype)
 	if !ok {
-		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.In=%v is not supported; supported: f16, bf16", in))
+		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.DType=%v is not supported; supported: f16, bf16", dtype))
 	}
-	ci, ok := cacheIndex(in, cache)
+	ci, ok := cacheIndex(dtype, cacheDType)
 	if !ok {
-		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.Cache=%v is not supported with In=%v; supported: %v, e4m3", cache, in, in))
+		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype))
 	}
 	return tables.qkv[ii][ci], nil
 }

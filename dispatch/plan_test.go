@@ -34,7 +34,7 @@ func llama(seqs, kvLen int) DecodeShape {
 	return DecodeShape{
 		NumSeqs: seqs, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16,
 		MaxKVLen: kvLen, MaxBlocksPerSeq: max(ceilDiv(kvLen, 16), 1),
-		QType: F16, CacheType: F16,
+		DType: F16, CacheDType: F16,
 	}
 }
 
@@ -126,7 +126,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 			// blocks on 132 slots → 4.
 			name: "h100 mha occupancy missing", dev: hopper,
 			shape: DecodeShape{NumSeqs: 1, NumQHeads: 32, NumKVHeads: 32, HeadDim: 64, BlockSize: 16,
-				MaxKVLen: 4096, MaxBlocksPerSeq: 256, QType: BF16, CacheType: BF16},
+				MaxKVLen: 4096, MaxBlocksPerSeq: 256, DType: BF16, CacheDType: BF16},
 			knobs:  DefaultKnobs(),
 			splits: 4, requested: 4, reason: ReasonFillSMs,
 		},
@@ -225,7 +225,7 @@ func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p Plan) {
 	assert.Equal(t, Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(p.Splits)}, p.Grid)
 	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
 	checkRing(t, dev, p)
-	wantKernel, err := DecodeKernelName(s.QType, s.CacheType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
+	wantKernel, err := DecodeKernelName(s.DType, s.CacheDType, s.HeadDim, s.NumQHeads/s.NumKVHeads)
 	require.NoError(t, err)
 	assert.Equal(t, wantKernel, p.Kernel)
 	if p.Splits == 1 {
@@ -277,11 +277,11 @@ func TestPlanDecodeRing(t *testing.T) {
 		return s
 	}
 	fp8 := llama(32, 2048)
-	fp8.CacheType = E4M3
+	fp8.CacheDType = E4M3
 	hd256 := llama(16, 2048) // 128 blocks: one wave at the 1 block per SM h200() gives it
 	hd256.HeadDim = 256
 	fp8hd256 := hd256
-	fp8hd256.CacheType = E4M3
+	fp8hd256.CacheDType = E4M3
 	for _, tt := range []struct {
 		name         string
 		shape        DecodeShape
@@ -345,7 +345,7 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.kernel, func(t *testing.T) {
 			s := DecodeShape{NumSeqs: 2, NumQHeads: 2 * tt.group, NumKVHeads: 2, HeadDim: tt.headDim, BlockSize: 16,
-				MaxKVLen: 4096, MaxBlocksPerSeq: 256, QType: tt.q, CacheType: tt.cache}
+				MaxKVLen: 4096, MaxBlocksPerSeq: 256, DType: tt.q, CacheDType: tt.cache}
 			p, err := PlanDecode(s, hopper, knobs(func(k *Knobs) { k.ForcedSplits = 2 }))
 			require.NoError(t, err)
 			assert.Equal(t, tt.kernel, p.Kernel)
@@ -487,12 +487,12 @@ func TestPlanDecodeErrors(t *testing.T) {
 			"dispatch: DecodeShape.MaxBlocksPerSeq=0 is out of range; allowed: ≥ 1"},
 		{"block table too short", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxBlocksPerSeq = 63 },
 			"dispatch: DecodeShape.MaxBlocksPerSeq=63 × BlockSize=16 holds fewer than MaxKVLen=1024 tokens"},
-		{"q type unset", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.QType = 0 },
-			"dispatch: DecodeShape.QType=DType(0) is not supported; supported: f16, bf16"},
-		{"q type fp8", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.QType = E4M3; s.CacheType = E4M3 },
-			"dispatch: DecodeShape.QType=e4m3 is not supported; supported: f16, bf16"},
-		{"cache type mismatch", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.CacheType = BF16 },
-			"dispatch: DecodeShape.CacheType=bf16 is not supported with QType=f16; supported: f16, e4m3"},
+		{"q type unset", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.DType = 0 },
+			"dispatch: DecodeShape.DType=DType(0) is not supported; supported: f16, bf16"},
+		{"q type fp8", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.DType = E4M3; s.CacheDType = E4M3 },
+			"dispatch: DecodeShape.DType=e4m3 is not supported; supported: f16, bf16"},
+		{"cache type mismatch", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.CacheDType = BF16 },
+			"dispatch: DecodeShape.CacheDType=bf16 is not supported with DType=f16; supported: f16, e4m3"},
 		{"no SMs", func(_ *DecodeShape, d *DeviceFacts, _ *Knobs) { d.SMs = 0 },
 			"dispatch: DeviceFacts.SMs=0 is out of range; allowed: ≥ 1"},
 		{"negative forced splits", func(_ *DecodeShape, _ *DeviceFacts, k *Knobs) { k.ForcedSplits = -2 },
@@ -536,18 +536,18 @@ func TestPlanAppend(t *testing.T) {
 		gridX  uint32
 	}{
 		// 1 pair of groups of 8 tokens · 8 heads · 128/8 = 256 threads → 2 blocks.
-		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 2},
+		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}, "cache_append_f16", 2},
 		// 4096/8 = 512 groups · 8 · 16 = 65536 threads → 512 blocks.
-		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: BF16}, "cache_append_bf16", 512},
+		{AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, DType: BF16, CacheDType: BF16}, "cache_append_bf16", 512},
 		// 1 pair · 1 · 1 = 2 threads → 1 block.
-		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, In: F16, Cache: E4M3}, "cache_append_f16_e4m3", 1},
+		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, DType: F16, CacheDType: E4M3}, "cache_append_f16_e4m3", 1},
 		// ceil(100/16) = 7 pairs = 14 groups · 5 · 32 = 2240 threads → 17.5 → 18 blocks.
-		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, In: BF16, Cache: E4M3}, "cache_append_bf16_e4m3", 18},
+		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, DType: BF16, CacheDType: E4M3}, "cache_append_bf16_e4m3", 18},
 		// 17 tokens: 2 pairs = 4 groups · 8 · 16 = 512 threads → 4 blocks.
-		{AppendShape{NumTokens: 17, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 4},
+		{AppendShape{NumTokens: 17, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}, "cache_append_f16", 4},
 		// 9 tokens are two groups, one pair: 2 · 8 · 16 = 256 threads → 2 blocks.
-		{AppendShape{NumTokens: 9, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 2},
-		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}, "cache_append_f16", 0},
+		{AppendShape{NumTokens: 9, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}, "cache_append_f16", 2},
+		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}, "cache_append_f16", 0},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/T=%d", tt.kernel, tt.shape.NumTokens), func(t *testing.T) {
@@ -563,7 +563,7 @@ func TestPlanAppend(t *testing.T) {
 }
 
 func TestPlanAppendErrors(t *testing.T) {
-	ok := AppendShape{NumTokens: 16, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}
+	ok := AppendShape{NumTokens: 16, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}
 	tests := []struct {
 		name  string
 		edit  func(a *AppendShape)
@@ -577,10 +577,10 @@ func TestPlanAppendErrors(t *testing.T) {
 			"dispatch: AppendShape.HeadDim=264 is not supported; supported: a multiple of 8 from 8 to 256"},
 		{"head dim zero", func(a *AppendShape) { a.HeadDim = 0 },
 			"dispatch: AppendShape.HeadDim=0 is not supported; supported: a multiple of 8 from 8 to 256"},
-		{"input fp8", func(a *AppendShape) { a.In = E4M3; a.Cache = E4M3 },
-			"dispatch: AppendShape.In=e4m3 is not supported; supported: f16, bf16"},
-		{"cache mismatch", func(a *AppendShape) { a.Cache = BF16 },
-			"dispatch: AppendShape.Cache=bf16 is not supported with In=f16; supported: f16, e4m3"},
+		{"input fp8", func(a *AppendShape) { a.DType = E4M3; a.CacheDType = E4M3 },
+			"dispatch: AppendShape.DType=e4m3 is not supported; supported: f16, bf16"},
+		{"cache mismatch", func(a *AppendShape) { a.CacheDType = BF16 },
+			"dispatch: AppendShape.CacheDType=bf16 is not supported with DType=f16; supported: f16, e4m3"},
 		{"grid too large", func(a *AppendShape) { a.NumTokens = 1 << 40 },
 			"dispatch: AppendShape.NumTokens=1099511627776 × NumKVHeads=8 × HeadDim=128 needs a grid larger than 2147483647 blocks"},
 	}
@@ -596,10 +596,10 @@ func TestPlanAppendErrors(t *testing.T) {
 
 	// The largest grid that fits: 2^31-1 blocks of 128 threads, 16 threads
 	// per group of 8 tokens; one more token starts another group.
-	p, err := PlanAppend(AppendShape{NumTokens: (1<<31 - 1) * 128 / 16 * 8, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
+	p, err := PlanAppend(AppendShape{NumTokens: (1<<31 - 1) * 128 / 16 * 8, NumKVHeads: 1, HeadDim: 128, DType: F16, CacheDType: F16})
 	require.NoError(t, err)
 	assert.Equal(t, uint32(1<<31-1), p.Grid.X)
-	_, err = PlanAppend(AppendShape{NumTokens: (1<<31-1)*128/16*8 + 1, NumKVHeads: 1, HeadDim: 128, In: F16, Cache: F16})
+	_, err = PlanAppend(AppendShape{NumTokens: (1<<31-1)*128/16*8 + 1, NumKVHeads: 1, HeadDim: 128, DType: F16, CacheDType: F16})
 	assert.ErrorIs(t, err, ErrInvalidShape)
 }
 
@@ -643,7 +643,7 @@ func TestPlanNoAllocs(t *testing.T) {
 	// is estimated, and kernel names are long (bf16 e4m3 head dim 256).
 	fresh := DeviceFacts{Name: "fresh", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Clusters: true}
 	long := llama(8, 8192)
-	long.QType, long.CacheType, long.HeadDim = BF16, E4M3, 256
+	long.DType, long.CacheDType, long.HeadDim = BF16, E4M3, 256
 	shapes = append(shapes, long)
 	for _, dev := range []DeviceFacts{hopper, h200(), fresh} {
 		for _, s := range shapes {
@@ -657,14 +657,14 @@ func TestPlanNoAllocs(t *testing.T) {
 			}
 		}
 	}
-	a := AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: BF16, Cache: E4M3}
+	a := AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, DType: BF16, CacheDType: E4M3}
 	allocs := testing.AllocsPerRun(100, func() {
 		if _, err := PlanAppend(a); err != nil {
 			t.Fatal(err)
 		}
 	})
 	assert.Zero(t, allocs, "PlanAppend")
-	q := QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, In: BF16, Cache: E4M3}
+	q := QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, DType: BF16, CacheDType: E4M3}
 	allocs = testing.AllocsPerRun(100, func() {
 		if _, err := PlanQKV(q, hopper); err != nil {
 			t.Fatal(err)
@@ -700,7 +700,7 @@ func BenchmarkPlanDecode(b *testing.B) {
 }
 
 func BenchmarkPlanAppend(b *testing.B) {
-	a := AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, In: F16, Cache: F16}
+	a := AppendShape{NumTokens: 4096, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := PlanAppend(a); err != nil {

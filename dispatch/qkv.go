@@ -36,8 +36,8 @@ type QKVShape struct {
 	NumQHeads, NumKVHeads int
 	HeadDim               int   // a power of two from 16 to 256
 	RotDim                int   // HeadDim or HeadDim/2: floats per cos/sin row
-	In                    DType // F16 or BF16
-	Cache                 DType // In, or E4M3
+	DType                 DType // F16 or BF16
+	CacheDType            DType // DType, or E4M3
 }
 
 // QKVStageBytes is the shared memory of one ring stage of a qkv_norm_rope
@@ -81,7 +81,7 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (Plan, error) {
 	case dev.SMs < 1:
 		return Plan{}, errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: 1 or more", dev.SMs)
 	}
-	kernel, err := QKVKernelName(a.In, a.Cache)
+	kernel, err := QKVKernelName(a.DType, a.CacheDType)
 	if err != nil {
 		return Plan{}, err
 	}

@@ -19,20 +19,20 @@ func TestPlanQKV(t *testing.T) {
 		// 48 heads · 8 units = 384 units / 4 = 96 threads, one token per block;
 		// 65536 tokens over 8·132 blocks: runs of 63 → capped at 16 tokens.
 		// Stage: 96·8·16 pieces + 64·8 row bytes + 16.
-		{QKVShape{NumTokens: 65536, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, In: F16, Cache: F16}, "qkv_norm_rope_f16", 4096, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
+		{QKVShape{NumTokens: 65536, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, DType: F16, CacheDType: F16}, "qkv_norm_rope_f16", 4096, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
 		// 4096 tokens: runs of ⌈4096/1056⌉ = 4 → 1024 blocks; full-width rows.
-		{QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 128, In: F16, Cache: F16}, "qkv_norm_rope_f16", 1024, Dim3{96, 1, 1}, 3 * (12288 + 1024 + 16)},
+		{QKVShape{NumTokens: 4096, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 128, DType: F16, CacheDType: F16}, "qkv_norm_rope_f16", 1024, Dim3{96, 1, 1}, 3 * (12288 + 1024 + 16)},
 		// 24 · 8 = 192 units → 48 threads → 64; 2 tokens per block, 7 → 4 blocks of one group.
-		{QKVShape{NumTokens: 7, NumQHeads: 16, NumKVHeads: 4, HeadDim: 128, RotDim: 64, In: BF16, Cache: E4M3}, "qkv_norm_rope_bf16_e4m3", 4, Dim3{64, 2, 1}, 3 * (16384 + 2*512 + 32)},
+		{QKVShape{NumTokens: 7, NumQHeads: 16, NumKVHeads: 4, HeadDim: 128, RotDim: 64, DType: BF16, CacheDType: E4M3}, "qkv_norm_rope_bf16_e4m3", 4, Dim3{64, 2, 1}, 3 * (16384 + 2*512 + 32)},
 		// 4 · 4 = 16 units → 4 threads → one warp; 4 tokens per block, 10 → 3 blocks.
-		{QKVShape{NumTokens: 10, NumQHeads: 2, NumKVHeads: 1, HeadDim: 64, RotDim: 64, In: F16, Cache: E4M3}, "qkv_norm_rope_f16_e4m3", 3, Dim3{32, 4, 1}, 3 * (16384 + 4*512 + 64)},
+		{QKVShape{NumTokens: 10, NumQHeads: 2, NumKVHeads: 1, HeadDim: 64, RotDim: 64, DType: F16, CacheDType: E4M3}, "qkv_norm_rope_f16_e4m3", 3, Dim3{32, 4, 1}, 3 * (16384 + 4*512 + 64)},
 		// 3 heads of one unit each.
-		{QKVShape{NumTokens: 5, NumQHeads: 1, NumKVHeads: 1, HeadDim: 16, RotDim: 8, In: BF16, Cache: BF16}, "qkv_norm_rope_bf16", 2, Dim3{32, 4, 1}, 3 * (16384 + 4*64 + 64)},
+		{QKVShape{NumTokens: 5, NumQHeads: 1, NumKVHeads: 1, HeadDim: 16, RotDim: 8, DType: BF16, CacheDType: BF16}, "qkv_norm_rope_bf16", 2, Dim3{32, 4, 1}, 3 * (16384 + 4*64 + 64)},
 		// 80 · 16 = 1280 units: 256 threads, two passes.
-		{QKVShape{NumTokens: 3, NumQHeads: 64, NumKVHeads: 8, HeadDim: 256, RotDim: 256, In: F16, Cache: F16}, "qkv_norm_rope_f16", 3, Dim3{256, 1, 1}, 3 * (32768 + 2048 + 16)},
+		{QKVShape{NumTokens: 3, NumQHeads: 64, NumKVHeads: 8, HeadDim: 256, RotDim: 256, DType: F16, CacheDType: F16}, "qkv_norm_rope_f16", 3, Dim3{256, 1, 1}, 3 * (32768 + 2048 + 16)},
 		// 40 · 8 = 320 units → 80 threads → 96.
-		{QKVShape{NumTokens: 1, NumQHeads: 32, NumKVHeads: 4, HeadDim: 128, RotDim: 64, In: F16, Cache: F16}, "qkv_norm_rope_f16", 1, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
-		{QKVShape{NumTokens: 0, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, In: F16, Cache: F16}, "qkv_norm_rope_f16", 0, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
+		{QKVShape{NumTokens: 1, NumQHeads: 32, NumKVHeads: 4, HeadDim: 128, RotDim: 64, DType: F16, CacheDType: F16}, "qkv_norm_rope_f16", 1, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
+		{QKVShape{NumTokens: 0, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, DType: F16, CacheDType: F16}, "qkv_norm_rope_f16", 0, Dim3{96, 1, 1}, 3 * (12288 + 512 + 16)},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%+v", tt.shape), func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestPlanQKV(t *testing.T) {
 // three stages where they fit, two where only two do, and an error naming
 // the shape where not even two do.
 func TestPlanQKVStages(t *testing.T) {
-	big := QKVShape{NumTokens: 100, NumQHeads: 64, NumKVHeads: 8, HeadDim: 256, RotDim: 256, In: F16, Cache: F16}
+	big := QKVShape{NumTokens: 100, NumQHeads: 64, NumKVHeads: 8, HeadDim: 256, RotDim: 256, DType: F16, CacheDType: F16}
 	stage := QKVStageBytes(256, 1, 256)
 	for _, tt := range []struct {
 		optin, stages int
@@ -81,7 +81,7 @@ func TestPlanQKVGeometry(t *testing.T) {
 			for _, kv := range []int{1, 2, 3, 8, 16} {
 				for _, group := range []int{1, 2, 4, 7, 8} {
 					for _, tokens := range []int{0, 1, 3, 4, 5, 1000, 100000} {
-						s := QKVShape{NumTokens: tokens, NumQHeads: kv * group, NumKVHeads: kv, HeadDim: hd, RotDim: hd / 2, In: F16, Cache: F16}
+						s := QKVShape{NumTokens: tokens, NumQHeads: kv * group, NumKVHeads: kv, HeadDim: hd, RotDim: hd / 2, DType: F16, CacheDType: F16}
 						p, err := PlanQKV(s, dev)
 						require.NoError(t, err)
 						units := int(s.NumQHeads+2*s.NumKVHeads) * hd / 16
@@ -109,7 +109,7 @@ func TestPlanQKVGeometry(t *testing.T) {
 }
 
 func TestPlanQKVErrors(t *testing.T) {
-	ok := QKVShape{NumTokens: 16, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 128, In: F16, Cache: F16}
+	ok := QKVShape{NumTokens: 16, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 128, DType: F16, CacheDType: F16}
 	tests := []struct {
 		name  string
 		edit  func(a *QKVShape)
@@ -121,8 +121,8 @@ func TestPlanQKVErrors(t *testing.T) {
 		{"head dim 8", func(a *QKVShape) { a.HeadDim = 8 }, "dispatch: QKVShape.HeadDim=8 is not supported; supported: a power of two from 16 to 256"},
 		{"head dim 96", func(a *QKVShape) { a.HeadDim = 96 }, "dispatch: QKVShape.HeadDim=96 is not supported; supported: a power of two from 16 to 256"},
 		{"head dim 512", func(a *QKVShape) { a.HeadDim = 512 }, "dispatch: QKVShape.HeadDim=512 is not supported; supported: a power of two from 16 to 256"},
-		{"input fp8", func(a *QKVShape) { a.In = E4M3; a.Cache = E4M3 }, "dispatch: QKVShape.In=e4m3 is not supported; supported: f16, bf16"},
-		{"cache mismatch", func(a *QKVShape) { a.Cache = BF16 }, "dispatch: QKVShape.Cache=bf16 is not supported with In=f16; supported: f16, e4m3"},
+		{"input fp8", func(a *QKVShape) { a.DType = E4M3; a.CacheDType = E4M3 }, "dispatch: QKVShape.DType=e4m3 is not supported; supported: f16, bf16"},
+		{"cache mismatch", func(a *QKVShape) { a.CacheDType = BF16 }, "dispatch: QKVShape.CacheDType=bf16 is not supported with DType=f16; supported: f16, e4m3"},
 		{"rot dim 32", func(a *QKVShape) { a.RotDim = 32 }, "dispatch: QKVShape.RotDim=32 is not allowed; allowed: HeadDim=128 or HeadDim/2=64"},
 	}
 	for _, tt := range tests {

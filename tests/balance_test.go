@@ -19,12 +19,12 @@ import (
 // type, narrow and wide groups, pages of 1 to 256 tokens.
 func raggedShapes() []check.DecodeShape {
 	return []check.DecodeShape{
-		{Seqs: 128, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 2048},
-		{Seqs: 300, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1270},
-		{Seqs: 40, QHeads: 16, KVHeads: 1, HeadDim: 128, BlockSize: 1, MaxBlocksPerSeq: 3000, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 3000},
-		{Seqs: 20, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 12, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 3000},
-		{Seqs: 70, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 160, DType: pagedkv.F16, Cache: pagedkv.E4M3, MaxLen: 2500},
-		{Seqs: 33, QHeads: 24, KVHeads: 2, HeadDim: 128, BlockSize: 64, MaxBlocksPerSeq: 40, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 2500}, // group 12: wide
+		{Seqs: 128, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2048},
+		{Seqs: 300, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1270},
+		{Seqs: 40, QHeads: 16, KVHeads: 1, HeadDim: 128, BlockSize: 1, MaxBlocksPerSeq: 3000, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 3000},
+		{Seqs: 20, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 12, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 3000},
+		{Seqs: 70, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 160, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 2500},
+		{Seqs: 33, QHeads: 24, KVHeads: 2, HeadDim: 128, BlockSize: 64, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2500}, // group 12: wide
 	}
 }
 
@@ -118,7 +118,7 @@ func TestDecodeGraphAfterGrowth(t *testing.T) {
 	s, err := r.NewStream()
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
-	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 2048}
+	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2048}
 	small := decodeProblem(t, r, s, g, c)
 	plan, err := r.PlanDecodeGraph(&small.Args)
 	require.NoError(t, err)
@@ -223,10 +223,10 @@ func TestDecodeFP8Narrow(t *testing.T) {
 	split := open(t, config.Options{PagedFlashSplits: ptr(5), DecodeClusters: ptr(false)})
 	g := rng(t)
 	for _, c := range []check.DecodeShape{
-		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.E4M3, MaxLen: 1000},
-		{Seqs: 3, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 100, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 777},
-		{Seqs: 2, QHeads: 14, KVHeads: 2, HeadDim: 256, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.F16, Cache: pagedkv.E4M3, MaxLen: 1111},
-		{Seqs: 5, QHeads: 6, KVHeads: 3, HeadDim: 128, BlockSize: 1, MaxBlocksPerSeq: 600, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 600},
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 1000},
+		{Seqs: 3, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 100, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 777},
+		{Seqs: 2, QHeads: 14, KVHeads: 2, HeadDim: 256, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 1111},
+		{Seqs: 5, QHeads: 6, KVHeads: 3, HeadDim: 128, BlockSize: 1, MaxBlocksPerSeq: 600, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 600},
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, narrow, narrow.Stream(), g, c)

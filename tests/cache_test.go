@@ -19,43 +19,43 @@ func TestAppendMatchesReference(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
 	shapes := []check.AppendShape{
-		{Tokens: 1, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 4, In: pagedkv.F16, Cache: pagedkv.F16},
-		{Tokens: 64, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.BF16, PageRuns: true},
-		{Tokens: 333, KVHeads: 1, HeadDim: 8, BlockSize: 1, NumBlocks: 400, In: pagedkv.F16, Cache: pagedkv.F16},
-		{Tokens: 200, KVHeads: 4, HeadDim: 256, BlockSize: 256, NumBlocks: 2, In: pagedkv.F16, Cache: pagedkv.E4M3},
-		{Tokens: 77, KVHeads: 2, HeadDim: 72, BlockSize: 32, NumBlocks: 5, In: pagedkv.BF16, Cache: pagedkv.E4M3, PadToken: 16, PadHead: 8},
-		{Tokens: 100, KVHeads: 3, HeadDim: 64, BlockSize: 8, NumBlocks: 40, In: pagedkv.F16, Cache: pagedkv.F16, PadToken: 8, Remap: true},
-		{Tokens: 0, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 1, In: pagedkv.F16, Cache: pagedkv.F16},
-		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit},
-		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PadToken: 8},
-		{Tokens: 70, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 4, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, Remap: true},
-		{Tokens: 70, KVHeads: 3, HeadDim: 80, BlockSize: 8, NumBlocks: 12, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit},
+		{Tokens: 1, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 4, DType: pagedkv.F16, CacheDType: pagedkv.F16},
+		{Tokens: 64, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, PageRuns: true},
+		{Tokens: 333, KVHeads: 1, HeadDim: 8, BlockSize: 1, NumBlocks: 400, DType: pagedkv.F16, CacheDType: pagedkv.F16},
+		{Tokens: 200, KVHeads: 4, HeadDim: 256, BlockSize: 256, NumBlocks: 2, DType: pagedkv.F16, CacheDType: pagedkv.E4M3},
+		{Tokens: 77, KVHeads: 2, HeadDim: 72, BlockSize: 32, NumBlocks: 5, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, PadToken: 16, PadHead: 8},
+		{Tokens: 100, KVHeads: 3, HeadDim: 64, BlockSize: 8, NumBlocks: 40, DType: pagedkv.F16, CacheDType: pagedkv.F16, PadToken: 8, Remap: true},
+		{Tokens: 0, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16},
+		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit},
+		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PadToken: 8},
+		{Tokens: 70, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 4, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, Remap: true},
+		{Tokens: 70, KVHeads: 3, HeadDim: 80, BlockSize: 8, NumBlocks: 12, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit},
 		// Page runs (prefill slot mappings): 8-token groups that are aligned
 		// runs of one page take the transposing path in the x-split and
 		// shuffle layouts; misaligned starts, skipped slots, remaps that
 		// break a run, block sizes below 8 and a partial last group go token
 		// by token.
-		{Tokens: 333, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 30, In: pagedkv.F16, Cache: pagedkv.F16, PageRuns: true},
-		{Tokens: 1001, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 70, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
-		{Tokens: 517, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 22, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true, PadToken: 8},
-		{Tokens: 64, KVHeads: 1, HeadDim: 8, BlockSize: 8, NumBlocks: 8, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutShuffle, PageRuns: true},
-		{Tokens: 300, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 24, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, PageRuns: true},
-		{Tokens: 203, KVHeads: 3, HeadDim: 80, BlockSize: 8, NumBlocks: 32, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true},
-		{Tokens: 77, KVHeads: 2, HeadDim: 64, BlockSize: 4, NumBlocks: 30, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
-		{Tokens: 250, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 22, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutShuffle, PageRuns: true, Remap: true},
-		{Tokens: 129, KVHeads: 3, HeadDim: 96, BlockSize: 64, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true, Remap: true},
-		{Tokens: 700, KVHeads: 2, HeadDim: 256, BlockSize: 256, NumBlocks: 7, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadHead: 8},
+		{Tokens: 333, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 30, DType: pagedkv.F16, CacheDType: pagedkv.F16, PageRuns: true},
+		{Tokens: 1001, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 70, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
+		{Tokens: 517, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 22, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true, PadToken: 8},
+		{Tokens: 64, KVHeads: 1, HeadDim: 8, BlockSize: 8, NumBlocks: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle, PageRuns: true},
+		{Tokens: 300, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 24, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, PageRuns: true},
+		{Tokens: 203, KVHeads: 3, HeadDim: 80, BlockSize: 8, NumBlocks: 32, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true},
+		{Tokens: 77, KVHeads: 2, HeadDim: 64, BlockSize: 4, NumBlocks: 30, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
+		{Tokens: 250, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 22, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle, PageRuns: true, Remap: true},
+		{Tokens: 129, KVHeads: 3, HeadDim: 96, BlockSize: 64, NumBlocks: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true, Remap: true},
+		{Tokens: 700, KVHeads: 2, HeadDim: 256, BlockSize: 256, NumBlocks: 7, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadHead: 8},
 		// Odd numbers of token groups and T not a multiple of 16: the last
 		// pair's second group is empty or partial.
-		{Tokens: 24, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 4, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
-		{Tokens: 41, KVHeads: 3, HeadDim: 64, BlockSize: 32, NumBlocks: 6, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true},
-		{Tokens: 56, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 8, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, PageRuns: true},
-		{Tokens: 88, KVHeads: 1, HeadDim: 32, BlockSize: 64, NumBlocks: 6, In: pagedkv.BF16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadToken: 8},
+		{Tokens: 24, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 4, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
+		{Tokens: 41, KVHeads: 3, HeadDim: 64, BlockSize: 32, NumBlocks: 6, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true},
+		{Tokens: 56, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, PageRuns: true},
+		{Tokens: 88, KVHeads: 1, HeadDim: 32, BlockSize: 64, NumBlocks: 6, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadToken: 8},
 		// Staged page tiles with several (pair, head) groups per warp (head
 		// dims 8, 16, 32) and warps that mix runs with other groups.
-		{Tokens: 160, KVHeads: 5, HeadDim: 16, BlockSize: 16, NumBlocks: 14, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
-		{Tokens: 96, KVHeads: 3, HeadDim: 32, BlockSize: 32, NumBlocks: 8, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true, Remap: true},
-		{Tokens: 72, KVHeads: 2, HeadDim: 8, BlockSize: 16, NumBlocks: 10, In: pagedkv.F16, Cache: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadHead: 8},
+		{Tokens: 160, KVHeads: 5, HeadDim: 16, BlockSize: 16, NumBlocks: 14, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
+		{Tokens: 96, KVHeads: 3, HeadDim: 32, BlockSize: 32, NumBlocks: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true, Remap: true},
+		{Tokens: 72, KVHeads: 2, HeadDim: 8, BlockSize: 16, NumBlocks: 10, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadHead: 8},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomAppendShape(g))

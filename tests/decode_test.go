@@ -29,10 +29,10 @@ func TestDecodeMatchesReference(t *testing.T) {
 	global7 := open(t, config.Options{PagedFlashSplits: ptr(7), DecodeClusters: ptr(false)})
 	g := rng(t)
 	shapes := []check.DecodeShape{
-		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1000},
-		{Seqs: 3, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, MaxBlocksPerSeq: 300, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 300},
-		{Seqs: 2, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, Cache: pagedkv.E4M3, MaxLen: 2100},
-		{Seqs: 5, QHeads: 5, KVHeads: 5, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 8, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 256},
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1000},
+		{Seqs: 3, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, MaxBlocksPerSeq: 300, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 300},
+		{Seqs: 2, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 2100},
+		{Seqs: 5, QHeads: 5, KVHeads: 5, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 256},
 	}
 	for range 10 {
 		shapes = append(shapes, check.RandomDecodeShape(g))
@@ -72,7 +72,7 @@ func TestDecodeMatchesReference(t *testing.T) {
 func TestDecodeScale(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
-	p := decodeProblem(t, r, r.Stream(), g, check.DecodeShape{Seqs: 3, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 20, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 300})
+	p := decodeProblem(t, r, r.Stream(), g, check.DecodeShape{Seqs: 3, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 20, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 300})
 	p.Args.Scale = 0.37
 	out, lse, err := p.Run(r, r.Stream())
 	require.NoError(t, err)
@@ -95,8 +95,8 @@ func testDecodeGraphReplay(t *testing.T, clusters bool) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	for _, c := range []check.DecodeShape{
-		{Seqs: 2, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: capacity / 16, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 100},
-		{Seqs: 64, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: capacity / 32, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 100},
+		{Seqs: 2, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: capacity / 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 100},
+		{Seqs: 64, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: capacity / 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 100},
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, r, s, g, c)
@@ -136,7 +136,7 @@ func TestDecodeClusterPlans(t *testing.T) {
 		t.Run(fmt.Sprintf("splits=%d clusters=%v", tt.splits, tt.clusters), func(t *testing.T) {
 			r := open(t, config.Options{PagedFlashSplits: ptr(tt.splits), DecodeClusters: ptr(tt.clusters)})
 			g := rng(t)
-			c := check.DecodeShape{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1024}
+			c := check.DecodeShape{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1024}
 			p := decodeProblem(t, r, r.Stream(), g, c)
 			plan, err := r.PlanDecode(r.Stream(), &p.Args)
 			require.NoError(t, err)
@@ -165,10 +165,10 @@ func TestDecodeRingDepths(t *testing.T) {
 	split := open(t, config.Options{PagedFlashSplits: ptr(3)})
 	g := rng(t)
 	for _, c := range []check.DecodeShape{
-		{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1000},
-		{Seqs: 2, QHeads: 12, KVHeads: 2, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 150, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1190},
-		{Seqs: 2, QHeads: 8, KVHeads: 8, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, Cache: pagedkv.E4M3, MaxLen: 1250},
-		{Seqs: 2, QHeads: 24, KVHeads: 2, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 80, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1270}, // group 12: the wide kernel
+		{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1000},
+		{Seqs: 2, QHeads: 12, KVHeads: 2, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 150, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1190},
+		{Seqs: 2, QHeads: 8, KVHeads: 8, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 1250},
+		{Seqs: 2, QHeads: 24, KVHeads: 2, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 80, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1270}, // group 12: the wide kernel
 	} {
 		for _, r := range []*pagedkv.Runtime{single, split} {
 			p := decodeProblem(t, r, r.Stream(), g, c)
@@ -197,7 +197,7 @@ func TestDecodeRingDepths(t *testing.T) {
 func TestDecodeConcurrentStreams(t *testing.T) {
 	r := open(t, config.Options{PagedFlashSplits: ptr(4)})
 	g := rng(t)
-	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 2048}
+	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2048}
 	const workers, rounds = 8, 25
 	problems := make([]*check.DecodeProblem, workers)
 	streams := make([]*pagedkv.Stream, workers)
@@ -283,9 +283,9 @@ func TestDecodeLargePool(t *testing.T) {
 	lse, err := a.Alloc(seqs * qHeads * 4)
 	require.NoError(t, err)
 	p := &check.DecodeProblem{
-		Shape: check.DecodeShape{Seqs: seqs, QHeads: qHeads, KVHeads: kvHeads, HeadDim: dim, BlockSize: bs, MaxBlocksPerSeq: pages, NumBlocks: n, DType: pagedkv.F16, Cache: pagedkv.F16},
+		Shape: check.DecodeShape{Seqs: seqs, QHeads: qHeads, KVHeads: kvHeads, HeadDim: dim, BlockSize: bs, MaxBlocksPerSeq: pages, NumBlocks: n, DType: pagedkv.F16, CacheDType: pagedkv.F16},
 		Args: pagedkv.DecodeArgs{
-			Q: qBuf, KCache: kc, VCache: vc, BlockTables: tables, KVLens: lensBuf, Out: out, LSE: lse,
+			Q: qBuf, KeyCache: kc, ValueCache: vc, BlockTables: tables, KVLens: lensBuf, Out: out, LSE: lse,
 			NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: dim, BlockSize: bs,
 			NumBlocks: numBlocks, MaxBlocksPerSeq: pages, MaxKVLen: pages * bs,
 			DType: pagedkv.F16, CacheDType: pagedkv.F16,
@@ -304,7 +304,7 @@ func TestDecodeEveryDevice(t *testing.T) {
 	n, err := driver.DeviceCount()
 	require.NoError(t, err)
 	t.Logf("%d device(s)", n)
-	c := check.DecodeShape{Seqs: 16, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 1024}
+	c := check.DecodeShape{Seqs: 16, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1024}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for d := range n {
@@ -339,7 +339,7 @@ func TestDecodeFaults(t *testing.T) {
 	r := open(t, config.Options{CheckBounds: ptr(true)})
 	g := rng(t)
 	s := r.Stream()
-	c := check.DecodeShape{Seqs: 3, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 4, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 64}
+	c := check.DecodeShape{Seqs: 3, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 4, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 64}
 	p := decodeProblem(t, r, s, g, c)
 
 	bad := append([]int32(nil), p.Tables...)

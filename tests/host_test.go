@@ -18,7 +18,7 @@ func BenchmarkDecodeHost(b *testing.B) {
 	g := rng(b)
 	s := r.Stream()
 	p := decodeProblem(b, r, s, g, check.DecodeShape{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16,
-		MaxBlocksPerSeq: 32, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 512})
+		MaxBlocksPerSeq: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 512})
 	plan, err := r.PlanDecode(s, &p.Args)
 	if err != nil {
 		b.Fatal(err)

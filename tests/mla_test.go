@@ -14,8 +14,8 @@ func TestMLARopeQuantAndConcat(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
 	shapes := []check.MLAShape{
-		{Tokens: 64, Heads: 16, KVHeads: 1, Lora: 512, Rope: 64, In: pagedkv.BF16, NeoX: true},
-		{Tokens: 3, Heads: 2, KVHeads: 2, Lora: 128, Rope: 32, In: pagedkv.F16, HalfRot: true, Pad: 8},
+		{Tokens: 64, QHeads: 16, KVHeads: 1, Lora: 512, Rope: 64, DType: pagedkv.BF16, NeoX: true},
+		{Tokens: 3, QHeads: 2, KVHeads: 2, Lora: 128, Rope: 32, DType: pagedkv.F16, HalfRot: true, Pad: 8},
 	}
 	for range 6 {
 		shapes = append(shapes, check.RandomMLAShape(g))

@@ -15,35 +15,35 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
 	shapes := []check.QKVShape{
-		{Seqs: 1, MaxLen: 100, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, In: pagedkv.BF16, Cache: pagedkv.BF16, Norm: true, NeoX: true, HalfRot: true},
-		{Seqs: 4, MaxLen: 40, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 8, In: pagedkv.F16, Cache: pagedkv.E4M3, Varlen: true, PadToken: 8, QKVOffset: 32, QOutOffset: 16},
-		{Seqs: 3, MaxLen: 20, QHeads: 4, KVHeads: 4, HeadDim: 256, BlockSize: 1, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, Varlen: true},
+		{Seqs: 1, MaxLen: 100, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, NeoX: true, HalfRot: true},
+		{Seqs: 4, MaxLen: 40, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Varlen: true, PadToken: 8, QKVOffset: 32, QOutOffset: 16},
+		{Seqs: 3, MaxLen: 20, QHeads: 4, KVHeads: 4, HeadDim: 256, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, Varlen: true},
 		// Several tokens per block (one warp per token), token counts that
 		// leave the last block part empty.
-		{Seqs: 1, MaxLen: 37, QHeads: 2, KVHeads: 1, HeadDim: 64, BlockSize: 4, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true},
-		{Seqs: 2, MaxLen: 11, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, In: pagedkv.BF16, Cache: pagedkv.E4M3, Norm: true, Varlen: true, HalfRot: true},
+		{Seqs: 1, MaxLen: 37, QHeads: 2, KVHeads: 1, HeadDim: 64, BlockSize: 4, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true},
+		{Seqs: 2, MaxLen: 11, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, HalfRot: true},
 		// Many short sequences: the warp's search over cu_seqlens takes
 		// several steps.
-		{Seqs: 300, MaxLen: 3, QHeads: 4, KVHeads: 1, HeadDim: 32, BlockSize: 32, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, Varlen: true},
-		{Seqs: 1000, MaxLen: 2, QHeads: 2, KVHeads: 1, HeadDim: 16, BlockSize: 128, In: pagedkv.BF16, Cache: pagedkv.BF16, Norm: true, Varlen: true, HalfRot: true},
+		{Seqs: 300, MaxLen: 3, QHeads: 4, KVHeads: 1, HeadDim: 32, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, Varlen: true},
+		{Seqs: 1000, MaxLen: 2, QHeads: 2, KVHeads: 1, HeadDim: 16, BlockSize: 128, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, Varlen: true, HalfRot: true},
 		// Head boundaries inside a warp: q, k and v heads of one token share
 		// warps (5 heads of 8 units).
-		{Seqs: 2, MaxLen: 30, QHeads: 3, KVHeads: 1, HeadDim: 128, BlockSize: 8, In: pagedkv.F16, Cache: pagedkv.E4M3, Norm: true, NeoX: true, Varlen: true},
+		{Seqs: 2, MaxLen: 30, QHeads: 3, KVHeads: 1, HeadDim: 128, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Norm: true, NeoX: true, Varlen: true},
 		// head_dim 16: one unit per head, no shuffles; GPT-J, pairs.
-		{Seqs: 1, MaxLen: 50, QHeads: 8, KVHeads: 2, HeadDim: 16, BlockSize: 2, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, HalfRot: true},
+		{Seqs: 1, MaxLen: 50, QHeads: 8, KVHeads: 2, HeadDim: 16, BlockSize: 2, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, HalfRot: true},
 		// More units than one pass holds: 80 heads of 16 units, two passes.
-		{Seqs: 2, MaxLen: 6, QHeads: 64, KVHeads: 8, HeadDim: 256, BlockSize: 16, In: pagedkv.BF16, Cache: pagedkv.BF16, Norm: true, NeoX: true, Varlen: true},
-		{Seqs: 1, MaxLen: 5, QHeads: 128, KVHeads: 16, HeadDim: 128, BlockSize: 8, In: pagedkv.F16, Cache: pagedkv.E4M3, HalfRot: true},
+		{Seqs: 2, MaxLen: 6, QHeads: 64, KVHeads: 8, HeadDim: 256, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, NeoX: true, Varlen: true},
+		{Seqs: 1, MaxLen: 5, QHeads: 128, KVHeads: 16, HeadDim: 128, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, HalfRot: true},
 		// Cos/sin not 16-byte aligned: the scalar path.
-		{Seqs: 3, MaxLen: 25, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, TableOffset: 4},
-		{Seqs: 1, MaxLen: 25, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, In: pagedkv.BF16, Cache: pagedkv.BF16, HalfRot: true, TableOffset: 8},
+		{Seqs: 3, MaxLen: 25, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, TableOffset: 4},
+		{Seqs: 1, MaxLen: 25, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, HalfRot: true, TableOffset: 8},
 		// Enough tokens that each block takes a run of several token groups
 		// through its ring (more than 8 blocks per SM's worth): sequence
 		// boundaries inside runs, two passes per token, the scalar cos/sin
 		// path.
-		{Seqs: 3, MaxLen: 6000, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true, Varlen: true},
-		{Seqs: 2, MaxLen: 1500, QHeads: 128, KVHeads: 16, HeadDim: 128, BlockSize: 8, In: pagedkv.BF16, Cache: pagedkv.E4M3, Norm: true, Varlen: true},
-		{Seqs: 1, MaxLen: 9000, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 32, In: pagedkv.BF16, Cache: pagedkv.BF16, Norm: true, TableOffset: 4},
+		{Seqs: 3, MaxLen: 6000, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true, Varlen: true},
+		{Seqs: 2, MaxLen: 1500, QHeads: 128, KVHeads: 16, HeadDim: 128, BlockSize: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true},
+		{Seqs: 1, MaxLen: 9000, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, TableOffset: 4},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomQKVShape(g))
@@ -61,13 +61,13 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 // checking mode.
 func TestQKVNormRopeFaults(t *testing.T) {
 	shapes := []check.QKVShape{
-		{Seqs: 3, MaxLen: 20, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 4, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true, Varlen: true, Fault: check.QKVPositionFault},
-		{Seqs: 1, MaxLen: 20, QHeads: 2, KVHeads: 1, HeadDim: 64, BlockSize: 4, In: pagedkv.BF16, Cache: pagedkv.BF16, Norm: true, Fault: check.QKVPositionFault},
-		{Seqs: 3, MaxLen: 20, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 4, In: pagedkv.F16, Cache: pagedkv.E4M3, Norm: true, NeoX: true, Varlen: true, Fault: check.QKVBlockFault},
-		{Seqs: 40, MaxLen: 4, QHeads: 4, KVHeads: 4, HeadDim: 32, BlockSize: 2, In: pagedkv.BF16, Cache: pagedkv.BF16, HalfRot: true, Varlen: true, Fault: check.QKVBlockFault},
+		{Seqs: 3, MaxLen: 20, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 4, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true, Varlen: true, Fault: check.QKVPositionFault},
+		{Seqs: 1, MaxLen: 20, QHeads: 2, KVHeads: 1, HeadDim: 64, BlockSize: 4, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, Fault: check.QKVPositionFault},
+		{Seqs: 3, MaxLen: 20, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 4, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Norm: true, NeoX: true, Varlen: true, Fault: check.QKVBlockFault},
+		{Seqs: 40, MaxLen: 4, QHeads: 4, KVHeads: 4, HeadDim: 32, BlockSize: 2, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, HalfRot: true, Varlen: true, Fault: check.QKVBlockFault},
 		// Long runs per block, with the bad sequence inside them.
-		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, In: pagedkv.F16, Cache: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, Fault: check.QKVPositionFault},
-		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, In: pagedkv.BF16, Cache: pagedkv.BF16, HalfRot: true, Varlen: true, Fault: check.QKVBlockFault},
+		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, Fault: check.QKVPositionFault},
+		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, HalfRot: true, Varlen: true, Fault: check.QKVBlockFault},
 	}
 	for _, checking := range []bool{false, true} {
 		t.Run(fmt.Sprintf("check=%v", checking), func(t *testing.T) {

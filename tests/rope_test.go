@@ -25,10 +25,10 @@ func TestRopeCacheMatchesReference(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
 	shapes := []check.RopeShape{
-		{Tokens: 64, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 6, In: pagedkv.F16, Cache: pagedkv.F16, NeoX: true, HalfRot: true},
-		{Tokens: 50, KVOnly: 7, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, NumBlocks: 9, In: pagedkv.BF16, Cache: pagedkv.BF16, Offsets: true, Zeros: true, PadToken: 8},
-		{Tokens: 33, QHeads: 16, KVHeads: 2, HeadDim: 256, BlockSize: 32, NumBlocks: 3, In: pagedkv.F16, Cache: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, NeoX: true, Remap: true},
-		{Tokens: 40, KVOnly: 3, QHeads: 4, KVHeads: 1, HeadDim: 128, BlockSize: 16, NumBlocks: 4, In: pagedkv.BF16, Cache: pagedkv.BF16, Layout: pagedkv.LayoutXSplit, HalfRot: true},
+		{Tokens: 64, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 6, DType: pagedkv.F16, CacheDType: pagedkv.F16, NeoX: true, HalfRot: true},
+		{Tokens: 50, KVOnly: 7, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, NumBlocks: 9, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Offsets: true, Zeros: true, PadToken: 8},
+		{Tokens: 33, QHeads: 16, KVHeads: 2, HeadDim: 256, BlockSize: 32, NumBlocks: 3, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, NeoX: true, Remap: true},
+		{Tokens: 40, KVOnly: 3, QHeads: 4, KVHeads: 1, HeadDim: 128, BlockSize: 16, NumBlocks: 4, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutXSplit, HalfRot: true},
 	}
 	for range 8 {
 		shapes = append(shapes, check.RandomRopeShape(g))
@@ -47,7 +47,7 @@ func TestRopeCachePositionFault(t *testing.T) {
 	r := open(t, config.Options{CheckBounds: ptr(true)})
 	g := rng(t)
 	p := ropeProblem(t, r, g, check.RopeShape{Tokens: 4, QHeads: 4, KVHeads: 2, HeadDim: 64, BlockSize: 16, NumBlocks: 2,
-		In: pagedkv.F16, Cache: pagedkv.F16, NeoX: true})
+		DType: pagedkv.F16, CacheDType: pagedkv.F16, NeoX: true})
 	s := r.Stream()
 	require.NoError(t, pagedkv.Upload(s, p.Args.Positions, []int64{1, 2, 1 << 40, 3}))
 	err := r.RopeCache(s, &p.Args)

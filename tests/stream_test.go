@@ -76,7 +76,7 @@ func allocDevice(t *testing.T, r *pagedkv.Runtime, n int64) pagedkv.Buffer {
 
 // smallDecode is a decode shape whose few (sequence, KV head) pairs leave
 // most of the GPU idle, so the planner splits it (split-K scratch in use).
-var smallDecode = check.DecodeShape{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, Cache: pagedkv.F16, MaxLen: 1000}
+var smallDecode = check.DecodeShape{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1000}
 
 // TestWrapStream runs a decode on a stream the engine owns, then checks that
 // Close leaves that stream working.
@@ -153,7 +153,7 @@ func TestEventOrdersStreams(t *testing.T) {
 	r := open(t, config.Options{})
 	compute, copier := newStream(t, r), newStream(t, r)
 	decoded, copied := newEvent(t, r), newEvent(t, r)
-	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.BF16, Cache: pagedkv.BF16, MaxLen: 2000}
+	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 2000}
 	p := decodeProblem(t, r, compute, rng(t), c)
 
 	outBytes := c.Seqs * c.QHeads * c.HeadDim * c.DType.Size() // a multiple of 4
@@ -227,7 +227,7 @@ func TestAsyncCopies(t *testing.T) {
 
 	t.Run("decode", func(t *testing.T) {
 		c := smallDecode
-		c.DType, c.Cache = pagedkv.BF16, pagedkv.BF16
+		c.DType, c.CacheDType = pagedkv.BF16, pagedkv.BF16
 		p := decodeProblem(t, r, s, g, c)
 		syncOut, syncLSE, err := p.Run(r, s)
 		require.NoError(t, err)

@@ -360,7 +360,7 @@ func (b *bencher) benchAppend() error {
 		if tokens != 65536 {
 			continue
 		}
-		gather := pagedkv.GatherArgs{KeyCache: kc, ValueCache: vc, Slots: sets[0].SlotMapping, KeyOut: sets[0].Key, ValueOut: sets[0].Value,
+		gather := pagedkv.GatherArgs{KeyCache: kc, ValueCache: vc, SlotMapping: sets[0].SlotMapping, KeyOut: sets[0].Key, ValueOut: sets[0].Value,
 			NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks,
 			CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle}
 		if err := b.gatherRow(shape, "prefill slots", bytes, &gather); err != nil {
@@ -380,7 +380,7 @@ func (b *bencher) benchAppend() error {
 		if err := b.appendRows(shape, "random slots", bytes, randomSets, allLayouts); err != nil {
 			return err
 		}
-		gather.Slots = randomSets[0].SlotMapping
+		gather.SlotMapping = randomSets[0].SlotMapping
 		if err := b.gatherRow(shape, "random slots", bytes, &gather); err != nil {
 			return err
 		}
@@ -720,7 +720,7 @@ func (b *bencher) decodeShape(pool *decodePool, c decodeCase) (benchResult, erro
 	defer a.Free()
 	qRaw, _ := check.RandomTensor(b.g, c.q, seqs*qHeads*headDim, 1)
 	base := pagedkv.DecodeArgs{
-		KCache: pool.k, VCache: pool.v,
+		KeyCache: pool.k, ValueCache: pool.v,
 		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
 		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxLen, DType: c.q, CacheDType: c.cache,
 		KVCapacity: pagesPerSeq * blockSize,

@@ -11,7 +11,7 @@ import (
 // AppendShape is the shape of one cache-append problem.
 type AppendShape struct {
 	Tokens, KVHeads, HeadDim, BlockSize, NumBlocks int
-	In, Cache                                      pagedkv.DType
+	DType, CacheDType                              pagedkv.DType
 	PadToken, PadHead                              int  // extra input stride, multiples of 8 elements
 	Remap                                          bool // use a sliding-window remap table
 	// PageRuns maps the tokens like a batch of prefills (PageRunSlots), and
@@ -28,7 +28,7 @@ func (c AppendShape) String() string {
 		slots = "runs"
 	}
 	return fmt.Sprintf("T%d_KH%d_D%d_bs%d_nb%d_%s_%s_%s_pad%d.%d_remap%v_%s", c.Tokens, c.KVHeads, c.HeadDim, c.BlockSize,
-		c.NumBlocks, c.In, c.Cache, c.Layout, c.PadToken, c.PadHead, c.Remap, slots)
+		c.NumBlocks, c.DType, c.CacheDType, c.Layout, c.PadToken, c.PadHead, c.Remap, slots)
 }
 
 // RandomAppendShape draws a random append shape: head dims that are any
@@ -40,19 +40,19 @@ func RandomAppendShape(g *rand.Rand) AppendShape {
 		KVHeads:   1 + g.IntN(8),
 		HeadDim:   8 * (1 + g.IntN(32)),
 		BlockSize: 1 << g.IntN(9),
-		In:        []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		PadToken:  8 * g.IntN(3),
 		PadHead:   8 * g.IntN(2),
 		Remap:     g.IntN(3) == 0,
 		PageRuns:  g.IntN(2) == 0,
 	}
-	c.Cache = c.In
+	c.CacheDType = c.DType
 	if g.IntN(2) == 0 {
-		c.Cache = pagedkv.E4M3
+		c.CacheDType = pagedkv.E4M3
 	}
 	// A layout the shape allows: x-split needs HeadDim, shuffle also
 	// BlockSize, to be multiples of x (8 for 16-bit caches, 16 for fp8).
-	x := 16 / c.Cache.Size()
+	x := 16 / c.CacheDType.Size()
 	switch l := pagedkv.CacheLayout(g.IntN(3)); {
 	case l == pagedkv.LayoutShuffle && c.HeadDim%x == 0 && c.BlockSize%x == 0,
 		l == pagedkv.LayoutXSplit && c.HeadDim%x == 0:
@@ -89,9 +89,9 @@ type AppendProblem struct {
 	Args  pagedkv.AppendArgs
 	Arena *Arena
 
-	KeyRaw, ValueRaw []byte
-	KCache, VCache   []byte // initial cache contents (random bytes)
-	Slots, Remap     []int64
+	KeyRaw, ValueRaw     []byte
+	KeyCache, ValueCache []byte // initial cache contents (random bytes)
+	SlotMapping, Remap   []int64
 }
 
 // NewAppendProblem draws random inputs, caches pre-filled with random bytes
@@ -102,26 +102,26 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 	p := &AppendProblem{Shape: c, Arena: NewArena(r)}
 	headStride := c.HeadDim + c.PadHead
 	tokenStride := c.KVHeads*headStride + c.PadToken
-	p.KeyRaw, _ = RandomTensor(g, c.In, max(c.Tokens*tokenStride, 8), 2)
-	p.ValueRaw, _ = RandomTensor(g, c.In, max(c.Tokens*tokenStride, 8), 2)
+	p.KeyRaw, _ = RandomTensor(g, c.DType, max(c.Tokens*tokenStride, 8), 2)
+	p.ValueRaw, _ = RandomTensor(g, c.DType, max(c.Tokens*tokenStride, 8), 2)
 	numSlots := c.NumBlocks * c.BlockSize
-	p.KCache, p.VCache = RandomCaches(g, numSlots*c.KVHeads*c.HeadDim*c.Cache.Size())
-	p.Slots, p.Remap = c.drawSlots(g)
+	p.KeyCache, p.ValueCache = RandomCaches(g, numSlots*c.KVHeads*c.HeadDim*c.CacheDType.Size())
+	p.SlotMapping, p.Remap = c.drawSlots(g)
 	a := &p.Args
 	*a = pagedkv.AppendArgs{
 		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
 		KeyTokenStride: tokenStride, KeyHeadStride: headStride, ValueTokenStride: tokenStride, ValueHeadStride: headStride,
-		DType: c.In, CacheDType: c.Cache, Layout: c.Layout,
+		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout,
 	}
-	if c.Cache == pagedkv.E4M3 {
+	if c.CacheDType == pagedkv.E4M3 {
 		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
 	}
 	var set Setter
 	set.To(&a.Key)(Upload(p.Arena, s, p.KeyRaw, 1))
 	set.To(&a.Value)(Upload(p.Arena, s, p.ValueRaw, 1))
-	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
-	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KeyCache, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, p.ValueCache, 1))
+	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.SlotMapping, 8))
 	if p.Remap != nil {
 		set.To(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
 	}
@@ -140,8 +140,8 @@ func (p *AppendProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error
 	if err := s.Fault(); err != nil {
 		return err
 	}
-	gotK := make([]byte, len(p.KCache))
-	gotV := make([]byte, len(p.VCache))
+	gotK := make([]byte, len(p.KeyCache))
+	gotV := make([]byte, len(p.ValueCache))
 	if err := pagedkv.Download(s, gotK, p.Args.KeyCache); err != nil {
 		return err
 	}
@@ -149,14 +149,14 @@ func (p *AppendProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error
 		return err
 	}
 	c, a := p.Shape, &p.Args
-	wantK := append([]byte(nil), p.KCache...)
-	wantV := append([]byte(nil), p.VCache...)
+	wantK := append([]byte(nil), p.KeyCache...)
+	wantV := append([]byte(nil), p.ValueCache...)
 	ref.CacheAppendFlash(ref.CacheAppend{
-		Key: p.KeyRaw, Value: p.ValueRaw, KeyCache: wantK, ValueCache: wantV, SlotMapping: p.Slots, SlotRemap: p.Remap,
+		Key: p.KeyRaw, Value: p.ValueRaw, KeyCache: wantK, ValueCache: wantV, SlotMapping: p.SlotMapping, SlotRemap: p.Remap,
 		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
 		KeyTokenStride: a.KeyTokenStride, ValueTokenStride: a.ValueTokenStride,
 		KeyHeadStride: a.KeyHeadStride, ValueHeadStride: a.ValueHeadStride,
-		In: ref.DType(c.In), Cache: ref.DType(c.Cache), KScale: a.KScale, VScale: a.VScale,
+		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: a.KScale, VScale: a.VScale,
 		Layout: ref.Layout(c.Layout),
 	})
 	if i := FirstDiff(wantK, gotK); i >= 0 {
@@ -175,13 +175,13 @@ func (p *AppendProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error
 func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wantK, wantV []byte) error {
 	c := p.Shape
 	slots := make([]int64, c.Tokens)
-	for t, slot := range p.Slots {
+	for t, slot := range p.SlotMapping {
 		if slot >= 0 && p.Remap != nil {
 			slot = p.Remap[slot]
 		}
 		slots[t] = slot
 	}
-	size := c.Cache.Size()
+	size := c.CacheDType.Size()
 	rowBytes := c.KVHeads * c.HeadDim * size
 	// Rows of skipped tokens keep their poison.
 	poison := make([]byte, max(c.Tokens*rowBytes, 16))
@@ -189,9 +189,9 @@ func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wa
 		poison[i] = 0xA5
 	}
 	a := pagedkv.GatherArgs{NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
-		NumBlocks: c.NumBlocks, CacheDType: c.Cache, Layout: c.Layout, KeyCache: p.Args.KeyCache, ValueCache: p.Args.ValueCache}
+		NumBlocks: c.NumBlocks, CacheDType: c.CacheDType, Layout: c.Layout, KeyCache: p.Args.KeyCache, ValueCache: p.Args.ValueCache}
 	var set Setter
-	set.To(&a.Slots)(Upload(p.Arena, s, slots, 8))
+	set.To(&a.SlotMapping)(Upload(p.Arena, s, slots, 8))
 	set.To(&a.KeyOut)(Upload(p.Arena, s, poison, 1))
 	set.To(&a.ValueOut)(Upload(p.Arena, s, poison, 1))
 	if set.Err != nil {
@@ -213,16 +213,16 @@ func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wa
 	}
 	refK := append([]byte(nil), poison...)
 	refV := append([]byte(nil), poison...)
-	ref.CacheGatherTokens(ref.CacheGather{KeyCache: wantK, ValueCache: wantV, Slots: slots, KeyOut: refK, ValueOut: refV,
+	ref.CacheGatherTokens(ref.CacheGather{KeyCache: wantK, ValueCache: wantV, SlotMapping: slots, KeyOut: refK, ValueOut: refV,
 		NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
-		Cache: ref.DType(c.Cache), Layout: ref.Layout(c.Layout)})
+		CacheDType: ref.DType(c.CacheDType), Layout: ref.Layout(c.Layout)})
 	if i := FirstDiff(refK, gotK); i >= 0 {
 		return errorf("%v: gathered key byte %d is %#x, want %#x", c, i, gotK[i], refK[i])
 	}
 	if i := FirstDiff(refV, gotV); i >= 0 {
 		return errorf("%v: gathered value byte %d is %#x, want %#x", c, i, gotV[i], refV[i])
 	}
-	if c.Cache != c.In {
+	if c.CacheDType != c.DType {
 		return nil
 	}
 	// Round trip: every row whose slot no later token overwrote equals its input row.

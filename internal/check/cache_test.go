@@ -99,7 +99,7 @@ func TestRandomAppendShapesCoverBothPaths(t *testing.T) {
 	for range 2000 {
 		c := RandomAppendShape(g)
 		slots, remap := c.drawSlots(g)
-		k := kind{c.Layout, c.Cache == pagedkv.E4M3, c.Remap}
+		k := kind{c.Layout, c.CacheDType == pagedkv.E4M3, c.Remap}
 		r, o := groupKinds(c, slots, remap)
 		runs[k] += r
 		others[k] += o

@@ -15,12 +15,12 @@ import (
 type DecodeShape struct {
 	Seqs, QHeads, KVHeads, HeadDim, BlockSize, MaxBlocksPerSeq int
 	NumBlocks                                                  int // 0 = just enough for every table entry, plus 3
-	DType, Cache                                               pagedkv.DType
+	DType, CacheDType                                          pagedkv.DType
 	MaxLen                                                     int
 }
 
 func (c DecodeShape) String() string {
-	return fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_len%d", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.Cache, c.MaxLen)
+	return fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_len%d", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.MaxLen)
 }
 
 // RandomDecodeShape draws a small random decode shape covering every head
@@ -34,9 +34,9 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 	}
 	c.QHeads = c.KVHeads * (1 + g.IntN(16))
-	c.Cache = c.DType
+	c.CacheDType = c.DType
 	if g.IntN(3) == 0 {
-		c.Cache = pagedkv.E4M3
+		c.CacheDType = pagedkv.E4M3
 	}
 	c.MaxLen = 1 + g.IntN(3000)
 	c.MaxBlocksPerSeq = (c.MaxLen+c.BlockSize-1)/c.BlockSize + g.IntN(3)
@@ -100,10 +100,10 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 		copy(p.Q[sq*rowElems:(sq+1)*rowElems], qAll[sq*qStride:])
 	}
 	cacheElems := c.NumBlocks * c.BlockSize * c.KVHeads * c.HeadDim
-	kRaw, k := RandomTensor(g, c.Cache, cacheElems, 1)
-	vRaw, v := RandomTensor(g, c.Cache, cacheElems, 1)
+	kRaw, k := RandomTensor(g, c.CacheDType, cacheElems, 1)
+	vRaw, v := RandomTensor(g, c.CacheDType, cacheElems, 1)
 	var kScale, vScale float32
-	if c.Cache == pagedkv.E4M3 {
+	if c.CacheDType == pagedkv.E4M3 {
 		kScale, vScale = 0.1+g.Float32(), 0.1+g.Float32()
 		for i := range k {
 			k[i] *= float64(kScale)
@@ -117,12 +117,12 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq,
 		MaxKVLen: maxLen(p.Lens), QSeqStride: qStride,
-		DType: c.DType, CacheDType: c.Cache, KScale: kScale, VScale: vScale,
+		DType: c.DType, CacheDType: c.CacheDType, KScale: kScale, VScale: vScale,
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
-	set.To(&a.KCache)(Upload(p.Arena, s, kRaw, 1))
-	set.To(&a.VCache)(Upload(p.Arena, s, vRaw, 1))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, kRaw, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, vRaw, 1))
 	set.To(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
 	set.To(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
 	set.To(&a.Out)(p.Arena.Alloc(int64(c.Seqs * rowElems * c.DType.Size())))
@@ -172,7 +172,7 @@ func (p *DecodeProblem) Reference() ([]float64, []float64) {
 		scale = 1 / math.Sqrt(float64(c.HeadDim))
 	}
 	return ref.PagedDecode(ref.Decode{
-		Q: p.Q, KCache: p.K, VCache: p.V, BlockTables: p.Tables, KVLens: p.Lens,
+		Q: p.Q, KeyCache: p.K, ValueCache: p.V, BlockTables: p.Tables, KVLens: p.Lens,
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, MaxBlocksPerSeq: c.MaxBlocksPerSeq, Scale: scale,
 	})

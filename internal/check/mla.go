@@ -11,23 +11,23 @@ import (
 
 // MLAShape is the shape of one MLA rope+quant and concat problem.
 type MLAShape struct {
-	Tokens, Heads, KVHeads, Lora, Rope int
-	In                                 pagedkv.DType
-	NeoX, HalfRot                      bool
-	Pad                                int // extra token stride of every input, a multiple of 8
+	Tokens, QHeads, KVHeads, Lora, Rope int
+	DType                               pagedkv.DType
+	NeoX, HalfRot                       bool
+	Pad                                 int // extra token stride of every input, a multiple of 8
 }
 
 func (c MLAShape) String() string {
-	return fmt.Sprintf("T%d_H%d_KH%d_lora%d_rope%d_%s_neox%v_half%v_pad%d", c.Tokens, c.Heads, c.KVHeads, c.Lora, c.Rope, c.In, c.NeoX, c.HalfRot, c.Pad)
+	return fmt.Sprintf("T%d_H%d_KH%d_lora%d_rope%d_%s_neox%v_half%v_pad%d", c.Tokens, c.QHeads, c.KVHeads, c.Lora, c.Rope, c.DType, c.NeoX, c.HalfRot, c.Pad)
 }
 
 // RandomMLAShape draws a random MLA shape.
 func RandomMLAShape(g *rand.Rand) MLAShape {
 	return MLAShape{
-		Tokens: 1 + g.IntN(200), Heads: 1 + g.IntN(16), KVHeads: 1 + g.IntN(2),
+		Tokens: 1 + g.IntN(200), QHeads: 1 + g.IntN(16), KVHeads: 1 + g.IntN(2),
 		Lora: []int{64, 128, 512}[g.IntN(3)], Rope: []int{32, 64}[g.IntN(2)],
-		In:   []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
-		NeoX: g.IntN(2) == 0, HalfRot: g.IntN(2) == 0, Pad: 8 * g.IntN(2),
+		DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+		NeoX:  g.IntN(2) == 0, HalfRot: g.IntN(2) == 0, Pad: 8 * g.IntN(2),
 	}
 }
 
@@ -56,10 +56,10 @@ func newMLAInput(g *rand.Rand, d pagedkv.DType, tokens, heads, dim, pad int) mla
 func RunMLA(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c MLAShape) error {
 	a := NewArena(r)
 	defer a.Free()
-	qn := newMLAInput(g, c.In, c.Tokens, c.Heads, c.Lora, c.Pad)
-	qr := newMLAInput(g, c.In, c.Tokens, c.Heads, c.Rope, c.Pad)
-	kn := newMLAInput(g, c.In, c.Tokens, c.KVHeads, c.Lora, c.Pad)
-	kr := newMLAInput(g, c.In, c.Tokens, c.KVHeads, c.Rope, c.Pad)
+	qn := newMLAInput(g, c.DType, c.Tokens, c.QHeads, c.Lora, c.Pad)
+	qr := newMLAInput(g, c.DType, c.Tokens, c.QHeads, c.Rope, c.Pad)
+	kn := newMLAInput(g, c.DType, c.Tokens, c.KVHeads, c.Lora, c.Pad)
+	kr := newMLAInput(g, c.DType, c.Tokens, c.KVHeads, c.Rope, c.Pad)
 	rot := c.Rope
 	if c.HalfRot {
 		rot /= 2
@@ -74,10 +74,10 @@ func RunMLA(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c MLAShape) err
 		positions[i] = int64(g.IntN(maxPos))
 	}
 	qScale, kScale := 0.05+g.Float32(), 0.05+g.Float32()
-	args := pagedkv.MLARopeQuantArgs{NumTokens: c.Tokens, NumHeads: c.Heads, NumKVHeads: c.KVHeads, LoraRank: c.Lora, RopeDim: c.Rope,
-		MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX, DType: c.In, QScale: qScale, KScale: kScale,
+	args := pagedkv.MLARopeQuantArgs{NumTokens: c.Tokens, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, LoraRank: c.Lora, RopeDim: c.Rope,
+		MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX, DType: c.DType, QScale: qScale, KScale: kScale,
 		QNopeTokenStride: qn.tokenStride, QRopeTokenStride: qr.tokenStride, KNopeTokenStride: kn.tokenStride, KRopeTokenStride: kr.tokenStride}
-	qOutBytes := c.Tokens * c.Heads * (c.Lora + c.Rope)
+	qOutBytes := c.Tokens * c.QHeads * (c.Lora + c.Rope)
 	var set Setter
 	set.To(&args.QNope)(Upload(a, s, qn.raw, 1))
 	set.To(&args.QRope)(Upload(a, s, qr.raw, 1))
@@ -140,7 +140,7 @@ func RunMLA(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c MLAShape) err
 	if err := exact("k nope", knOut, same, kn.vals, kScale); err != nil {
 		return err
 	}
-	if err := near("q rope", qOut, qRopeAt, ref.RopeRotate(qr.vals, c.Heads, c.Rope, positions, cosSin, rot, c.NeoX), qScale); err != nil {
+	if err := near("q rope", qOut, qRopeAt, ref.RopeRotate(qr.vals, c.QHeads, c.Rope, positions, cosSin, rot, c.NeoX), qScale); err != nil {
 		return err
 	}
 	if err := near("k rope", krOut, same, ref.RopeRotate(kr.vals, c.KVHeads, c.Rope, positions, cosSin, rot, c.NeoX), kScale); err != nil {
@@ -148,27 +148,27 @@ func RunMLA(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c MLAShape) err
 	}
 
 	// The concat of the unquantized q parts.
-	cat := pagedkv.MLAConcatQArgs{QNope: args.QNope, QRope: args.QRope, NumTokens: c.Tokens, NumHeads: c.Heads,
-		LoraRank: c.Lora, RopeDim: c.Rope, QNopeTokenStride: qn.tokenStride, QRopeTokenStride: qr.tokenStride, DType: c.In}
-	size := c.In.Size()
-	out, err := a.Alloc(int64(c.Tokens * c.Heads * qRow * size))
+	cat := pagedkv.MLAConcatQArgs{QNope: args.QNope, QRope: args.QRope, NumTokens: c.Tokens, NumQHeads: c.QHeads,
+		LoraRank: c.Lora, RopeDim: c.Rope, QNopeTokenStride: qn.tokenStride, QRopeTokenStride: qr.tokenStride, DType: c.DType}
+	size := c.DType.Size()
+	out, err := a.Alloc(int64(c.Tokens * c.QHeads * qRow * size))
 	if err != nil {
 		return err
 	}
 	cat.Out = out
-	if err := s.Fill32(cat.Out, NaNPattern(c.In)); err != nil {
+	if err := s.Fill32(cat.Out, NaNPattern(c.DType)); err != nil {
 		return err
 	}
 	if err := r.MLAConcatQ(s, &cat); err != nil {
 		return err
 	}
-	got := make([]byte, c.Tokens*c.Heads*qRow*size)
+	got := make([]byte, c.Tokens*c.QHeads*qRow*size)
 	if err := pagedkv.Download(s, got, cat.Out); err != nil {
 		return err
 	}
 	for t := range c.Tokens {
-		for h := range c.Heads {
-			o := (t*c.Heads + h) * qRow * size
+		for h := range c.QHeads {
+			o := (t*c.QHeads + h) * qRow * size
 			n := (t*qn.tokenStride + h*c.Lora) * size
 			p := (t*qr.tokenStride + h*c.Rope) * size
 			want := append(append([]byte(nil), qn.raw[n:n+c.Lora*size]...), qr.raw[p:p+c.Rope*size]...)

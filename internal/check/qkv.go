@@ -15,7 +15,7 @@ type QKVShape struct {
 	Seqs, MaxLen                int // sequences of 1..MaxLen tokens
 	QHeads, KVHeads, HeadDim    int
 	BlockSize                   int
-	In, Cache                   pagedkv.DType
+	DType, CacheDType           pagedkv.DType
 	Norm, NeoX, HalfRot, Varlen bool
 	PadToken                    int   // extra QKV token stride, a multiple of 8
 	QKVOffset, QOutOffset       int64 // byte offsets, multiples of 16
@@ -39,7 +39,7 @@ const (
 
 func (c QKVShape) String() string {
 	s := fmt.Sprintf("S%d_len%d_QH%d_KH%d_D%d_bs%d_%s_%s_norm%v_neox%v_half%v_varlen%v_tab%d", c.Seqs, c.MaxLen, c.QHeads, c.KVHeads,
-		c.HeadDim, c.BlockSize, c.In, c.Cache, c.Norm, c.NeoX, c.HalfRot, c.Varlen, c.TableOffset)
+		c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.Norm, c.NeoX, c.HalfRot, c.Varlen, c.TableOffset)
 	switch c.Fault {
 	case QKVPositionFault:
 		s += "_positionfault"
@@ -53,7 +53,7 @@ func (c QKVShape) String() string {
 func RandomQKVShape(g *rand.Rand) QKVShape {
 	c := QKVShape{
 		Seqs: 1, MaxLen: 1 + g.IntN(200), KVHeads: 1 + g.IntN(4), HeadDim: []int{16, 32, 64, 128, 256}[g.IntN(5)],
-		BlockSize: 1 << g.IntN(7), In: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+		BlockSize: 1 << g.IntN(7), DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		Norm: g.IntN(2) == 0, NeoX: g.IntN(2) == 0, HalfRot: g.IntN(2) == 0, Varlen: g.IntN(2) == 0,
 		PadToken: 8 * g.IntN(2), QKVOffset: 16 * int64(g.IntN(3)), QOutOffset: 16 * int64(g.IntN(3)),
 		TableOffset: 4 * int64(g.IntN(4)),
@@ -65,9 +65,9 @@ func RandomQKVShape(g *rand.Rand) QKVShape {
 		}
 	}
 	c.QHeads = c.KVHeads * []int{1, 2, 4, 8}[g.IntN(4)]
-	c.Cache = c.In
+	c.CacheDType = c.DType
 	if g.IntN(3) == 0 {
-		c.Cache = pagedkv.E4M3
+		c.CacheDType = pagedkv.E4M3
 	}
 	return c
 }
@@ -110,8 +110,8 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	hd := c.HeadDim
 	width := (c.QHeads + 2*c.KVHeads) * hd
 	stride := width + c.PadToken
-	size := c.In.Size()
-	qkvRaw, qkvAll := RandomTensor(g, c.In, tokens*stride, 1)
+	size := c.DType.Size()
+	qkvRaw, qkvAll := RandomTensor(g, c.DType, tokens*stride, 1)
 	rot := hd
 	if c.HalfRot {
 		rot = hd / 2
@@ -126,15 +126,15 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		}
 	}
 	kvElems := c.KVHeads * hd
-	cacheBytes := numBlocks * c.BlockSize * kvElems * c.Cache.Size()
+	cacheBytes := numBlocks * c.BlockSize * kvElems * c.CacheDType.Size()
 	kc, vc := RandomCaches(g, cacheBytes)
 	args := pagedkv.QKVNormRopeArgs{
 		QKVOffset: c.QKVOffset, QKVTokenStride: stride, QOutOffset: c.QOutOffset,
 		NumTokens: tokens, NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: hd,
 		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: maxBlocks, MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX,
-		DType: c.In, CacheDType: c.Cache,
+		DType: c.DType, CacheDType: c.CacheDType,
 	}
-	if c.Cache == pagedkv.E4M3 {
+	if c.CacheDType == pagedkv.E4M3 {
 		args.KScale, args.VScale = 0.05+g.Float32(), 0.05+g.Float32()
 	}
 	var qw, kw []float64
@@ -142,11 +142,11 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	if c.Norm {
 		args.Norm, args.Eps = pagedkv.NormQK, 1e-5
 		// Weights near 1.
-		_, q0 := RandomTensor(g, c.In, hd, 0.3)
-		_, k0 := RandomTensor(g, c.In, hd, 0.3)
-		qwRaw := ref.EncodeSlice(ref.DType(c.In), shift(q0, 1))
-		kwRaw := ref.EncodeSlice(ref.DType(c.In), shift(k0, 1))
-		qw, kw = ref.DecodeSlice(ref.DType(c.In), qwRaw), ref.DecodeSlice(ref.DType(c.In), kwRaw)
+		_, q0 := RandomTensor(g, c.DType, hd, 0.3)
+		_, k0 := RandomTensor(g, c.DType, hd, 0.3)
+		qwRaw := ref.EncodeSlice(ref.DType(c.DType), shift(q0, 1))
+		kwRaw := ref.EncodeSlice(ref.DType(c.DType), shift(k0, 1))
+		qw, kw = ref.DecodeSlice(ref.DType(c.DType), qwRaw), ref.DecodeSlice(ref.DType(c.DType), kwRaw)
 		set.To(&args.QNormWeight)(Upload(a, s, qwRaw, 1))
 		set.To(&args.KNormWeight)(Upload(a, s, kwRaw, 1))
 	}
@@ -172,7 +172,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	if set.Err != nil {
 		return set.Err
 	}
-	if err := s.Fill32(args.QOut, NaNPattern(c.In)); err != nil {
+	if err := s.Fill32(args.QOut, NaNPattern(c.DType)); err != nil {
 		return err
 	}
 	err := r.QKVNormRope(s, &args)
@@ -239,16 +239,16 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	wantQ := ref.RopeRotate(q, c.QHeads, hd, qPos, combined, rot, c.NeoX)
 	wantK := ref.RopeRotate(k, c.KVHeads, hd, kPos, combined, rot, c.NeoX)
 	qElems := c.QHeads * hd
-	allQ := ref.DecodeSlice(ref.DType(c.In), qOutAll[c.QOutOffset:])
+	allQ := ref.DecodeSlice(ref.DType(c.DType), qOutAll[c.QOutOffset:])
 	gotQ := make([]float64, 0, len(wantQ))
 	for _, t := range qTok {
 		gotQ = append(gotQ, allQ[t*qElems:(t+1)*qElems]...)
 	}
-	if e := ref.RelL2(gotQ, wantQ); len(qTok) > 0 && !(e <= Tolerance(c.In)) {
+	if e := ref.RelL2(gotQ, wantQ); len(qTok) > 0 && !(e <= Tolerance(c.DType)) {
 		return errorf("%v: q_out relative L2 error %.3g", c, e)
 	}
 	// Tokens without q_out keep the poison.
-	poison := NaNPattern(c.In)
+	poison := NaNPattern(c.DType)
 	for t := range tokens {
 		if positions[t] < int64(maxPos) {
 			continue
@@ -261,22 +261,22 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		}
 	}
 	// K: the written rows against the reference, every other byte unchanged.
-	cs := c.Cache.Size()
+	cs := c.CacheDType.Size()
 	gotKVals := make([]float64, 0, len(wantK))
 	for _, t := range kvTok {
 		slot := slots[t]
 		for e := range kvElems {
 			at := (int(slot)*kvElems + e) * cs
-			v := ref.DecodeAt(ref.DType(c.Cache), gotK[at:at+cs], 0)
-			if c.Cache == pagedkv.E4M3 {
+			v := ref.DecodeAt(ref.DType(c.CacheDType), gotK[at:at+cs], 0)
+			if c.CacheDType == pagedkv.E4M3 {
 				v *= float64(args.KScale)
 			}
 			gotKVals = append(gotKVals, v)
 			copy(kc[at:at+cs], gotK[at:at+cs]) // checked here; must match below
 		}
 	}
-	tol := Tolerance(c.In)
-	if c.Cache == pagedkv.E4M3 {
+	tol := Tolerance(c.DType)
+	if c.CacheDType == pagedkv.E4M3 {
 		tol = 0.07 // e4m3 keeps 3 mantissa bits
 	}
 	if e := ref.RelL2(gotKVals, wantK); len(kvTok) > 0 && !(e <= tol) {
@@ -288,7 +288,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	ref.CacheAppendFlash(ref.CacheAppend{Key: vRaw, Value: vRaw, KeyCache: make([]byte, cacheBytes), ValueCache: vc, SlotMapping: slots,
 		NumTokens: tokens, NumKVHeads: c.KVHeads, HeadDim: hd, BlockSize: c.BlockSize, NumBlocks: numBlocks,
 		KeyTokenStride: kvElems, ValueTokenStride: kvElems, KeyHeadStride: hd, ValueHeadStride: hd,
-		In: ref.DType(c.In), Cache: ref.DType(c.Cache), KScale: args.VScale, VScale: args.VScale})
+		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: args.VScale, VScale: args.VScale})
 	if i := FirstDiff(vc, gotV); i >= 0 {
 		return errorf("%v: value cache byte %d is %#x, want %#x", c, i, gotV[i], vc[i])
 	}

@@ -13,7 +13,7 @@ type RopeShape struct {
 	Tokens, KVOnly                int // rotated tokens; trailing KV-only tokens
 	QHeads, KVHeads, HeadDim      int
 	BlockSize, NumBlocks          int
-	In, Cache                     pagedkv.DType
+	DType, CacheDType             pagedkv.DType
 	Layout                        pagedkv.CacheLayout
 	NeoX, HalfRot, Offsets, Remap bool
 	Zeros                         bool
@@ -22,7 +22,7 @@ type RopeShape struct {
 
 func (c RopeShape) String() string {
 	return fmt.Sprintf("T%d+%d_QH%d_KH%d_D%d_bs%d_%s_%s_%s_neox%v_half%v_off%v_remap%v", c.Tokens, c.KVOnly, c.QHeads,
-		c.KVHeads, c.HeadDim, c.BlockSize, c.In, c.Cache, c.Layout, c.NeoX, c.HalfRot, c.Offsets, c.Remap)
+		c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.Layout, c.NeoX, c.HalfRot, c.Offsets, c.Remap)
 }
 
 // RandomRopeShape draws a random shape: GQA 1/4/8, both styles and table
@@ -33,7 +33,7 @@ func RandomRopeShape(g *rand.Rand) RopeShape {
 		KVHeads:   1 + g.IntN(4),
 		HeadDim:   []int{64, 128, 256}[g.IntN(3)],
 		BlockSize: 1 << (3 + g.IntN(6)),
-		In:        []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		NeoX:      g.IntN(2) == 0,
 		HalfRot:   g.IntN(2) == 0,
 		Offsets:   g.IntN(2) == 0,
@@ -45,11 +45,11 @@ func RandomRopeShape(g *rand.Rand) RopeShape {
 		c.KVOnly = g.IntN(20)
 	}
 	c.QHeads = c.KVHeads * []int{1, 4, 8}[g.IntN(3)]
-	c.Cache = c.In
+	c.CacheDType = c.DType
 	if g.IntN(3) == 0 {
-		c.Cache = pagedkv.E4M3
+		c.CacheDType = pagedkv.E4M3
 	}
-	x := 16 / c.Cache.Size()
+	x := 16 / c.CacheDType.Size()
 	if l := pagedkv.CacheLayout(g.IntN(3)); l == pagedkv.LayoutFlash || c.BlockSize%x == 0 {
 		c.Layout = l
 	}
@@ -63,14 +63,14 @@ type RopeProblem struct {
 	Args  pagedkv.RopeCacheArgs
 	Arena *Arena
 
-	Q, K, V         []float64 // decoded inputs, contiguous
-	KRaw, VRaw      []byte    // contiguous raw K and V, [Tokens+KVOnly, KVHeads, HeadDim]
-	KCache, VCache  []byte    // initial cache bytes
-	Positions       []int64   // positions with offsets applied
-	CosSin          []float32
-	Slots, Remap    []int64
-	rot, maxPos     int
-	qElems, kvElems int
+	Q, K, V              []float64 // decoded inputs, contiguous
+	KRaw, VRaw           []byte    // contiguous raw K and V, [Tokens+KVOnly, KVHeads, HeadDim]
+	KeyCache, ValueCache []byte    // initial cache bytes
+	Positions            []int64   // positions with offsets applied
+	CosSin               []float32
+	SlotMapping, Remap   []int64
+	rot, maxPos          int
+	qElems, kvElems      int
 }
 
 // NewRopeProblem draws random inputs, a random cos/sin table and slots, and
@@ -85,10 +85,10 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 	row := c.HeadDim
 	qStride := c.QHeads*row + c.PadToken
 	kvStride := c.KVHeads*row + c.PadToken
-	qRaw, qAll := RandomTensor(g, c.In, c.Tokens*qStride, 1)
-	kRawStrided, kAll := RandomTensor(g, c.In, kvTokens*kvStride, 1)
-	vRawStrided, _ := RandomTensor(g, c.In, kvTokens*kvStride, 1)
-	size := c.In.Size()
+	qRaw, qAll := RandomTensor(g, c.DType, c.Tokens*qStride, 1)
+	kRawStrided, kAll := RandomTensor(g, c.DType, kvTokens*kvStride, 1)
+	vRawStrided, _ := RandomTensor(g, c.DType, kvTokens*kvStride, 1)
+	size := c.DType.Size()
 	p.qElems, p.kvElems = c.QHeads*row, c.KVHeads*row
 	p.Q = make([]float64, c.Tokens*p.qElems)
 	for t := range c.Tokens {
@@ -117,8 +117,8 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 		p.Positions[t] = positions[t] + offsets[t]
 	}
 	numSlots := c.NumBlocks * c.BlockSize
-	p.KCache, p.VCache = RandomCaches(g, numSlots*p.kvElems*c.Cache.Size())
-	p.Slots = RandomSlots(g, kvTokens, g.Perm(numSlots))
+	p.KeyCache, p.ValueCache = RandomCaches(g, numSlots*p.kvElems*c.CacheDType.Size())
+	p.SlotMapping = RandomSlots(g, kvTokens, g.Perm(numSlots))
 	if c.Remap {
 		p.Remap = RandomRemap(g, numSlots)
 	}
@@ -127,9 +127,9 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 		NumTokens: c.Tokens, NumKVTokens: kvTokens, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxPos: p.maxPos, RotDim: p.rot, NeoX: c.NeoX,
 		QTokenStride: qStride, KTokenStride: kvStride, VTokenStride: kvStride,
-		DType: c.In, CacheDType: c.Cache, Layout: c.Layout,
+		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout,
 	}
-	if c.Cache == pagedkv.E4M3 {
+	if c.CacheDType == pagedkv.E4M3 {
 		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
 	}
 	var set Setter
@@ -141,14 +141,14 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 	if c.Zeros {
 		set.To(&a.ZerosOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
 	}
-	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KCache, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, p.VCache, 1))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KeyCache, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, p.ValueCache, 1))
 	set.To(&a.Positions)(Upload(p.Arena, s, positions, 8))
 	if c.Offsets {
 		set.To(&a.Offsets)(Upload(p.Arena, s, offsets, 8))
 	}
 	set.To(&a.CosSin)(Upload(p.Arena, s, p.CosSin, 4))
-	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.Slots, 8))
+	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.SlotMapping, 8))
 	if p.Remap != nil {
 		set.To(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
 	}
@@ -165,7 +165,7 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 	c, a := p.Shape, &p.Args
 	for _, b := range []pagedkv.Buffer{a.QOut, a.KOut, a.ZerosOut} {
-		if err := s.Fill32(b, NaNPattern(c.In)); err != nil {
+		if err := s.Fill32(b, NaNPattern(c.DType)); err != nil {
 			return err
 		}
 	}
@@ -175,11 +175,11 @@ func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 	if err := s.Fault(); err != nil {
 		return err
 	}
-	size := c.In.Size()
+	size := c.DType.Size()
 	qOut := make([]byte, c.Tokens*p.qElems*size)
 	kOut := make([]byte, c.Tokens*p.kvElems*size)
-	gotK := make([]byte, len(p.KCache))
-	gotV := make([]byte, len(p.VCache))
+	gotK := make([]byte, len(p.KeyCache))
+	gotV := make([]byte, len(p.ValueCache))
 	for _, d := range []struct {
 		dst []byte
 		src pagedkv.Buffer
@@ -190,10 +190,10 @@ func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 	}
 	wantQ := ref.RopeRotate(p.Q, c.QHeads, c.HeadDim, p.Positions, p.CosSin, p.rot, c.NeoX)
 	wantK := ref.RopeRotate(p.K[:c.Tokens*p.kvElems], c.KVHeads, c.HeadDim, p.Positions, p.CosSin, p.rot, c.NeoX)
-	if e := ref.RelL2(ref.DecodeSlice(ref.DType(c.In), qOut), wantQ); !(e <= Tolerance(c.In)) {
+	if e := ref.RelL2(ref.DecodeSlice(ref.DType(c.DType), qOut), wantQ); !(e <= Tolerance(c.DType)) {
 		return errorf("%v: q_out relative L2 error %.3g", c, e)
 	}
-	if e := ref.RelL2(ref.DecodeSlice(ref.DType(c.In), kOut), wantK); !(e <= Tolerance(c.In)) {
+	if e := ref.RelL2(ref.DecodeSlice(ref.DType(c.DType), kOut), wantK); !(e <= Tolerance(c.DType)) {
 		return errorf("%v: k_out relative L2 error %.3g", c, e)
 	}
 	if c.Zeros {
@@ -208,13 +208,13 @@ func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 		}
 	}
 	keyFinal := append(append([]byte(nil), kOut...), p.KRaw[len(kOut):]...)
-	expK := append([]byte(nil), p.KCache...)
-	expV := append([]byte(nil), p.VCache...)
+	expK := append([]byte(nil), p.KeyCache...)
+	expV := append([]byte(nil), p.ValueCache...)
 	ref.CacheAppendFlash(ref.CacheAppend{
-		Key: keyFinal, Value: p.VRaw, KeyCache: expK, ValueCache: expV, SlotMapping: p.Slots, SlotRemap: p.Remap,
+		Key: keyFinal, Value: p.VRaw, KeyCache: expK, ValueCache: expV, SlotMapping: p.SlotMapping, SlotRemap: p.Remap,
 		NumTokens: c.Tokens + c.KVOnly, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
 		KeyTokenStride: p.kvElems, ValueTokenStride: p.kvElems, KeyHeadStride: c.HeadDim, ValueHeadStride: c.HeadDim,
-		In: ref.DType(c.In), Cache: ref.DType(c.Cache), KScale: a.KScale, VScale: a.VScale, Layout: ref.Layout(c.Layout),
+		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: a.KScale, VScale: a.VScale, Layout: ref.Layout(c.Layout),
 	})
 	if i := FirstDiff(expK, gotK); i >= 0 {
 		return errorf("%v: key cache byte %d is %#x, want %#x", c, i, gotK[i], expK[i])

@@ -5,11 +5,11 @@ import "fmt"
 // CacheAppend holds the arguments of CacheAppendFlash. All buffers are raw
 // little-endian bytes; strides count elements, not bytes.
 type CacheAppend struct {
-	// Key and Value are the new tokens, dtype In. Element (t, h, d) of Key is
-	// at t*KeyTokenStride + h*KeyHeadStride + d (Value likewise with its own
-	// strides).
+	// Key and Value are the new tokens, dtype DType. Element (t, h, d) of Key
+	// is at t*KeyTokenStride + h*KeyHeadStride + d (Value likewise with its
+	// own strides).
 	Key, Value []byte
-	// KeyCache and ValueCache are the paged caches, dtype Cache, in flash
+	// KeyCache and ValueCache are the paged caches, dtype CacheDType, in flash
 	// layout [NumBlocks, BlockSize, NumKVHeads, HeadDim]. They are written in
 	// place.
 	KeyCache, ValueCache []byte
@@ -25,11 +25,12 @@ type CacheAppend struct {
 	KeyTokenStride, ValueTokenStride int
 	KeyHeadStride, ValueHeadStride   int
 
-	// In is the dtype of Key and Value; Cache is the dtype of the caches.
-	// Either Cache == In, or Cache == E4M3 and In is F16 or BF16.
-	In, Cache DType
+	// DType is the dtype of Key and Value; CacheDType is the dtype of the
+	// caches. Either CacheDType == DType, or CacheDType == E4M3 and DType is
+	// F16 or BF16.
+	DType, CacheDType DType
 	// KScale and VScale divide K and V before the fp8 conversion; they are
-	// ignored when Cache == In.
+	// ignored when CacheDType == DType.
 	KScale, VScale float32
 	// Layout is the caches' layout (the zero value is LayoutFlash).
 	Layout Layout
@@ -70,9 +71,10 @@ func CacheIndex(l Layout, value bool, slot, h, d, numKVHeads, headDim, blockSize
 // CacheAppendFlash writes each token of a.Key and a.Value into its slot of
 // a.KeyCache and a.ValueCache ("reshape and cache", flash layout).
 //
-// When a.Cache == a.In the element bits are copied unchanged. When a.Cache is
-// E4M3, each element x becomes E4M3FromFloat32(float32(x) / KScale) (VScale for
-// V), the division done in float32, exactly as the kernel does it.
+// When a.CacheDType == a.DType the element bits are copied unchanged. When
+// a.CacheDType is E4M3, each element x becomes E4M3FromFloat32(float32(x) /
+// KScale) (VScale for V), the division done in float32, exactly as the kernel
+// does it.
 //
 // Tokens are processed in order, so a later token with the same slot
 // overwrites an earlier one. The GPU gives no order for duplicate slots, so
@@ -80,11 +82,11 @@ func CacheIndex(l Layout, value bool, slot, h, d, numKVHeads, headDim, blockSize
 // an unsupported dtype pair or a buffer too small for the shape panics: the
 // caller validates its arguments first.
 func CacheAppendFlash(a CacheAppend) {
-	convert := a.Cache != a.In
-	if convert && !(a.Cache == E4M3 && (a.In == F16 || a.In == BF16)) {
-		panic(fmt.Sprintf("ref: CacheAppendFlash: unsupported In=%v Cache=%v", a.In, a.Cache))
+	convert := a.CacheDType != a.DType
+	if convert && !(a.CacheDType == E4M3 && (a.DType == F16 || a.DType == BF16)) {
+		panic(fmt.Sprintf("ref: CacheAppendFlash: unsupported DType=%v CacheDType=%v", a.DType, a.CacheDType))
 	}
-	inSize, cacheSize := a.In.Size(), a.Cache.Size()
+	inSize, cacheSize := a.DType.Size(), a.CacheDType.Size()
 	numSlots := a.NumBlocks * a.BlockSize
 	tokenElems := a.NumKVHeads * a.HeadDim
 	if want := numSlots * tokenElems * cacheSize; len(a.KeyCache) < want || len(a.ValueCache) < want {
@@ -97,7 +99,7 @@ func CacheAppendFlash(a CacheAppend) {
 	}
 
 	x := 16 / cacheSize
-	// copyToken moves one token of src (dtype In) into cache slot slot.
+	// copyToken moves one token of src (dtype DType) into cache slot slot.
 	copyToken := func(dst, src []byte, value bool, t, slot, tokenStride, headStride int, scale float32) {
 		for h := range a.NumKVHeads {
 			for d := range a.HeadDim {
@@ -109,8 +111,8 @@ func CacheAppendFlash(a CacheAppend) {
 				}
 				// Decode is exact, so float32 of it is the input value exactly;
 				// the explicit conversion keeps the quotient rounded to float32.
-				x := float32(DecodeAt(a.In, src, si))
-				EncodeAt(a.Cache, dst, di, float32(x/scale))
+				x := float32(DecodeAt(a.DType, src, si))
+				EncodeAt(a.CacheDType, dst, di, float32(x/scale))
 			}
 		}
 	}
@@ -137,28 +139,28 @@ func CacheAppendFlash(a CacheAppend) {
 
 // CacheGather holds the arguments of CacheGatherTokens.
 type CacheGather struct {
-	// KeyCache and ValueCache are the caches, dtype Cache, in Layout.
+	// KeyCache and ValueCache are the caches, dtype CacheDType, in Layout.
 	KeyCache, ValueCache []byte
-	// Slots[t] is the slot gathered into row t; a negative slot leaves row t
-	// untouched.
-	Slots []int64
-	// KeyOut and ValueOut are [len(Slots), NumKVHeads, HeadDim] of dtype
-	// Cache, written in place.
+	// SlotMapping[t] is the slot gathered into row t; a negative slot leaves
+	// row t untouched.
+	SlotMapping []int64
+	// KeyOut and ValueOut are [len(SlotMapping), NumKVHeads, HeadDim] of dtype
+	// CacheDType, written in place.
 	KeyOut, ValueOut []byte
 
 	NumKVHeads, HeadDim, BlockSize, NumBlocks int
-	Cache                                     DType
+	CacheDType                                DType
 	Layout                                    Layout
 }
 
 // CacheGatherTokens copies the cache elements of each slot back to token-major
-// rows, bit for bit: the inverse of CacheAppendFlash with Cache == In. A slot
-// outside the cache panics.
+// rows, bit for bit: the inverse of CacheAppendFlash with CacheDType ==
+// DType. A slot outside the cache panics.
 func CacheGatherTokens(a CacheGather) {
-	size := a.Cache.Size()
+	size := a.CacheDType.Size()
 	x := 16 / size
 	numSlots := a.NumBlocks * a.BlockSize
-	for t, slot := range a.Slots {
+	for t, slot := range a.SlotMapping {
 		if slot < 0 {
 			continue
 		}

@@ -22,7 +22,7 @@ func cacheCase(t *testing.T, rng *rand.Rand, in, cache DType, slots, remap []int
 		// Padding between heads and tokens, different for K and V.
 		KeyTokenStride: numKVHeads*(headDim+2) + 1, KeyHeadStride: headDim + 2,
 		ValueTokenStride: numKVHeads * headDim * 2, ValueHeadStride: headDim,
-		In: in, Cache: cache, KScale: 0.37, VScale: 2.5,
+		DType: in, CacheDType: cache, KScale: 0.37, VScale: 2.5,
 	}
 	random := func(n int) []float32 {
 		vals := make([]float32, n)
@@ -43,8 +43,8 @@ func cacheCase(t *testing.T, rng *rand.Rand, in, cache DType, slots, remap []int
 // element (as want computes it from the input bits), the rest keep the poison.
 func checkCache(t *testing.T, a CacheAppend, written map[int64]int) {
 	t.Helper()
-	size := a.Cache.Size()
-	inSize := a.In.Size()
+	size := a.CacheDType.Size()
+	inSize := a.DType.Size()
 	for _, kv := range []struct {
 		name               string
 		src, dst           []byte
@@ -67,10 +67,10 @@ func checkCache(t *testing.T, a CacheAppend, written map[int64]int) {
 					si := tok*kv.tokStride + h*kv.hStride + d
 					src := kv.src[si*inSize : (si+1)*inSize]
 					var want []byte
-					if a.Cache == a.In {
+					if a.CacheDType == a.DType {
 						want = src
 					} else {
-						x := float32(DecodeAt(a.In, src, 0))
+						x := float32(DecodeAt(a.DType, src, 0))
 						want = []byte{E4M3FromFloat32(x / kv.scale)}
 					}
 					require.Equalf(t, want, got, "%s slot %d head %d dim %d (token %d)", kv.name, slot, h, d, tok)
@@ -139,7 +139,7 @@ func TestCacheAppendFlashE4M3Values(t *testing.T) {
 		SlotMapping: []int64{0},
 		NumTokens:   1, NumKVHeads: 1, HeadDim: 2, BlockSize: 1, NumBlocks: 1,
 		KeyTokenStride: 2, ValueTokenStride: 2, KeyHeadStride: 2, ValueHeadStride: 2,
-		In: F16, Cache: E4M3, KScale: 0.5, VScale: 0.25,
+		DType: F16, CacheDType: E4M3, KScale: 0.5, VScale: 0.25,
 	}
 	CacheAppendFlash(a)
 	// 3/0.5 = 6 = 1.5·2^2; 1000/0.5 saturates to 448.
@@ -220,11 +220,11 @@ func TestCacheGatherInvertsAppend(t *testing.T) {
 		CacheAppendFlash(CacheAppend{Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slots,
 			NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
 			KeyTokenStride: heads * dim, ValueTokenStride: heads * dim, KeyHeadStride: dim, ValueHeadStride: dim,
-			In: F16, Cache: F16, Layout: l})
+			DType: F16, CacheDType: F16, Layout: l})
 		ko := make([]byte, len(key))
 		vo := make([]byte, len(key))
-		CacheGatherTokens(CacheGather{KeyCache: kc, ValueCache: vc, Slots: slots, KeyOut: ko, ValueOut: vo,
-			NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks, Cache: F16, Layout: l})
+		CacheGatherTokens(CacheGather{KeyCache: kc, ValueCache: vc, SlotMapping: slots, KeyOut: ko, ValueOut: vo,
+			NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks, CacheDType: F16, Layout: l})
 		require.Equal(t, key, ko, "layout %d keys", l)
 		require.Equal(t, key, vo, "layout %d values", l)
 	}

@@ -12,8 +12,8 @@ import (
 type Decode struct {
 	// Q is [NumSeqs, NumQHeads, HeadDim].
 	Q []float64
-	// KCache and VCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim].
-	KCache, VCache []float64
+	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	KeyCache, ValueCache []float64
 	// BlockTables is [NumSeqs, MaxBlocksPerSeq]: entry (s, p) is the
 	// physical block holding tokens p*BlockSize … (p+1)*BlockSize-1 of s.
 	BlockTables []int32
@@ -48,9 +48,9 @@ func PagedDecode(a Decode) (out, lse []float64) {
 		panic(fmt.Sprintf("ref: PagedDecode: BlockSize=%d", a.BlockSize))
 	}
 	rowElems := a.NumKVHeads * a.HeadDim
-	numBlocks := len(a.KCache) / (a.BlockSize * rowElems)
-	if len(a.VCache) != len(a.KCache) {
-		panic(fmt.Sprintf("ref: PagedDecode: KCache has %d elements, VCache %d", len(a.KCache), len(a.VCache)))
+	numBlocks := len(a.KeyCache) / (a.BlockSize * rowElems)
+	if len(a.ValueCache) != len(a.KeyCache) {
+		panic(fmt.Sprintf("ref: PagedDecode: KeyCache has %d elements, ValueCache %d", len(a.KeyCache), len(a.ValueCache)))
 	}
 	group := a.NumQHeads / a.NumKVHeads
 
@@ -84,7 +84,7 @@ func PagedDecode(a Decode) (out, lse []float64) {
 			}
 			maxScore := math.Inf(-1)
 			for j, row := range rows {
-				k := a.KCache[row+kvOff:][:a.HeadDim]
+				k := a.KeyCache[row+kvOff:][:a.HeadDim]
 				var dot float64
 				for d := range q {
 					dot += q[d] * k[d]
@@ -96,7 +96,7 @@ func PagedDecode(a Decode) (out, lse []float64) {
 			for j, row := range rows {
 				p := math.Exp(scores[j] - maxScore)
 				sum += p
-				v := a.VCache[row+kvOff:][:a.HeadDim]
+				v := a.ValueCache[row+kvOff:][:a.HeadDim]
 				for d := range o {
 					o[d] += p * v[d]
 				}

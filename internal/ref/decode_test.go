@@ -21,11 +21,11 @@ func oneBlockDecode(q []float64, k, v [][]float64, scale float64) Decode {
 		BlockSize: max(len(k), 1), MaxBlocksPerSeq: 1,
 		Scale: scale,
 	}
-	a.KCache = make([]float64, a.BlockSize*d)
-	a.VCache = make([]float64, a.BlockSize*d)
+	a.KeyCache = make([]float64, a.BlockSize*d)
+	a.ValueCache = make([]float64, a.BlockSize*d)
 	for j := range k {
-		copy(a.KCache[j*d:], k[j])
-		copy(a.VCache[j*d:], v[j])
+		copy(a.KeyCache[j*d:], k[j])
+		copy(a.ValueCache[j*d:], v[j])
 	}
 	return a
 }
@@ -90,10 +90,10 @@ func TestPagedDecodeGQA(t *testing.T) {
 	// 4 query heads share 2 KV heads: heads 0,1 read KV head 0; 2,3 read 1.
 	// One token per sequence, so each output is its KV head's v row.
 	a := Decode{
-		Q:      []float64{1, 2, 3, 4, 5, 6, 7, 8},
-		KCache: []float64{1, 1, 2, 2},
+		Q:        []float64{1, 2, 3, 4, 5, 6, 7, 8},
+		KeyCache: []float64{1, 1, 2, 2},
 		// Block 0, row 0: KV head 0 then KV head 1.
-		VCache:      []float64{10, 20, 30, 40},
+		ValueCache:  []float64{10, 20, 30, 40},
 		BlockTables: []int32{0},
 		KVLens:      []int32{1},
 		NumSeqs:     1, NumQHeads: 4, NumKVHeads: 2, HeadDim: 2,
@@ -158,8 +158,8 @@ func TestPagedDecodePageTablePermutation(t *testing.T) {
 	layout := func(physical []int) Decode {
 		a := Decode{
 			Q:           q,
-			KCache:      random(numBlocks * blockSize * rowElems),
-			VCache:      random(numBlocks * blockSize * rowElems),
+			KeyCache:    random(numBlocks * blockSize * rowElems),
+			ValueCache:  random(numBlocks * blockSize * rowElems),
 			BlockTables: make([]int32, numSeqs*maxBlocks),
 			KVLens:      kvLens,
 			NumSeqs:     numSeqs, NumQHeads: numQHeads, NumKVHeads: numKVHeads, HeadDim: headDim,
@@ -172,8 +172,8 @@ func TestPagedDecodePageTablePermutation(t *testing.T) {
 				a.BlockTables[s*maxBlocks+p] = int32(block)
 				for r := range blockSize {
 					at := (block*blockSize + r) * rowElems
-					copy(a.KCache[at:], logicalK[s][p*blockSize+r])
-					copy(a.VCache[at:], logicalV[s][p*blockSize+r])
+					copy(a.KeyCache[at:], logicalK[s][p*blockSize+r])
+					copy(a.ValueCache[at:], logicalV[s][p*blockSize+r])
 				}
 			}
 		}

@@ -8,6 +8,9 @@ import (
 
 // DType is the storage type of a tensor element. The zero value is not a
 // valid DType, so a forgotten field panics instead of silently meaning fp16.
+// It mirrors dispatch.DType number for number and name for name (the checks
+// convert one to the other by number; TestDTypeMatchesRef in internal/check
+// ties them), as this package imports nothing of pagedkv.
 type DType int
 
 const (
