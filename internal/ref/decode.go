@@ -56,56 +56,73 @@ func PagedDecode(a Decode) (out, lse []float64) {
 
 	out = make([]float64, a.NumSeqs*a.NumQHeads*a.HeadDim)
 	lse = make([]float64, a.NumSeqs*a.NumQHeads)
+	c := pagedCache{keys: a.KeyCache, values: a.ValueCache, tables: a.BlockTables, numKVHeads: a.NumKVHeads,
+		headDim: a.HeadDim, blockSize: a.BlockSize, maxBlocksPerSeq: a.MaxBlocksPerSeq, numBlocks: numBlocks}
 	for s := range a.NumSeqs {
-		kvLen := int(a.KVLens[s])
-		if kvLen < 0 || kvLen > a.MaxBlocksPerSeq*a.BlockSize {
-			panic(fmt.Sprintf("ref: PagedDecode: KVLens[%d]=%d, capacity is %d",
-				s, kvLen, a.MaxBlocksPerSeq*a.BlockSize))
-		}
-		// rows[j] is the element offset of token j's row in the caches.
-		rows := make([]int, kvLen)
-		for j := range rows {
-			block := int(a.BlockTables[s*a.MaxBlocksPerSeq+j/a.BlockSize])
-			if block < 0 || block >= numBlocks {
-				panic(fmt.Sprintf("ref: PagedDecode: BlockTables[%d][%d]=%d, cache has %d blocks",
-					s, j/a.BlockSize, block, numBlocks))
-			}
-			rows[j] = (block*a.BlockSize + j%a.BlockSize) * rowElems
-		}
-
-		scores := make([]float64, kvLen)
+		rows := c.rows("PagedDecode", s, int(a.KVLens[s]))
 		for h := range a.NumQHeads {
-			q := a.Q[(s*a.NumQHeads+h)*a.HeadDim:][:a.HeadDim]
-			o := out[(s*a.NumQHeads+h)*a.HeadDim:][:a.HeadDim]
-			kvOff := (h / group) * a.HeadDim
-			if kvLen == 0 {
-				lse[s*a.NumQHeads+h] = math.Inf(-1)
-				continue
-			}
-			maxScore := math.Inf(-1)
-			for j, row := range rows {
-				k := a.KeyCache[row+kvOff:][:a.HeadDim]
-				var dot float64
-				for d := range q {
-					dot += q[d] * k[d]
-				}
-				scores[j] = a.Scale * dot
-				maxScore = math.Max(maxScore, scores[j])
-			}
-			var sum float64
-			for j, row := range rows {
-				p := math.Exp(scores[j] - maxScore)
-				sum += p
-				v := a.ValueCache[row+kvOff:][:a.HeadDim]
-				for d := range o {
-					o[d] += p * v[d]
-				}
-			}
-			for d := range o {
-				o[d] /= sum
-			}
-			lse[s*a.NumQHeads+h] = maxScore + math.Log(sum)
+			i := s*a.NumQHeads + h
+			lse[i] = c.attend(a.Q[i*a.HeadDim:][:a.HeadDim], rows, h/group, a.Scale, out[i*a.HeadDim:][:a.HeadDim])
 		}
 	}
 	return out, lse
+}
+
+// pagedCache is a paged K/V cache as the reference ops read it.
+type pagedCache struct {
+	keys, values                                    []float64
+	tables                                          []int32
+	numKVHeads, headDim, blockSize, maxBlocksPerSeq int
+	numBlocks                                       int
+}
+
+// rows returns the element offsets, in the caches, of the rows of tokens
+// 0..n-1 of sequence s; op names the caller in panics.
+func (c *pagedCache) rows(op string, s, n int) []int {
+	if n < 0 || n > c.maxBlocksPerSeq*c.blockSize {
+		panic(fmt.Sprintf("ref: %s: sequence %d has %d tokens, capacity is %d", op, s, n, c.maxBlocksPerSeq*c.blockSize))
+	}
+	rows := make([]int, n)
+	for j := range rows {
+		block := int(c.tables[s*c.maxBlocksPerSeq+j/c.blockSize])
+		if block < 0 || block >= c.numBlocks {
+			panic(fmt.Sprintf("ref: %s: BlockTables[%d][%d]=%d, cache has %d blocks", op, s, j/c.blockSize, block, c.numBlocks))
+		}
+		rows[j] = (block*c.blockSize + j%c.blockSize) * c.numKVHeads * c.headDim
+	}
+	return rows
+}
+
+// attend writes into o the attention of q over the tokens at rows, KV head
+// kvHead, and returns the natural log-sum-exp of the scaled scores; o stays
+// zero and the result is -Inf when rows is empty.
+func (c *pagedCache) attend(q []float64, rows []int, kvHead int, scale float64, o []float64) float64 {
+	if len(rows) == 0 {
+		return math.Inf(-1)
+	}
+	kvOff := kvHead * c.headDim
+	scores := make([]float64, len(rows))
+	maxScore := math.Inf(-1)
+	for j, row := range rows {
+		k := c.keys[row+kvOff:][:c.headDim]
+		var dot float64
+		for d := range q {
+			dot += q[d] * k[d]
+		}
+		scores[j] = scale * dot
+		maxScore = math.Max(maxScore, scores[j])
+	}
+	var sum float64
+	for j, row := range rows {
+		p := math.Exp(scores[j] - maxScore)
+		sum += p
+		v := c.values[row+kvOff:][:c.headDim]
+		for d := range o {
+			o[d] += p * v[d]
+		}
+	}
+	for d := range o {
+		o[d] /= sum
+	}
+	return maxScore + math.Log(sum)
 }

@@ -1,0 +1,78 @@
+package ref
+
+import "fmt"
+
+// Varlen holds the arguments of PagedVarlen: several query tokens per
+// sequence (prefill, chunked prefill, speculative verify, or one token for a
+// decode in a mixed batch) attending over the sequence's paged KV cache,
+// which already holds the new tokens. Tensors are row-major float64, K and
+// V decoded (scales applied), as for Decode.
+type Varlen struct {
+	// Q is [CuSeqlensQ[NumSeqs], NumQHeads, HeadDim], token-major.
+	Q []float64
+	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	KeyCache, ValueCache []float64
+	// BlockTables is [NumSeqs, MaxBlocksPerSeq], as for Decode.
+	BlockTables []int32
+	// CuSeqlensQ is [NumSeqs+1]: sequence s owns query tokens
+	// CuSeqlensQ[s] … CuSeqlensQ[s+1]-1.
+	CuSeqlensQ []int32
+	// PosOffsets is [NumSeqs]: the KV position of sequence s's first query
+	// token, so its KV length is PosOffsets[s] + q_len.
+	PosOffsets []int32
+
+	NumSeqs, NumQHeads, NumKVHeads, HeadDim, BlockSize, MaxBlocksPerSeq int
+
+	// Causal: query i of sequence s attends KV positions ≤ PosOffsets[s] + i
+	// (bottom-right aligned); otherwise every position of the sequence.
+	Causal bool
+	// Scale multiplies every q·k score (usually 1/sqrt(HeadDim)).
+	Scale float64
+}
+
+// PagedVarlen returns out [total q tokens, NumQHeads, HeadDim] and the
+// natural log-sum-exp of the scaled scores lse [total q tokens, NumQHeads],
+// computed as PagedDecode computes one query (PagedDecode is PagedVarlen with
+// one query token per sequence at position KVLens[s]-1, causal or not).
+// Inconsistent shapes, a decreasing CuSeqlensQ, negative offsets, block ids
+// outside the cache and lengths beyond MaxBlocksPerSeq*BlockSize panic.
+func PagedVarlen(a Varlen) (out, lse []float64) {
+	if a.NumKVHeads <= 0 || a.NumQHeads%a.NumKVHeads != 0 {
+		panic(fmt.Sprintf("ref: PagedVarlen: NumQHeads=%d is not a multiple of NumKVHeads=%d", a.NumQHeads, a.NumKVHeads))
+	}
+	if a.BlockSize <= 0 || len(a.CuSeqlensQ) != a.NumSeqs+1 || len(a.PosOffsets) != a.NumSeqs || a.CuSeqlensQ[0] != 0 {
+		panic(fmt.Sprintf("ref: PagedVarlen: BlockSize=%d, %d CuSeqlensQ (first %v), %d PosOffsets for %d sequences",
+			a.BlockSize, len(a.CuSeqlensQ), a.CuSeqlensQ[:min(1, len(a.CuSeqlensQ))], len(a.PosOffsets), a.NumSeqs))
+	}
+	if len(a.ValueCache) != len(a.KeyCache) {
+		panic(fmt.Sprintf("ref: PagedVarlen: KeyCache has %d elements, ValueCache %d", len(a.KeyCache), len(a.ValueCache)))
+	}
+	for s := range a.NumSeqs {
+		if a.CuSeqlensQ[s+1] < a.CuSeqlensQ[s] || a.PosOffsets[s] < 0 {
+			panic(fmt.Sprintf("ref: PagedVarlen: sequence %d has CuSeqlensQ %d..%d and PosOffsets %d", s, a.CuSeqlensQ[s], a.CuSeqlensQ[s+1], a.PosOffsets[s]))
+		}
+	}
+	group := a.NumQHeads / a.NumKVHeads
+	c := pagedCache{keys: a.KeyCache, values: a.ValueCache, tables: a.BlockTables, numKVHeads: a.NumKVHeads,
+		headDim: a.HeadDim, blockSize: a.BlockSize, maxBlocksPerSeq: a.MaxBlocksPerSeq,
+		numBlocks: len(a.KeyCache) / (a.BlockSize * a.NumKVHeads * a.HeadDim)}
+	total := int(a.CuSeqlensQ[a.NumSeqs])
+	out = make([]float64, total*a.NumQHeads*a.HeadDim)
+	lse = make([]float64, total*a.NumQHeads)
+	for s := range a.NumSeqs {
+		first, end := int(a.CuSeqlensQ[s]), int(a.CuSeqlensQ[s+1])
+		pos := int(a.PosOffsets[s])
+		rows := c.rows("PagedVarlen", s, pos+end-first)
+		for t := first; t < end; t++ {
+			visible := rows
+			if a.Causal {
+				visible = rows[:pos+t-first+1]
+			}
+			for h := range a.NumQHeads {
+				i := t*a.NumQHeads + h
+				lse[i] = c.attend(a.Q[i*a.HeadDim:][:a.HeadDim], visible, h/group, a.Scale, out[i*a.HeadDim:][:a.HeadDim])
+			}
+		}
+	}
+	return out, lse
+}
