@@ -509,13 +509,9 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		if a.NumSeqs > dispatch.BalanceMaxSeqs || !dispatch.BalancedItemsValid(a.NumSeqs, int(items), plan.BalanceWave) {
 			return errf("DecodeWithPlan: the balanced plan has %d work items, %d per wave, for %d sequences; allowed: at least the wave (NumSeqs < BalanceWave) or NumSeqs + BalanceWave, at most %d sequences", items, plan.BalanceWave, a.NumSeqs, dispatch.BalanceMaxSeqs)
 		}
-		want.Grid.Y, want.Grid.Z = plan.Grid.Y, 1
-		rows = items * int64(a.NumQHeads)
-		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)
+		want.Grid.Z = 1
 		shape := a.shape(false, 0)
-		want.ScratchFloats, want.WorkOffset = dispatch.BalancedScratch(&shape, int(items))
-		want.MaxOffset = rows * int64(a.HeadDim)
-		want.SumOffset = want.MaxOffset + rows
+		want.SetBalancedItems(&shape, int(items))
 		want.BalanceMinPages = plan.BalanceMinPages
 	} else if plan.Splits > 1 {
 		want.Counters = int64(a.NumSeqs) * int64(a.NumKVHeads)

@@ -470,17 +470,11 @@ func TestCheckDecodePlan(t *testing.T) {
 	more := bal
 	more.Grid.Y += 7
 	assert.Error(t, checkDecodePlan(&a, &more, &plain), "scratch for other items")
-	rows := int64(more.Grid.Y) * int64(a.NumQHeads)
 	shape := a.shape(false, 0)
-	more.ScratchFloats, more.WorkOffset = dispatch.BalancedScratch(&shape, int(more.Grid.Y))
-	more.MaxOffset, more.SumOffset = rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
+	more.SetBalancedItems(&shape, int(more.Grid.Y))
 	assert.NoError(t, checkDecodePlan(&a, &more, &plain))
 	few := bal
-	few.Grid.Y = uint32(a.NumSeqs)
-	shape = a.shape(false, 0)
-	few.ScratchFloats, few.WorkOffset = dispatch.BalancedScratch(&shape, int(few.Grid.Y))
-	rows = int64(few.Grid.Y) * int64(a.NumQHeads)
-	few.MaxOffset, few.SumOffset = rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
+	few.SetBalancedItems(&shape, a.NumSeqs)
 	assert.ErrorContains(t, checkDecodePlan(&a, &few, &plain), "work items")
 	off := bal
 	off.WorkOffset++

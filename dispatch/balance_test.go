@@ -63,7 +63,9 @@ func TestPlanDecodeBalancedChoice(t *testing.T) {
 			assert.Zero(t, p.Cluster)
 			assert.True(t, BalancedItemsValid(tt.shape.NumSeqs, int(p.Grid.Y), p.BalanceWave))
 			assert.Equal(t, Dim3{uint32(tt.shape.NumKVHeads), p.Grid.Y, 1}, p.Grid)
-			floats, work := BalancedScratch(&tt.shape, int(p.Grid.Y))
+			rows := int64(p.Grid.Y) * int64(tt.shape.NumQHeads)
+			work := (rows*int64(tt.shape.HeadDim+2) + 3) / 4 * 4
+			floats := work + 4*int64(p.Grid.Y)
 			assert.Equal(t, floats, p.ScratchFloats)
 			assert.Equal(t, work, p.WorkOffset)
 			assert.Zero(t, p.WorkOffset%4, "16-byte aligned work list")

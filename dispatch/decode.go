@@ -420,20 +420,18 @@ func BalancedItemsValid(numSeqs, items, wave int) bool {
 	return items >= numSeqs+wave
 }
 
-func balancedScratchFloats(s *DecodeShape, items int) int64 {
-	return balancedWorkOffset(s, items) + 4*int64(items)
-}
-
-// balancedWorkOffset is where a balanced plan's work list starts: after the
-// partials, 16-byte aligned.
-func balancedWorkOffset(s *DecodeShape, items int) int64 {
-	return (int64(items)*int64(s.NumQHeads)*int64(s.HeadDim+2) + 3) / 4 * 4
-}
-
-// BalancedScratch returns the scratch layout of a balanced plan of items
-// work items for s: the f32 floats in all, and the work list's offset.
-func BalancedScratch(s *DecodeShape, items int) (floats, workOffset int64) {
-	return balancedScratchFloats(s, items), balancedWorkOffset(s, items)
+// SetBalancedItems gives balanced plan p items work items for s: Grid.Y,
+// the counters and the scratch layout (partials, one row per item and query
+// head, then the work list, 16-byte aligned).
+func (p *Plan) SetBalancedItems(s *DecodeShape, items int) {
+	rows := int64(items) * int64(s.NumQHeads)
+	p.Grid.Y = uint32(items)
+	p.Counters = int64(s.NumSeqs) * int64(s.NumKVHeads)
+	p.PartialOutOffset = 0
+	p.MaxOffset = rows * int64(s.HeadDim)
+	p.SumOffset = p.MaxOffset + rows
+	p.WorkOffset = (p.SumOffset + rows + 3) / 4 * 4
+	p.ScratchFloats = p.WorkOffset + 4*int64(items)
 }
 
 // planBalanced returns the balanced plan of s (see Plan.BalanceMinPages).
@@ -448,23 +446,19 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 	items := balancedItems(s, wave)
 	minPages := ceilDiv(BalanceMinChunkTokens, s.BlockSize)
 	splits := min(MaxSplits, max(ceilDiv(ceilDiv(s.MaxKVLen, s.BlockSize), minPages), 1), items-s.NumSeqs+1)
-	rows := int64(items) * int64(s.NumQHeads)
-	return Plan{
+	p := Plan{
 		Kernel:          kernel,
-		Grid:            Dim3{uint32(s.NumKVHeads), uint32(items), 1},
+		Grid:            Dim3{X: uint32(s.NumKVHeads), Z: 1},
 		Block:           Dim3{DecodeThreads, 1, 1},
 		SharedBytes:     uint32(shared),
 		Splits:          splits,
 		RequestedSplits: splits,
 		Reason:          reason,
-		Counters:        int64(s.NumSeqs) * int64(s.NumKVHeads),
-		ScratchFloats:   balancedScratchFloats(s, items),
-		MaxOffset:       rows * int64(s.HeadDim),
-		SumOffset:       rows*int64(s.HeadDim) + rows,
 		BalanceMinPages: minPages,
 		BalanceWave:     wave,
-		WorkOffset:      balancedWorkOffset(s, items),
 	}
+	p.SetBalancedItems(s, items)
+	return p
 }
 
 // chooseSplits returns the split count, the count asked for before clamping,

@@ -853,11 +853,9 @@ func (b *bencher) balanceVariants(sets []pagedkv.DecodeArgs, rot int, bp dispatc
 	deep := bp
 	deep.SharedBytes = uint32(dispatch.KernelSharedBytes(bp.Kernel, b.r.Info().MaxSharedPerBlockOptin))
 	few := bp
-	few.Grid.Y, few.BalanceWave = uint32(a.NumSeqs+1), 1
+	few.BalanceWave = 1
 	shape := dispatch.DecodeShape{NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim}
-	few.ScratchFloats, few.WorkOffset = dispatch.BalancedScratch(&shape, int(few.Grid.Y))
-	rows := int64(few.Grid.Y) * int64(a.NumQHeads)
-	few.MaxOffset, few.SumOffset = rows*int64(a.HeadDim), rows*int64(a.HeadDim)+rows
+	few.SetBalancedItems(&shape, a.NumSeqs+1)
 	fewDeep := few
 	fewDeep.SharedBytes = deep.SharedBytes
 	line := fmt.Sprintf("exp-balance %s %s: plan %.2f, balanced %.2f (r%d, %d items)", res.DType, res.Shape, res.Micros, res.BalancedMicros,
