@@ -5,6 +5,7 @@ import (
 
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/scratch"
 )
 
 // DecodeArgs describes one batched paged decode attention: one query token
@@ -402,57 +403,53 @@ func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) e
 // launchDecode enqueues the kernels of plan.
 func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
 	p := a.params(s.fault)
-	if plan.ScratchFloats == 0 {
-		err := r.do(func() error {
-			if plan.Cluster > 0 {
-				return driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster}, plan.SharedBytes, s.s, &p)
-			}
-			return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
-		})
-		if err != nil {
-			return err
-		}
-		return s.afterLaunch(capturing)
-	}
-	var base driver.DevicePtr
-	if !a.Workspace.IsZero() {
-		if need := plan.WorkspaceBytes(); a.Workspace.Bytes < need {
-			return errf("%s.Workspace has %d bytes; this decode's plan (%d splits) needs %d (Plan.WorkspaceBytes)", decodeArg, a.Workspace.Bytes, plan.Splits, need)
-		}
-		p.Counters = driver.DevicePtr(a.Workspace.Ptr)
-		base = p.Counters + driver.DevicePtr(plan.WorkspaceFloatsOffset())
-	} else {
-		lease, err := r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing)
-		if err != nil {
-			return err
-		}
-		defer lease.Release()
-		counters, err := r.counters.Acquire(uintptr(s.s), plan.Counters, capturing)
-		if err != nil {
-			return err
-		}
-		defer counters.Release()
-		base = driver.DevicePtr(lease.Ptr)
-		p.Counters = driver.DevicePtr(counters.Ptr)
-	}
-	p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
-	p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
-	p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
 	var part decodePartitionParams
 	var partFn driver.Function
 	if plan.Balanced() {
-		p.Work = base + driver.DevicePtr(plan.WorkOffset*4)
-		part = decodePartitionParams{
-			Work: p.Work, KVLens: a.KVLens.Ptr, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
-			MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), MinPages: int32(plan.BalanceMinPages),
-		}
 		var err error
 		if partFn, _, err = r.function(dispatch.DecodePartitionKernel); err != nil {
 			return err
 		}
 	}
-	err := r.do(func() error {
+	// The scratch: the caller's workspace, or the stream's leases (zero
+	// leases for a plan without scratch), held until the launches are
+	// enqueued.
+	var lease, counters scratch.Lease
+	if plan.ScratchFloats > 0 {
+		var base driver.DevicePtr
+		if !a.Workspace.IsZero() {
+			if need := plan.WorkspaceBytes(); a.Workspace.Bytes < need {
+				return errf("%s.Workspace has %d bytes; this decode's plan (%d splits) needs %d (Plan.WorkspaceBytes)", decodeArg, a.Workspace.Bytes, plan.Splits, need)
+			}
+			p.Counters = driver.DevicePtr(a.Workspace.Ptr)
+			base = p.Counters + driver.DevicePtr(plan.WorkspaceFloatsOffset())
+		} else {
+			var err error
+			if lease, err = r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing); err != nil {
+				return err
+			}
+			if counters, err = r.counters.Acquire(uintptr(s.s), plan.Counters, capturing); err != nil {
+				lease.Release()
+				return err
+			}
+			base, p.Counters = driver.DevicePtr(lease.Ptr), driver.DevicePtr(counters.Ptr)
+		}
+		p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
+		p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
+		p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
 		if plan.Balanced() {
+			p.Work = base + driver.DevicePtr(plan.WorkOffset*4)
+			part = decodePartitionParams{
+				Work: p.Work, KVLens: a.KVLens.Ptr, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
+				MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), MinPages: int32(plan.BalanceMinPages),
+			}
+		}
+	}
+	err := r.do(func() error {
+		switch {
+		case plan.Cluster > 0:
+			return driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster}, plan.SharedBytes, s.s, &p)
+		case plan.Balanced():
 			one := driver.Dim3{X: 1, Y: 1, Z: 1}
 			if err := driver.Launch(partFn, one, driver.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1}, 0, s.s, &part); err != nil {
 				return err
@@ -460,6 +457,8 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		}
 		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
 	})
+	counters.Release()
+	lease.Release()
 	if err != nil {
 		return err
 	}

@@ -187,26 +187,24 @@ func knobsFrom(c config.Config) dispatch.Knobs {
 	k := dispatch.DefaultKnobs()
 	k.PagedFlash = c.PagedFlash
 	k.ForcedSplits = c.PagedFlashSplits
-	switch c.SplitKAttn {
-	case config.SplitOff:
-		k.SplitK = dispatch.SplitOff
-	case config.SplitOn:
-		k.SplitK = dispatch.SplitOn
-	default:
-		k.SplitK = dispatch.SplitAuto
-	}
+	k.SplitK = splitMode(c.SplitKAttn)
 	k.ScratchLimitBytes = c.ScratchLimitBytes
 	k.Clusters = c.DecodeClusters
 	k.Narrow = c.DecodeNarrow
-	switch c.DecodeBalance {
-	case config.SplitOff:
-		k.Balance = dispatch.SplitOff
-	case config.SplitOn:
-		k.Balance = dispatch.SplitOn
-	default:
-		k.Balance = dispatch.SplitAuto
-	}
+	k.Balance = splitMode(c.DecodeBalance)
 	return k
+}
+
+// splitMode maps a config split mode to the planner's (the two mirror each
+// other; config may not import dispatch).
+func splitMode(m config.SplitMode) dispatch.SplitMode {
+	switch m {
+	case config.SplitOff:
+		return dispatch.SplitOff
+	case config.SplitOn:
+		return dispatch.SplitOn
+	}
+	return dispatch.SplitAuto
 }
 
 // Info describes the device.
