@@ -67,20 +67,8 @@ func (r *Runtime) Alloc(bytes int64) (*Memory, error) {
 		return nil, fmt.Errorf("pagedkv: allocating %d bytes on %s: %w", bytes, r.info.Name, err)
 	}
 	m := &Memory{Buffer: Buffer{Ptr: p, Bytes: bytes}, r: r}
-	m.cleanup = runtime.AddCleanup(m, func(c memCleanup) { c.free() }, memCleanup{r, p})
+	m.cleanup = runtime.AddCleanup(m, driverCleanup.run, driverCleanup{r, func() error { return driver.MemFree(p) }})
 	return m, nil
-}
-
-type memCleanup struct {
-	r *Runtime
-	p driver.DevicePtr
-}
-
-func (c memCleanup) free() {
-	if c.r.closed.Load() {
-		return
-	}
-	_ = c.r.do(func() error { return driver.MemFree(c.p) })
 }
 
 // Free releases the memory after the device has finished every operation

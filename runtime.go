@@ -281,3 +281,19 @@ func (a scratchAllocator) AllocAsync(bytes int64, stream uintptr) (uintptr, erro
 func (a scratchAllocator) FreeAsync(ptr uintptr, stream uintptr) error {
 	return a.r.do(func() error { return driver.MemFreeAsync(driver.DevicePtr(ptr), driver.Stream(stream)) })
 }
+
+// driverCleanup is the backstop runtime.AddCleanup runs for a driver resource
+// its owner never released: release, in the Runtime's context, unless the
+// Runtime is closed (which released everything). It must not refer to the
+// owner itself.
+type driverCleanup struct {
+	r       *Runtime
+	release func() error
+}
+
+func (c driverCleanup) run() {
+	if c.r.closed.Load() {
+		return
+	}
+	_ = c.r.do(c.release)
+}

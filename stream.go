@@ -521,20 +521,8 @@ func (r *Runtime) NewEvent() (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pagedkv: creating an event on %s: %w", r.info.Name, err)
 	}
-	ev.cleanup = runtime.AddCleanup(ev, func(c eventCleanup) { c.destroy() }, eventCleanup{r, ev.e})
+	ev.cleanup = runtime.AddCleanup(ev, driverCleanup.run, driverCleanup{r, ev.e.Destroy})
 	return ev, nil
-}
-
-type eventCleanup struct {
-	r *Runtime
-	e driver.Event
-}
-
-func (c eventCleanup) destroy() {
-	if c.r.closed.Load() {
-		return
-	}
-	_ = c.r.do(c.e.Destroy)
 }
 
 // Close destroys the event without waiting for it: a Wait already enqueued
