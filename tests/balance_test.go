@@ -83,11 +83,7 @@ func TestDecodeBalancedGraphReplay(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, plan.Balanced(), "%s", plan.String())
 			require.NoError(t, r.ReserveDecode(s, &p.Args))
-			require.NoError(t, s.BeginCapture())
-			err = r.Decode(s, &p.Args)
-			graph, endErr := s.EndCapture()
-			require.NoError(t, err)
-			require.NoError(t, endErr)
+			graph := captureDecode(t, r, s, &p.Args)
 			t.Cleanup(func() { require.NoError(t, graph.Close()) })
 			capacity := p.Args.KVCapacity
 			for _, lens := range [][]int32{
@@ -125,11 +121,7 @@ func TestDecodeGraphAfterGrowth(t *testing.T) {
 	require.Equal(t, 16, plan.Splits)
 	require.Zero(t, plan.Cluster)
 	require.NoError(t, r.ReserveDecode(s, &small.Args))
-	require.NoError(t, s.BeginCapture())
-	err = r.Decode(s, &small.Args)
-	graph, endErr := s.EndCapture()
-	require.NoError(t, err)
-	require.NoError(t, endErr)
+	graph := captureDecode(t, r, s, &small.Args)
 
 	// A larger split-K decode on the same stream grows its scratch.
 	c.Seqs = 32
@@ -192,11 +184,7 @@ func TestDecodeWorkspace(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, p.Check(out, lse), "eager")
 
-			require.NoError(t, s.BeginCapture())
-			err = r.Decode(s, &p.Args)
-			graph, endErr := s.EndCapture()
-			require.NoError(t, err, "capture needs no reservation with a workspace")
-			require.NoError(t, endErr)
+			graph := captureDecode(t, r, s, &p.Args, "capture needs no reservation with a workspace")
 			t.Cleanup(func() { require.NoError(t, graph.Close()) })
 			for range 2 {
 				require.NoError(t, p.SetLens(s, check.RaggedLens(g, c.Seqs, c.MaxLen, c.BlockSize)))

@@ -101,11 +101,7 @@ func testDecodeGraphReplay(t *testing.T, clusters bool) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, r, s, g, c)
 			require.NoError(t, r.ReserveDecode(s, &p.Args))
-			require.NoError(t, s.BeginCapture())
-			err := r.Decode(s, &p.Args)
-			graph, endErr := s.EndCapture()
-			require.NoError(t, err)
-			require.NoError(t, endErr)
+			graph := captureDecode(t, r, s, &p.Args)
 			t.Cleanup(func() { require.NoError(t, graph.Close()) })
 			for _, maxLen := range []int{capacity, 1, 700, capacity - 1} {
 				require.NoError(t, p.SetLens(s, check.RandomLens(g, c.Seqs, maxLen, c.BlockSize)))

@@ -74,3 +74,16 @@ func download[T any](t testing.TB, s *pagedkv.Stream, b pagedkv.Buffer, n int) [
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// captureDecode captures one decode of a on s into a graph (reserve first
+// unless a has a Workspace); a failed decode or capture fails the test with
+// msg. The caller closes the graph.
+func captureDecode(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, a *pagedkv.DecodeArgs, msg ...any) *pagedkv.Graph {
+	t.Helper()
+	require.NoError(t, s.BeginCapture())
+	err := r.Decode(s, a)
+	graph, endErr := s.EndCapture()
+	require.NoError(t, err, msg...)
+	require.NoError(t, endErr)
+	return graph
+}
