@@ -22,6 +22,8 @@ const (
 	faultKVLenBeyondTable = 3
 	faultBlockBeyondPool  = 4
 	faultPositionBeyond   = 5
+	faultCuSeqlensInvalid = 6
+	faultPosOffsetBeyond  = 7
 )
 
 // FaultError is a bad device-resident index found by a kernel: the first one
@@ -48,6 +50,13 @@ func (e *FaultError) Error() string {
 		return fmt.Sprintf("pagedkv: KVLens[%d]=%d exceeds MaxBlocksPerSeq·BlockSize=%d (a decode's KV length, or for a cache write a token's position + 1); a decode clamped it, a cache write skipped the tokens beyond", e.A, e.B, e.C)
 	case faultPositionBeyond:
 		return fmt.Sprintf("pagedkv: position %d of token %d is outside the cos/sin table of %d rows; that token was not written", e.B, e.A, e.C)
+	case faultCuSeqlensInvalid:
+		return fmt.Sprintf("pagedkv: CuSeqlensQ[%d..%d] = %d..%d decreases or leaves 0..TotalQTokens; the varlen clamped it (an empty sequence where it decreases)", e.A, e.A+1, e.B, e.C)
+	case faultPosOffsetBeyond:
+		if e.B < 0 {
+			return fmt.Sprintf("pagedkv: PosOffsets[%d]=%d is negative; the varlen used 0", e.A, e.B)
+		}
+		return fmt.Sprintf("pagedkv: PosOffsets[%d]=%d puts the sequence's KV past MaxBlocksPerSeq·BlockSize=%d; the varlen cut its KV there", e.A, e.B, e.C)
 	case faultBlockBeyondPool:
 		// The record holds no room for the pool size, so the text names
 		// the bound instead of a number.

@@ -697,6 +697,11 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if dev.SMs < 1 {
 		return errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: ≥ 1", dev.SMs)
 	}
+	return validateKnobs(k)
+}
+
+// validateKnobs checks the knobs every planner reads.
+func validateKnobs(k *Knobs) error {
 	if k.ForcedSplits < 0 {
 		return errf("dispatch: Knobs.ForcedSplits=%d is negative; allowed: 0 (auto) or 1..%d", k.ForcedSplits, MaxSplits)
 	}

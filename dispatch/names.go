@@ -50,6 +50,11 @@ type nameTables struct {
 	rope   [len(activationTypes)][2]string
 	mla    [len(activationTypes)][2]string // rope+quant, concat
 	qkv    [len(activationTypes)][2]string
+	// varlen: by activation dtype, fp8 cache, head dim; varlenMerge: by
+	// activation dtype and head dim.
+	varlen      [len(activationTypes)][2][len(headDims)]string
+	varlenMerge [len(activationTypes)][len(headDims)]string
+	varlenShape map[string][2]int // varlen kernel → {head dim, cache element size}
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -57,7 +62,7 @@ type nameTables struct {
 var tables = buildNames()
 
 func buildNames() *nameTables {
-	t := &nameTables{shape: map[string][2]int{}}
+	t := &nameTables{shape: map[string][2]int{}, varlenShape: map[string][2]int{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -76,12 +81,16 @@ func buildNames() *nameTables {
 			for hi, d := range headDims {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
 				t.decode[qi][fp8][hi] = name
+				vname := "paged_varlen_" + q.String() + cache + "_hd" + strconv.Itoa(d)
+				t.varlen[qi][fp8][hi] = vname
+				t.varlenMerge[qi][hi] = "paged_varlen_merge_" + q.String() + "_hd" + strconv.Itoa(d)
 				t.cluster[qi][fp8][hi] = name + "_cluster"
 				size := q.Size()
 				if fp8 == 1 {
 					size = E4M3.Size()
 				}
 				t.shape[name] = [2]int{d, size}
+				t.varlenShape[vname] = [2]int{d, size}
 				t.shape[name+"_cluster"] = [2]int{d, size}
 				narrow := variantNarrow
 				if fp8 == 1 {
@@ -235,6 +244,9 @@ func KernelSharedBytes(kernel string, optin int) int {
 	if shape, ok := tables.shape[kernel]; ok {
 		return DecodeSharedBytes(shape[0], shape[1], optin)
 	}
+	if shape, ok := tables.varlenShape[kernel]; ok {
+		return VarlenSharedBytes(shape[0], shape[1])
+	}
 	for _, row := range tables.qkv {
 		if kernel == row[0] || kernel == row[1] {
 			return QKVSharedBytesMax(optin)
@@ -363,6 +375,7 @@ func KernelNames() []string {
 			}
 		}
 	}
+	names = append(names, VarlenKernelNames()...)
 	for qi := range tables.mla {
 		names = append(names, tables.mla[qi][:]...)
 		names = append(names, tables.qkv[qi][:]...)
@@ -435,4 +448,45 @@ func QKVKernelName(dtype, cacheDType DType) (string, error) {
 		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype))
 	}
 	return tables.qkv[ii][ci], nil
+}
+
+// VarlenKernelName returns the varlen attention kernel for q of type dtype,
+// a cache of type cacheDType (dtype or E4M3) and head dimension headDim.
+func VarlenKernelName(dtype, cacheDType DType, headDim int) (string, error) {
+	qi, ok := activationIndex(dtype)
+	if !ok {
+		return "", errf("dispatch: VarlenShape.DType=%v is not supported; supported: f16, bf16", dtype)
+	}
+	ci, ok := cacheIndex(dtype, cacheDType)
+	if !ok {
+		return "", errf("dispatch: VarlenShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype)
+	}
+	hi, ok := headDimIndex(headDim)
+	if !ok {
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: 64, 128, 256", headDim)
+	}
+	return tables.varlen[qi][ci][hi], nil
+}
+
+// VarlenMergeKernelName returns the kernel that merges the split-K partials
+// of a varlen launch with output of type dtype and head dimension headDim.
+func VarlenMergeKernelName(dtype DType, headDim int) (string, error) {
+	if _, err := VarlenKernelName(dtype, dtype, headDim); err != nil {
+		return "", err
+	}
+	qi, _ := activationIndex(dtype)
+	hi, _ := headDimIndex(headDim)
+	return tables.varlenMerge[qi][hi], nil
+}
+
+// VarlenKernelNames returns every varlen attention and merge kernel name.
+func VarlenKernelNames() []string {
+	var names []string
+	for qi := range tables.varlen {
+		for ci := range tables.varlen[qi] {
+			names = append(names, tables.varlen[qi][ci][:]...)
+		}
+		names = append(names, tables.varlenMerge[qi][:]...)
+	}
+	return names
 }

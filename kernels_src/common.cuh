@@ -24,6 +24,8 @@ enum FaultCode : long long {
   kFaultKVLenBeyondTable = 3,  // a = sequence, b = kv_len, c = table capacity
   kFaultBlockBeyondPool = 4,   // a = sequence, b = table entry index, c = block id
   kFaultPositionBeyondTable = 5,  // a = token, b = position, c = cos/sin rows
+  kFaultCuSeqlensInvalid = 6,     // a = sequence, b = cu_seqlens_q[a], c = cu_seqlens_q[a+1]
+  kFaultPosOffsetBeyondTable = 7, // a = sequence, b = pos_offset, c = table capacity
 };
 
 // record_fault keeps the first fault of a launch: fault points at four

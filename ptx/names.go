@@ -17,6 +17,10 @@ const (
 	ModulePartition          = "partition"
 	ModuleQkv                = "qkv"
 	ModuleRope               = "rope"
+	ModuleVarlenBf16         = "varlen_bf16"
+	ModuleVarlenBf16E4m3     = "varlen_bf16_e4m3"
+	ModuleVarlenF16          = "varlen_f16"
+	ModuleVarlenF16E4m3      = "varlen_f16_e4m3"
 )
 
 // moduleComputeCapability maps each module whose PTX needs more than
@@ -153,4 +157,38 @@ const (
 	RopeCacheBf16E4m3 = "rope_cache_bf16_e4m3"
 	RopeCacheF16      = "rope_cache_f16"
 	RopeCacheF16E4m3  = "rope_cache_f16_e4m3"
+)
+
+// Entry points of varlen_bf16.ptx (kernels_src/varlen_bf16.cu).
+const (
+	PagedVarlenBf16Hd128      = "paged_varlen_bf16_hd128"
+	PagedVarlenBf16Hd256      = "paged_varlen_bf16_hd256"
+	PagedVarlenBf16Hd64       = "paged_varlen_bf16_hd64"
+	PagedVarlenMergeBf16Hd128 = "paged_varlen_merge_bf16_hd128"
+	PagedVarlenMergeBf16Hd256 = "paged_varlen_merge_bf16_hd256"
+	PagedVarlenMergeBf16Hd64  = "paged_varlen_merge_bf16_hd64"
+)
+
+// Entry points of varlen_bf16_e4m3.ptx (kernels_src/varlen_bf16_e4m3.cu).
+const (
+	PagedVarlenBf16E4m3Hd128 = "paged_varlen_bf16_e4m3_hd128"
+	PagedVarlenBf16E4m3Hd256 = "paged_varlen_bf16_e4m3_hd256"
+	PagedVarlenBf16E4m3Hd64  = "paged_varlen_bf16_e4m3_hd64"
+)
+
+// Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
+const (
+	PagedVarlenF16Hd128      = "paged_varlen_f16_hd128"
+	PagedVarlenF16Hd256      = "paged_varlen_f16_hd256"
+	PagedVarlenF16Hd64       = "paged_varlen_f16_hd64"
+	PagedVarlenMergeF16Hd128 = "paged_varlen_merge_f16_hd128"
+	PagedVarlenMergeF16Hd256 = "paged_varlen_merge_f16_hd256"
+	PagedVarlenMergeF16Hd64  = "paged_varlen_merge_f16_hd64"
+)
+
+// Entry points of varlen_f16_e4m3.ptx (kernels_src/varlen_f16_e4m3.cu).
+const (
+	PagedVarlenF16E4m3Hd128 = "paged_varlen_f16_e4m3_hd128"
+	PagedVarlenF16E4m3Hd256 = "paged_varlen_f16_e4m3_hd256"
+	PagedVarlenF16E4m3Hd64  = "paged_varlen_f16_e4m3_hd64"
 )

@@ -1,0 +1,263 @@
+package check
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// VarlenShape is the shape of one varlen problem: Seqs sequences of q_len
+// 1..MaxQLen query tokens (some exactly 1, as decodes in a mixed batch) at
+// KV positions drawn so that every KV length is at most MaxKV.
+type VarlenShape struct {
+	Seqs, QHeads, KVHeads, HeadDim, BlockSize int
+	DType, CacheDType                         pagedkv.DType
+	MaxQLen, MaxKV                            int
+	Causal                                    bool
+}
+
+func (c VarlenShape) String() string {
+	mask := "full"
+	if c.Causal {
+		mask = "causal"
+	}
+	return fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_q%d_kv%d_%s", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize,
+		c.DType, c.CacheDType, c.MaxQLen, c.MaxKV, mask)
+}
+
+// RandomVarlenShape draws a small random varlen shape covering every head
+// dim, groups 1..16, block sizes 1..256, both dtypes, fp8 caches and both
+// masks.
+func RandomVarlenShape(g *rand.Rand) VarlenShape {
+	c := VarlenShape{
+		Seqs:      1 + g.IntN(6),
+		KVHeads:   1 + g.IntN(3),
+		HeadDim:   []int{64, 128, 256}[g.IntN(3)],
+		BlockSize: 1 << g.IntN(9),
+		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
+		Causal:    g.IntN(4) != 0,
+	}
+	c.QHeads = c.KVHeads * []int{1, 2, 4, 8, 16, 3, 5}[g.IntN(7)]
+	c.CacheDType = c.DType
+	if g.IntN(3) == 0 {
+		c.CacheDType = pagedkv.E4M3
+	}
+	c.MaxQLen = 1 + g.IntN(300)
+	c.MaxKV = c.MaxQLen + g.IntN(2000)
+	return c
+}
+
+// VarlenProblem is a varlen problem on the device with what its reference
+// needs.
+type VarlenProblem struct {
+	Shape VarlenShape
+	Args  pagedkv.VarlenArgs
+	Arena *Arena
+
+	Q, K, V    []float64 // what the kernel sees, decoded, scales applied
+	Tables     []int32
+	CuSeqlensQ []int32
+	PosOffsets []int32
+}
+
+// VarlenLens draws the query lengths and offsets of c: lengths 1..MaxQLen
+// with 1 and MaxQLen mixed in, offsets 0..MaxKV−q_len with 0 and the
+// largest mixed in (so KV lengths hit page edges and MaxKV).
+func VarlenLens(g *rand.Rand, c VarlenShape) (cu, pos []int32) {
+	cu = make([]int32, c.Seqs+1)
+	pos = make([]int32, c.Seqs)
+	for s := range c.Seqs {
+		q := 1 + g.IntN(c.MaxQLen)
+		switch g.IntN(4) {
+		case 0:
+			q = 1
+		case 1:
+			q = c.MaxQLen
+		}
+		room := c.MaxKV - q
+		p := g.IntN(room + 1)
+		switch g.IntN(4) {
+		case 0:
+			p = 0
+		case 1:
+			p = room
+		}
+		cu[s+1] = cu[s] + int32(q)
+		pos[s] = int32(p)
+	}
+	return cu, pos
+}
+
+// NewVarlenProblem draws random data, a random page table (a shuffled
+// permutation of physical blocks) and random lengths (VarlenLens), and
+// uploads them on s. Out and LSE are allocated; LSE is passed to the op.
+func NewVarlenProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c VarlenShape) (*VarlenProblem, error) {
+	cu, pos := VarlenLens(g, c)
+	return NewVarlenProblemWith(r, s, g, c, cu, pos)
+}
+
+// NewVarlenProblemWith is NewVarlenProblem with the given lengths.
+func NewVarlenProblemWith(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c VarlenShape, cu, pos []int32) (*VarlenProblem, error) {
+	maxKV := 0
+	for i := range c.Seqs {
+		maxKV = max(maxKV, int(pos[i]+cu[i+1]-cu[i]))
+	}
+	mbps := max((c.MaxKV+c.BlockSize-1)/c.BlockSize, 1) + g.IntN(2)
+	entries := c.Seqs * mbps
+	numBlocks := entries + 3
+	p := &VarlenProblem{Shape: c, Arena: NewArena(r), CuSeqlensQ: cu, PosOffsets: pos}
+	perm := g.Perm(numBlocks)
+	p.Tables = make([]int32, entries)
+	for i := range p.Tables {
+		p.Tables[i] = int32(perm[i])
+	}
+	total := int(cu[c.Seqs])
+	rowElems := c.QHeads * c.HeadDim
+	qStride := rowElems + 8*g.IntN(2)
+	qRaw, qAll := RandomTensor(g, c.DType, max(total, 1)*qStride, 1)
+	p.Q = make([]float64, total*rowElems)
+	for t := range total {
+		copy(p.Q[t*rowElems:(t+1)*rowElems], qAll[t*qStride:])
+	}
+	cacheElems := numBlocks * c.BlockSize * c.KVHeads * c.HeadDim
+	kRaw, k := RandomTensor(g, c.CacheDType, cacheElems, 1)
+	vRaw, v := RandomTensor(g, c.CacheDType, cacheElems, 1)
+	var kScale, vScale float32
+	if c.CacheDType == pagedkv.E4M3 {
+		kScale, vScale = 0.1+g.Float32(), 0.1+g.Float32()
+		for i := range k {
+			k[i] *= float64(kScale)
+			v[i] *= float64(vScale)
+		}
+	}
+	p.K, p.V = k, v
+
+	a := &p.Args
+	*a = pagedkv.VarlenArgs{
+		NumSeqs: c.Seqs, TotalQTokens: total, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: mbps, MaxKVLen: maxKV,
+		QTokenStride: qStride, Causal: c.Causal, HostCuSeqlensQ: cu, HostPosOffsets: pos,
+		DType: c.DType, CacheDType: c.CacheDType, KScale: kScale, VScale: vScale,
+	}
+	var set Setter
+	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, kRaw, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, vRaw, 1))
+	set.To(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
+	set.To(&a.CuSeqlensQ)(Upload(p.Arena, s, cu, 4))
+	set.To(&a.PosOffsets)(Upload(p.Arena, s, pos, 4))
+	set.To(&a.Out)(p.Arena.Alloc(int64(total * rowElems * c.DType.Size())))
+	set.To(&a.LSE)(p.Arena.Alloc(int64(total * c.QHeads * 4)))
+	if err := set.FreeOnError(p.Arena); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// SetLens uploads new lengths into the problem's device arrays (for graph
+// replay: at most the capture's TotalQTokens tokens and its NumSeqs
+// sequences); the host copies and MaxKVLen follow only when update is set.
+func (p *VarlenProblem) SetLens(s *pagedkv.Stream, cu, pos []int32, update bool) error {
+	p.CuSeqlensQ, p.PosOffsets = cu, pos
+	if update {
+		p.Args.HostCuSeqlensQ, p.Args.HostPosOffsets = cu, pos
+		p.Args.TotalQTokens = int(cu[len(cu)-1])
+	}
+	if err := pagedkv.Upload(s, p.Args.CuSeqlensQ, cu); err != nil {
+		return err
+	}
+	return pagedkv.Upload(s, p.Args.PosOffsets, pos)
+}
+
+// Reference computes the float64 output and LSE of the current lengths.
+func (p *VarlenProblem) Reference() ([]float64, []float64) {
+	c := p.Shape
+	scale := float64(p.Args.Scale)
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(c.HeadDim))
+	}
+	total := int(p.CuSeqlensQ[c.Seqs])
+	return ref.PagedVarlen(ref.Varlen{
+		Q: p.Q[:total*c.QHeads*c.HeadDim], KeyCache: p.K, ValueCache: p.V, BlockTables: p.Tables,
+		CuSeqlensQ: p.CuSeqlensQ, PosOffsets: p.PosOffsets,
+		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		BlockSize: c.BlockSize, MaxBlocksPerSeq: p.Args.MaxBlocksPerSeq, Causal: c.Causal, Scale: scale,
+	})
+}
+
+// Poison fills the outputs with NaN on s.
+func (p *VarlenProblem) Poison(s *pagedkv.Stream) error {
+	if err := s.Fill32(p.Args.Out, NaNPattern(p.Shape.DType)); err != nil {
+		return err
+	}
+	return s.Fill32(p.Args.LSE, NaNPattern(0))
+}
+
+// Run poisons the outputs, runs the varlen on s and fetches the results.
+func (p *VarlenProblem) Run(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, []float32, error) {
+	return p.run(s, func() error { return r.Varlen(s, &p.Args) })
+}
+
+// RunWithPlan is Run following plan (Runtime.VarlenWithPlan).
+func (p *VarlenProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan dispatch.Plan) ([]float64, []float32, error) {
+	return p.run(s, func() error { return r.VarlenWithPlan(s, &p.Args, plan) })
+}
+
+func (p *VarlenProblem) run(s *pagedkv.Stream, op func() error) ([]float64, []float32, error) {
+	if err := p.Poison(s); err != nil {
+		return nil, nil, err
+	}
+	if err := op(); err != nil {
+		return nil, nil, err
+	}
+	return p.Fetch(s)
+}
+
+// Fetch downloads the current lengths' out and LSE after the work on s, and
+// fails on a recorded fault.
+func (p *VarlenProblem) Fetch(s *pagedkv.Stream) ([]float64, []float32, error) {
+	c := p.Shape
+	total := int(p.CuSeqlensQ[c.Seqs])
+	raw := make([]byte, total*c.QHeads*c.HeadDim*c.DType.Size())
+	lse := make([]float32, total*c.QHeads)
+	if total > 0 {
+		if err := pagedkv.Download(s, raw, p.Args.Out); err != nil {
+			return nil, nil, err
+		}
+		if err := pagedkv.Download(s, lse, p.Args.LSE); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := s.Fault(); err != nil {
+		return nil, nil, err
+	}
+	return ref.DecodeSlice(ref.DType(c.DType), raw), lse, nil
+}
+
+// Check compares a GPU result with the float64 reference: the output within
+// Tolerance by relative L2 (and finite everywhere: a NaN left from the
+// poison fails), every LSE within 1e-3 (relative above 1).
+func (p *VarlenProblem) Check(out []float64, lse []float32) error {
+	wantOut, wantLSE := p.Reference()
+	c := p.Shape
+	for i, o := range out {
+		if math.IsNaN(o) || math.IsInf(o, 0) {
+			row := i / c.HeadDim
+			return errorf("%v: out[%d] (token %d, head %d) = %g", c, i, row/c.QHeads, row%c.QHeads, o)
+		}
+	}
+	if e := ref.RelL2(out, wantOut); !(e <= Tolerance(c.DType)) {
+		return errorf("%v: output relative L2 error %.3g > %.3g", c, e, Tolerance(c.DType))
+	}
+	for i, w := range wantLSE {
+		got := float64(lse[i])
+		if !(math.Abs(got-w) <= 1e-3*max(1, math.Abs(w))) {
+			return errorf("%v: LSE[%d] (token %d, head %d) = %g, want %g", c, i, i/c.QHeads, i%c.QHeads, got, w)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,552 @@
+// varlen.cuh: paged varlen attention (prefill, chunked prefill, speculative
+// verify, and mixed batches whose decodes are one-token sequences) on tensor
+// cores (mma.sync m16n8k16), single-pass and split-K, and the merge of split-K
+// partials.
+//
+// paged_varlen_<q>[_e4m3]_hd<D>
+//   q            [total_q, num_q_heads, D] of <q>, token stride q_token_stride
+//                elements (heads contiguous).
+//   cu_seqlens_q int32 [num_seqs+1]: sequence s owns query tokens
+//                cu_seqlens_q[s] … cu_seqlens_q[s+1]-1. pos_offsets int32
+//                [num_seqs]: the KV position of s's first query token, so
+//                its KV length is pos_offsets[s] + q_len. Both are read on the
+//                device: bounds are clamped into [0, total_q] and decreasing
+//                bounds read as empty (kFaultCuSeqlensInvalid); a negative
+//                offset reads as 0 and a KV length past max_blocks_per_seq ·
+//                block_size is cut there (kFaultPosOffsetBeyondTable).
+//   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of <q>
+//   v_cache      or fp8 e4m3 (real value = stored · k_scale / v_scale), holding
+//                every KV position of every sequence, the new tokens included.
+//   block_tables int32 [num_seqs, max_blocks_per_seq], read on the device; a
+//                block id outside [0, num_blocks) reads block 0 and is
+//                recorded (kFaultBlockBeyondPool).
+//   causal       query i of sequence s attends KV positions ≤ pos_offsets[s]+i
+//                (bottom-right aligned); 0: every position of the sequence.
+//   Single-pass (gridDim.z == 1): out [total_q, num_q_heads, D] of <q>, and
+//                when lse != null, lse [total_q, num_q_heads] f32 (natural log
+//                of Σ exp(scale·q·k)).
+//   Split-K (gridDim.z = splits ≤ kVarlenMaxSplits): split z covers KV tiles
+//                [z·c, (z+1)·c) of its row tile's range, c = ⌈tiles/splits⌉,
+//                and writes f32 partial_out [total_q, num_q_heads, splits, D]
+//                (normalized by its own sum), partial_max (log2 units, -inf
+//                when empty) and partial_sum [total_q, num_q_heads, splits];
+//                paged_varlen_merge_<q>_hd<D> merges them.
+// Grid: (num_seqs + ⌊total_q·G/kVarlenRows⌋, num_kv_heads, splits), G =
+// num_q_heads/num_kv_heads. Block: kVarlenThreads (4 warps). Dynamic shared
+// memory: VarlenSmem<T, C, D>::kBytes (dispatch.VarlenSharedBytes).
+//
+// How a block works. The G query heads of one KV head are packed into the
+// rows of the mma tiles: packed row p of sequence s is (token p / G, head
+// kvh·G + p mod G), so every K/V tile a block loads serves all the heads of
+// its group at once, and a one-token sequence (a decode in a mixed batch)
+// fills G rows instead of one. Sequence s owns the blocks x from
+// tile_start(s) = s + ⌊cu_seqlens_q[s]·G / kVarlenRows⌋ on (at least
+// ⌈q_len·G/kVarlenRows⌉ of them; a spare one exits), and blocks are taken in
+// reverse so that each sequence's last row tiles, the longest under a causal
+// mask, start first. A block's 64 rows are four warps of 16. K/V tiles of
+// kKeys positions are gathered through the block table with cp.async into a
+// two-stage ring (16-byte chunks XOR-swizzled per row, so ldmatrix is free of
+// bank conflicts); per tile each warp computes S = Q·Kᵀ (16 × kKeys, f32),
+// masks it where the tile reaches past the shortest row's limit, updates its
+// online softmax and accumulates O += P·V with P rounded to <q>. Tiles past
+// the block's last row's limit are never loaded. fp8 caches land in the ring
+// as bytes and are widened to <q> in shared memory before the products
+// (widen_tile), so the products are the 16-bit ones.
+//
+// paged_varlen_merge_<q>_hd<D>
+//   Merges split-K partials: one warp per (token, q head) row of the first
+//   cu_seqlens_q[num_seqs] tokens (clamped to rows / num_q_heads), writing
+//   out and, when lse != null, lse. Grid: ⌈rows/4⌉, block 128.
+#pragma once
+#include "common.cuh"
+#include "mma.cuh"
+
+namespace pkv {
+
+constexpr int kVarlenThreads = 128;
+constexpr int kVarlenWarps = kVarlenThreads / 32;
+constexpr int kVarlenRows = 16 * kVarlenWarps;  // packed (token, head) rows per block
+constexpr int kVarlenMaxSplits = 64;
+
+// VarlenSmem describes a block's dynamic shared memory: the q tile
+// (kVarlenRows × D of <q>), a ring of kStages stages each holding one K and
+// one V tile as stored (kKeys rows), and for fp8 caches one K and one V tile
+// widened to <q>.
+template <typename T, typename C, int D>
+struct VarlenSmem {
+  static constexpr int kKeys = D <= 128 ? 64 : 32;
+  static constexpr int kStages = 2;
+  static constexpr int kChunks = D / 8;                           // 16-byte chunks of a 16-bit row
+  static constexpr int kCacheChunks = D * (int)sizeof(C) / 16;    // of a stored cache row
+  static constexpr int kQBytes = kVarlenRows * D * 2;
+  static constexpr int kTileBytes = kKeys * D * (int)sizeof(C);  // one K or V tile as stored
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kWideTileBytes = kKeys * D * 2;
+  static constexpr int kWideBytes = sizeof(C) == 1 ? 2 * kWideTileBytes : 0;
+  static constexpr int kBytes = kQBytes + kStages * kStageBytes + kWideBytes;
+};
+
+// VarlenTile is the work of one block: sequence seq's query tokens q_begin …
+// q_begin+q_len-1 and their KV (kv_len positions from pos_offset − …), packed
+// rows row0 … row0+kVarlenRows-1 of the sequence's q_len·G.
+struct VarlenTile {
+  int seq, q_begin, q_len, pos_offset, kv_len, row0;
+};
+
+// tile_start returns the first block of sequence s (see the top).
+__device__ __forceinline__ int tile_start(const int* cu_seqlens_q, int s, int total_q, int G) {
+  const int c = min(max(__ldg(cu_seqlens_q + s), 0), total_q);
+  return s + (int)((int64_t)c * G / kVarlenRows);
+}
+
+// check_sequence records the first bad device-resident value of sequence s
+// (see the top). Block s checks sequence s: a sequence whose bounds
+// decrease may own no block at all, so no block's own tile would see it.
+__device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, const int* pos_offsets, int s, int total_q,
+                                               int cap, unsigned long long* fault) {
+  const int b = __ldg(cu_seqlens_q + s), e = __ldg(cu_seqlens_q + s + 1);
+  if (b < 0 || e < b || e > total_q) {
+    record_fault(fault, kFaultCuSeqlensInvalid, s, b, e);
+    return;
+  }
+  const int pos = __ldg(pos_offsets + s);
+  if (pos < 0 || (int64_t)pos + (e - b) > cap) record_fault(fault, kFaultPosOffsetBeyondTable, s, pos, cap);
+}
+
+// find_tile returns block x's work; q_len 0 when it has none. Bad
+// device-resident values are clamped as the top describes.
+__device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, const int* pos_offsets, int num_seqs,
+                                               int total_q, int G, int cap, int x) {
+  int lo = 0, hi = num_seqs - 1;  // the last s with tile_start(s) ≤ x
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_start(cu_seqlens_q, mid, total_q, G) <= x) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  VarlenTile t;
+  t.seq = lo;
+  const int b = __ldg(cu_seqlens_q + lo), e = __ldg(cu_seqlens_q + lo + 1);
+  t.q_begin = min(max(b, 0), total_q);
+  const int end = min(max(e, t.q_begin), total_q);
+  t.q_len = end - t.q_begin;
+  t.row0 = (x - tile_start(cu_seqlens_q, lo, total_q, G)) * kVarlenRows;
+  if ((int64_t)t.row0 >= (int64_t)t.q_len * G) {
+    t.q_len = 0;
+    return t;
+  }
+  const int pos = __ldg(pos_offsets + lo);
+  t.pos_offset = max(pos, 0);
+  const int64_t kv = (int64_t)t.pos_offset + t.q_len;
+  t.kv_len = (int)min(kv, (int64_t)cap);
+  return t;
+}
+
+// row_limit returns how many KV positions packed row p of t attends (rows
+// past the sequence's end take its last token's limit: they are computed
+// and never stored).
+__device__ __forceinline__ int row_limit(const VarlenTile& t, int p, int G, bool causal) {
+  if (!causal) return t.kv_len;
+  const int tok = min(p / G, t.q_len - 1);
+  return min(t.kv_len, t.pos_offset + tok + 1);
+}
+
+// load_q_tile starts the copy of t's q rows into q_s (swizzled, zero rows
+// past the sequence's end).
+template <typename T, int D>
+__device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_token_stride, const VarlenTile& t,
+                                            int kvh, int G) {
+  constexpr int CH = D / 8;
+  const int rows = t.q_len * G;
+#pragma unroll
+  for (int j = 0; j < kVarlenRows * CH / kVarlenThreads; ++j) {
+    const int i = (int)threadIdx.x + j * kVarlenThreads;
+    const int r = i / CH, c = i % CH;
+    const int p = t.row0 + r;
+    const bool ok = p < rows;
+    const int tok = ok ? p / G : 0;
+    const T* src = q + (int64_t)(t.q_begin + tok) * q_token_stride + (int64_t)(kvh * G + (p - tok * G)) * D + c * 8;
+    cp_async16(q_s + swizzle<CH>(r, c) * 16, ok ? src : q, ok ? 16 : 0);
+  }
+}
+
+// issue_kv_tile starts the copy of K/V positions kv0 … kv0+kKeys-1 (zeros at
+// and past kv_end) into the stage at dst (K tile, then V tile).
+template <typename T, typename C, int D>
+__device__ __forceinline__ void issue_kv_tile(uint32_t dst, const C* k_head, const C* v_head, const int* table,
+                                              int kv0, int kv_end, int block_size_log2, int64_t num_blocks,
+                                              int64_t row_stride, int seq, unsigned long long* fault) {
+  using Smem = VarlenSmem<T, C, D>;
+  constexpr int CCH = Smem::kCacheChunks;
+  const int bs_mask = (1 << block_size_log2) - 1;
+#pragma unroll
+  for (int j = 0; j < Smem::kKeys * CCH / kVarlenThreads; ++j) {
+    const int i = (int)threadIdx.x + j * kVarlenThreads;
+    const int r = i / CCH, c = i % CCH;
+    const int pos = kv0 + r;
+    const bool ok = pos < kv_end;
+    int64_t off = 0;
+    if (ok) {
+      int blk = __ldg(table + (pos >> block_size_log2));
+      if (blk < 0 || blk >= num_blocks) {
+        if (c == 0) record_fault(fault, kFaultBlockBeyondPool, seq, pos >> block_size_log2, blk);
+        blk = 0;
+      }
+      off = (((int64_t)blk << block_size_log2) | (pos & bs_mask)) * row_stride;
+    }
+    const uint32_t at = swizzle<CCH>(r, c) * 16;
+    cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, ok ? 16 : 0);
+    cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16,
+               ok ? 16 : 0);
+  }
+}
+
+// widen_tile converts a stage's fp8 K and V tiles into 16-bit tiles at wide
+// (same swizzle as a 16-bit stage), exactly; values come out as e4m3_pair
+// gives them (see mma_scale).
+template <typename T, int D>
+__device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned char* stage) {
+  using Smem = VarlenSmem<T, e4m3, D>;
+  constexpr int CH = Smem::kChunks, CCH = Smem::kCacheChunks;
+#pragma unroll
+  for (int j = 0; j < 2 * Smem::kKeys * CH / kVarlenThreads; ++j) {
+    const int i = (int)threadIdx.x + j * kVarlenThreads;
+    const int tile = i / (Smem::kKeys * CH);  // 0: K, 1: V
+    const int r = (i / CH) % Smem::kKeys, c = i % CH;
+    const uint2 x = *reinterpret_cast<const uint2*>(stage + tile * Smem::kTileBytes +
+                                                    swizzle<CCH>(r, c >> 1) * 16 + (c & 1) * 8);
+    const uint4 y = make_uint4(e4m3_pair<T>(x.x, 0x1404), e4m3_pair<T>(x.x, 0x3424), e4m3_pair<T>(x.y, 0x1404),
+                               e4m3_pair<T>(x.y, 0x3424));
+    *reinterpret_cast<uint4*>(wide + tile * Smem::kWideTileBytes + swizzle<CH>(r, c) * 16) = y;
+  }
+}
+
+// qk_tile computes this warp's scores s = Q·Kᵀ for one K tile (16 rows ×
+// KEYS positions; s[n] is n-tile n in the mma C layout).
+template <typename T, int D, int KEYS, bool Q_IN_REGS>
+__device__ __forceinline__ void qk_tile(float (*s)[4], const uint32_t (*qa)[4], uint32_t q_s, uint32_t k_s,
+                                        int warp, int lane) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int n = 0; n < KEYS / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    if constexpr (Q_IN_REGS) {
+      a[0] = qa[ks][0], a[1] = qa[ks][1], a[2] = qa[ks][2], a[3] = qa[ks][3];
+    } else {
+      ldmatrix_x4(a, q_s + swizzle<CH>(16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4)) * 16);
+    }
+#pragma unroll
+    for (int np = 0; np < KEYS / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_s + swizzle<CH>(16 * np + (lane & 7) + (lane >> 4) * 8, 2 * ks + ((lane >> 3) & 1)) * 16);
+      mma16816<T>(s[2 * np], a, b[0], b[1]);
+      mma16816<T>(s[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// mask_scores sets to -inf the scores at positions ≥ the row's limit (lim0
+// for row lane/4, lim1 for row lane/4 + 8).
+template <int KEYS>
+__device__ __forceinline__ void mask_scores(float (*s)[4], int kv0, int lim0, int lim1, int lane) {
+#pragma unroll
+  for (int n = 0; n < KEYS / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pos = kv0 + 8 * n + 2 * (lane & 3) + (e & 1);
+      if (pos >= (e < 2 ? lim0 : lim1)) s[n][e] = -INFINITY;
+    }
+  }
+}
+
+// SoftmaxRows is the online-softmax state of a lane's two rows (lane/4 and
+// lane/4 + 8): the running max in raw score units and this lane's part of
+// the running sum.
+struct SoftmaxRows {
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+};
+
+// softmax_tile folds one tile's scores into st: it rescales acc by how far
+// each row's max moved and turns s into exp2(s·q_mul − max·q_mul).
+template <int KEYS, int NT>
+__device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], float (*acc)[4], float q_mul) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = st.m[h];
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    // A row with nothing visible yet keeps max -inf; its scores are all -inf
+    // and exp2 of them is 0 against any finite offset.
+    const float ms = mx == -INFINITY ? 0.0f : mx * q_mul;
+    const float alpha = exp2f(st.m[h] * q_mul - ms);
+    st.m[h] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; ++n) {
+      s[n][2 * h] = exp2f(fmaf(s[n][2 * h], q_mul, -ms));
+      s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], q_mul, -ms));
+      sum += s[n][2 * h] + s[n][2 * h + 1];
+    }
+    st.l[h] = fmaf(st.l[h], alpha, sum);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      acc[n][2 * h] *= alpha;
+      acc[n][2 * h + 1] *= alpha;
+    }
+  }
+}
+
+// pv_tile accumulates acc += P·V for one V tile, P (this warp's
+// probabilities, in the mma C layout) rounded to T.
+template <typename T, int D, int KEYS>
+__device__ __forceinline__ void pv_tile(float (*acc)[4], const float (*p)[4], uint32_t v_s, int lane) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int kk = 0; kk < KEYS / 16; ++kk) {
+    const uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
+                           pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_s + swizzle<CH>(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)) * 16);
+      mma16816<T>(acc[2 * dp], a, b[0], b[1]);
+      mma16816<T>(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// store_rows writes a lane's two rows: the normalized output (·v_mul) and
+// LSE, or for split-K the split's partials.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const VarlenTile& t, SoftmaxRows& st, const float (*acc)[4], int kvh,
+                                           int G, int num_q_heads, int split, int splits, float q_mul, float v_mul,
+                                           T* out, float* lse, float* partial_out, float* partial_max,
+                                           float* partial_sum, int warp, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.l[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int p = t.row0 + 16 * warp + (lane >> 2) + 8 * h;
+    if (p >= t.q_len * G) continue;
+    const int tok = p / G;
+    const int64_t row = (int64_t)(t.q_begin + tok) * num_q_heads + kvh * G + (p - tok * G);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float mx = l > 0.0f ? st.m[h] * q_mul : -INFINITY;  // log2 units
+    if (splits == 1) {
+      const float o_mul = inv * v_mul;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(out + row * D + 8 * n + 2 * (lane & 3)) =
+            pack2<T>(acc[n][2 * h] * o_mul, acc[n][2 * h + 1] * o_mul);
+      }
+      if (lse != nullptr && (lane & 3) == 0) lse[row] = l > 0.0f ? (mx + log2f(l)) * kLn2 : -INFINITY;
+    } else {
+      const int64_t prow = row * splits + split;
+      const float o_mul = inv * v_mul;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<float2*>(partial_out + prow * D + 8 * n + 2 * (lane & 3)) =
+            make_float2(acc[n][2 * h] * o_mul, acc[n][2 * h + 1] * o_mul);
+      }
+      if ((lane & 3) == 0) {
+        partial_max[prow] = mx;
+        partial_sum[prow] = l;
+      }
+    }
+  }
+}
+
+template <typename T, typename C, int D>
+__device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
+                                             float* __restrict__ partial_out, float* __restrict__ partial_max,
+                                             float* __restrict__ partial_sum, const T* __restrict__ q,
+                                             const C* __restrict__ k_cache, const C* __restrict__ v_cache,
+                                             const int* __restrict__ block_tables,
+                                             const int* __restrict__ cu_seqlens_q,
+                                             const int* __restrict__ pos_offsets, unsigned long long* fault,
+                                             int64_t q_token_stride, int num_seqs, int total_q, int num_q_heads,
+                                             int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
+                                             int causal, float scale, float k_scale, float v_scale) {
+  using Smem = VarlenSmem<T, C, D>;
+  constexpr int KEYS = Smem::kKeys;
+  constexpr int STAGES = Smem::kStages;
+  constexpr int NT = D / 8;
+  constexpr bool kFP8 = sizeof(C) == 1;
+  // q's A fragments stay in registers (32 at D = 128); at D = 256 the
+  // output tile alone takes 128, so q is read from shared memory per tile.
+  constexpr bool kQInRegs = D <= 128;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t q_s = smem_addr(smem);
+  unsigned char* ring = smem + Smem::kQBytes;
+  unsigned char* wide = ring + STAGES * Smem::kStageBytes;
+
+  const int kvh = blockIdx.y;
+  const int num_kv_heads = gridDim.y;
+  const int G = num_q_heads / num_kv_heads;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cap = max_blocks_per_seq << block_size_log2;
+  if (kvh == 0 && split == 0 && threadIdx.x == 0 && (int)blockIdx.x < num_seqs) {
+    check_sequence(cu_seqlens_q, pos_offsets, blockIdx.x, total_q, cap, fault);
+  }
+  const VarlenTile t =
+      find_tile(cu_seqlens_q, pos_offsets, num_seqs, total_q, G, cap, (int)(gridDim.x - 1 - blockIdx.x));
+  if (t.q_len == 0) return;
+  const bool is_causal = causal != 0;
+
+  // The block's KV range: up to its last row's limit, cut into splits of
+  // whole tiles; positions from mask_from on need the per-row mask.
+  const int last = min(t.row0 + kVarlenRows, t.q_len * G) - 1;
+  const int kv_end = row_limit(t, last, G, is_causal);
+  const int mask_from = row_limit(t, t.row0, G, is_causal);
+  const int tiles = (kv_end + KEYS - 1) / KEYS;
+  const int per_split = (tiles + splits - 1) / splits;
+  const int first_tile = min(tiles, split * per_split);
+  const int end_tile = min(tiles, first_tile + per_split);
+  const int lim0 = row_limit(t, t.row0 + 16 * warp + (lane >> 2), G, is_causal);
+  const int lim1 = row_limit(t, t.row0 + 16 * warp + (lane >> 2) + 8, G, is_causal);
+
+  const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
+  const int64_t row_stride = (int64_t)num_kv_heads * D;
+  const C* k_head = k_cache + (int64_t)kvh * D;
+  const C* v_head = v_cache + (int64_t)kvh * D;
+  const uint32_t ring_s = smem_addr(ring);
+  auto issue = [&](int i) {
+    if (i < end_tile) {
+      issue_kv_tile<T, C, D>(ring_s + ((i - first_tile) % STAGES) * Smem::kStageBytes, k_head, v_head, table,
+                             i * KEYS, kv_end, block_size_log2, num_blocks, row_stride, t.seq, fault);
+    }
+    cp_async_commit();
+  };
+
+  load_q_tile<T, D>(q_s, q, q_token_stride, t, kvh, G);
+  cp_async_commit();
+#pragma unroll
+  for (int j = 0; j < STAGES - 1; ++j) issue(first_tile + j);
+  cp_async_wait<STAGES - 1>();  // q has landed
+  __syncthreads();
+  uint32_t qa[kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      ldmatrix_x4(qa[ks], q_s + swizzle<D / 8>(16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4)) * 16);
+    }
+  }
+
+  // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
+  const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
+  const float v_mul = v_scale * mma_scale<C>();
+  SoftmaxRows st;
+  float acc[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+  for (int i = first_tile; i < end_tile; ++i) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile i has landed for every thread; tile i-1's stage is free
+    issue(i + STAGES - 1);
+    uint32_t k_s = ring_s + ((i - first_tile) % STAGES) * Smem::kStageBytes;
+    uint32_t v_s = k_s + Smem::kTileBytes;
+    if constexpr (kFP8) {
+      widen_tile<T, D>(wide, ring + ((i - first_tile) % STAGES) * Smem::kStageBytes);
+      __syncthreads();
+      k_s = smem_addr(wide);
+      v_s = k_s + Smem::kWideTileBytes;
+    }
+    float s[KEYS / 8][4];
+    qk_tile<T, D, KEYS, kQInRegs>(s, qa, q_s, k_s, warp, lane);
+    if (i * KEYS + KEYS > mask_from) mask_scores<KEYS>(s, i * KEYS, lim0, lim1, lane);
+    softmax_tile<KEYS, NT>(st, s, acc, q_mul);
+    pv_tile<T, D, KEYS>(acc, s, v_s, lane);
+  }
+  cp_async_wait<0>();  // nothing in flight when the block exits
+  store_rows<T, D>(t, st, acc, kvh, G, num_q_heads, split, splits, q_mul, v_mul, out, lse, partial_out,
+                   partial_max, partial_sum, warp, lane);
+}
+
+// varlen_merge is split-K phase 2: warp w of block b merges row 4b + w.
+template <typename T, int D>
+__device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restrict__ lse,
+                                             const float* __restrict__ partial_out,
+                                             const float* __restrict__ partial_max,
+                                             const float* __restrict__ partial_sum,
+                                             const int* __restrict__ cu_seqlens_q, int num_seqs, int rows,
+                                             int num_q_heads, int splits) {
+  constexpr int PER_LANE = D / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * kVarlenWarps + (threadIdx.x >> 5);
+  const int total = min(max(__ldg(cu_seqlens_q + num_seqs), 0), rows / num_q_heads);
+  if (row >= (int64_t)total * num_q_heads) return;
+  const int64_t prow0 = row * splits;
+  float mx = -INFINITY;
+  for (int z = lane; z < splits; z += 32) mx = fmaxf(mx, partial_max[prow0 + z]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float o[PER_LANE] = {};
+  float sum = 0.0f;
+  if (mx != -INFINITY) {
+    for (int z = 0; z < splits; ++z) {
+      const float w = partial_sum[prow0 + z] * exp2f(partial_max[prow0 + z] - mx);
+      sum += w;
+      const float* src = partial_out + (prow0 + z) * D + lane * PER_LANE;
+#pragma unroll
+      for (int j = 0; j < PER_LANE; j += 2) {
+        const float2 v = *reinterpret_cast<const float2*>(src + j);
+        o[j] = fmaf(w, v.x, o[j]);
+        o[j + 1] = fmaf(w, v.y, o[j + 1]);
+      }
+    }
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int j = 0; j < PER_LANE; j += 2) {
+    *reinterpret_cast<uint32_t*>(out + row * D + lane * PER_LANE + j) = pack2<T>(o[j] * inv, o[j + 1] * inv);
+  }
+  if (lse != nullptr && lane == 0) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
+}
+
+}  // namespace pkv
+
+// PKV_VARLEN defines one varlen entry.
+#define PKV_VARLEN(name, T, C, D)                                                                           \
+  extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
+      const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
+      const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int num_seqs, int total_q, \
+      int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
+      float scale, float k_scale, float v_scale) {                                                          \
+    pkv::paged_varlen<T, C, D>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
+                               block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride, num_seqs,    \
+                               total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
+                               causal, scale, k_scale, v_scale);                                            \
+  }
+
+// PKV_VARLEN_MERGE defines one merge entry.
+#define PKV_VARLEN_MERGE(name, T, D)                                                                        \
+  extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads)                                        \
+      name(T* out, float* lse, const float* partial_out, const float* partial_max, const float* partial_sum, \
+           const int* cu_seqlens_q, int num_seqs, int rows, int num_q_heads, int splits) {                  \
+    pkv::varlen_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, cu_seqlens_q, num_seqs, rows,  \
+                            num_q_heads, splits);                                                           \
+  }
+
+// PKV_VARLEN_ALL defines <prefix>_hd<D> for every head dim.
+#define PKV_VARLEN_ALL(prefix, T, C)   \
+  PKV_VARLEN(prefix##_hd64, T, C, 64)   \
+  PKV_VARLEN(prefix##_hd128, T, C, 128) \
+  PKV_VARLEN(prefix##_hd256, T, C, 256)
+
+// PKV_VARLEN_MERGE_ALL defines <prefix>_hd<D> for every head dim.
+#define PKV_VARLEN_MERGE_ALL(prefix, T) \
+  PKV_VARLEN_MERGE(prefix##_hd64, T, 64) \
+  PKV_VARLEN_MERGE(prefix##_hd128, T, 128) \
+  PKV_VARLEN_MERGE(prefix##_hd256, T, 256)

@@ -1,0 +1,6 @@
+// varlen_f16.cu: paged varlen attention with __half queries and a __half cache, for
+// every head dim, and the merge of its split-K partials (see varlen.cuh).
+#include "varlen.cuh"
+
+PKV_VARLEN_ALL(paged_varlen_f16, __half, __half)
+PKV_VARLEN_MERGE_ALL(paged_varlen_merge_f16, __half)

@@ -1,0 +1,240 @@
+package tests
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/internal/check"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// varlenProblem draws a varlen problem on s whose memory is freed when the
+// test ends.
+func varlenProblem(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c check.VarlenShape) *check.VarlenProblem {
+	t.Helper()
+	p, err := check.NewVarlenProblem(r, s, g, c)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+	return p
+}
+
+// assertSameLSE checks two LSE vectors of paths that must agree closely.
+func assertSameLSE(t *testing.T, want, got []float32, msg string) {
+	t.Helper()
+	for i := range want {
+		if !assert.InDelta(t, want[i], got[i], 1e-4*max(1, math.Abs(float64(want[i]))), "LSE[%d] %s", i, msg) {
+			return
+		}
+	}
+}
+
+// TestVarlenMatchesReference runs random mixed batches (q_len 1…300 with
+// some 1s, KV up to ~2300, shuffled page tables, every head dim, groups
+// 1..16, block sizes 1..256, f16/bf16, fp8 caches, causal and not) against
+// float64, single-pass and with a forced split count, and checks that the
+// two paths agree more tightly than either agrees with float64.
+func TestVarlenMatchesReference(t *testing.T) {
+	auto := open(t, config.Options{})
+	single := open(t, config.Options{SplitKAttn: ptr(config.SplitOff)})
+	split5 := open(t, config.Options{PagedFlashSplits: ptr(5)})
+	g := rng(t)
+	shapes := []check.VarlenShape{
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 200, MaxKV: 700, Causal: true},
+		{Seqs: 2, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 70, MaxKV: 300, Causal: true},
+		{Seqs: 4, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 90, MaxKV: 1100, Causal: true},
+		{Seqs: 5, QHeads: 5, KVHeads: 5, HeadDim: 128, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 40, MaxKV: 256, Causal: false},
+		{Seqs: 1, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 512, MaxKV: 512, Causal: true},
+		{Seqs: 6, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 1, MaxKV: 900, Causal: true},
+	}
+	for range 12 {
+		shapes = append(shapes, check.RandomVarlenShape(g))
+	}
+	for _, c := range shapes {
+		t.Run(c.String(), func(t *testing.T) {
+			p := varlenProblem(t, auto, auto.Stream(), g, c)
+			plan, err := auto.PlanVarlen(auto.Stream(), &p.Args)
+			require.NoError(t, err)
+			t.Logf("auto plan: %s, grid %v, %d splits (%s)", plan.Kernel, plan.Grid, plan.Splits, plan.Reason)
+			out, lse, err := p.Run(auto, auto.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(out, lse))
+			o1, l1, err := p.Run(single, single.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(o1, l1), "single-pass")
+			plan5, err := split5.PlanVarlen(split5.Stream(), &p.Args)
+			require.NoError(t, err)
+			o5, l5, err := p.Run(split5, split5.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(o5, l5), "%d splits", plan5.Splits)
+			assert.LessOrEqual(t, ref.RelL2(o5, o1), check.Tolerance(c.DType)/2, "split-K (%d) vs single-pass", plan5.Splits)
+			assertSameLSE(t, l1, l5, "split-K vs single-pass")
+		})
+	}
+}
+
+// TestVarlenEqualsDecode checks that one query token per sequence through
+// varlen (q_len 1 at position kv_len−1) gives what Decode gives for the same
+// cache.
+func TestVarlenEqualsDecode(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for _, c := range []check.DecodeShape{
+		{Seqs: 7, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 80, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1200},
+		{Seqs: 3, QHeads: 4, KVHeads: 4, HeadDim: 64, BlockSize: 4, MaxBlocksPerSeq: 200, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 700},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			d := decodeProblem(t, r, s, g, c)
+			lens := make([]int32, c.Seqs)
+			for i := range lens {
+				lens[i] = int32(1 + g.IntN(c.MaxLen))
+			}
+			require.NoError(t, d.SetLens(s, lens))
+			want, wantLSE, err := d.Run(r, s)
+			require.NoError(t, err)
+
+			cu := make([]int32, c.Seqs+1)
+			pos := make([]int32, c.Seqs)
+			for i := range c.Seqs {
+				cu[i+1] = int32(i + 1)
+				pos[i] = lens[i] - 1
+			}
+			a := pagedkv.VarlenArgs{
+				Q: d.Args.Q, KeyCache: d.Args.KeyCache, ValueCache: d.Args.ValueCache, BlockTables: d.Args.BlockTables,
+				NumSeqs: c.Seqs, TotalQTokens: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+				BlockSize: c.BlockSize, NumBlocks: d.Args.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq, MaxKVLen: d.Args.MaxKVLen,
+				QTokenStride: d.Args.QSeqStride, Causal: true, HostCuSeqlensQ: cu, HostPosOffsets: pos,
+				DType: c.DType, CacheDType: c.CacheDType, KScale: d.Args.KScale, VScale: d.Args.VScale,
+			}
+			arena := check.NewArena(r)
+			t.Cleanup(func() { assert.NoError(t, arena.Free()) })
+			var set check.Setter
+			set.To(&a.CuSeqlensQ)(check.Upload(arena, s, cu, 4))
+			set.To(&a.PosOffsets)(check.Upload(arena, s, pos, 4))
+			set.To(&a.Out)(arena.Alloc(int64(c.Seqs * c.QHeads * c.HeadDim * c.DType.Size())))
+			set.To(&a.LSE)(arena.Alloc(int64(c.Seqs * c.QHeads * 4)))
+			require.NoError(t, set.Err)
+			require.NoError(t, s.Fill32(a.Out, check.NaNPattern(c.DType)))
+			require.NoError(t, r.Varlen(s, &a))
+			raw := make([]byte, c.Seqs*c.QHeads*c.HeadDim*c.DType.Size())
+			lse := make([]float32, c.Seqs*c.QHeads)
+			require.NoError(t, pagedkv.Download(s, raw, a.Out))
+			require.NoError(t, pagedkv.Download(s, lse, a.LSE))
+			got := ref.DecodeSlice(ref.DType(c.DType), raw)
+			assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/2, "varlen vs decode")
+			assertSameLSE(t, wantLSE, lse, "varlen vs decode")
+		})
+	}
+}
+
+// TestVarlenGraphReplay captures a varlen planned for a KV capacity and a
+// token budget, then replays it with other lengths (fewer tokens, shorter
+// and longer KV, all within the capture's bounds): every replay matches
+// float64, and the split-K graph (small query over long KV) matches too.
+func TestVarlenGraphReplay(t *testing.T) {
+	const capacity = 4096
+	r := open(t, config.Options{KVCapacity: ptr(capacity)})
+	g := rng(t)
+	s, err := r.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	for _, c := range []check.VarlenShape{
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: capacity, Causal: true},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 8, MaxKV: capacity, Causal: true},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			p := varlenProblem(t, r, s, g, c)
+			// The capture's bounds: its drawn token count and sequence count.
+			budget := p.Args.TotalQTokens
+			p.Args.HostCuSeqlensQ, p.Args.HostPosOffsets = nil, nil
+			plan, err := r.PlanVarlenGraph(&p.Args)
+			require.NoError(t, err)
+			t.Logf("graph plan: %s, grid %v, %d splits (%s)", plan.Kernel, plan.Grid, plan.Splits, plan.Reason)
+			require.NoError(t, r.ReserveVarlen(s, &p.Args))
+			require.NoError(t, s.BeginCapture())
+			err = r.Varlen(s, &p.Args)
+			graph, endErr := s.EndCapture()
+			require.NoError(t, err)
+			require.NoError(t, endErr)
+			t.Cleanup(func() { require.NoError(t, graph.Close()) })
+			for _, maxKV := range []int{capacity, 64, 1500} {
+				shape := c
+				shape.MaxKV = maxKV
+				shape.MaxQLen = min(c.MaxQLen, maxKV, budget/c.Seqs)
+				cu, pos := check.VarlenLens(g, shape)
+				require.NoError(t, p.SetLens(s, cu, pos, false))
+				require.NoError(t, p.Poison(s))
+				require.NoError(t, graph.Launch(s))
+				out, lse, err := p.Fetch(s)
+				require.NoError(t, err)
+				require.NoError(t, p.Check(out, lse), "replay with %d tokens, KV up to %d", cu[c.Seqs], maxKV)
+			}
+		})
+	}
+}
+
+// TestVarlenFaults checks that bad device-resident lengths and block ids
+// are reported through the stream's fault record and never read outside
+// the buffers (compute-sanitizer runs this test).
+func TestVarlenFaults(t *testing.T) {
+	r := open(t, config.Options{CheckBounds: ptr(true)})
+	g := rng(t)
+	s := r.Stream()
+	c := check.VarlenShape{Seqs: 3, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 20, MaxKV: 60, Causal: true}
+	p := varlenProblem(t, r, s, g, c)
+	mbps := p.Args.MaxBlocksPerSeq
+
+	bad := append([]int32(nil), p.Tables...)
+	bad[1*mbps] = int32(p.Args.NumBlocks + 1000)
+	require.NoError(t, pagedkv.Upload(s, p.Args.BlockTables, bad))
+	err := r.Varlen(s, &p.Args)
+	var fe *pagedkv.FaultError
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Contains(t, fe.Error(), "BlockTables[1][0]")
+	require.NoError(t, pagedkv.Upload(s, p.Args.BlockTables, p.Tables))
+
+	pos := []int32{0, int32(mbps * c.BlockSize), 0}
+	require.NoError(t, pagedkv.Upload(s, p.Args.PosOffsets, pos))
+	err = r.Varlen(s, &p.Args)
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Contains(t, fe.Error(), "PosOffsets[1]")
+	require.NoError(t, pagedkv.Upload(s, p.Args.PosOffsets, p.PosOffsets))
+
+	cu := append([]int32(nil), p.CuSeqlensQ...)
+	cu[1], cu[2] = cu[2], cu[1] // decreasing where they were distinct
+	if cu[1] == cu[2] {
+		cu[2] = cu[1] - 1
+	}
+	require.NoError(t, pagedkv.Upload(s, p.Args.CuSeqlensQ, cu))
+	err = r.Varlen(s, &p.Args)
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Contains(t, fe.Error(), "CuSeqlensQ")
+}
+
+// TestVarlenPlans checks the planner's split-K choice on the device: a small
+// query over long KV splits; a long prefill does not; SPLIT_K_ATTN=0 wins.
+func TestVarlenPlans(t *testing.T) {
+	r := open(t, config.Options{})
+	off := open(t, config.Options{SplitKAttn: ptr(config.SplitOff)})
+	g := rng(t)
+	small := varlenProblem(t, r, r.Stream(), g, check.VarlenShape{Seqs: 2, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: 8192, Causal: true})
+	plan, err := r.PlanVarlen(r.Stream(), &small.Args)
+	require.NoError(t, err)
+	assert.Greater(t, plan.Splits, 1, "small query over long KV: %s", plan.Reason)
+	plan, err = off.PlanVarlen(off.Stream(), &small.Args)
+	require.NoError(t, err)
+	assert.Equal(t, 1, plan.Splits)
+	assert.Equal(t, dispatch.ReasonSplitKOff, plan.Reason)
+	big := varlenProblem(t, r, r.Stream(), g, check.VarlenShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 2048, MaxKV: 2048, Causal: true})
+	plan, err = r.PlanVarlen(r.Stream(), &big.Args)
+	require.NoError(t, err)
+	assert.Equal(t, 1, plan.Splits, "long prefill: %s", plan.Reason)
+}

@@ -1,0 +1,503 @@
+package pagedkv
+
+import (
+	"math"
+
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/scratch"
+)
+
+// VarlenArgs describes one paged varlen attention: several query tokens per
+// sequence (a prompt, a chunk of one, a speculative-decoding verify step, or
+// a single decode token in a mixed batch) attending over the sequence's
+// paged KV cache, which already holds the new tokens (write them first with
+// Append, RopeCache or QKVNormRope).
+//
+//   - Q: [TotalQTokens, NumQHeads, HeadDim] of DType (f16 or bf16),
+//     token-major; QTokenStride is the element stride between tokens (0 =
+//     NumQHeads·HeadDim; else a multiple of 8, and Q 16-byte aligned).
+//   - CuSeqlensQ: int32 [NumSeqs+1] on the device; sequence s owns query
+//     tokens CuSeqlensQ[s] … CuSeqlensQ[s+1]-1 (q_len 0 and 1 allowed).
+//     PosOffsets: int32 [NumSeqs] on the device, the KV position of each
+//     sequence's first query token: its KV length is PosOffsets[s] + q_len.
+//   - KeyCache, ValueCache, BlockTables: as for DecodeArgs (flash layout,
+//     CacheDType DType or E4M3 with KScale / VScale).
+//   - Out: [TotalQTokens, NumQHeads, HeadDim] of DType, token-major,
+//     contiguous. LSE (optional): f32 [TotalQTokens, NumQHeads], the natural
+//     log of Σ exp(Scale·q·k) over the keys each query attends.
+//   - Causal: query i of sequence s attends KV positions ≤ PosOffsets[s] + i
+//     (bottom-right aligned, as in prefill and chunked prefill); otherwise
+//     every position of the sequence (encoders, cross-attention over a
+//     cached prefix).
+//   - MaxKVLen: the batch's largest PosOffsets[s] + q_len, for planning
+//     (kernels read CuSeqlensQ and PosOffsets themselves).
+//   - HostCuSeqlensQ, HostPosOffsets (optional): the host's copies of the
+//     two device arrays. Given, they are checked before the launch
+//     (CuSeqlensQ starts at 0, never decreases and ends at TotalQTokens;
+//     every offset is ≥ 0 and PosOffsets[s] + q_len ≤ MaxKVLen), and the
+//     planner counts the batch's real row tiles. Bad device values are
+//     clamped and reported through the stream's fault record instead.
+//   - KVCapacity: for a varlen captured into a graph, the largest KV length
+//     any replay will see (0: the runtime's KV_CAPACITY); the plan is made
+//     for it and for TotalQTokens, the most query tokens any replay may
+//     have (CuSeqlensQ[NumSeqs] ≤ TotalQTokens at every replay; the
+//     sequence count is fixed at capture). Eager calls ignore it.
+//   - Workspace (optional): the engine's own split-K scratch instead of the
+//     stream's pool, at least Plan.WorkspaceBytes of the plan PlanVarlen
+//     (or, for a graph, PlanVarlenGraph) gives, 256-byte aligned. It must
+//     outlive every graph that captured it.
+//   - Scale: softmax scale; 0 means 1/√HeadDim.
+//
+// Aliasing: Out and LSE must not overlap each other or any input; inputs
+// may overlap one another. Workspace must not overlap any other buffer.
+//
+// Bounds: NumSeqs ≤ 2^24, NumKVHeads ≤ 65535, NumQHeads ≤ 16·NumKVHeads,
+// TotalQTokens·NumQHeads < 2^31, NumBlocks < 2^31, MaxBlocksPerSeq ·
+// BlockSize ≤ 2^30, QTokenStride ≤ 2^31 elements.
+type VarlenArgs struct {
+	Q, KeyCache, ValueCache             Buffer
+	BlockTables, CuSeqlensQ, PosOffsets Buffer
+	Out, LSE                            Buffer
+	Workspace                           Buffer
+
+	NumSeqs, TotalQTokens, NumQHeads, NumKVHeads, HeadDim int
+	BlockSize, NumBlocks, MaxBlocksPerSeq                 int
+	MaxKVLen                                              int
+	QTokenStride                                          int
+	KVCapacity                                            int
+	Causal                                                bool
+	HostCuSeqlensQ, HostPosOffsets                        []int32
+
+	DType, CacheDType     DType
+	Scale, KScale, VScale float32
+}
+
+const varlenArg = "VarlenArgs"
+
+// maxVarlenSeqs bounds VarlenArgs.NumSeqs: the kernels find a block's
+// sequence by binary search over CuSeqlensQ, and the grid holds a row tile
+// per sequence beyond the tokens' own.
+const maxVarlenSeqs = 1 << 24
+
+// Validate checks every shape, dtype, alignment and buffer capacity the host
+// can see, and the host copies of the lengths when given.
+func (a *VarlenArgs) Validate() error {
+	if a.DType != F16 && a.DType != BF16 {
+		return errf("%s.DType=%s is not supported; allowed: f16, bf16", varlenArg, a.DType)
+	}
+	if a.CacheDType != a.DType && a.CacheDType != E4M3 {
+		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", varlenArg, a.CacheDType, a.DType, a.DType)
+	}
+	if a.HeadDim != 64 && a.HeadDim != 128 && a.HeadDim != 256 {
+		return errf("%s.HeadDim=%d is not supported; allowed: 64, 128, 256", varlenArg, a.HeadDim)
+	}
+	if err := inRange(varlenArg, "NumSeqs", a.NumSeqs, 1, maxVarlenSeqs); err != nil {
+		return err
+	}
+	if err := inRange(varlenArg, "NumKVHeads", a.NumKVHeads, 1, 65535); err != nil {
+		return err
+	}
+	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 || a.NumQHeads/a.NumKVHeads > 16 {
+		return errf("%s.NumQHeads=%d is not allowed; allowed: NumKVHeads=%d times a GQA group of 1..16", varlenArg, a.NumQHeads, a.NumKVHeads)
+	}
+	if a.TotalQTokens < 0 || int64(a.TotalQTokens)*int64(a.NumQHeads) > math.MaxInt32 {
+		return errf("%s.TotalQTokens=%d is out of range; allowed: 0..%d (TotalQTokens·NumQHeads < 2^31)", varlenArg, a.TotalQTokens, math.MaxInt32/a.NumQHeads)
+	}
+	if err := powerOfTwo(varlenArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
+		return err
+	}
+	if err := inRange(varlenArg, "NumBlocks", a.NumBlocks, 1, math.MaxInt32); err != nil {
+		return err
+	}
+	if a.MaxBlocksPerSeq < 1 || a.MaxBlocksPerSeq > dispatch.MaxSeqTokens/a.BlockSize {
+		return errf("%s.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)",
+			varlenArg, a.MaxBlocksPerSeq, dispatch.MaxSeqTokens/a.BlockSize)
+	}
+	capTokens := a.MaxBlocksPerSeq * a.BlockSize
+	if a.MaxKVLen < 0 || a.MaxKVLen > capTokens {
+		return errf("%s.MaxKVLen=%d is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=%d", varlenArg, a.MaxKVLen, capTokens)
+	}
+	if a.KVCapacity < 0 || a.KVCapacity > capTokens {
+		return errf("%s.KVCapacity=%d is not allowed; allowed: 0 (KV_CAPACITY) or 1..MaxBlocksPerSeq·BlockSize=%d", varlenArg, a.KVCapacity, capTokens)
+	}
+	if err := a.checkHostLengths(); err != nil {
+		return err
+	}
+	if !a.Workspace.IsZero() {
+		if err := buffer(varlenArg, "Workspace", a.Workspace, 1, 256); err != nil {
+			return err
+		}
+	}
+	if a.Scale < 0 || math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
+		return errf("%s.Scale=%g is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0", varlenArg, a.Scale)
+	}
+	if err := cacheScale(varlenArg, "KScale", a.KScale, a.CacheDType); err != nil {
+		return err
+	}
+	if err := cacheScale(varlenArg, "VScale", a.VScale, a.CacheDType); err != nil {
+		return err
+	}
+	rowElems := int64(a.NumQHeads) * int64(a.HeadDim)
+	qs := int64(a.QTokenStride)
+	if qs == 0 {
+		qs = rowElems
+	}
+	if qs < rowElems || qs%8 != 0 || qs > maxStride {
+		return errf("%s.QTokenStride=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d and ≤ %d",
+			varlenArg, a.QTokenStride, rowElems, maxStride)
+	}
+	esize := int64(a.DType.Size())
+	if a.TotalQTokens > 0 {
+		qBytes, err := extent(varlenArg, "Q", esize, rowElems, axis{int64(a.TotalQTokens), qs, "TotalQTokens", "QTokenStride"})
+		if err != nil {
+			return err
+		}
+		if err := buffer(varlenArg, "Q", a.Q, qBytes, 16); err != nil {
+			return err
+		}
+	}
+	cbytes, err := size(varlenArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.CacheDType.Size()),
+		int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
+	if err != nil {
+		return err
+	}
+	if err := buffer(varlenArg, "KeyCache", a.KeyCache, cbytes, 16); err != nil {
+		return err
+	}
+	if err := buffer(varlenArg, "ValueCache", a.ValueCache, cbytes, 16); err != nil {
+		return err
+	}
+	tableBytes, err := size(varlenArg, "NumSeqs·MaxBlocksPerSeq", 4, int64(a.NumSeqs), int64(a.MaxBlocksPerSeq))
+	if err != nil {
+		return err
+	}
+	if err := buffer(varlenArg, "BlockTables", a.BlockTables, tableBytes, 4); err != nil {
+		return err
+	}
+	if err := buffer(varlenArg, "CuSeqlensQ", a.CuSeqlensQ, int64(a.NumSeqs+1)*4, 4); err != nil {
+		return err
+	}
+	if err := buffer(varlenArg, "PosOffsets", a.PosOffsets, int64(a.NumSeqs)*4, 4); err != nil {
+		return err
+	}
+	if a.TotalQTokens > 0 {
+		outBytes := int64(a.TotalQTokens) * rowElems * esize
+		if err := buffer(varlenArg, "Out", a.Out, outBytes, 4); err != nil {
+			return err
+		}
+		if !a.LSE.IsZero() {
+			if err := buffer(varlenArg, "LSE", a.LSE, int64(a.TotalQTokens)*int64(a.NumQHeads)*4, 4); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkHostLengths checks HostCuSeqlensQ and HostPosOffsets, when given.
+func (a *VarlenArgs) checkHostLengths() error {
+	cu, pos := a.HostCuSeqlensQ, a.HostPosOffsets
+	if len(cu) != 0 {
+		if len(cu) != a.NumSeqs+1 {
+			return errf("%s.HostCuSeqlensQ has %d values; allowed: none, or NumSeqs+1=%d", varlenArg, len(cu), a.NumSeqs+1)
+		}
+		if cu[0] != 0 {
+			return errf("%s.HostCuSeqlensQ[0]=%d is not allowed; allowed: 0", varlenArg, cu[0])
+		}
+		for s := range a.NumSeqs {
+			if cu[s+1] < cu[s] {
+				return errf("%s.HostCuSeqlensQ[%d]=%d is below HostCuSeqlensQ[%d]=%d; allowed: a non-decreasing sequence", varlenArg, s+1, cu[s+1], s, cu[s])
+			}
+		}
+		if int(cu[a.NumSeqs]) != a.TotalQTokens {
+			return errf("%s.HostCuSeqlensQ[%d]=%d disagrees with TotalQTokens=%d", varlenArg, a.NumSeqs, cu[a.NumSeqs], a.TotalQTokens)
+		}
+	}
+	if len(pos) != 0 {
+		if len(pos) != a.NumSeqs {
+			return errf("%s.HostPosOffsets has %d values; allowed: none, or NumSeqs=%d", varlenArg, len(pos), a.NumSeqs)
+		}
+		for s, p := range pos {
+			qLen := int64(0)
+			if len(cu) != 0 {
+				qLen = int64(cu[s+1] - cu[s])
+			}
+			if p < 0 || int64(p)+qLen > int64(a.MaxKVLen) {
+				return errf("%s.HostPosOffsets[%d]=%d is not allowed with %d query tokens; allowed: 0..MaxKVLen−q_len=%d", varlenArg, s, p, qLen, int64(a.MaxKVLen)-qLen)
+			}
+		}
+	}
+	return nil
+}
+
+// group returns the GQA group size of a valid a.
+func (a *VarlenArgs) group() int { return a.NumQHeads / a.NumKVHeads }
+
+// shape is the planner's view of a; for a graph, planned for the capacity.
+func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
+	s := dispatch.VarlenShape{
+		NumSeqs: a.NumSeqs, TotalQTokens: a.TotalQTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
+		HeadDim: a.HeadDim, MaxKVLen: a.MaxKVLen, DType: a.DType, CacheDType: a.CacheDType,
+	}
+	if graph {
+		s.MaxKVLen = kvCapacity
+		if a.KVCapacity > 0 {
+			s.MaxKVLen = a.KVCapacity
+		}
+		return s
+	}
+	if cu := a.HostCuSeqlensQ; len(cu) != 0 {
+		s.RowTiles = dispatch.VarlenRowTiles(func(i int) int { return int(cu[i+1] - cu[i]) }, a.NumSeqs, a.group())
+	}
+	return s
+}
+
+// pagedVarlenParams is the parameter list of the paged_varlen_* kernels,
+// in PTX order (kernels_src/varlen.cuh).
+type pagedVarlenParams struct {
+	Out, LSE, PartialOut, PartialMax, PartialSum                 driver.DevicePtr
+	Q, KeyCache, ValueCache, BlockTables, CuSeqlensQ, PosOffsets driver.DevicePtr
+	Fault                                                        driver.DevicePtr
+	QTokenStride                                                 int64
+	NumSeqs, TotalQ, NumQHeads, MaxBlocksPerSeq, BlockSizeLog2   int32
+	NumBlocks                                                    int64
+	Causal                                                       int32
+	Scale, KScale, VScale                                        float32
+}
+
+// varlenMergeParams is the parameter list of the paged_varlen_merge_*
+// kernels, in PTX order (kernels_src/varlen.cuh).
+type varlenMergeParams struct {
+	Out, LSE, PartialOut, PartialMax, PartialSum, CuSeqlensQ driver.DevicePtr
+	NumSeqs, Rows, NumQHeads, Splits                         int32
+}
+
+// params returns the kernel parameters of a valid a that do not depend on
+// the plan, with fault as the fault record.
+func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
+	scale := a.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
+	}
+	kScale, vScale := float32(1), float32(1)
+	if a.CacheDType == E4M3 {
+		kScale, vScale = a.KScale, a.VScale
+	}
+	qs := int64(a.QTokenStride)
+	if qs == 0 {
+		qs = int64(a.NumQHeads) * int64(a.HeadDim)
+	}
+	causal := int32(0)
+	if a.Causal {
+		causal = 1
+	}
+	return pagedVarlenParams{
+		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
+		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr, Fault: fault,
+		QTokenStride: qs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.TotalQTokens), NumQHeads: int32(a.NumQHeads),
+		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
+		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale,
+	}
+}
+
+// PlanVarlen returns the plan Varlen would follow for a on stream s right
+// now (during graph capture: the graph's plan, as PlanVarlenGraph).
+func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
+	plan, _, err := r.planVarlen(s, a)
+	return plan, err
+}
+
+// PlanVarlenGraph returns the plan a varlen of a captured into a graph
+// follows: for a.KVCapacity (else KV_CAPACITY) and a.TotalQTokens. Size a
+// Workspace for it with Plan.WorkspaceBytes.
+func (r *Runtime) PlanVarlenGraph(a *VarlenArgs) (dispatch.Plan, error) {
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	if err := a.Validate(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	if err := r.checkVarlenCapacity(a); err != nil {
+		return dispatch.Plan{}, err
+	}
+	return r.planVarlenShape(a.shape(true, r.cfg.KVCapacity), r.knobs)
+}
+
+func (r *Runtime) planVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, bool, error) {
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, false, err
+	}
+	if err := a.Validate(); err != nil {
+		return dispatch.Plan{}, false, err
+	}
+	capturing, err := s.capturing()
+	if err != nil {
+		return dispatch.Plan{}, false, err
+	}
+	if capturing {
+		if err := r.checkVarlenCapacity(a); err != nil {
+			return dispatch.Plan{}, false, err
+		}
+	}
+	plan, err := r.planVarlenShape(a.shape(capturing, r.cfg.KVCapacity), r.knobs)
+	return plan, capturing, err
+}
+
+// checkVarlenCapacity checks that a's block tables hold the capacity a graph
+// that captures it is planned for.
+func (r *Runtime) checkVarlenCapacity(a *VarlenArgs) error {
+	c := r.cfg.KVCapacity
+	if a.KVCapacity > 0 {
+		c = a.KVCapacity
+	}
+	if have := a.MaxBlocksPerSeq * a.BlockSize; have < c {
+		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below the capacity %d (VarlenArgs.KVCapacity, else KV_CAPACITY): a varlen captured into a graph is planned for its capacity, so its block tables must hold that many tokens", varlenArg, have, c)
+	}
+	return nil
+}
+
+// planVarlenShape plans shape, loading the kernel's module first so that
+// the plan knows its occupancy.
+func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) (dispatch.Plan, error) {
+	kernel, err := dispatch.VarlenKernelName(shape.DType, shape.CacheDType, shape.HeadDim)
+	if err != nil {
+		return dispatch.Plan{}, err
+	}
+	if _, _, err := r.function(kernel); err != nil {
+		return dispatch.Plan{}, err
+	}
+	plan, err := dispatch.PlanVarlen(shape, *r.facts.Load(), k)
+	if err != nil || plan.Splits == 1 {
+		return plan, err
+	}
+	// The merge may live in another module (fp8 caches): load it now, so
+	// that a graph capture never loads a module.
+	merge, err := dispatch.VarlenMergeKernelName(shape.DType, shape.HeadDim)
+	if err != nil {
+		return dispatch.Plan{}, err
+	}
+	_, _, err = r.function(merge)
+	return plan, err
+}
+
+// PlanVarlenWith plans a with explicit knobs instead of the configuration's
+// (benchmarks force split counts with it). Launch it with VarlenWithPlan.
+func (r *Runtime) PlanVarlenWith(a *VarlenArgs, k dispatch.Knobs) (dispatch.Plan, error) {
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	if err := a.Validate(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	return r.planVarlenShape(a.shape(false, 0), k)
+}
+
+// ReserveVarlen sizes stream s's scratch for a as graph capture will plan
+// it (PlanVarlenGraph). Call it before BeginCapture; a varlen with its own
+// Workspace needs no reservation.
+func (r *Runtime) ReserveVarlen(s *Stream, a *VarlenArgs) error {
+	plan, err := r.PlanVarlenGraph(a)
+	if err != nil || !a.Workspace.IsZero() {
+		return err
+	}
+	return r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats)
+}
+
+// Varlen runs paged varlen attention on stream s, following the plan
+// PlanVarlen gives. A batch with no query tokens launches nothing.
+func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
+	plan, capturing, err := r.planVarlen(s, a)
+	if err != nil {
+		return err
+	}
+	return r.launchVarlen(s, a, &plan, capturing)
+}
+
+// VarlenWithPlan runs a on s following plan, which must be a plan for a's
+// shape from PlanVarlen, PlanVarlenWith or PlanVarlenGraph (any split count
+// the planner could give); another plan is an error, never a launch.
+func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	want, err := dispatch.PlanVarlen(a.shape(false, 0), *r.facts.Load(), dispatch.Knobs{PagedFlash: true, ForcedSplits: plan.Splits})
+	if err != nil {
+		return err
+	}
+	if plan.Splits < 1 || plan.Kernel != want.Kernel || plan.Grid != want.Grid || plan.Block != want.Block ||
+		plan.SharedBytes != want.SharedBytes || plan.Splits != want.Splits || plan.ScratchFloats != want.ScratchFloats ||
+		plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset || plan.PartialOutOffset != 0 ||
+		plan.Counters != 0 || plan.Cluster != 0 || plan.Balanced() {
+		return errf("VarlenWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this VarlenArgs (%s, grid %v)",
+			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
+	}
+	capturing, err := s.capturing()
+	if err != nil {
+		return err
+	}
+	return r.launchVarlen(s, a, &plan, capturing)
+}
+
+// launchVarlen enqueues the kernels of plan: the varlen kernel, and for
+// split-K the merge.
+func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, capturing bool) error {
+	if a.TotalQTokens == 0 {
+		return nil
+	}
+	fn, _, err := r.function(plan.Kernel)
+	if err != nil {
+		return err
+	}
+	p := a.params(s.fault)
+	var merge varlenMergeParams
+	var mergeFn driver.Function
+	var lease scratch.Lease
+	if plan.Splits > 1 {
+		name, err := dispatch.VarlenMergeKernelName(a.DType, a.HeadDim)
+		if err != nil {
+			return err
+		}
+		if mergeFn, _, err = r.function(name); err != nil {
+			return err
+		}
+		var base driver.DevicePtr
+		if !a.Workspace.IsZero() {
+			if need := plan.WorkspaceBytes(); a.Workspace.Bytes < need {
+				return errf("%s.Workspace has %d bytes; this varlen's plan (%d splits) needs %d (Plan.WorkspaceBytes)", varlenArg, a.Workspace.Bytes, plan.Splits, need)
+			}
+			base = a.Workspace.Ptr + driver.DevicePtr(plan.WorkspaceFloatsOffset())
+		} else {
+			if lease, err = r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing); err != nil {
+				return err
+			}
+			base = driver.DevicePtr(lease.Ptr)
+		}
+		p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
+		p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
+		p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
+		rows := int32(a.TotalQTokens * a.NumQHeads)
+		merge = varlenMergeParams{
+			Out: a.Out.Ptr, LSE: a.LSE.Ptr, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
+			CuSeqlensQ: a.CuSeqlensQ.Ptr, NumSeqs: int32(a.NumSeqs), Rows: rows, NumQHeads: int32(a.NumQHeads), Splits: int32(plan.Splits),
+		}
+	}
+	err = r.do(func() error {
+		if err := driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p); err != nil {
+			return err
+		}
+		if plan.Splits == 1 {
+			return nil
+		}
+		grid := driver.Dim3{X: uint32((int64(merge.Rows) + dispatch.VarlenThreads/32 - 1) / (dispatch.VarlenThreads / 32)), Y: 1, Z: 1}
+		return driver.Launch(mergeFn, grid, driver.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1}, 0, s.s, &merge)
+	})
+	lease.Release()
+	if err != nil {
+		return err
+	}
+	return s.afterLaunch(capturing)
+}
