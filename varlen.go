@@ -215,14 +215,14 @@ func (a *VarlenArgs) checkHostLengths() error {
 		}
 	}
 	if len(pos) != 0 {
+		if len(cu) == 0 {
+			return errf("%s.HostPosOffsets is given without HostCuSeqlensQ; allowed: both or neither (an offset is checked against its sequence's q_len)", varlenArg)
+		}
 		if len(pos) != a.NumSeqs {
 			return errf("%s.HostPosOffsets has %d values; allowed: none, or NumSeqs=%d", varlenArg, len(pos), a.NumSeqs)
 		}
 		for s, p := range pos {
-			qLen := int64(0)
-			if len(cu) != 0 {
-				qLen = int64(cu[s+1] - cu[s])
-			}
+			qLen := int64(cu[s+1] - cu[s])
 			if p < 0 || int64(p)+qLen > int64(a.MaxKVLen) {
 				return errf("%s.HostPosOffsets[%d]=%d is not allowed with %d query tokens; allowed: 0..MaxKVLen−q_len=%d", varlenArg, s, p, qLen, int64(a.MaxKVLen)-qLen)
 			}
@@ -247,9 +247,7 @@ func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
 		}
 		return s
 	}
-	if cu := a.HostCuSeqlensQ; len(cu) != 0 {
-		s.RowTiles = dispatch.VarlenRowTiles(func(i int) int { return int(cu[i+1] - cu[i]) }, a.NumSeqs, a.group())
-	}
+	s.HostCuSeqlensQ = a.HostCuSeqlensQ
 	return s
 }
 
@@ -360,16 +358,21 @@ func (r *Runtime) checkVarlenCapacity(a *VarlenArgs) error {
 // planVarlenShape plans shape, loading the kernel's module first so that
 // the plan knows its occupancy.
 func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) (dispatch.Plan, error) {
-	kernel, err := dispatch.VarlenKernelName(shape.DType, shape.CacheDType, shape.HeadDim)
-	if err != nil {
-		return dispatch.Plan{}, err
-	}
-	if _, _, err := r.function(kernel); err != nil {
-		return dispatch.Plan{}, err
-	}
+	// Plan once to learn the kernel, load its module (which measures its
+	// occupancy), and plan again with it.
 	plan, err := dispatch.PlanVarlen(shape, *r.facts.Load(), k)
-	if err != nil || plan.Splits == 1 {
+	if err != nil {
 		return plan, err
+	}
+	if _, loaded, err := r.function(plan.Kernel); err != nil {
+		return dispatch.Plan{}, err
+	} else if loaded {
+		if plan, err = dispatch.PlanVarlen(shape, *r.facts.Load(), k); err != nil {
+			return plan, err
+		}
+	}
+	if plan.Splits == 1 {
+		return plan, nil
 	}
 	// The merge may live in another module (fp8 caches): load it now, so
 	// that a graph capture never loads a module.
@@ -424,16 +427,8 @@ func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) e
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	want, err := dispatch.PlanVarlen(a.shape(false, 0), *r.facts.Load(), dispatch.Knobs{PagedFlash: true, ForcedSplits: plan.Splits})
-	if err != nil {
+	if err := checkVarlenPlan(a, &plan); err != nil {
 		return err
-	}
-	if plan.Splits < 1 || plan.Kernel != want.Kernel || plan.Grid != want.Grid || plan.Block != want.Block ||
-		plan.SharedBytes != want.SharedBytes || plan.Splits != want.Splits || plan.ScratchFloats != want.ScratchFloats ||
-		plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset || plan.PartialOutOffset != 0 ||
-		plan.Counters != 0 || plan.Cluster != 0 || plan.Balanced() {
-		return errf("VarlenWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this VarlenArgs (%s, grid %v)",
-			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
 	}
 	capturing, err := s.capturing()
 	if err != nil {
@@ -500,4 +495,36 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 		return err
 	}
 	return s.afterLaunch(capturing)
+}
+
+// checkVarlenPlan checks that plan is a valid plan for a's shape: the right
+// kernel, geometry and scratch layout for its split count (any count from 1
+// to VarlenMaxSplits; an eager plan, a forced one or a graph's).
+func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
+	// Either kernel of the head dim will do (PlanVarlen picks by the queries'
+	// lengths).
+	kernel, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, false)
+	if err != nil {
+		return err
+	}
+	if short, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, true); plan.Kernel == short {
+		kernel = short
+	}
+	rows, _, _ := dispatch.VarlenGeometry(kernel)
+	splits := max(plan.Splits, 1)
+	want := dispatch.Plan{
+		Kernel: kernel, Block: dispatch.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1},
+		Grid: dispatch.Dim3{X: uint32(dispatch.VarlenGridX(a.NumSeqs, a.TotalQTokens, a.group(), rows)),
+			Y: uint32(a.NumKVHeads), Z: uint32(splits)},
+		SharedBytes: uint32(dispatch.VarlenSharedBytes(kernel)),
+	}
+	want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.TotalQTokens, a.NumQHeads, a.HeadDim, splits)
+	if plan.Splits < 1 || plan.Splits > dispatch.VarlenMaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
+		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.ScratchFloats != want.ScratchFloats ||
+		plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset || plan.PartialOutOffset != 0 ||
+		plan.Counters != 0 || plan.Cluster != 0 || plan.Balanced() {
+		return errf("VarlenWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this VarlenArgs (%s, grid %v)",
+			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
+	}
+	return nil
 }

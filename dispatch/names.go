@@ -50,11 +50,13 @@ type nameTables struct {
 	rope   [len(activationTypes)][2]string
 	mla    [len(activationTypes)][2]string // rope+quant, concat
 	qkv    [len(activationTypes)][2]string
-	// varlen: by activation dtype, fp8 cache, head dim; varlenMerge: by
+	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
+	// (1: the _r64 kernels; the 128-row ones at index 0; both the same at
+	// head dim 256, which has only 64-row blocks); varlenMerge: by
 	// activation dtype and head dim.
-	varlen      [len(activationTypes)][2][len(headDims)]string
+	varlen      [len(activationTypes)][2][len(headDims)][2]string
 	varlenMerge [len(activationTypes)][len(headDims)]string
-	varlenShape map[string][2]int // varlen kernel → {head dim, cache element size}
+	varlenShape map[string]varlenGeometry
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -62,7 +64,7 @@ type nameTables struct {
 var tables = buildNames()
 
 func buildNames() *nameTables {
-	t := &nameTables{shape: map[string][2]int{}, varlenShape: map[string][2]int{}}
+	t := &nameTables{shape: map[string][2]int{}, varlenShape: map[string]varlenGeometry{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -82,7 +84,6 @@ func buildNames() *nameTables {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
 				t.decode[qi][fp8][hi] = name
 				vname := "paged_varlen_" + q.String() + cache + "_hd" + strconv.Itoa(d)
-				t.varlen[qi][fp8][hi] = vname
 				t.varlenMerge[qi][hi] = "paged_varlen_merge_" + q.String() + "_hd" + strconv.Itoa(d)
 				t.cluster[qi][fp8][hi] = name + "_cluster"
 				size := q.Size()
@@ -90,7 +91,15 @@ func buildNames() *nameTables {
 					size = E4M3.Size()
 				}
 				t.shape[name] = [2]int{d, size}
-				t.varlenShape[vname] = [2]int{d, size}
+				// VarlenConfig in kernels_src/varlen.cuh.
+				if d > 128 {
+					t.varlen[qi][fp8][hi] = [2]string{vname, vname}
+					t.varlenShape[vname] = varlenGeometry{d, size, 64, 32}
+				} else {
+					t.varlen[qi][fp8][hi] = [2]string{vname, vname + "_r64"}
+					t.varlenShape[vname] = varlenGeometry{d, size, 128, 32}
+					t.varlenShape[vname+"_r64"] = varlenGeometry{d, size, 64, 64}
+				}
 				t.shape[name+"_cluster"] = [2]int{d, size}
 				narrow := variantNarrow
 				if fp8 == 1 {
@@ -244,8 +253,8 @@ func KernelSharedBytes(kernel string, optin int) int {
 	if shape, ok := tables.shape[kernel]; ok {
 		return DecodeSharedBytes(shape[0], shape[1], optin)
 	}
-	if shape, ok := tables.varlenShape[kernel]; ok {
-		return VarlenSharedBytes(shape[0], shape[1])
+	if n := VarlenSharedBytes(kernel); n > 0 {
+		return n
 	}
 	for _, row := range tables.qkv {
 		if kernel == row[0] || kernel == row[1] {
@@ -451,8 +460,10 @@ func QKVKernelName(dtype, cacheDType DType) (string, error) {
 }
 
 // VarlenKernelName returns the varlen attention kernel for q of type dtype,
-// a cache of type cacheDType (dtype or E4M3) and head dimension headDim.
-func VarlenKernelName(dtype, cacheDType DType, headDim int) (string, error) {
+// a cache of type cacheDType (dtype or E4M3) and head dimension headDim:
+// with short set, the one for short query tiles (_r64 below head dim 256;
+// see PlanVarlen).
+func VarlenKernelName(dtype, cacheDType DType, headDim int, short bool) (string, error) {
 	qi, ok := activationIndex(dtype)
 	if !ok {
 		return "", errf("dispatch: VarlenShape.DType=%v is not supported; supported: f16, bf16", dtype)
@@ -465,13 +476,16 @@ func VarlenKernelName(dtype, cacheDType DType, headDim int) (string, error) {
 	if !ok {
 		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: 64, 128, 256", headDim)
 	}
-	return tables.varlen[qi][ci][hi], nil
+	if short {
+		return tables.varlen[qi][ci][hi][1], nil
+	}
+	return tables.varlen[qi][ci][hi][0], nil
 }
 
 // VarlenMergeKernelName returns the kernel that merges the split-K partials
 // of a varlen launch with output of type dtype and head dimension headDim.
 func VarlenMergeKernelName(dtype DType, headDim int) (string, error) {
-	if _, err := VarlenKernelName(dtype, dtype, headDim); err != nil {
+	if _, err := VarlenKernelName(dtype, dtype, headDim, false); err != nil {
 		return "", err
 	}
 	qi, _ := activationIndex(dtype)
@@ -484,7 +498,12 @@ func VarlenKernelNames() []string {
 	var names []string
 	for qi := range tables.varlen {
 		for ci := range tables.varlen[qi] {
-			names = append(names, tables.varlen[qi][ci][:]...)
+			for _, pair := range tables.varlen[qi][ci] {
+				names = append(names, pair[0])
+				if pair[1] != pair[0] {
+					names = append(names, pair[1])
+				}
+			}
 		}
 		names = append(names, tables.varlenMerge[qi][:]...)
 	}

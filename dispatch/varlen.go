@@ -7,10 +7,6 @@ const (
 	// VarlenThreads is the block size of the varlen and merge kernels
 	// (kVarlenThreads).
 	VarlenThreads = 128
-	// VarlenRows is how many packed (query token, query head) rows one
-	// varlen block computes (kVarlenRows): the G query heads of a KV head
-	// share each K/V tile, so a block holds VarlenRows/G query tokens.
-	VarlenRows = 64
 	// VarlenMaxSplits is the largest varlen split count (kVarlenMaxSplits).
 	VarlenMaxSplits = 64
 	// VarlenMinSplitKeys is the fewest KV positions the planner gives one
@@ -18,6 +14,20 @@ const (
 	// to hide its start and the merge's extra traffic stays small.
 	VarlenMinSplitKeys = 256
 )
+
+// VarlenGeometry returns the packed (query token, query head) rows one
+// block of varlen kernel computes and the KV positions of its K/V tiles
+// (VarlenConfig in kernels_src/varlen.cuh), and whether kernel is a varlen
+// kernel. The G query heads of a KV head share each K/V tile, so a block
+// holds rows/G query tokens.
+func VarlenGeometry(kernel string) (rows, keys int, ok bool) {
+	g, ok := tables.varlenShape[kernel]
+	return g.rows, g.keys, ok
+}
+
+// varlenGeometry is what the planner and the launcher know of a varlen
+// kernel.
+type varlenGeometry struct{ headDim, cacheSize, rows, keys int }
 
 // VarlenShape describes one paged varlen attention launch, as the host
 // knows it.
@@ -30,72 +40,98 @@ type VarlenShape struct {
 	MaxKVLen     int // the largest KV length (pos_offset + q_len) of the batch, or a graph's capacity
 	DType        DType
 	CacheDType   DType
-	// RowTiles (optional) is the number of row tiles the batch really has,
-	// Σ ⌈q_len·G/VarlenRows⌉ over its sequences, when the host knows the
-	// lengths; 0 plans for the grid's upper bound.
-	RowTiles int
+	// HostCuSeqlensQ (optional): the host's copy of the batch's query
+	// bounds ([NumSeqs+1], checked by the caller), so the planner counts the
+	// row tiles the batch really has; without it, it plans for the grid.
+	HostCuSeqlensQ []int32
 }
 
 // PlanVarlen plans a paged varlen attention launch: Grid.X is
-// VarlenGridX(NumSeqs, TotalQTokens, G) row tiles, Grid.Y the KV heads and
-// Grid.Z the splits. Split-K (Splits > 1, merged by VarlenMergeKernel)
-// comes in when the row tiles leave the GPU without a full wave of blocks
-// and the KV is long enough to give each split VarlenMinSplitKeys
-// positions: few query tokens over a long cache (speculative verify, small
-// chunks). SPLIT_K_ATTN=0 forbids it, =1 forces it wherever the KV can be
-// split, PAGED_FLASH_SPLITS forces the count. The scratch (partials for
-// every query row and split) is cut to ScratchLimitBytes by lowering the
-// split count. Errors wrap ErrInvalidShape.
+// VarlenGridX(NumSeqs, TotalQTokens, G, rows) row tiles of the kernel's
+// rows (VarlenGeometry), Grid.Y the KV heads and Grid.Z the splits.
+//
+// The kernel: below head dim 256, batches whose sequences average fewer
+// than 128 packed rows (q_len·G: decode rows of a mixed batch, speculative
+// verify) take the _r64 kernel, whose 64-row blocks keep every warp
+// computing; longer queries the 128-row kernel, which reads shared memory
+// half as often per product.
+//
+// Split-K (Splits > 1, merged by VarlenMergeKernelName's kernel) comes in
+// when the row tiles leave the GPU without a full wave of blocks and the KV
+// is long enough to give each split VarlenMinSplitKeys positions: few query
+// tokens over a long cache. The count is the one whose blocks end closest
+// to a whole number of waves (the fewest splits among equals).
+// SPLIT_K_ATTN=0 forbids it, =1 forces it wherever the KV can be split,
+// PAGED_FLASH_SPLITS forces the count. The scratch (partials for every
+// query row and split) is cut to ScratchLimitBytes by lowering the split
+// count. Errors wrap ErrInvalidShape.
 func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	if err := validateVarlen(&s, &dev, &k); err != nil {
 		return Plan{}, err
 	}
-	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim)
+	group := s.NumQHeads / s.NumKVHeads
+	short := int64(s.TotalQTokens)*int64(group) < 128*int64(s.NumSeqs)
+	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim, short)
 	if err != nil {
 		return Plan{}, err
 	}
-	shared := VarlenSharedBytes(s.HeadDim, s.CacheDType.Size())
+	geo := tables.varlenShape[kernel]
+	shared := VarlenSharedBytes(kernel)
 	if shared > dev.MaxSharedPerBlockOptin {
 		return Plan{}, errf("dispatch: VarlenShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
 			s.HeadDim, s.CacheDType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
-	group := s.NumQHeads / s.NumKVHeads
-	gridX := VarlenGridX(s.NumSeqs, s.TotalQTokens, group)
+	gridX := VarlenGridX(s.NumSeqs, s.TotalQTokens, group, geo.rows)
 	if gridX > maxGridX {
 		return Plan{}, errf("dispatch: VarlenShape.TotalQTokens=%d with %d sequences and GQA group %d needs %d row tiles; at most %d fit a grid",
 			s.TotalQTokens, s.NumSeqs, group, gridX, maxGridX)
+	}
+	tiles := int(gridX)
+	if cu := s.HostCuSeqlensQ; len(cu) == s.NumSeqs+1 {
+		tiles = VarlenRowTiles(func(i int) int { return int(cu[i+1] - cu[i]) }, s.NumSeqs, group, geo.rows)
 	}
 	p := Plan{
 		Kernel: kernel, Grid: Dim3{uint32(gridX), uint32(s.NumKVHeads), 1}, Block: Dim3{VarlenThreads, 1, 1},
 		SharedBytes: uint32(shared), Splits: 1, RequestedSplits: 1,
 	}
-	splits, reason := chooseVarlenSplits(&s, &dev, &k, kernel, int(gridX))
+	splits, reason := chooseVarlenSplits(&s, &dev, &k, kernel, geo.keys, tiles)
 	p.RequestedSplits, p.Reason = splits, reason
 	if splits > 1 {
 		rows := int64(s.TotalQTokens) * int64(s.NumQHeads)
 		perSplit := rows * int64(s.HeadDim+2) * 4
 		if k.ScratchLimitBytes > 0 && int64(splits)*perSplit > k.ScratchLimitBytes {
-			splits = int(min(int64(splits), k.ScratchLimitBytes/perSplit))
+			splits = int(max(1, min(int64(splits), k.ScratchLimitBytes/perSplit)))
 			p.Reason = ReasonScratchLimit
-			if splits < 2 {
-				splits = 1
-			}
 		}
 	}
 	p.Splits, p.Clamped = splits, splits != p.RequestedSplits
-	if splits > 1 {
-		rows := int64(s.TotalQTokens) * int64(s.NumQHeads) * int64(splits)
-		p.Grid.Z = uint32(splits)
-		p.ScratchFloats = rows * int64(s.HeadDim+2)
-		p.MaxOffset = rows * int64(s.HeadDim)
-		p.SumOffset = p.MaxOffset + rows
-	}
+	p.Grid.Z = uint32(splits)
+	p.ScratchFloats, p.MaxOffset, p.SumOffset = varlenScratch(s.TotalQTokens, s.NumQHeads, s.HeadDim, splits)
 	return p, nil
 }
 
+// varlenScratch returns the f32 scratch of a varlen with splits splits and
+// where its maxima and sums start (all 0 for one split): partial outputs
+// [tokens, heads, splits, headDim], then maxima and sums [tokens, heads,
+// splits].
+func varlenScratch(tokens, heads, headDim, splits int) (floats, maxOffset, sumOffset int64) {
+	if splits < 2 {
+		return 0, 0, 0
+	}
+	rows := int64(tokens) * int64(heads) * int64(splits)
+	return rows * int64(headDim+2), rows * int64(headDim), rows * int64(headDim+1)
+}
+
+// VarlenPlanScratch is the scratch layout a varlen plan with splits splits
+// must carry (Plan.ScratchFloats, MaxOffset, SumOffset), for checking a plan
+// handed back to the launcher.
+func VarlenPlanScratch(tokens, heads, headDim, splits int) (floats, maxOffset, sumOffset int64) {
+	return varlenScratch(tokens, heads, headDim, splits)
+}
+
 // chooseVarlenSplits returns the split count before the scratch limit, and
-// why.
-func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string, gridX int) (int, string) {
+// why, for tiles row tiles of kernel (tiles of keys positions).
+func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string, keys, tiles int) (int, string) {
 	maxByKV := min(VarlenMaxSplits, s.MaxKVLen/VarlenMinSplitKeys)
 	switch {
 	case !k.PagedFlash && k.ForcedSplits == 0 && k.SplitK != SplitOn:
@@ -103,8 +139,8 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 	case k.SplitK == SplitOff:
 		return 1, ReasonSplitKOff
 	case k.ForcedSplits > 0:
-		// Whole tiles per split: more splits than 64-key tiles would be empty.
-		return max(1, min(k.ForcedSplits, VarlenMaxSplits, (s.MaxKVLen+63)/64)), ReasonForced
+		// Whole tiles per split: more splits than K/V tiles would be empty.
+		return max(1, min(k.ForcedSplits, VarlenMaxSplits, (s.MaxKVLen+keys-1)/keys)), ReasonForced
 	case s.MaxKVLen == 0:
 		return 1, ReasonEmptyKV
 	case maxByKV < 2:
@@ -113,11 +149,7 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 		}
 		return 1, ReasonShortKV
 	}
-	tiles := gridX
-	if s.RowTiles > 0 {
-		tiles = min(s.RowTiles, gridX)
-	}
-	blocks := int64(tiles) * int64(s.NumKVHeads)
+	blocks := int64(max(tiles, 1)) * int64(s.NumKVHeads)
 	wave := int64(dev.SMs) * int64(max(dev.Occupancy[kernel], 1))
 	if blocks >= wave {
 		if k.SplitK == SplitOn {
@@ -125,50 +157,58 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 		}
 		return 1, ReasonGridFills
 	}
-	splits := int(min(int64(maxByKV), (wave+blocks-1)/blocks))
-	if k.SplitK == SplitOn {
-		return max(splits, 2), ReasonSplitOn
+	// Each block's work shrinks as 1/splits; the launch takes
+	// ⌈blocks·splits/wave⌉ waves of it.
+	best, bestCost := 1, 1.0
+	for n := 2; n <= maxByKV; n++ {
+		waves := (blocks*int64(n) + wave - 1) / wave
+		if cost := float64(waves) / float64(n); cost < bestCost-1e-9 {
+			best, bestCost = n, cost
+		}
 	}
-	return splits, ReasonFillSMs
+	if k.SplitK == SplitOn {
+		return max(best, 2), ReasonSplitOn
+	}
+	return best, ReasonFillSMs
 }
 
-// VarlenGridX returns the row tiles of a varlen launch: sequence s owns
-// tiles from s + ⌊cu_seqlens_q[s]·G/VarlenRows⌋ on (tile_start in
-// kernels_src/varlen.cuh), so numSeqs + ⌊totalQ·G/VarlenRows⌋ cover every
-// batch of up to totalQ tokens.
-func VarlenGridX(numSeqs, totalQ, group int) int64 {
-	return int64(numSeqs) + int64(totalQ)*int64(group)/VarlenRows
+// VarlenGridX returns the row tiles of a varlen launch of blocks of rows
+// packed rows: sequence s owns tiles from s + ⌊cu_seqlens_q[s]·G/rows⌋ on
+// (tile_start in kernels_src/varlen.cuh), so numSeqs + ⌊totalQ·G/rows⌋
+// cover every batch of up to totalQ tokens.
+func VarlenGridX(numSeqs, totalQ, group, rows int) int64 {
+	return int64(numSeqs) + int64(totalQ)*int64(group)/int64(rows)
 }
 
 // VarlenRowTiles returns the row tiles a batch with these query lengths
-// really uses: Σ ⌈q_len·G/VarlenRows⌉.
-func VarlenRowTiles(qLens func(s int) int, numSeqs, group int) int {
+// really uses: Σ ⌈q_len·G/rows⌉.
+func VarlenRowTiles(qLens func(s int) int, numSeqs, group, rows int) int {
 	n := 0
 	for s := range numSeqs {
-		n += (qLens(s)*group + VarlenRows - 1) / VarlenRows
+		n += (qLens(s)*group + rows - 1) / rows
 	}
 	return n
 }
 
-// VarlenSharedBytes returns the dynamic shared memory of a varlen kernel
-// for headDim and a cache of cacheSize-byte elements (VarlenSmem in
-// kernels_src/varlen.cuh): the q tile, two ring stages of one K and one V
-// tile as stored, and for fp8 one K and one V tile widened to 16 bits.
-func VarlenSharedBytes(headDim, cacheSize int) int {
-	keys := 64
-	if headDim > 128 {
-		keys = 32
+// VarlenSharedBytes returns the dynamic shared memory of varlen kernel
+// (VarlenSmem in kernels_src/varlen.cuh): the q tile, two ring stages of
+// one K and one V tile as stored, and for fp8 one K and one V tile widened
+// to 16 bits; 0 for a kernel that is not a varlen kernel.
+func VarlenSharedBytes(kernel string) int {
+	g, ok := tables.varlenShape[kernel]
+	if !ok {
+		return 0
 	}
-	n := VarlenRows*headDim*2 + 2*2*keys*headDim*cacheSize
-	if cacheSize == 1 {
-		n += 2 * keys * headDim * 2
+	n := g.rows*g.headDim*2 + 2*2*g.keys*g.headDim*g.cacheSize
+	if g.cacheSize == 1 {
+		n += 2 * g.keys * g.headDim * 2
 	}
 	return n
 }
 
 // validateVarlen checks what PlanVarlen relies on.
 func validateVarlen(s *VarlenShape, dev *DeviceFacts, k *Knobs) error {
-	if _, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim); err != nil {
+	if _, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim, false); err != nil {
 		return err
 	}
 	switch {
@@ -182,8 +222,8 @@ func validateVarlen(s *VarlenShape, dev *DeviceFacts, k *Knobs) error {
 		return errf("dispatch: VarlenShape.NumQHeads=%d is not allowed; allowed: NumKVHeads=%d times a group of 1..%d", s.NumQHeads, s.NumKVHeads, MaxGroupSize)
 	case s.MaxKVLen < 0 || s.MaxKVLen > MaxSeqTokens:
 		return errf("dispatch: VarlenShape.MaxKVLen=%d is out of range; allowed: 0..%d", s.MaxKVLen, MaxSeqTokens)
-	case s.RowTiles < 0:
-		return errf("dispatch: VarlenShape.RowTiles=%d is negative", s.RowTiles)
+	case len(s.HostCuSeqlensQ) != 0 && len(s.HostCuSeqlensQ) != s.NumSeqs+1:
+		return errf("dispatch: VarlenShape.HostCuSeqlensQ has %d values; allowed: none, or NumSeqs+1=%d", len(s.HostCuSeqlensQ), s.NumSeqs+1)
 	case dev.SMs < 1:
 		return errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: ≥ 1", dev.SMs)
 	}

@@ -3,7 +3,7 @@
 // cores (mma.sync m16n8k16), single-pass and split-K, and the merge of split-K
 // partials.
 //
-// paged_varlen_<q>[_e4m3]_hd<D>
+// paged_varlen_<q>[_e4m3]_hd<D>[_r64] (see VarlenConfig for the suffix)
 //   q            [total_q, num_q_heads, D] of <q>, token stride q_token_stride
 //                elements (heads contiguous).
 //   cu_seqlens_q int32 [num_seqs+1]: sequence s owns query tokens
@@ -31,22 +31,26 @@
 //                (normalized by its own sum), partial_max (log2 units, -inf
 //                when empty) and partial_sum [total_q, num_q_heads, splits];
 //                paged_varlen_merge_<q>_hd<D> merges them.
-// Grid: (num_seqs + ⌊total_q·G/kVarlenRows⌋, num_kv_heads, splits), G =
-// num_q_heads/num_kv_heads. Block: kVarlenThreads (4 warps). Dynamic shared
-// memory: VarlenSmem<T, C, D>::kBytes (dispatch.VarlenSharedBytes).
+// Grid: (num_seqs + ⌊total_q·G/R⌋, num_kv_heads, splits), G =
+// num_q_heads/num_kv_heads, R = VarlenConfig<D, MT>::kRows (128 for the
+// entries without a suffix below D = 256, else 64). Block: kVarlenThreads (4 warps). Dynamic shared
+// memory: VarlenSmem<T, C, D, MT>::kBytes (dispatch.VarlenSharedBytes).
 //
 // How a block works. The G query heads of one KV head are packed into the
 // rows of the mma tiles: packed row p of sequence s is (token p / G, head
 // kvh·G + p mod G), so every K/V tile a block loads serves all the heads of
 // its group at once, and a one-token sequence (a decode in a mixed batch)
 // fills G rows instead of one. Sequence s owns the blocks x from
-// tile_start(s) = s + ⌊cu_seqlens_q[s]·G / kVarlenRows⌋ on (at least
-// ⌈q_len·G/kVarlenRows⌉ of them; a spare one exits), and blocks are taken in
+// tile_start(s) = s + ⌊cu_seqlens_q[s]·G / R⌋ on (at least ⌈q_len·G/R⌉ of
+// them; a spare one exits), and blocks are taken in
 // reverse so that each sequence's last row tiles, the longest under a causal
-// mask, start first. A block's 64 rows are four warps of 16. K/V tiles of
+// mask, start first. A block's R rows are four warps of one or two mma row
+// tiles of 16 (a warp whose rows all lie past its sequence's end only
+// loads). K/V tiles of
 // kKeys positions are gathered through the block table with cp.async into a
 // two-stage ring (16-byte chunks XOR-swizzled per row, so ldmatrix is free of
-// bank conflicts); per tile each warp computes S = Q·Kᵀ (16 × kKeys, f32),
+// bank conflicts); per tile each warp computes S = Q·Kᵀ (f32) for its row
+// tiles, each K/V fragment it reads serving all of them,
 // masks it where the tile reaches past the shortest row's limit, updates its
 // online softmax and accumulates O += P·V with P rounded to <q>. Tiles past
 // the block's last row's limit are never loaded. fp8 caches land in the ring
@@ -65,20 +69,39 @@ namespace pkv {
 
 constexpr int kVarlenThreads = 128;
 constexpr int kVarlenWarps = kVarlenThreads / 32;
-constexpr int kVarlenRows = 16 * kVarlenWarps;  // packed (token, head) rows per block
 constexpr int kVarlenMaxSplits = 64;
 
+// VarlenConfig is the tiling of a block for head dim D with MT mma row
+// tiles (16 rows each) per warp: a block holds kRows packed rows, and K/V
+// tiles hold kKeys positions. Two row tiles per warp let each K/V fragment
+// a warp reads from shared memory serve twice the rows; they fit the
+// register file with 32-key tiles (the 16 × 64 score tiles of two would
+// spill). The entries without a suffix are MT = 2 (MT = 1 at D = 256, whose
+// output alone takes 128 registers per row tile); the _r64 entries (D ≤
+// 128) are MT = 1 with 64-key tiles, for short query tiles: a row tile of
+// a one-token sequence or a 16-token verify step is mostly empty, and
+// there one 64-row block keeps all four warps computing (the planner picks,
+// see dispatch.PlanVarlen).
+template <int D, int MT>
+struct VarlenConfig {
+  static_assert(MT == 1 || (MT == 2 && D <= 128), "two row tiles per warp need D ≤ 128");
+  static constexpr int kMTiles = MT;
+  static constexpr int kKeys = MT == 2 || D > 128 ? 32 : 64;
+  static constexpr int kRows = 16 * kVarlenWarps * kMTiles;
+};
+
 // VarlenSmem describes a block's dynamic shared memory: the q tile
-// (kVarlenRows × D of <q>), a ring of kStages stages each holding one K and
+// (kRows × D of <q>), a ring of kStages stages each holding one K and
 // one V tile as stored (kKeys rows), and for fp8 caches one K and one V tile
 // widened to <q>.
-template <typename T, typename C, int D>
+template <typename T, typename C, int D, int MT>
 struct VarlenSmem {
-  static constexpr int kKeys = D <= 128 ? 64 : 32;
+  static constexpr int kKeys = VarlenConfig<D, MT>::kKeys;
+  static constexpr int kRows = VarlenConfig<D, MT>::kRows;
   static constexpr int kStages = 2;
   static constexpr int kChunks = D / 8;                           // 16-byte chunks of a 16-bit row
   static constexpr int kCacheChunks = D * (int)sizeof(C) / 16;    // of a stored cache row
-  static constexpr int kQBytes = kVarlenRows * D * 2;
+  static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * (int)sizeof(C);  // one K or V tile as stored
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kWideTileBytes = kKeys * D * 2;
@@ -88,15 +111,17 @@ struct VarlenSmem {
 
 // VarlenTile is the work of one block: sequence seq's query tokens q_begin …
 // q_begin+q_len-1 and their KV (kv_len positions from pos_offset − …), packed
-// rows row0 … row0+kVarlenRows-1 of the sequence's q_len·G.
+// rows row0 … row0+ROWS-1 of the sequence's q_len·G.
 struct VarlenTile {
   int seq, q_begin, q_len, pos_offset, kv_len, row0;
 };
 
-// tile_start returns the first block of sequence s (see the top).
+// tile_start returns the first block of sequence s for blocks of ROWS
+// packed rows (see the top).
+template <int ROWS>
 __device__ __forceinline__ int tile_start(const int* cu_seqlens_q, int s, int total_q, int G) {
   const int c = min(max(__ldg(cu_seqlens_q + s), 0), total_q);
-  return s + (int)((int64_t)c * G / kVarlenRows);
+  return s + (int)((int64_t)c * G / ROWS);
 }
 
 // check_sequence records the first bad device-resident value of sequence s
@@ -115,12 +140,13 @@ __device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, const in
 
 // find_tile returns block x's work; q_len 0 when it has none. Bad
 // device-resident values are clamped as the top describes.
+template <int ROWS>
 __device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, const int* pos_offsets, int num_seqs,
                                                int total_q, int G, int cap, int x) {
   int lo = 0, hi = num_seqs - 1;  // the last s with tile_start(s) ≤ x
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (tile_start(cu_seqlens_q, mid, total_q, G) <= x) {
+    if (tile_start<ROWS>(cu_seqlens_q, mid, total_q, G) <= x) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -132,7 +158,7 @@ __device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, const i
   t.q_begin = min(max(b, 0), total_q);
   const int end = min(max(e, t.q_begin), total_q);
   t.q_len = end - t.q_begin;
-  t.row0 = (x - tile_start(cu_seqlens_q, lo, total_q, G)) * kVarlenRows;
+  t.row0 = (x - tile_start<ROWS>(cu_seqlens_q, lo, total_q, G)) * ROWS;
   if ((int64_t)t.row0 >= (int64_t)t.q_len * G) {
     t.q_len = 0;
     return t;
@@ -155,13 +181,13 @@ __device__ __forceinline__ int row_limit(const VarlenTile& t, int p, int G, bool
 
 // load_q_tile starts the copy of t's q rows into q_s (swizzled, zero rows
 // past the sequence's end).
-template <typename T, int D>
+template <typename T, int D, int ROWS>
 __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_token_stride, const VarlenTile& t,
                                             int kvh, int G) {
   constexpr int CH = D / 8;
   const int rows = t.q_len * G;
 #pragma unroll
-  for (int j = 0; j < kVarlenRows * CH / kVarlenThreads; ++j) {
+  for (int j = 0; j < ROWS * CH / kVarlenThreads; ++j) {
     const int i = (int)threadIdx.x + j * kVarlenThreads;
     const int r = i / CH, c = i % CH;
     const int p = t.row0 + r;
@@ -174,11 +200,11 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
 
 // issue_kv_tile starts the copy of K/V positions kv0 … kv0+kKeys-1 (zeros at
 // and past kv_end) into the stage at dst (K tile, then V tile).
-template <typename T, typename C, int D>
+template <typename T, typename C, int D, int MT>
 __device__ __forceinline__ void issue_kv_tile(uint32_t dst, const C* k_head, const C* v_head, const int* table,
                                               int kv0, int kv_end, int block_size_log2, int64_t num_blocks,
                                               int64_t row_stride, int seq, unsigned long long* fault) {
-  using Smem = VarlenSmem<T, C, D>;
+  using Smem = VarlenSmem<T, C, D, MT>;
   constexpr int CCH = Smem::kCacheChunks;
   const int bs_mask = (1 << block_size_log2) - 1;
 #pragma unroll
@@ -206,9 +232,9 @@ __device__ __forceinline__ void issue_kv_tile(uint32_t dst, const C* k_head, con
 // widen_tile converts a stage's fp8 K and V tiles into 16-bit tiles at wide
 // (same swizzle as a 16-bit stage), exactly; values come out as e4m3_pair
 // gives them (see mma_scale).
-template <typename T, int D>
+template <typename T, int D, int MT>
 __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned char* stage) {
-  using Smem = VarlenSmem<T, e4m3, D>;
+  using Smem = VarlenSmem<T, e4m3, D, MT>;
   constexpr int CH = Smem::kChunks, CCH = Smem::kCacheChunks;
 #pragma unroll
   for (int j = 0; j < 2 * Smem::kKeys * CH / kVarlenThreads; ++j) {
@@ -223,28 +249,40 @@ __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned c
   }
 }
 
-// qk_tile computes this warp's scores s = Q·Kᵀ for one K tile (16 rows ×
-// KEYS positions; s[n] is n-tile n in the mma C layout).
-template <typename T, int D, int KEYS, bool Q_IN_REGS>
-__device__ __forceinline__ void qk_tile(float (*s)[4], const uint32_t (*qa)[4], uint32_t q_s, uint32_t k_s,
-                                        int warp, int lane) {
+// qk_tile computes this warp's scores s[m] = Q·Kᵀ for one K tile (MT row
+// tiles of 16 × KEYS positions; s[m][n] is n-tile n in the mma C layout).
+// Each K fragment read from shared memory serves all MT row tiles. q's A
+// fragments come from qa (registers, MT == 1) or from q_s.
+template <typename T, int D, int KEYS, int MT, bool Q_IN_REGS>
+__device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t (*qa)[4], uint32_t q_s,
+                                        uint32_t k_s, int warp, int lane) {
   constexpr int CH = D / 8;
 #pragma unroll
-  for (int n = 0; n < KEYS / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+  }
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t a[4];
-    if constexpr (Q_IN_REGS) {
-      a[0] = qa[ks][0], a[1] = qa[ks][1], a[2] = qa[ks][2], a[3] = qa[ks][3];
-    } else {
-      ldmatrix_x4(a, q_s + swizzle<CH>(16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4)) * 16);
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if constexpr (Q_IN_REGS) {
+        a[m][0] = qa[ks][0], a[m][1] = qa[ks][1], a[m][2] = qa[ks][2], a[m][3] = qa[ks][3];
+      } else {
+        ldmatrix_x4(a[m], q_s + swizzle<CH>(16 * (MT * warp + m) + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                            2 * ks + (lane >> 4)) * 16);
+      }
     }
 #pragma unroll
     for (int np = 0; np < KEYS / 16; ++np) {
       uint32_t b[4];
       ldmatrix_x4(b, k_s + swizzle<CH>(16 * np + (lane & 7) + (lane >> 4) * 8, 2 * ks + ((lane >> 3) & 1)) * 16);
-      mma16816<T>(s[2 * np], a, b[0], b[1]);
-      mma16816<T>(s[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma16816<T>(s[m][2 * np], a[m], b[0], b[1]);
+        mma16816<T>(s[m][2 * np + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
@@ -263,16 +301,27 @@ __device__ __forceinline__ void mask_scores(float (*s)[4], int kv0, int lim0, in
   }
 }
 
-// SoftmaxRows is the online-softmax state of a lane's two rows (lane/4 and
-// lane/4 + 8): the running max in raw score units and this lane's part of
-// the running sum.
+// exp2_ftz is 2^x by the special-function unit, flushing a result below
+// 2^-126 to zero (no probability that small changes a row's sum or output);
+// exp2f without fast-math adds a denormal fix-up around the same
+// instruction.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// SoftmaxRows is the online-softmax state of a lane's two rows of one row
+// tile (lane/4 and lane/4 + 8): the running max in raw score units and this
+// lane's part of the running sum.
 struct SoftmaxRows {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
 };
 
-// softmax_tile folds one tile's scores into st: it rescales acc by how far
-// each row's max moved and turns s into exp2(s·q_mul − max·q_mul).
+// softmax_tile folds one tile's scores of one row tile into st: it rescales
+// acc by how far each row's max moved and turns s into exp2(s·q_mul −
+// max·q_mul).
 template <int KEYS, int NT>
 __device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], float (*acc)[4], float q_mul) {
 #pragma unroll
@@ -285,13 +334,13 @@ __device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], flo
     // A row with nothing visible yet keeps max -inf; its scores are all -inf
     // and exp2 of them is 0 against any finite offset.
     const float ms = mx == -INFINITY ? 0.0f : mx * q_mul;
-    const float alpha = exp2f(st.m[h] * q_mul - ms);
+    const float alpha = exp2_ftz(st.m[h] * q_mul - ms);
     st.m[h] = mx;
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < KEYS / 8; ++n) {
-      s[n][2 * h] = exp2f(fmaf(s[n][2 * h], q_mul, -ms));
-      s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], q_mul, -ms));
+      s[n][2 * h] = exp2_ftz(fmaf(s[n][2 * h], q_mul, -ms));
+      s[n][2 * h + 1] = exp2_ftz(fmaf(s[n][2 * h + 1], q_mul, -ms));
       sum += s[n][2 * h] + s[n][2 * h + 1];
     }
     st.l[h] = fmaf(st.l[h], alpha, sum);
@@ -303,46 +352,57 @@ __device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], flo
   }
 }
 
-// pv_tile accumulates acc += P·V for one V tile, P (this warp's
-// probabilities, in the mma C layout) rounded to T.
-template <typename T, int D, int KEYS>
-__device__ __forceinline__ void pv_tile(float (*acc)[4], const float (*p)[4], uint32_t v_s, int lane) {
+// pv_tile accumulates acc[m] += P[m]·V for one V tile, P (this warp's
+// probabilities, in the mma C layout) rounded to T. Each V fragment read
+// from shared memory serves all MT row tiles.
+template <typename T, int D, int KEYS, int MT>
+__device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)[KEYS / 8][4], uint32_t v_s,
+                                        int lane) {
   constexpr int CH = D / 8;
 #pragma unroll
   for (int kk = 0; kk < KEYS / 16; ++kk) {
-    const uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
-                           pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      a[m][0] = pack2<T>(p[m][2 * kk][0], p[m][2 * kk][1]);
+      a[m][1] = pack2<T>(p[m][2 * kk][2], p[m][2 * kk][3]);
+      a[m][2] = pack2<T>(p[m][2 * kk + 1][0], p[m][2 * kk + 1][1]);
+      a[m][3] = pack2<T>(p[m][2 * kk + 1][2], p[m][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, v_s + swizzle<CH>(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)) * 16);
-      mma16816<T>(acc[2 * dp], a, b[0], b[1]);
-      mma16816<T>(acc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma16816<T>(acc[m][2 * dp], a[m], b[0], b[1]);
+        mma16816<T>(acc[m][2 * dp + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
 
-// store_rows writes a lane's two rows: the normalized output (·v_mul) and
-// LSE, or for split-K the split's partials.
+// store_rows writes a lane's two rows of one row tile, whose first packed
+// row is p0: the normalized output (·v_mul) and LSE, or for split-K the
+// split's partials.
 template <typename T, int D>
-__device__ __forceinline__ void store_rows(const VarlenTile& t, SoftmaxRows& st, const float (*acc)[4], int kvh,
-                                           int G, int num_q_heads, int split, int splits, float q_mul, float v_mul,
-                                           T* out, float* lse, float* partial_out, float* partial_max,
-                                           float* partial_sum, int warp, int lane) {
+__device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRows& st, const float (*acc)[4], int p0,
+                                           int kvh, int G, int num_q_heads, int split, int splits, float q_mul,
+                                           float v_mul, T* out, float* lse, float* partial_out, float* partial_max,
+                                           float* partial_sum, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = st.l[h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int p = t.row0 + 16 * warp + (lane >> 2) + 8 * h;
+    const int p = p0 + (lane >> 2) + 8 * h;
     if (p >= t.q_len * G) continue;
     const int tok = p / G;
     const int64_t row = (int64_t)(t.q_begin + tok) * num_q_heads + kvh * G + (p - tok * G);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const float mx = l > 0.0f ? st.m[h] * q_mul : -INFINITY;  // log2 units
+    const float o_mul = inv * v_mul;
     if (splits == 1) {
-      const float o_mul = inv * v_mul;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         *reinterpret_cast<uint32_t*>(out + row * D + 8 * n + 2 * (lane & 3)) =
@@ -351,7 +411,6 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, SoftmaxRows& st,
       if (lse != nullptr && (lane & 3) == 0) lse[row] = l > 0.0f ? (mx + log2f(l)) * kLn2 : -INFINITY;
     } else {
       const int64_t prow = row * splits + split;
-      const float o_mul = inv * v_mul;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         *reinterpret_cast<float2*>(partial_out + prow * D + 8 * n + 2 * (lane & 3)) =
@@ -365,7 +424,7 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, SoftmaxRows& st,
   }
 }
 
-template <typename T, typename C, int D>
+template <typename T, typename C, int D, int MT>
 __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
                                              float* __restrict__ partial_out, float* __restrict__ partial_max,
                                              float* __restrict__ partial_sum, const T* __restrict__ q,
@@ -376,14 +435,16 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int64_t q_token_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
                                              int causal, float scale, float k_scale, float v_scale) {
-  using Smem = VarlenSmem<T, C, D>;
+  using Smem = VarlenSmem<T, C, D, MT>;
   constexpr int KEYS = Smem::kKeys;
+  constexpr int ROWS = Smem::kRows;
   constexpr int STAGES = Smem::kStages;
   constexpr int NT = D / 8;
   constexpr bool kFP8 = sizeof(C) == 1;
-  // q's A fragments stay in registers (32 at D = 128); at D = 256 the
-  // output tile alone takes 128, so q is read from shared memory per tile.
-  constexpr bool kQInRegs = D <= 128;
+  // q's A fragments stay in registers with one row tile per warp below D =
+  // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
+  // outputs need the room and q is read from shared memory per tile.
+  constexpr bool kQInRegs = MT == 1 && D <= 128;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t q_s = smem_addr(smem);
   unsigned char* ring = smem + Smem::kQBytes;
@@ -399,21 +460,31 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     check_sequence(cu_seqlens_q, pos_offsets, blockIdx.x, total_q, cap, fault);
   }
   const VarlenTile t =
-      find_tile(cu_seqlens_q, pos_offsets, num_seqs, total_q, G, cap, (int)(gridDim.x - 1 - blockIdx.x));
+      find_tile<ROWS>(cu_seqlens_q, pos_offsets, num_seqs, total_q, G, cap, (int)(gridDim.x - 1 - blockIdx.x));
   if (t.q_len == 0) return;
   const bool is_causal = causal != 0;
 
   // The block's KV range: up to its last row's limit, cut into splits of
   // whole tiles; positions from mask_from on need the per-row mask.
-  const int last = min(t.row0 + kVarlenRows, t.q_len * G) - 1;
+  const int rows = t.q_len * G;
+  const int last = min(t.row0 + ROWS, rows) - 1;
   const int kv_end = row_limit(t, last, G, is_causal);
   const int mask_from = row_limit(t, t.row0, G, is_causal);
   const int tiles = (kv_end + KEYS - 1) / KEYS;
   const int per_split = (tiles + splits - 1) / splits;
   const int first_tile = min(tiles, split * per_split);
   const int end_tile = min(tiles, first_tile + per_split);
-  const int lim0 = row_limit(t, t.row0 + 16 * warp + (lane >> 2), G, is_causal);
-  const int lim1 = row_limit(t, t.row0 + 16 * warp + (lane >> 2) + 8, G, is_causal);
+  // This warp's rows: row tile m starts at packed row p0 + 16m. A warp
+  // whose rows all lie past the sequence's end (a short sequence: a decode
+  // row of a mixed batch) only helps load.
+  const int p0 = t.row0 + 16 * MT * warp;
+  const bool computes = p0 < rows;
+  int lim[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    lim[m][0] = row_limit(t, p0 + 16 * m + (lane >> 2), G, is_causal);
+    lim[m][1] = row_limit(t, p0 + 16 * m + (lane >> 2) + 8, G, is_causal);
+  }
 
   const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
   const int64_t row_stride = (int64_t)num_kv_heads * D;
@@ -422,13 +493,13 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const uint32_t ring_s = smem_addr(ring);
   auto issue = [&](int i) {
     if (i < end_tile) {
-      issue_kv_tile<T, C, D>(ring_s + ((i - first_tile) % STAGES) * Smem::kStageBytes, k_head, v_head, table,
+      issue_kv_tile<T, C, D, MT>(ring_s + ((i - first_tile) % STAGES) * Smem::kStageBytes, k_head, v_head, table,
                              i * KEYS, kv_end, block_size_log2, num_blocks, row_stride, t.seq, fault);
     }
     cp_async_commit();
   };
 
-  load_q_tile<T, D>(q_s, q, q_token_stride, t, kvh, G);
+  load_q_tile<T, D, ROWS>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
 #pragma unroll
   for (int j = 0; j < STAGES - 1; ++j) issue(first_tile + j);
@@ -445,10 +516,13 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
   const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
   const float v_mul = v_scale * mma_scale<C>();
-  SoftmaxRows st;
-  float acc[NT][4];
+  SoftmaxRows st[MT];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+  }
 
   for (int i = first_tile; i < end_tile; ++i) {
     cp_async_wait<STAGES - 2>();
@@ -457,20 +531,27 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     uint32_t k_s = ring_s + ((i - first_tile) % STAGES) * Smem::kStageBytes;
     uint32_t v_s = k_s + Smem::kTileBytes;
     if constexpr (kFP8) {
-      widen_tile<T, D>(wide, ring + ((i - first_tile) % STAGES) * Smem::kStageBytes);
+      widen_tile<T, D, MT>(wide, ring + ((i - first_tile) % STAGES) * Smem::kStageBytes);
       __syncthreads();
       k_s = smem_addr(wide);
       v_s = k_s + Smem::kWideTileBytes;
     }
-    float s[KEYS / 8][4];
-    qk_tile<T, D, KEYS, kQInRegs>(s, qa, q_s, k_s, warp, lane);
-    if (i * KEYS + KEYS > mask_from) mask_scores<KEYS>(s, i * KEYS, lim0, lim1, lane);
-    softmax_tile<KEYS, NT>(st, s, acc, q_mul);
-    pv_tile<T, D, KEYS>(acc, s, v_s, lane);
+    if (!computes) continue;
+    float s[MT][KEYS / 8][4];
+    qk_tile<T, D, KEYS, MT, kQInRegs>(s, qa, q_s, k_s, warp, lane);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (i * KEYS + KEYS > mask_from) mask_scores<KEYS>(s[m], i * KEYS, lim[m][0], lim[m][1], lane);
+      softmax_tile<KEYS, NT>(st[m], s[m], acc[m], q_mul);
+    }
+    pv_tile<T, D, KEYS, MT>(acc, s, v_s, lane);
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
-  store_rows<T, D>(t, st, acc, kvh, G, num_q_heads, split, splits, q_mul, v_mul, out, lse, partial_out,
-                   partial_max, partial_sum, warp, lane);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    store_rows<T, D>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, q_mul, v_mul, out, lse,
+                     partial_out, partial_max, partial_sum, lane);
+  }
 }
 
 // varlen_merge is split-K phase 2: warp w of block b merges row 4b + w.
@@ -517,14 +598,14 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 }  // namespace pkv
 
 // PKV_VARLEN defines one varlen entry.
-#define PKV_VARLEN(name, T, C, D)                                                                           \
+#define PKV_VARLEN(name, T, C, D, MT)                                                                         \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int num_seqs, int total_q, \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
       float scale, float k_scale, float v_scale) {                                                          \
-    pkv::paged_varlen<T, C, D>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
+    pkv::paged_varlen<T, C, D, MT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride, num_seqs,    \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
                                causal, scale, k_scale, v_scale);                                            \
@@ -539,11 +620,14 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
                             num_q_heads, splits);                                                           \
   }
 
-// PKV_VARLEN_ALL defines <prefix>_hd<D> for every head dim.
-#define PKV_VARLEN_ALL(prefix, T, C)   \
-  PKV_VARLEN(prefix##_hd64, T, C, 64)   \
-  PKV_VARLEN(prefix##_hd128, T, C, 128) \
-  PKV_VARLEN(prefix##_hd256, T, C, 256)
+// PKV_VARLEN_ALL defines <prefix>_hd<D> for every head dim and
+// <prefix>_hd<D>_r64 below 256 (see VarlenConfig).
+#define PKV_VARLEN_ALL(prefix, T, C)          \
+  PKV_VARLEN(prefix##_hd64, T, C, 64, 2)       \
+  PKV_VARLEN(prefix##_hd128, T, C, 128, 2)     \
+  PKV_VARLEN(prefix##_hd256, T, C, 256, 1)     \
+  PKV_VARLEN(prefix##_hd64_r64, T, C, 64, 1)   \
+  PKV_VARLEN(prefix##_hd128_r64, T, C, 128, 1)
 
 // PKV_VARLEN_MERGE_ALL defines <prefix>_hd<D> for every head dim.
 #define PKV_VARLEN_MERGE_ALL(prefix, T) \

@@ -162,8 +162,10 @@ const (
 // Entry points of varlen_bf16.ptx (kernels_src/varlen_bf16.cu).
 const (
 	PagedVarlenBf16Hd128      = "paged_varlen_bf16_hd128"
+	PagedVarlenBf16Hd128R64   = "paged_varlen_bf16_hd128_r64"
 	PagedVarlenBf16Hd256      = "paged_varlen_bf16_hd256"
 	PagedVarlenBf16Hd64       = "paged_varlen_bf16_hd64"
+	PagedVarlenBf16Hd64R64    = "paged_varlen_bf16_hd64_r64"
 	PagedVarlenMergeBf16Hd128 = "paged_varlen_merge_bf16_hd128"
 	PagedVarlenMergeBf16Hd256 = "paged_varlen_merge_bf16_hd256"
 	PagedVarlenMergeBf16Hd64  = "paged_varlen_merge_bf16_hd64"
@@ -171,16 +173,20 @@ const (
 
 // Entry points of varlen_bf16_e4m3.ptx (kernels_src/varlen_bf16_e4m3.cu).
 const (
-	PagedVarlenBf16E4m3Hd128 = "paged_varlen_bf16_e4m3_hd128"
-	PagedVarlenBf16E4m3Hd256 = "paged_varlen_bf16_e4m3_hd256"
-	PagedVarlenBf16E4m3Hd64  = "paged_varlen_bf16_e4m3_hd64"
+	PagedVarlenBf16E4m3Hd128    = "paged_varlen_bf16_e4m3_hd128"
+	PagedVarlenBf16E4m3Hd128R64 = "paged_varlen_bf16_e4m3_hd128_r64"
+	PagedVarlenBf16E4m3Hd256    = "paged_varlen_bf16_e4m3_hd256"
+	PagedVarlenBf16E4m3Hd64     = "paged_varlen_bf16_e4m3_hd64"
+	PagedVarlenBf16E4m3Hd64R64  = "paged_varlen_bf16_e4m3_hd64_r64"
 )
 
 // Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
 const (
 	PagedVarlenF16Hd128      = "paged_varlen_f16_hd128"
+	PagedVarlenF16Hd128R64   = "paged_varlen_f16_hd128_r64"
 	PagedVarlenF16Hd256      = "paged_varlen_f16_hd256"
 	PagedVarlenF16Hd64       = "paged_varlen_f16_hd64"
+	PagedVarlenF16Hd64R64    = "paged_varlen_f16_hd64_r64"
 	PagedVarlenMergeF16Hd128 = "paged_varlen_merge_f16_hd128"
 	PagedVarlenMergeF16Hd256 = "paged_varlen_merge_f16_hd256"
 	PagedVarlenMergeF16Hd64  = "paged_varlen_merge_f16_hd64"
@@ -188,7 +194,9 @@ const (
 
 // Entry points of varlen_f16_e4m3.ptx (kernels_src/varlen_f16_e4m3.cu).
 const (
-	PagedVarlenF16E4m3Hd128 = "paged_varlen_f16_e4m3_hd128"
-	PagedVarlenF16E4m3Hd256 = "paged_varlen_f16_e4m3_hd256"
-	PagedVarlenF16E4m3Hd64  = "paged_varlen_f16_e4m3_hd64"
+	PagedVarlenF16E4m3Hd128    = "paged_varlen_f16_e4m3_hd128"
+	PagedVarlenF16E4m3Hd128R64 = "paged_varlen_f16_e4m3_hd128_r64"
+	PagedVarlenF16E4m3Hd256    = "paged_varlen_f16_e4m3_hd256"
+	PagedVarlenF16E4m3Hd64     = "paged_varlen_f16_e4m3_hd64"
+	PagedVarlenF16E4m3Hd64R64  = "paged_varlen_f16_e4m3_hd64_r64"
 )

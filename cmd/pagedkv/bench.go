@@ -25,6 +25,7 @@ type benchResult struct {
 	Plan       string  `json:"plan,omitempty"`
 	Splits     int     `json:"splits,omitempty"`
 	Micros     float64 `json:"us"`
+	TFLOPS     float64 `json:"tflops,omitempty"` // compute-bound rows (varlen)
 	GBps       float64 `json:"gbps"`
 	PctCopy    float64 `json:"pct_copy"`
 	BestSplits int     `json:"best_splits,omitempty"`
@@ -70,7 +71,7 @@ type bencher struct {
 
 // benchOptions are pagedkv bench's flags, checked.
 type benchOptions struct {
-	Op         string // all, copy, append or decode
+	Op         string // all, copy, append, decode or varlen
 	JSONPath   string // "" for none
 	Reps       int
 	Quick      bool
@@ -87,15 +88,15 @@ var benchCaches = map[string]pagedkv.DType{"f16": pagedkv.F16, "bf16": pagedkv.B
 // parseBench parses and checks pagedkv bench's arguments (after "bench")
 // without touching a device. Errors are a *usageError or a *helpRequest.
 func parseBench(args []string) (benchOptions, error) {
-	fs := newFlagSet("bench", "pagedkv bench [all|copy|append|decode] [flags]")
-	op := fs.String("op", "all", "what to measure: all, copy, append (alias cache: every cache-writing op), decode")
+	fs := newFlagSet("bench", "pagedkv bench [all|copy|append|decode|varlen] [flags]")
+	op := fs.String("op", "all", "what to measure: all, copy, append (alias cache: every cache-writing op), decode, varlen")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file")
 	reps := fs.Int("reps", 15, "timed batches per measurement, 3 or more (the median is reported)")
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
 	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan on the uniform rows (stderr)")
-	caches := fs.String("cache", "f16,bf16,e4m3", "decode cache dtypes to measure, comma-separated (ragged rows come with f16)")
+	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	// The op may also come first: pagedkv bench decode [flags].
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -110,9 +111,9 @@ func parseBench(args []string) (benchOptions, error) {
 		o.Op = "append"
 	}
 	switch o.Op {
-	case "all", "copy", "append", "decode":
+	case "all", "copy", "append", "decode", "varlen":
 	default:
-		return benchOptions{}, usagef("bench", "-op=%q is not allowed; allowed: all, copy, append (or cache), decode", *op)
+		return benchOptions{}, usagef("bench", "-op=%q is not allowed; allowed: all, copy, append (or cache), decode, varlen", *op)
 	}
 	if o.Reps < 3 {
 		// Fewer batches leave no median worth the name.
@@ -196,6 +197,11 @@ func runBench(args []string) error {
 	}
 	if o.Op == "all" || o.Op == "decode" {
 		if err := b.benchDecode(o.Caches, o.Quick, o.Sweep); err != nil {
+			return err
+		}
+	}
+	if o.Op == "all" || o.Op == "varlen" {
+		if err := b.benchVarlen(o.Caches); err != nil {
 			return err
 		}
 	}
@@ -524,10 +530,65 @@ func (b *bencher) benchQKV() error {
 	return nil
 }
 
-// decodePool is a pair of K/V page pools filled with random data of one dtype.
-type decodePool struct {
+// pagePool is a pair of K/V page pools (benchKVHeads heads of benchHeadDim,
+// benchBlockSize tokens a page, room for 2-byte elements) that the attention
+// benches fill with random data of one cache dtype (fillPool).
+type pagePool struct {
 	k, v   pagedkv.Buffer
 	blocks int
+}
+
+// newPagePool allocates a pool of blocks pages on arena.
+func newPagePool(arena *check.Arena, blocks int) (*pagePool, error) {
+	pageBytes := int64(benchBlockSize * benchKVHeads * benchHeadDim * 2)
+	pool := &pagePool{blocks: blocks}
+	var err error
+	if pool.k, err = arena.Alloc(int64(blocks) * pageBytes); err != nil {
+		return nil, err
+	}
+	if pool.v, err = arena.Alloc(int64(blocks) * pageBytes); err != nil {
+		return nil, err
+	}
+	return pool, nil
+}
+
+// fillPool fills both halves of pool with random values of cache dtype d.
+func (b *bencher) fillPool(pool *pagePool, d pagedkv.DType) error {
+	b.status(fmt.Sprintf("filling %.1f GB of %s pages with random data", 2*float64(pool.k.Bytes)/1e9, d))
+	if err := b.fillRandom(pool.k, d); err != nil {
+		return err
+	}
+	return b.fillRandom(pool.v, d)
+}
+
+// pagesOf is how many pages sequences of these lengths use.
+func pagesOf(lens []int32) int {
+	n := 0
+	for _, l := range lens {
+		n += (int(l) + benchBlockSize - 1) / benchBlockSize
+	}
+	return n
+}
+
+// pageTables returns sets block tables of len(lens)·pagesPerSeq entries in
+// which each sequence owns the pages its length needs, taken in order from
+// perm (a shuffled permutation of the pool's pages), so no two sequences or
+// sets share a page: set i reads its own random pages of the pool. Entries
+// past a sequence's length stay 0 and are never read.
+func pageTables(perm []int, lens []int32, pagesPerSeq, sets int) [][]int32 {
+	tables := make([][]int32, sets)
+	next := 0
+	for i := range tables {
+		table := make([]int32, len(lens)*pagesPerSeq)
+		for sq, l := range lens {
+			for j := range (int(l) + benchBlockSize - 1) / benchBlockSize {
+				table[sq*pagesPerSeq+j] = int32(perm[next])
+				next++
+			}
+		}
+		tables[i] = table
+	}
+	return tables
 }
 
 func (b *bencher) fillRandom(dst pagedkv.Buffer, d pagedkv.DType) error {
@@ -568,24 +629,15 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 			}
 		}
 	}
-	pageBytes := int64(blockSize * kvHeads * headDim * 2)
-	pool := decodePool{blocks: maxPages}
-	var err error
-	if pool.k, err = b.arena.Alloc(int64(maxPages) * pageBytes); err != nil {
-		return err
-	}
-	if pool.v, err = b.arena.Alloc(int64(maxPages) * pageBytes); err != nil {
+	pool, err := newPagePool(b.arena, maxPages)
+	if err != nil {
 		return err
 	}
 	ragged := raggedCases()
 	total := 3*len(seqsGrid)*len(kvGrid) + 2*len(ragged)
 	n := 0
 	for _, cache := range caches {
-		b.status(fmt.Sprintf("filling %.1f GB of %s pages with random data", 2*float64(pool.k.Bytes)/1e9, cache))
-		if err := b.fillRandom(pool.k, cache); err != nil {
-			return err
-		}
-		if err := b.fillRandom(pool.v, cache); err != nil {
+		if err := b.fillPool(pool, cache); err != nil {
 			return err
 		}
 		q := cache
@@ -602,7 +654,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 					continue
 				}
 				b.status(fmt.Sprintf("decode %s seqs=%d kv=%d (%d/%d)", cache, seqs, kv, n, total))
-				res, err := b.decodeShape(&pool, c)
+				res, err := b.decodeShape(pool, c)
 				if err != nil {
 					return err
 				}
@@ -617,7 +669,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		for _, sk := range [][2]int{{1, 512}, {8, 2048}, {32, 8192}} {
 			c := decodeCase{q: q, cache: cache, lens: uniformLens(sk[0], sk[1]), shape: fmt.Sprintf("seqs=%d kv=%d graph", sk[0], sk[1]), graph: true}
 			b.status(fmt.Sprintf("decode %s %s", cache, c.shape))
-			res, err := b.decodeShape(&pool, c)
+			res, err := b.decodeShape(pool, c)
 			if err != nil {
 				return err
 			}
@@ -636,7 +688,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				}
 				c := decodeCase{q: q, cache: cache, lens: rc.lens, shape: rc.name + mode.suffix, hostLens: mode.host, graph: mode.graph}
 				b.status(fmt.Sprintf("decode %s %s (%d/%d)", cache, c.shape, n, total))
-				res, err := b.decodeShape(&pool, c)
+				res, err := b.decodeShape(pool, c)
 				if err != nil {
 					return err
 				}
@@ -697,24 +749,25 @@ type decodeCase struct {
 const benchKVHeads, benchHeadDim, benchBlockSize = 8, 128, 16
 
 // kvBytes is the K and V the batch reads.
-func (c *decodeCase) kvBytes() int64 {
+func (c *decodeCase) kvBytes() int64 { return kvBytes(c.lens, c.cache) }
+
+// kvBytes is the K and V of sequences of these kv lengths in a cache of
+// dtype cache: each sequence's keys and values once per KV head.
+func kvBytes(lens []int32, cache pagedkv.DType) int64 {
 	var tokens int64
-	for _, l := range c.lens {
+	for _, l := range lens {
 		tokens += int64(l)
 	}
-	return tokens * benchKVHeads * benchHeadDim * 2 * int64(c.cache.Size())
+	return tokens * benchKVHeads * benchHeadDim * 2 * int64(cache.Size())
 }
 
-func (b *bencher) decodeShape(pool *decodePool, c decodeCase) (benchResult, error) {
+func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error) {
 	const qHeads, kvHeads, headDim, blockSize = 32, benchKVHeads, benchHeadDim, benchBlockSize
 	seqs := len(c.lens)
 	maxLen := int(slices.Max(c.lens))
 	pagesPerSeq := (maxLen + blockSize - 1) / blockSize
 	kvBytes := c.kvBytes()
-	pagesUsed := 0
-	for _, l := range c.lens {
-		pagesUsed += (int(l) + blockSize - 1) / blockSize
-	}
+	pagesUsed := pagesOf(c.lens)
 	rot := min(b.rotations(kvBytes, 64), pool.blocks/pagesUsed)
 	a := check.NewArena(b.r)
 	defer a.Free()
@@ -743,17 +796,8 @@ func (b *bencher) decodeShape(pool *decodePool, c decodeCase) (benchResult, erro
 	}
 	// Each rotation reads its own random pages of the pool (entries past a
 	// sequence's length are never read).
-	perm := b.g.Perm(pool.blocks)
 	sets := make([]pagedkv.DecodeArgs, rot)
-	for i := range sets {
-		table := make([]int32, seqs*pagesPerSeq)
-		next := i * pagesUsed
-		for sq, l := range c.lens {
-			for j := range (int(l) + blockSize - 1) / blockSize {
-				table[sq*pagesPerSeq+j] = int32(perm[next])
-				next++
-			}
-		}
+	for i, table := range pageTables(b.g.Perm(pool.blocks), c.lens, pagesPerSeq, rot) {
 		sets[i] = base
 		if sets[i].BlockTables, err = check.Upload(a, b.s, table, 4); err != nil {
 			return benchResult{}, err
@@ -936,13 +980,15 @@ func (b *bencher) print() {
 	fmt.Printf("\npagedkv bench on %s (driver %d), %s\n", b.rep.Device, b.rep.Driver, b.rep.Date)
 	fmt.Printf("device-to-device copy: %.0f GB/s (bytes read + written)\n\n", b.rep.CopyGBps)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	var app, dec []benchResult
+	var app, dec, vl []benchResult
 	for _, r := range b.rep.Results {
 		switch r.Op {
 		case "append":
 			app = append(app, r)
 		case "decode":
 			dec = append(dec, r)
+		case "varlen":
+			vl = append(vl, r)
 		}
 	}
 	if len(app) > 0 {
@@ -964,6 +1010,19 @@ func (b *bencher) print() {
 				balanced = fmt.Sprintf("%.2f", r.BalancedMicros)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t%.1f\t\n", r.DType, r.Shape, r.Plan, r.Micros, r.GBps, r.PctCopy, best, regret, balanced, r.HostMicros)
+		}
+	}
+	if len(vl) > 0 {
+		if len(app)+len(dec) > 0 {
+			fmt.Fprintln(tw) // a line without cells: the varlen columns align on their own
+		}
+		fmt.Fprintln(tw, "varlen\tshape\tplan\tµs\tTFLOP/s\tGB/s\t% copy\t")
+		for _, r := range vl {
+			gbps, pct := "-", "-"
+			if r.GBps > 0 {
+				gbps, pct = fmt.Sprintf("%.0f", r.GBps), fmt.Sprintf("%.1f", r.PctCopy)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t\n", r.DType, r.Shape, r.Plan, r.Micros, r.TFLOPS, gbps, pct)
 		}
 	}
 	tw.Flush()

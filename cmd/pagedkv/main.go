@@ -56,8 +56,9 @@ commands:
   info     driver version, device, configuration in effect and its sources,
            and whether every embedded module JIT-loads on this GPU (without a
            GPU: the configuration, the embedded modules and why there is none)
-  bench    device-to-device copy bandwidth, then the kernels as a fraction of it:
-           pagedkv bench [all|copy|append|decode] [flags]
+  bench    device-to-device copy bandwidth, then the kernels as a fraction of it
+           (varlen attention also in TFLOP/s):
+           pagedkv bench [all|copy|append|decode|varlen] [flags]
   verify   a correctness sweep on random shapes against the float64 reference
 
 pagedkv <command> -h lists the command's flags. Flags are checked before the

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/internal/check"
+)
+
+// varlenRun is a run of sequences of one shape within a varlen batch: seqs
+// sequences of qLen new query tokens over kvLen keys each, so pos_offset =
+// kvLen − qLen.
+type varlenRun struct{ seqs, qLen, kvLen int }
+
+// varlenCase is one varlen row: a batch of runs issued as one Varlen call
+// (32 query heads, 8 KV heads, head dim 128, block 16, causal).
+type varlenCase struct {
+	shape string
+	runs  []varlenRun
+	// memoryBound rows also report bytes/s and % of the copy bandwidth.
+	memoryBound bool
+	// fp8 rows are measured with an e4m3 cache too.
+	fp8 bool
+	// twoCalls also times the same data as a Decode of the first run (its
+	// q_len must be 1) plus one Varlen of the other runs.
+	twoCalls bool
+}
+
+// varlenCases are prefill, chunked prefill, a small-query (speculative
+// verify) step and a mixed decode + prefill batch.
+func varlenCases() []varlenCase {
+	return []varlenCase{
+		{shape: "prefill 1x4096", runs: []varlenRun{{1, 4096, 4096}}},
+		{shape: "prefill 8x2048", runs: []varlenRun{{8, 2048, 2048}}, fp8: true},
+		{shape: "prefill 32x512", runs: []varlenRun{{32, 512, 512}}},
+		{shape: "prefill 1x16384", runs: []varlenRun{{1, 16384, 16384}}},
+		{shape: "chunk 4x512 kv=8192", runs: []varlenRun{{4, 512, 8192}}},
+		{shape: "small-query 8x16 kv=8192", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true, fp8: true},
+		{shape: "mixed 64x1 kv=2048 + 2x512 kv=4096", runs: []varlenRun{{64, 1, 2048}, {2, 512, 4096}}, memoryBound: true, twoCalls: true},
+	}
+}
+
+// varlenBatch is a case's lengths per sequence: query tokens, KV length,
+// and the CuSeqlensQ and PosOffsets the kernels read.
+type varlenBatch struct {
+	qLens, kvLens, cu, pos []int32
+}
+
+func (c *varlenCase) batch() varlenBatch {
+	bt := varlenBatch{cu: []int32{0}}
+	for _, r := range c.runs {
+		for range r.seqs {
+			bt.qLens = append(bt.qLens, int32(r.qLen))
+			bt.kvLens = append(bt.kvLens, int32(r.kvLen))
+			bt.pos = append(bt.pos, int32(r.kvLen-r.qLen))
+			bt.cu = append(bt.cu, bt.cu[len(bt.cu)-1]+int32(r.qLen))
+		}
+	}
+	return bt
+}
+
+// varlenFLOPs counts 4·HeadDim·NumQHeads FLOPs (a multiply-add each for q·k
+// and p·v) per (query, key) pair attended under the bottom-right causal
+// mask: query i of a sequence attends pos_offset+i+1 keys, so q_len L at
+// offset P gives L·P + L(L+1)/2 pairs.
+func varlenFLOPs(qLens, pos []int32, qHeads int) float64 {
+	var pairs float64
+	for s, l := range qLens {
+		L, P := float64(l), float64(pos[s])
+		pairs += L*P + L*(L+1)/2
+	}
+	return 4 * benchHeadDim * float64(qHeads) * pairs
+}
+
+// varlenBytes is the least a varlen must move: each sequence's K and V once
+// per KV head (kvBytes), q read and out written.
+func varlenBytes(bt *varlenBatch, qHeads int, q, cache pagedkv.DType) float64 {
+	tokens := int64(bt.cu[len(bt.cu)-1])
+	return float64(kvBytes(bt.kvLens, cache) + 2*tokens*int64(qHeads*benchHeadDim*q.Size()))
+}
+
+// benchVarlen measures paged varlen attention on varlenCases for each
+// cache dtype: f16 and bf16 caches with queries of their own dtype, e4m3
+// (KScale = VScale = 1) the fp8 cases with bf16 and f16 queries.
+func (b *bencher) benchVarlen(caches []pagedkv.DType) error {
+	cases := varlenCases()
+	// The pool holds every case's rotations at 2 bytes an element, so the
+	// e4m3 rows fit too.
+	blocks, total := 0, 0
+	for _, c := range cases {
+		kv := c.batch().kvLens
+		blocks = max(blocks, pagesOf(kv)*b.rotations(kvBytes(kv, pagedkv.F16), 16))
+	}
+	for _, cache := range caches {
+		for _, c := range cases {
+			switch {
+			case cache != pagedkv.E4M3:
+				total++
+			case c.fp8:
+				total += 2
+			}
+		}
+	}
+	arena := check.NewArena(b.r)
+	defer arena.Free()
+	pool, err := newPagePool(arena, blocks)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, cache := range caches {
+		if err := b.fillPool(pool, cache); err != nil {
+			return err
+		}
+		queries := []pagedkv.DType{cache}
+		if cache == pagedkv.E4M3 {
+			queries = []pagedkv.DType{pagedkv.BF16, pagedkv.F16}
+		}
+		for _, q := range queries {
+			for _, c := range cases {
+				if cache == pagedkv.E4M3 && !c.fp8 {
+					continue
+				}
+				n++
+				b.status(fmt.Sprintf("varlen %s %s (%d/%d)", varlenDType(q, cache), c.shape, n, total))
+				rows, err := b.varlenShape(pool, c, q, cache)
+				if err != nil {
+					return fmt.Errorf("varlen %s %s: %w", varlenDType(q, cache), c.shape, err)
+				}
+				b.rep.Results = append(b.rep.Results, rows...)
+			}
+		}
+	}
+	return nil
+}
+
+// varlenDType names a row's dtypes: the query dtype, then the cache's when
+// it differs.
+func varlenDType(q, cache pagedkv.DType) string {
+	if q == cache {
+		return q.String()
+	}
+	return q.String() + "/" + cache.String()
+}
+
+// varlenShape measures case c with q queries over a cache of pool's pages:
+// its row, and for a twoCalls case the "as two calls" row after it.
+func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DType) ([]benchResult, error) {
+	const qHeads = 32
+	bt := c.batch()
+	seqs, totalQ := len(bt.qLens), int(bt.cu[len(bt.cu)-1])
+	maxKV := int(slices.Max(bt.kvLens))
+	pagesPerSeq := (maxKV + benchBlockSize - 1) / benchBlockSize
+	rot := min(b.rotations(kvBytes(bt.kvLens, cache), 16), pool.blocks/pagesOf(bt.kvLens))
+	a := check.NewArena(b.r)
+	defer a.Free()
+	qRaw, _ := check.RandomTensor(b.g, q, totalQ*qHeads*benchHeadDim, 1)
+	base := pagedkv.VarlenArgs{
+		KeyCache: pool.k, ValueCache: pool.v,
+		NumSeqs: seqs, TotalQTokens: totalQ, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: benchHeadDim,
+		BlockSize: benchBlockSize, NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxKV, Causal: true,
+		HostCuSeqlensQ: bt.cu, HostPosOffsets: bt.pos, DType: q, CacheDType: cache,
+	}
+	if cache == pagedkv.E4M3 {
+		base.KScale, base.VScale = 1, 1
+	}
+	var set check.Setter
+	set.To(&base.Q)(check.Upload(a, b.s, qRaw, 1))
+	set.To(&base.Out)(a.Alloc(int64(len(qRaw))))
+	set.To(&base.CuSeqlensQ)(check.Upload(a, b.s, bt.cu, 4))
+	set.To(&base.PosOffsets)(check.Upload(a, b.s, bt.pos, 4))
+	sets := make([]pagedkv.VarlenArgs, rot)
+	for i, table := range pageTables(b.g.Perm(pool.blocks), bt.kvLens, pagesPerSeq, rot) {
+		sets[i] = base
+		set.To(&sets[i].BlockTables)(check.Upload(a, b.s, table, 4))
+	}
+	if set.Err != nil {
+		return nil, set.Err
+	}
+	plan, err := b.r.PlanVarlen(b.s, &sets[0])
+	if err != nil {
+		return nil, err
+	}
+	us, err := b.measure(func(i int) error { return b.r.Varlen(b.s, &sets[i%rot]) })
+	if err != nil {
+		return nil, err
+	}
+	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads), varlenBytes(&bt, qHeads, q, cache)
+	dtype := varlenDType(q, cache)
+	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
+	if !c.twoCalls {
+		return rows, nil
+	}
+
+	// The same buffers as two calls: a Decode of the first run's rows (one
+	// token each) and a Varlen of the rest, on views of Q, Out, PosOffsets
+	// and each rotation's block tables.
+	d := c.runs[0].seqs
+	rest := bt.cu[d:]
+	restCu := make([]int32, len(rest))
+	for i, t := range rest {
+		restCu[i] = t - rest[0]
+	}
+	rowBytes, tableRow := int64(qHeads*benchHeadDim*q.Size()), int64(pagesPerSeq*4)
+	decBase := pagedkv.DecodeArgs{
+		KeyCache: pool.k, ValueCache: pool.v,
+		NumSeqs: d, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: benchHeadDim, BlockSize: benchBlockSize,
+		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: int(slices.Max(bt.kvLens[:d])), HostKVLens: bt.kvLens[:d],
+		DType: q, CacheDType: cache, KScale: base.KScale, VScale: base.VScale,
+	}
+	preBase := base
+	preBase.NumSeqs, preBase.TotalQTokens = seqs-d, totalQ-d
+	preBase.MaxKVLen = int(slices.Max(bt.kvLens[d:]))
+	preBase.HostCuSeqlensQ, preBase.HostPosOffsets = restCu, bt.pos[d:]
+	set.To(&decBase.Q)(base.Q.Slice(0, int64(d)*rowBytes))
+	set.To(&decBase.Out)(base.Out.Slice(0, int64(d)*rowBytes))
+	set.To(&decBase.KVLens)(check.Upload(a, b.s, bt.kvLens[:d], 4))
+	set.To(&preBase.Q)(base.Q.Slice(int64(d)*rowBytes, int64(totalQ-d)*rowBytes))
+	set.To(&preBase.Out)(base.Out.Slice(int64(d)*rowBytes, int64(totalQ-d)*rowBytes))
+	set.To(&preBase.CuSeqlensQ)(check.Upload(a, b.s, restCu, 4))
+	set.To(&preBase.PosOffsets)(base.PosOffsets.Slice(int64(d)*4, int64(seqs-d)*4))
+	decs, pres := make([]pagedkv.DecodeArgs, rot), make([]pagedkv.VarlenArgs, rot)
+	for i := range sets {
+		decs[i], pres[i] = decBase, preBase
+		set.To(&decs[i].BlockTables)(sets[i].BlockTables.Slice(0, int64(d)*tableRow))
+		set.To(&pres[i].BlockTables)(sets[i].BlockTables.Slice(int64(d)*tableRow, int64(seqs-d)*tableRow))
+	}
+	if set.Err != nil {
+		return nil, set.Err
+	}
+	dp, err := b.r.PlanDecode(b.s, &decs[0])
+	if err != nil {
+		return nil, err
+	}
+	vp, err := b.r.PlanVarlen(b.s, &pres[0])
+	if err != nil {
+		return nil, err
+	}
+	us2, err := b.measure(func(i int) error {
+		if err := b.r.Decode(b.s, &decs[i%rot]); err != nil {
+			return err
+		}
+		return b.r.Varlen(b.s, &pres[i%rot])
+	})
+	if err != nil {
+		return nil, err
+	}
+	two := fmt.Sprintf("mixed as two calls: Decode %dx1 kv=%d + Varlen", d, c.runs[0].kvLen)
+	for i, r := range c.runs[1:] {
+		if i > 0 {
+			two += " +"
+		}
+		two += fmt.Sprintf(" %dx%d kv=%d", r.seqs, r.qLen, r.kvLen)
+	}
+	rows = append(rows, b.varlenRow(c, dtype, two, "decode "+planText(dp)+" + "+varlenPlanText(vp), 0, us2, flops, bytes))
+	return rows, nil
+}
+
+// varlenRow is a measured varlen row: TFLOP/s always, bytes/s against the
+// copy bandwidth for memory-bound cases.
+func (b *bencher) varlenRow(c varlenCase, dtype, shape, plan string, splits int, us, flops, bytes float64) benchResult {
+	res := benchResult{Op: "varlen", DType: dtype, Shape: shape, Plan: plan, Splits: splits, Micros: us, TFLOPS: flops / us / 1e6}
+	if c.memoryBound {
+		res.GBps = bytes / us / 1e3
+		res.PctCopy = 100 * res.GBps / b.rep.CopyGBps
+	}
+	return res
+}
+
+// varlenPlanText describes a varlen plan: its kernel and split count.
+func varlenPlanText(p dispatch.Plan) string {
+	if p.Splits == 1 {
+		return p.Kernel + " single-pass"
+	}
+	return fmt.Sprintf("%s split-K x%d", p.Kernel, p.Splits)
+}

@@ -1,0 +1,111 @@
+package dispatch
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// varlenDev is an H200-like device on which every varlen kernel runs two
+// blocks per SM.
+func varlenDev() DeviceFacts {
+	d := DeviceFacts{Name: "H200-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Occupancy: map[string]int{}}
+	for _, name := range VarlenKernelNames() {
+		d.Occupancy[name] = 2
+	}
+	return d
+}
+
+// prefill returns a varlen shape of seqs sequences of qLen query tokens over
+// kvLen positions (32 query, 8 KV heads, head dim 128, bf16).
+func prefill(seqs, qLen, kvLen int) VarlenShape {
+	cu := make([]int32, seqs+1)
+	for i := range seqs {
+		cu[i+1] = cu[i] + int32(qLen)
+	}
+	return VarlenShape{NumSeqs: seqs, TotalQTokens: seqs * qLen, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128,
+		MaxKVLen: kvLen, DType: BF16, CacheDType: BF16, HostCuSeqlensQ: cu}
+}
+
+func TestPlanVarlen(t *testing.T) {
+	tests := []struct {
+		name   string
+		shape  VarlenShape
+		knobs  Knobs
+		kernel string
+		grid   Dim3
+		splits int
+		reason string
+	}{
+		{"long prefill: 128-row blocks, no split", prefill(8, 2048, 2048), DefaultKnobs(),
+			"paged_varlen_bf16_hd128", Dim3{8 + 8*2048*4/128, 8, 1}, 1, ReasonGridFills},
+		// 8 × 16 tokens × group 4 = 8 row tiles of 64 per KV head: 64
+		// blocks against a wave of 264; 4 splits fill one wave exactly.
+		{"small query over long KV: 64-row blocks, split to one wave", prefill(8, 16, 8192), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", Dim3{8 + 8*16*4/64, 8, 4}, 4, ReasonFillSMs},
+		{"SPLIT_K_ATTN=0", prefill(8, 16, 8192), knobs(func(k *Knobs) { k.SplitK = SplitOff }),
+			"paged_varlen_bf16_hd128_r64", Dim3{16, 8, 1}, 1, ReasonSplitKOff},
+		{"forced splits, clamped to the K/V tiles", prefill(1, 4, 100), knobs(func(k *Knobs) { k.ForcedSplits = 9 }),
+			"paged_varlen_bf16_hd128_r64", Dim3{1, 8, 2}, 2, ReasonForced},
+		{"short KV", prefill(1, 16, 300), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 1}, 1, ReasonShortKV},
+		{"scratch limit", prefill(8, 16, 8192), knobs(func(k *Knobs) { k.ScratchLimitBytes = 3 * 128 * 32 * 130 * 4 }),
+			"paged_varlen_bf16_hd128_r64", Dim3{16, 8, 3}, 3, ReasonScratchLimit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanVarlen(tt.shape, varlenDev(), tt.knobs)
+			require.NoError(t, err)
+			assert.Equal(t, tt.kernel, p.Kernel)
+			assert.Equal(t, tt.grid, p.Grid)
+			assert.Equal(t, tt.splits, p.Splits)
+			assert.Equal(t, tt.reason, p.Reason)
+			floats, mx, sum := VarlenPlanScratch(tt.shape.TotalQTokens, tt.shape.NumQHeads, tt.shape.HeadDim, p.Splits)
+			assert.Equal(t, [3]int64{floats, mx, sum}, [3]int64{p.ScratchFloats, p.MaxOffset, p.SumOffset})
+			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
+		})
+	}
+}
+
+// TestVarlenGridCoversEveryBatch checks the row-tile mapping the kernels
+// use (tile_start): for random query lengths, each sequence owns at least
+// ⌈q_len·G/rows⌉ consecutive tiles and all of them lie inside the grid.
+func TestVarlenGridCoversEveryBatch(t *testing.T) {
+	for _, rows := range []int{64, 128} {
+		for seed := range 200 {
+			seqs := 1 + seed%7
+			group := 1 + seed%16
+			cu := make([]int32, seqs+1)
+			for i := range seqs {
+				cu[i+1] = cu[i] + int32((seed*7919+i*104729)%300)
+			}
+			grid := VarlenGridX(seqs, int(cu[seqs]), group, rows)
+			start := func(s int) int64 { return int64(s) + int64(cu[s])*int64(group)/int64(rows) }
+			for s := range seqs {
+				need := (int64(cu[s+1]-cu[s])*int64(group) + int64(rows) - 1) / int64(rows)
+				end := grid
+				if s+1 < seqs {
+					end = start(s + 1)
+				}
+				assert.GreaterOrEqual(t, end-start(s), need, "rows %d, sequence %d of %v", rows, s, cu)
+			}
+		}
+	}
+}
+
+func TestPlanVarlenErrors(t *testing.T) {
+	bad := prefill(2, 4, 64)
+	bad.HeadDim = 96
+	_, err := PlanVarlen(bad, varlenDev(), DefaultKnobs())
+	assert.ErrorIs(t, err, ErrInvalidShape)
+	assert.ErrorContains(t, err, "VarlenShape.HeadDim=96 is not supported; supported: 64, 128, 256")
+	bad = prefill(2, 4, 64)
+	bad.HostCuSeqlensQ = bad.HostCuSeqlensQ[:2]
+	_, err = PlanVarlen(bad, varlenDev(), DefaultKnobs())
+	assert.ErrorContains(t, err, "VarlenShape.HostCuSeqlensQ has 2 values; allowed: none, or NumSeqs+1=3")
+	bad = prefill(2, 4, 64)
+	bad.NumQHeads = 36
+	_, err = PlanVarlen(bad, varlenDev(), DefaultKnobs())
+	assert.ErrorContains(t, err, "VarlenShape.NumQHeads=36 is not allowed")
+}
