@@ -26,7 +26,7 @@ import (
 // one op family is shared, not op-specific: tokenRows and cacheTarget (the
 // cache-write checks of Append, RopeCache and QKVNormRope, once in
 // cachewrite.go) live in layout.go.
-var opFiles = []string{"cache.go", "rope.go", "qkv.go", "mla.go", "decode.go", "varlen.go"}
+var opFiles = []string{"cache.go", "rope.go", "qkv.go", "mla.go", "decode.go", "varlen.go", "sequence.go"}
 
 // TestOpFilesStandSideBySide enforces the root package's layering: the op
 // files stand side by side over the shared files, so an unexported

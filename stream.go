@@ -15,6 +15,16 @@ import (
 // (kernels_src/common.cuh).
 const faultBytes = 32
 
+// sequenceArgs returns the int32 after s's fault record that
+// SequenceAttention fills before a varlen launch: {0, q_len} (CuSeqlensQ),
+// then {kv_len − q_len} (PosOffsets).
+func (s *Stream) sequenceArgs() driver.DevicePtr { return s.fault + faultBytes }
+
+// streamRecordBytes is the device memory a Stream owns: its fault record,
+// then the int32 lengths SequenceAttention hands its kernels (sequenceArgs),
+// padded to 16 bytes.
+const streamRecordBytes = faultBytes + 16
+
 // Fault codes, as kernels_src/common.cuh writes them.
 const (
 	faultSlotBeyondCache  = 1
@@ -106,7 +116,7 @@ func (r *Runtime) NewStream() (*Stream, error) {
 		if st.s, err = driver.StreamCreate(driver.StreamNonBlocking); err != nil {
 			return err
 		}
-		if st.fault, err = driver.MemAlloc(faultBytes); err != nil {
+		if st.fault, err = driver.MemAlloc(streamRecordBytes); err != nil {
 			return err
 		}
 		if err := driver.MemsetD8Async(st.fault, 0, faultBytes, st.s); err != nil {
@@ -203,7 +213,7 @@ func (r *Runtime) WrapStream(handle uintptr) (*Stream, error) {
 		// the zeroing complete, so a graph captured on this stream may be
 		// replayed on any other.
 		var err error
-		if st.fault, err = driver.MemAllocAsync(faultBytes, st.s); err != nil {
+		if st.fault, err = driver.MemAllocAsync(streamRecordBytes, st.s); err != nil {
 			return err
 		}
 		if err := driver.MemsetD8Async(st.fault, 0, faultBytes, st.s); err != nil {

@@ -23,8 +23,13 @@ import (
 //     sequence's first query token: its KV length is PosOffsets[s] + q_len.
 //   - KeyCache, ValueCache, BlockTables: as for DecodeArgs (flash layout,
 //     CacheDType DType or E4M3 with KScale / VScale).
-//   - Out: [TotalQTokens, NumQHeads, HeadDim] of DType, token-major,
-//     contiguous. LSE (optional): f32 [TotalQTokens, NumQHeads], the natural
+//   - Out: of DType, the row of (token t, head h) at t·OutTokenStride +
+//     h·OutHeadStride elements; both 0 (the default) mean token-major
+//     [TotalQTokens, NumQHeads, HeadDim], contiguous. Strides are even, and
+//     rows never overlap: token-major (OutHeadStride ≥ HeadDim, OutTokenStride
+//     ≥ NumQHeads·OutHeadStride) or head-major (OutTokenStride ≥ HeadDim,
+//     OutHeadStride ≥ TotalQTokens·OutTokenStride, as SequenceAttention
+//     writes). LSE (optional): f32 [TotalQTokens, NumQHeads], the natural
 //     log of Σ exp(Scale·q·k) over the keys each query attends.
 //   - Causal: query i of sequence s attends KV positions ≤ PosOffsets[s] + i
 //     (bottom-right aligned, as in prefill and chunked prefill); otherwise
@@ -54,7 +59,7 @@ import (
 //
 // Bounds: NumSeqs ≤ 2^24, NumKVHeads ≤ 65535, NumQHeads ≤ 16·NumKVHeads,
 // TotalQTokens·NumQHeads < 2^31, NumBlocks < 2^31, MaxBlocksPerSeq ·
-// BlockSize ≤ 2^30, QTokenStride ≤ 2^31 elements.
+// BlockSize ≤ 2^30, QTokenStride, OutTokenStride and OutHeadStride ≤ 2^31 elements.
 type VarlenArgs struct {
 	Q, KeyCache, ValueCache             Buffer
 	BlockTables, CuSeqlensQ, PosOffsets Buffer
@@ -65,6 +70,7 @@ type VarlenArgs struct {
 	BlockSize, NumBlocks, MaxBlocksPerSeq                 int
 	MaxKVLen                                              int
 	QTokenStride                                          int
+	OutTokenStride, OutHeadStride                         int
 	KVCapacity                                            int
 	Causal                                                bool
 	HostCuSeqlensQ, HostPosOffsets                        []int32
@@ -182,7 +188,15 @@ func (a *VarlenArgs) Validate() error {
 		return err
 	}
 	if a.TotalQTokens > 0 {
-		outBytes := int64(a.TotalQTokens) * rowElems * esize
+		ts, hs, err := a.outStrides()
+		if err != nil {
+			return err
+		}
+		outBytes, err := extent(varlenArg, "Out", esize, int64(a.HeadDim),
+			axis{int64(a.TotalQTokens), ts, "TotalQTokens", "OutTokenStride"}, axis{int64(a.NumQHeads), hs, "NumQHeads", "OutHeadStride"})
+		if err != nil {
+			return err
+		}
 		if err := buffer(varlenArg, "Out", a.Out, outBytes, 4); err != nil {
 			return err
 		}
@@ -231,6 +245,24 @@ func (a *VarlenArgs) checkHostLengths() error {
 	return nil
 }
 
+// outStrides returns Out's token and head strides in elements (the
+// defaults for 0, 0), or an error when they are odd, negative, too large or
+// let two rows overlap.
+func (a *VarlenArgs) outStrides() (token, head int64, err error) {
+	token, head = int64(a.OutTokenStride), int64(a.OutHeadStride)
+	if token == 0 && head == 0 {
+		return int64(a.NumQHeads) * int64(a.HeadDim), int64(a.HeadDim), nil
+	}
+	d := int64(a.HeadDim)
+	tokenMajor := head >= d && token >= head*int64(a.NumQHeads)
+	headMajor := token >= d && head >= token*int64(a.TotalQTokens)
+	if token%2 != 0 || head%2 != 0 || token > maxStride || head > maxStride || !(tokenMajor || headMajor) {
+		return 0, 0, errf("%s.OutTokenStride=%d, OutHeadStride=%d are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ %d whose rows never overlap: OutHeadStride ≥ HeadDim=%d and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ TotalQTokens·OutTokenStride",
+			varlenArg, a.OutTokenStride, a.OutHeadStride, maxStride, a.HeadDim)
+	}
+	return token, head, nil
+}
+
 // group returns the GQA group size of a valid a.
 func (a *VarlenArgs) group() int { return a.NumQHeads / a.NumKVHeads }
 
@@ -257,7 +289,7 @@ type pagedVarlenParams struct {
 	Out, LSE, PartialOut, PartialMax, PartialSum                 driver.DevicePtr
 	Q, KeyCache, ValueCache, BlockTables, CuSeqlensQ, PosOffsets driver.DevicePtr
 	Fault                                                        driver.DevicePtr
-	QTokenStride                                                 int64
+	QTokenStride, OutTokenStride, OutHeadStride                  int64
 	NumSeqs, TotalQ, NumQHeads, MaxBlocksPerSeq, BlockSizeLog2   int32
 	NumBlocks                                                    int64
 	Causal                                                       int32
@@ -268,6 +300,7 @@ type pagedVarlenParams struct {
 // kernels, in PTX order (kernels_src/varlen.cuh).
 type varlenMergeParams struct {
 	Out, LSE, PartialOut, PartialMax, PartialSum, CuSeqlensQ driver.DevicePtr
+	OutTokenStride, OutHeadStride                            int64
 	NumSeqs, Rows, NumQHeads, Splits                         int32
 }
 
@@ -290,10 +323,11 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 	if a.Causal {
 		causal = 1
 	}
+	ots, ohs, _ := a.outStrides() // a is valid
 	return pagedVarlenParams{
 		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
 		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr, Fault: fault,
-		QTokenStride: qs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.TotalQTokens), NumQHeads: int32(a.NumQHeads),
+		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.TotalQTokens), NumQHeads: int32(a.NumQHeads),
 		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale,
 	}
@@ -477,7 +511,8 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 		rows := int32(a.TotalQTokens * a.NumQHeads)
 		merge = varlenMergeParams{
 			Out: a.Out.Ptr, LSE: a.LSE.Ptr, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
-			CuSeqlensQ: a.CuSeqlensQ.Ptr, NumSeqs: int32(a.NumSeqs), Rows: rows, NumQHeads: int32(a.NumQHeads), Splits: int32(plan.Splits),
+			CuSeqlensQ: a.CuSeqlensQ.Ptr, OutTokenStride: p.OutTokenStride, OutHeadStride: p.OutHeadStride,
+			NumSeqs: int32(a.NumSeqs), Rows: rows, NumQHeads: int32(a.NumQHeads), Splits: int32(plan.Splits),
 		}
 	}
 	err = r.do(func() error {

@@ -22,7 +22,10 @@
 //                recorded (kFaultBlockBeyondPool).
 //   causal       query i of sequence s attends KV positions ≤ pos_offsets[s]+i
 //                (bottom-right aligned); 0: every position of the sequence.
-//   Single-pass (gridDim.z == 1): out [total_q, num_q_heads, D] of <q>, and
+//   Single-pass (gridDim.z == 1): out of <q>, row (token t, head h) at
+//                t·out_token_stride + h·out_head_stride elements
+//                ([total_q, num_q_heads, D] token-major, or head-major
+//                [num_q_heads, total_q, D] for the single-sequence dispatcher), and
 //                when lse != null, lse [total_q, num_q_heads] f32 (natural log
 //                of Σ exp(scale·q·k)).
 //   Split-K (gridDim.z = splits ≤ kVarlenMaxSplits): split z covers KV tiles
@@ -388,8 +391,9 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRows& st, const float (*acc)[4], int p0,
                                            int kvh, int G, int num_q_heads, int split, int splits, float q_mul,
-                                           float v_mul, T* out, float* lse, float* partial_out, float* partial_max,
-                                           float* partial_sum, int lane) {
+                                           float v_mul, T* out, int64_t out_token_stride, int64_t out_head_stride,
+                                           float* lse, float* partial_out, float* partial_max, float* partial_sum,
+                                           int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = st.l[h];
@@ -403,9 +407,10 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
     const float mx = l > 0.0f ? st.m[h] * q_mul : -INFINITY;  // log2 units
     const float o_mul = inv * v_mul;
     if (splits == 1) {
+      const int64_t out_row = (int64_t)(t.q_begin + tok) * out_token_stride + (int64_t)(kvh * G + (p - tok * G)) * out_head_stride;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(out + row * D + 8 * n + 2 * (lane & 3)) =
+        *reinterpret_cast<uint32_t*>(out + out_row + 8 * n + 2 * (lane & 3)) =
             pack2<T>(acc[n][2 * h] * o_mul, acc[n][2 * h + 1] * o_mul);
       }
       if (lse != nullptr && (lane & 3) == 0) lse[row] = l > 0.0f ? (mx + log2f(l)) * kLn2 : -INFINITY;
@@ -432,7 +437,8 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              const int* __restrict__ block_tables,
                                              const int* __restrict__ cu_seqlens_q,
                                              const int* __restrict__ pos_offsets, unsigned long long* fault,
-                                             int64_t q_token_stride, int num_seqs, int total_q, int num_q_heads,
+                                             int64_t q_token_stride, int64_t out_token_stride,
+                                             int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
                                              int causal, float scale, float k_scale, float v_scale) {
   using Smem = VarlenSmem<T, C, D, MT>;
@@ -549,8 +555,8 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   cp_async_wait<0>();  // nothing in flight when the block exits
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
-    store_rows<T, D>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, q_mul, v_mul, out, lse,
-                     partial_out, partial_max, partial_sum, lane);
+    store_rows<T, D>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, q_mul, v_mul, out,
+                     out_token_stride, out_head_stride, lse, partial_out, partial_max, partial_sum, lane);
   }
 }
 
@@ -560,8 +566,9 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
                                              const float* __restrict__ partial_out,
                                              const float* __restrict__ partial_max,
                                              const float* __restrict__ partial_sum,
-                                             const int* __restrict__ cu_seqlens_q, int num_seqs, int rows,
-                                             int num_q_heads, int splits) {
+                                             const int* __restrict__ cu_seqlens_q, int64_t out_token_stride,
+                                             int64_t out_head_stride, int num_seqs, int rows, int num_q_heads,
+                                             int splits) {
   constexpr int PER_LANE = D / 32;
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * kVarlenWarps + (threadIdx.x >> 5);
@@ -588,9 +595,11 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
     }
   }
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const int64_t tok = row / num_q_heads;
+  const int64_t out_row = tok * out_token_stride + (row - tok * num_q_heads) * out_head_stride;
 #pragma unroll
   for (int j = 0; j < PER_LANE; j += 2) {
-    *reinterpret_cast<uint32_t*>(out + row * D + lane * PER_LANE + j) = pack2<T>(o[j] * inv, o[j + 1] * inv);
+    *reinterpret_cast<uint32_t*>(out + out_row + lane * PER_LANE + j) = pack2<T>(o[j] * inv, o[j + 1] * inv);
   }
   if (lse != nullptr && lane == 0) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
 }
@@ -602,11 +611,13 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
-      const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int num_seqs, int total_q, \
+      const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
+      int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
       float scale, float k_scale, float v_scale) {                                                          \
     pkv::paged_varlen<T, C, D, MT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
-                               block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride, num_seqs,    \
+                               block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
+                               out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
                                causal, scale, k_scale, v_scale);                                            \
   }
@@ -615,9 +626,10 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 #define PKV_VARLEN_MERGE(name, T, D)                                                                        \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads)                                        \
       name(T* out, float* lse, const float* partial_out, const float* partial_max, const float* partial_sum, \
-           const int* cu_seqlens_q, int num_seqs, int rows, int num_q_heads, int splits) {                  \
-    pkv::varlen_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, cu_seqlens_q, num_seqs, rows,  \
-                            num_q_heads, splits);                                                           \
+           const int* cu_seqlens_q, int64_t out_token_stride, int64_t out_head_stride, int num_seqs, int rows, \
+           int num_q_heads, int splits) {                                                                   \
+    pkv::varlen_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, cu_seqlens_q, out_token_stride, \
+                            out_head_stride, num_seqs, rows, num_q_heads, splits);                          \
   }
 
 // PKV_VARLEN_ALL defines <prefix>_hd<D> for every head dim and

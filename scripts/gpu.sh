@@ -26,7 +26,7 @@ for step in $STEPS; do
   tests)
     # One process per group, so a fault in one cannot hide the others' results.
     serving='TestDecodeBalanced|TestDecodeGraphAfterGrowth|TestDecodeWorkspace|TestDecodeFP8Narrow'
-    for group in 'TestAppend|TestGather' 'TestRope' 'TestMLA' 'TestQKV' 'TestDecode' "$serving" 'TestVarlen'; do
+    for group in 'TestAppend|TestGather' 'TestRope' 'TestMLA' 'TestQKV' 'TestDecode' "$serving" 'TestVarlen|TestSequenceAttention'; do
       name="tests-${group%%|*}"
       skip='^$'
       [ "$group" = TestDecode ] && skip="$serving"
@@ -37,7 +37,7 @@ for step in $STEPS; do
   verify) run verify 90 .gpu/pagedkv verify -n 25 ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
-    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay'
+    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention'
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 235s
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 \

@@ -238,3 +238,78 @@ func TestVarlenPlans(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, plan.Splits, "long prefill: %s", plan.Reason)
 }
+
+// TestSequenceAttention checks the single-sequence dispatcher: several
+// query tokens of one sequence run as a causal varlen whose output comes out
+// head-major [heads, q_len, head_dim] and matches float64; one token per
+// sequence runs the batched decode and matches Decode; a batch of several
+// sequences with several tokens each is an error naming Varlen.
+func TestSequenceAttention(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for _, c := range []check.VarlenShape{
+		{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: 1000, Causal: true},
+		{Seqs: 1, QHeads: 6, KVHeads: 3, HeadDim: 64, BlockSize: 4, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 40, MaxKV: 2000, Causal: true},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			qLen := 2 + g.IntN(c.MaxQLen-1)
+			kv := qLen + g.IntN(c.MaxKV-qLen+1)
+			p, err := check.NewVarlenProblemWith(r, s, g, c, []int32{0, int32(qLen)}, []int32{int32(kv - qLen)})
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+			a := pagedkv.SequenceArgs{
+				Q: p.Args.Q, KeyCache: p.Args.KeyCache, ValueCache: p.Args.ValueCache, BlockTables: p.Args.BlockTables,
+				Out: p.Args.Out, LSE: p.Args.LSE, NumSeqs: 1, QLen: qLen, HostKVLens: []int32{int32(kv)},
+				NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
+				NumBlocks: p.Args.NumBlocks, MaxBlocksPerSeq: p.Args.MaxBlocksPerSeq, QTokenStride: p.Args.QTokenStride,
+				DType: c.DType, CacheDType: c.CacheDType, KScale: p.Args.KScale, VScale: p.Args.VScale,
+			}
+			require.NoError(t, p.Poison(s))
+			require.NoError(t, r.SequenceAttention(s, &a))
+			headMajor, lse, err := p.Fetch(s)
+			require.NoError(t, err)
+			// Back to token-major for the reference check.
+			out := make([]float64, len(headMajor))
+			for h := range c.QHeads {
+				for tok := range qLen {
+					copy(out[(tok*c.QHeads+h)*c.HeadDim:][:c.HeadDim], headMajor[(h*qLen+tok)*c.HeadDim:])
+				}
+			}
+			require.NoError(t, p.Check(out, lse))
+
+			bad := a
+			bad.NumSeqs, bad.HostKVLens = 2, []int32{int32(kv), int32(kv)}
+			assert.ErrorContains(t, r.SequenceAttention(s, &bad), "Runtime.Varlen")
+			bad = a
+			bad.HostKVLens = []int32{int32(qLen - 1)}
+			assert.ErrorContains(t, r.SequenceAttention(s, &bad), "HostKVLens[0]")
+		})
+	}
+	t.Run("decode", func(t *testing.T) {
+		c := check.DecodeShape{Seqs: 5, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 600}
+		d := decodeProblem(t, r, s, g, c)
+		lens := check.RandomLens(g, c.Seqs, c.MaxLen, c.BlockSize)
+		for i := range lens {
+			lens[i] = max(lens[i], 1)
+		}
+		require.NoError(t, d.SetLens(s, lens))
+		want, wantLSE, err := d.Run(r, s)
+		require.NoError(t, err)
+		a := pagedkv.SequenceArgs{
+			Q: d.Args.Q, KeyCache: d.Args.KeyCache, ValueCache: d.Args.ValueCache, BlockTables: d.Args.BlockTables,
+			KVLens: d.Args.KVLens, Out: d.Args.Out, LSE: d.Args.LSE, NumSeqs: c.Seqs, QLen: 1, HostKVLens: lens,
+			NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
+			NumBlocks: d.Args.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq, QTokenStride: d.Args.QSeqStride,
+			DType: c.DType, CacheDType: c.CacheDType,
+		}
+		require.NoError(t, d.Poison(s))
+		require.NoError(t, r.SequenceAttention(s, &a))
+		got, lse, err := d.Fetch(s)
+		require.NoError(t, err)
+		// The dispatcher hands Decode the host lengths, so its plan may
+		// balance the ragged batch where the plain call did not.
+		assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/2, "SequenceAttention with QLen 1 is Decode")
+		assertSameLSE(t, wantLSE, lse, "SequenceAttention vs Decode")
+	})
+}

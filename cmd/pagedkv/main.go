@@ -59,7 +59,8 @@ commands:
   bench    device-to-device copy bandwidth, then the kernels as a fraction of it
            (varlen attention also in TFLOP/s):
            pagedkv bench [all|copy|append|decode|varlen] [flags]
-  verify   a correctness sweep on random shapes against the float64 reference
+  verify   a correctness sweep on random shapes against the float64 reference,
+           counted per op family (pagedkv verify -h lists them)
 
 pagedkv <command> -h lists the command's flags. Flags are checked before the
 GPU is opened; a bad one exits with status 2.

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/internal/check"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// verifySplits is the split count the varlen split-K family forces
+// (PAGED_FLASH_SPLITS); the planner lowers it for KV too short to split so.
+const verifySplits = 5
+
+// attnSweep verifies one attention op: each case draws a random problem
+// and runs it through every path, each path a family of its own; a path can
+// also be held to agree with an earlier one on the same problem.
+type attnSweep[P any] struct {
+	draw  func(g *rand.Rand) (attnCase[P], error)
+	paths []attnPath[P]
+}
+
+// attnCase is one drawn problem on the device.
+type attnCase[P any] struct {
+	problem P
+	shape   fmt.Stringer
+	dtype   pagedkv.DType
+	arena   *check.Arena // freed after the case's last path
+	// check compares one path's result with the float64 reference.
+	check func(out []float64, lse []float32) error
+}
+
+// attnPath is one way through the op.
+type attnPath[P any] struct {
+	family string
+	// run runs the problem on this path: outputs poisoned, the op launched,
+	// the results fetched. g serves a path that draws a parameter per case.
+	// plan is the plan it followed, as far as it is known, for the failure
+	// message.
+	run func(p P, g *rand.Rand) (res attnResult, plan dispatch.Plan, err error)
+	// agrees names an earlier path of the sweep whose result this one must
+	// match within agreeTolerance (two GPU paths agree more tightly than
+	// either agrees with float64); "" for none.
+	agrees string
+}
+
+// attnResult is what an attention path produced.
+type attnResult struct {
+	out []float64
+	lse []float32
+}
+
+func result(out []float64, lse []float32, err error) (attnResult, error) {
+	return attnResult{out, lse}, err
+}
+
+// run verifies n cases, recording each path of each case in t. It stops
+// only on an error that is not a verdict on the op: a problem it could not
+// set up or free.
+func (w *attnSweep[P]) run(n int, g *rand.Rand, t *tally) error {
+	for range n {
+		c, err := w.draw(g)
+		if err != nil {
+			return err
+		}
+		passed := map[string]attnResult{}
+		for _, path := range w.paths {
+			res, plan, err := path.run(c.problem, g)
+			if err != nil {
+				err = fmt.Errorf("%v: %w", c.shape, err)
+			} else {
+				err = c.check(res.out, res.lse)
+			}
+			// Compare only with an earlier path that passed: one that failed
+			// is counted already, and its output says nothing.
+			if want, ok := passed[path.agrees]; err == nil && ok {
+				if err = agree(c.dtype, want, res); err != nil {
+					err = fmt.Errorf("%v: against %s: %w", c.shape, path.agrees, err)
+				}
+			}
+			if err == nil {
+				passed[path.family] = res
+			} else if plan.Kernel != "" {
+				err = fmt.Errorf("[%s, %d splits] %w", plan.Kernel, plan.Splits, err)
+			}
+			t.record(path.family, err)
+		}
+		if err := c.arena.Free(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// agreeTolerance is the relative L2 error allowed between two GPU paths of
+// one problem that must agree: half what either may have against float64.
+func agreeTolerance(d pagedkv.DType) float64 { return check.Tolerance(d) / 2 }
+
+// agree checks that got, from one GPU path, matches want, from another on
+// the same problem: the output within agreeTolerance by relative L2, every
+// LSE within 1e-4 (relative above 1), an infinite one exactly.
+func agree(d pagedkv.DType, want, got attnResult) error {
+	if e := ref.RelL2(got.out, want.out); !(e <= agreeTolerance(d)) {
+		return fmt.Errorf("output relative L2 difference %.3g > %.3g", e, agreeTolerance(d))
+	}
+	if len(got.lse) != len(want.lse) {
+		return fmt.Errorf("%d LSE values, want %d", len(got.lse), len(want.lse))
+	}
+	for i, w := range want.lse {
+		g, w64 := float64(got.lse[i]), float64(w)
+		// An infinite LSE (-Inf: no key attended) matches only itself: the
+		// relative bound would be infinite too.
+		if ok := g == w64 || (!math.IsInf(w64, 0) && math.Abs(g-w64) <= 1e-4*max(1, math.Abs(w64))); !ok {
+			return fmt.Errorf("LSE[%d]=%g, want %g", i, got.lse[i], w)
+		}
+	}
+	return nil
+}
+
+// decodeSweep verifies Decode on r: the planner's choice, then the same
+// problem single-pass and with a random forced split count.
+func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
+	forced := func(splits func(*rand.Rand) int) func(*check.DecodeProblem, *rand.Rand) (attnResult, dispatch.Plan, error) {
+		return func(p *check.DecodeProblem, g *rand.Rand) (attnResult, dispatch.Plan, error) {
+			k := dispatch.DefaultKnobs()
+			k.ForcedSplits = splits(g)
+			plan, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
+			if err != nil {
+				return attnResult{}, plan, err
+			}
+			res, err := result(p.RunWithPlan(r, r.Stream(), plan))
+			return res, plan, err
+		}
+	}
+	return attnSweep[*check.DecodeProblem]{
+		draw: func(g *rand.Rand) (attnCase[*check.DecodeProblem], error) {
+			c := check.RandomDecodeShape(g)
+			p, err := check.NewDecodeProblem(r, r.Stream(), g, c)
+			if err != nil {
+				return attnCase[*check.DecodeProblem]{}, err
+			}
+			return attnCase[*check.DecodeProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: p.Check}, nil
+		},
+		paths: []attnPath[*check.DecodeProblem]{
+			{family: "decode auto", run: func(p *check.DecodeProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+				plan, err := r.PlanDecode(r.Stream(), &p.Args)
+				if err != nil {
+					return attnResult{}, plan, err
+				}
+				res, err := result(p.Run(r, r.Stream()))
+				return res, plan, err
+			}},
+			{family: "decode single-pass", run: forced(func(*rand.Rand) int { return 1 })},
+			{family: "decode forced split-K", run: forced(func(g *rand.Rand) int { return 1 + g.IntN(40) })},
+		},
+	}
+}
+
+// varlenSweep verifies Varlen: problems drawn on auto, run through the
+// runtime's own plan on auto, then on single (SPLIT_K_ATTN=0) and split
+// (PAGED_FLASH_SPLITS=verifySplits), which must also agree with single.
+func varlenSweep(auto, single, split *pagedkv.Runtime) attnSweep[*check.VarlenProblem] {
+	on := func(r *pagedkv.Runtime) func(*check.VarlenProblem, *rand.Rand) (attnResult, dispatch.Plan, error) {
+		return func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+			plan, err := r.PlanVarlen(r.Stream(), &p.Args)
+			if err != nil {
+				return attnResult{}, plan, err
+			}
+			// Varlen, not VarlenWithPlan: the path under test plans for itself.
+			res, err := result(p.Run(r, r.Stream()))
+			return res, plan, err
+		}
+	}
+	return attnSweep[*check.VarlenProblem]{
+		draw: func(g *rand.Rand) (attnCase[*check.VarlenProblem], error) {
+			c := check.RandomVarlenShape(g)
+			p, err := check.NewVarlenProblem(auto, auto.Stream(), g, c)
+			if err != nil {
+				return attnCase[*check.VarlenProblem]{}, err
+			}
+			// One reference serves the three paths: it costs more than they do.
+			reference := sync.OnceValues(p.Reference)
+			checkRun := func(out []float64, lse []float32) error {
+				wantOut, wantLSE := reference()
+				return p.CheckReference(out, lse, wantOut, wantLSE)
+			}
+			return attnCase[*check.VarlenProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: checkRun}, nil
+		},
+		paths: []attnPath[*check.VarlenProblem]{
+			{family: "varlen auto", run: on(auto)},
+			{family: "varlen single-pass", run: on(single)},
+			{family: "varlen split-K", run: on(split), agrees: "varlen single-pass"},
+		},
+	}
+}

@@ -1,0 +1,137 @@
+package pagedkv
+
+import "github.com/pagedkv/pagedkv/driver"
+
+// SequenceArgs describes the attention of one sequence's new query tokens
+// over its paged cache, or of one token of each of several sequences: the
+// reference design's single-sequence dispatcher (paged_decode_attention).
+// The varlen path's lengths come from the host's copy of KVLens;
+// SequenceAttention hands them to the kernel itself.
+//
+//   - Q: [NumSeqs·QLen, NumQHeads, HeadDim] of DType, token-major
+//     (QTokenStride as VarlenArgs'; 0 = contiguous).
+//   - KeyCache, ValueCache, BlockTables ([NumSeqs, MaxBlocksPerSeq]):
+//     as for DecodeArgs. The cache already holds the new tokens.
+//   - KVLens: int32 [NumSeqs] on the device, each sequence's KV length, the
+//     new tokens included; HostKVLens: the host's copy (required: it picks
+//     the path and gives the varlen its position offset).
+//   - Out: head-major [NumQHeads, QLen, HeadDim] of DType for one sequence
+//     (for QLen 1 that is also [NumSeqs, NumQHeads, HeadDim], as Decode
+//     writes it). LSE (optional): f32 [NumSeqs·QLen, NumQHeads].
+//
+// QLen == 1 runs the batched decode (Decode) over the NumSeqs sequences.
+// QLen > 1 needs NumSeqs == 1 (several sequences with several query tokens
+// each are a varlen batch: use Varlen) and KVLens[0] ≥ QLen, and runs
+// Varlen over the one sequence, causal, with CuSeqlensQ {0, QLen} and
+// PosOffsets {KVLen − QLen}, writing Out head-major through Varlen's output
+// strides (no transpose pass and no buffer).
+//
+// Graphs: the decode path reads KVLens on the device, as Decode does. The
+// varlen path writes its two lengths into the stream's own device memory by
+// memsets that a capture records with their values, so a captured
+// SequenceAttention with QLen > 1 replays the lengths it was captured with;
+// engines whose prompt lengths change between replays call Varlen with
+// device-resident lengths.
+type SequenceArgs struct {
+	Q, KeyCache, ValueCache, BlockTables, KVLens Buffer
+	Out, LSE                                     Buffer
+
+	NumSeqs, QLen                         int
+	HostKVLens                            []int32
+	NumQHeads, NumKVHeads, HeadDim        int
+	BlockSize, NumBlocks, MaxBlocksPerSeq int
+	QTokenStride                          int
+	DType, CacheDType                     DType
+	Scale, KScale, VScale                 float32
+}
+
+const sequenceArg = "SequenceArgs"
+
+// Validate checks what SequenceAttention decides on and what the op it runs
+// will check again: the lengths, and the arguments of that op.
+func (a *SequenceArgs) Validate() error {
+	if a.QLen < 1 {
+		return errf("%s.QLen=%d is out of range; allowed: ≥ 1", sequenceArg, a.QLen)
+	}
+	if a.NumSeqs < 1 {
+		return errf("%s.NumSeqs=%d is out of range; allowed: ≥ 1", sequenceArg, a.NumSeqs)
+	}
+	if a.QLen > 1 && a.NumSeqs != 1 {
+		return errf("%s.NumSeqs=%d with QLen=%d: several sequences with several query tokens each are a varlen batch; run them with Runtime.Varlen (VarlenArgs)", sequenceArg, a.NumSeqs, a.QLen)
+	}
+	if len(a.HostKVLens) != a.NumSeqs {
+		return errf("%s.HostKVLens has %d values; allowed: NumSeqs=%d", sequenceArg, len(a.HostKVLens), a.NumSeqs)
+	}
+	for i, n := range a.HostKVLens {
+		if int(n) < a.QLen {
+			return errf("%s.HostKVLens[%d]=%d is below QLen=%d: the cache must already hold the sequence's new tokens", sequenceArg, i, n, a.QLen)
+		}
+	}
+	if a.QLen == 1 {
+		d := a.decode()
+		return d.Validate()
+	}
+	v := a.varlen(validateArgsPtr)
+	return v.Validate()
+}
+
+// validateArgsPtr stands in for the stream's record (sequenceArgs) when
+// Validate checks the varlen a runs without a stream: VarlenArgs.Validate
+// reads a buffer's address only to check that it is set and aligned.
+const validateArgsPtr driver.DevicePtr = 256
+
+// decode returns the Decode a (QLen 1) runs.
+func (a *SequenceArgs) decode() DecodeArgs {
+	maxKV := 0
+	for _, n := range a.HostKVLens {
+		maxKV = max(maxKV, int(n))
+	}
+	return DecodeArgs{
+		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables,
+		KVLens: a.KVLens, Out: a.Out, LSE: a.LSE,
+		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
+		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
+		MaxKVLen: maxKV, QSeqStride: a.QTokenStride, HostKVLens: a.HostKVLens,
+		DType: a.DType, CacheDType: a.CacheDType, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+	}
+}
+
+// varlen returns the Varlen a (one sequence, QLen > 1) runs, with its
+// lengths at args (sequenceArgs).
+func (a *SequenceArgs) varlen(args driver.DevicePtr) VarlenArgs {
+	kv := int(a.HostKVLens[0])
+	return VarlenArgs{
+		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables,
+		CuSeqlensQ: Buffer{Ptr: args, Bytes: 8}, PosOffsets: Buffer{Ptr: args + 8, Bytes: 4},
+		Out: a.Out, LSE: a.LSE,
+		NumSeqs: 1, TotalQTokens: a.QLen, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
+		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: kv,
+		QTokenStride: a.QTokenStride, OutTokenStride: a.HeadDim, OutHeadStride: a.QLen * a.HeadDim, Causal: true,
+		HostCuSeqlensQ: []int32{0, int32(a.QLen)}, HostPosOffsets: []int32{int32(kv - a.QLen)},
+		DType: a.DType, CacheDType: a.CacheDType, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+	}
+}
+
+// SequenceAttention runs a on stream s: the batched decode for one query
+// token per sequence, else a causal varlen over the one sequence with a
+// head-major output (see SequenceArgs).
+func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if a.QLen == 1 {
+		d := a.decode()
+		return r.Decode(s, &d)
+	}
+	args := s.sequenceArgs()
+	v := a.varlen(args)
+	for i, n := range [...]uint32{0, uint32(a.QLen), uint32(int(a.HostKVLens[0]) - a.QLen)} {
+		if err := s.Fill32(Buffer{Ptr: args + driver.DevicePtr(4*i), Bytes: 4}, n); err != nil {
+			return err
+		}
+	}
+	return r.Varlen(s, &v)
+}
