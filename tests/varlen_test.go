@@ -258,26 +258,11 @@ func TestSequenceAttention(t *testing.T) {
 			p, err := check.NewVarlenProblemWith(r, s, g, c, []int32{0, int32(qLen)}, []int32{int32(kv - qLen)})
 			require.NoError(t, err)
 			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
-			a := pagedkv.SequenceArgs{
-				Q: p.Args.Q, KeyCache: p.Args.KeyCache, ValueCache: p.Args.ValueCache, BlockTables: p.Args.BlockTables,
-				Out: p.Args.Out, LSE: p.Args.LSE, NumSeqs: 1, QLen: qLen, HostKVLens: []int32{int32(kv)},
-				NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
-				NumBlocks: p.Args.NumBlocks, MaxBlocksPerSeq: p.Args.MaxBlocksPerSeq, QTokenStride: p.Args.QTokenStride,
-				DType: c.DType, CacheDType: c.CacheDType, KScale: p.Args.KScale, VScale: p.Args.VScale,
-			}
-			require.NoError(t, p.Poison(s))
-			require.NoError(t, r.SequenceAttention(s, &a))
-			headMajor, lse, err := p.Fetch(s)
+			out, lse, err := p.RunSequence(r, s)
 			require.NoError(t, err)
-			// Back to token-major for the reference check.
-			out := make([]float64, len(headMajor))
-			for h := range c.QHeads {
-				for tok := range qLen {
-					copy(out[(tok*c.QHeads+h)*c.HeadDim:][:c.HeadDim], headMajor[(h*qLen+tok)*c.HeadDim:])
-				}
-			}
 			require.NoError(t, p.Check(out, lse))
 
+			a := p.SequenceArgs(pagedkv.Buffer{})
 			bad := a
 			bad.NumSeqs, bad.HostKVLens = 2, []int32{int32(kv), int32(kv)}
 			assert.ErrorContains(t, r.SequenceAttention(s, &bad), "Runtime.Varlen")

@@ -38,6 +38,7 @@ var verifyFamilies = []verifyFamily{
 	{"varlen auto", "Varlen as the runtime plans it"},
 	{"varlen single-pass", "same problem, SPLIT_K_ATTN=0"},
 	{"varlen split-K", fmt.Sprintf("same problem, PAGED_FLASH_SPLITS=%d; also vs single-pass", verifySplits)},
+	{"sequence attention", "SequenceAttention: one causal sequence, head-major out"},
 }
 
 // verifySynopsis is pagedkv verify -h's text above the flags.
@@ -185,6 +186,10 @@ func runVerify(args []string) error {
 	}
 	varlen := varlenSweep(r, single, split)
 	if err := varlen.run(o.N, g, t); err != nil {
+		return err
+	}
+	sequence := sequenceSweep(r)
+	if err := sequence.run(o.N, g, t); err != nil {
 		return err
 	}
 	fmt.Println()

@@ -197,3 +197,26 @@ func varlenSweep(auto, single, split *pagedkv.Runtime) attnSweep[*check.VarlenPr
 		},
 	}
 }
+
+// sequenceSweep verifies SequenceAttention on r: one causal sequence of
+// 1…300 query tokens (one token runs the batched decode, more a varlen with
+// a head-major output), against float64.
+func sequenceSweep(r *pagedkv.Runtime) attnSweep[*check.VarlenProblem] {
+	return attnSweep[*check.VarlenProblem]{
+		draw: func(g *rand.Rand) (attnCase[*check.VarlenProblem], error) {
+			c := check.RandomVarlenShape(g)
+			c.Seqs, c.Causal = 1, true
+			p, err := check.NewVarlenProblem(r, r.Stream(), g, c)
+			if err != nil {
+				return attnCase[*check.VarlenProblem]{}, err
+			}
+			return attnCase[*check.VarlenProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: p.Check}, nil
+		},
+		paths: []attnPath[*check.VarlenProblem]{
+			{family: "sequence attention", run: func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+				res, err := result(p.RunSequence(r, r.Stream()))
+				return res, dispatch.Plan{}, err
+			}},
+		},
+	}
+}

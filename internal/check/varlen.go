@@ -268,3 +268,44 @@ func (p *VarlenProblem) CheckReference(out []float64, lse []float32, wantOut, wa
 	}
 	return nil
 }
+
+// SequenceArgs returns the SequenceAttention arguments of a one-sequence
+// problem (its KV length PosOffsets[0] + q_len, Out and LSE the problem's),
+// with KVLens at kvLens for the decode path.
+func (p *VarlenProblem) SequenceArgs(kvLens pagedkv.Buffer) pagedkv.SequenceArgs {
+	a, c := &p.Args, p.Shape
+	qLen := int(p.CuSeqlensQ[1] - p.CuSeqlensQ[0])
+	return pagedkv.SequenceArgs{
+		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables, KVLens: kvLens,
+		Out: a.Out, LSE: a.LSE, NumSeqs: 1, QLen: qLen, HostKVLens: []int32{p.PosOffsets[0] + int32(qLen)},
+		NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
+		NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, QTokenStride: a.QTokenStride,
+		DType: c.DType, CacheDType: c.CacheDType, KScale: a.KScale, VScale: a.VScale,
+	}
+}
+
+// RunSequence runs a one-sequence causal problem through SequenceAttention
+// on s (the decode path for one query token, with its KV length uploaded)
+// and returns the output token-major, as Run does, with the LSE.
+func (p *VarlenProblem) RunSequence(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, []float32, error) {
+	c := p.Shape
+	if c.Seqs != 1 || !c.Causal {
+		return nil, nil, errorf("%v: SequenceAttention runs one causal sequence", c)
+	}
+	kvLens, err := Upload(p.Arena, s, []int32{p.PosOffsets[0] + p.CuSeqlensQ[1]}, 4)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := p.SequenceArgs(kvLens)
+	headMajor, lse, err := p.run(s, func() error { return r.SequenceAttention(s, &a) })
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]float64, len(headMajor))
+	for h := range c.QHeads {
+		for t := range a.QLen {
+			copy(out[(t*c.QHeads+h)*c.HeadDim:][:c.HeadDim], headMajor[(h*a.QLen+t)*c.HeadDim:])
+		}
+	}
+	return out, lse, nil
+}
