@@ -25,7 +25,9 @@ func TestKnobsFrom(t *testing.T) {
 		c.DecodeBalance, c.SplitKAttn = mode, mode
 		k := knobsFrom(c)
 		assert.Equal(t, want, k.Balance, "DECODE_BALANCE=%s", mode)
-		assert.Equal(t, want, k.SplitK, "SPLIT_K_ATTN=%s", mode)
+		assert.Equal(t, want, varlenKnobsFrom(c).SplitK, "SPLIT_K_ATTN=%s", mode)
+		// SPLIT_K_ATTN governs varlen only; decode follows PAGED_FLASH.
+		assert.Equal(t, dispatch.SplitAuto, k.SplitK, "decode with SPLIT_K_ATTN=%s", mode)
 	}
 	c.PagedFlashSplits, c.PagedFlash, c.DecodeClusters, c.DecodeNarrow, c.ScratchLimitBytes = 12, false, false, false, 4096
 	k := knobsFrom(c)
@@ -34,6 +36,9 @@ func TestKnobsFrom(t *testing.T) {
 	assert.False(t, k.Clusters)
 	assert.False(t, k.Narrow)
 	assert.Equal(t, int64(4096), k.ScratchLimitBytes)
+	v := varlenKnobsFrom(c)
+	assert.Equal(t, 0, v.ForcedSplits, "PAGED_FLASH_SPLITS governs decode only")
+	assert.Equal(t, int64(4096), v.ScratchLimitBytes)
 }
 
 // TestSplitModesMirror ties config.SplitMode (the knob as users spell it;
@@ -56,9 +61,8 @@ func TestSplitModesMirror(t *testing.T) {
 		assert.Equal(t, names[m.c], m.d.String(), "config.SplitMode %q", m.c)
 		c := config.Default()
 		c.SplitKAttn, c.DecodeBalance = m.c, m.c
-		k := knobsFrom(c)
-		assert.Equal(t, m.d, k.SplitK, "SPLIT_K_ATTN=%s", m.c)
-		assert.Equal(t, m.d, k.Balance, "DECODE_BALANCE=%s", m.c)
+		assert.Equal(t, m.d, varlenKnobsFrom(c).SplitK, "SPLIT_K_ATTN=%s", m.c)
+		assert.Equal(t, m.d, knobsFrom(c).Balance, "DECODE_BALANCE=%s", m.c)
 		assert.False(t, seen[m.d], "dispatch.SplitMode %s mirrors two config modes", m.d)
 		seen[m.d] = true
 	}

@@ -44,12 +44,14 @@ type Options struct {
 // device; several may be used at the same time. Close releases everything;
 // buffers and streams it created must not be used afterwards.
 type Runtime struct {
-	device  driver.Device
-	ctx     driver.Context
-	cfg     config.Config
-	knobs   dispatch.Knobs
-	info    DeviceInfo
-	scratch *scratch.Pool // split-K partials
+	device driver.Device
+	ctx    driver.Context
+	cfg    config.Config
+	knobs  dispatch.Knobs // decode's (knobsFrom)
+	// varlenKnobs are the varlen planner's (varlenKnobsFrom).
+	varlenKnobs dispatch.Knobs
+	info        DeviceInfo
+	scratch     *scratch.Pool // split-K partials
 	// counters holds the split-K counters of the fused merge, per stream:
 	// zeroed when allocated, left zero by every kernel, never shared with
 	// partials (whose bytes would be garbage counters).
@@ -127,14 +129,15 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{
-		device:  dev,
-		ctx:     ctx,
-		cfg:     cfg,
-		knobs:   knobsFrom(cfg),
-		info:    info,
-		funcs:   map[string]driver.Function{},
-		modules: map[string]moduleLoad{},
-		streams: map[*Stream]struct{}{},
+		device:      dev,
+		ctx:         ctx,
+		cfg:         cfg,
+		knobs:       knobsFrom(cfg),
+		varlenKnobs: varlenKnobsFrom(cfg),
+		info:        info,
+		funcs:       map[string]driver.Function{},
+		modules:     map[string]moduleLoad{},
+		streams:     map[*Stream]struct{}{},
 	}
 	r.facts.Store(&dispatch.DeviceFacts{
 		Name:                   info.Name,
@@ -183,15 +186,28 @@ func deviceInfo(dev driver.Device, ordinal int) (DeviceInfo, error) {
 	return info, nil
 }
 
+// knobsFrom returns the decode planner's knobs of c. As in the reference
+// design, PAGED_FLASH and PAGED_FLASH_SPLITS govern batched decode and
+// SPLIT_K_ATTN only varlen attention (varlenKnobsFrom), so decode plans
+// leave SplitK at auto.
 func knobsFrom(c config.Config) dispatch.Knobs {
 	k := dispatch.DefaultKnobs()
 	k.PagedFlash = c.PagedFlash
 	k.ForcedSplits = c.PagedFlashSplits
-	k.SplitK = splitMode(c.SplitKAttn)
 	k.ScratchLimitBytes = c.ScratchLimitBytes
 	k.Clusters = c.DecodeClusters
 	k.Narrow = c.DecodeNarrow
 	k.Balance = splitMode(c.DecodeBalance)
+	return k
+}
+
+// varlenKnobsFrom returns the varlen planner's knobs of c: SPLIT_K_ATTN
+// and the scratch limit (a forced split count comes only from
+// PlanVarlenWith).
+func varlenKnobsFrom(c config.Config) dispatch.Knobs {
+	k := dispatch.DefaultKnobs()
+	k.SplitK = splitMode(c.SplitKAttn)
+	k.ScratchLimitBytes = c.ScratchLimitBytes
 	return k
 }
 

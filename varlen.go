@@ -58,7 +58,7 @@ import (
 // may overlap one another. Workspace must not overlap any other buffer.
 //
 // Bounds: NumSeqs ≤ 2^24, NumKVHeads ≤ 65535, NumQHeads ≤ 16·NumKVHeads,
-// TotalQTokens·NumQHeads < 2^31, NumBlocks < 2^31, MaxBlocksPerSeq ·
+// TotalQTokens·NumQHeads ≤ 2^30, NumBlocks < 2^31, MaxBlocksPerSeq ·
 // BlockSize ≤ 2^30, QTokenStride, OutTokenStride and OutHeadStride ≤ 2^31 elements.
 type VarlenArgs struct {
 	Q, KeyCache, ValueCache             Buffer
@@ -80,6 +80,10 @@ type VarlenArgs struct {
 }
 
 const varlenArg = "VarlenArgs"
+
+// maxVarlenRows bounds VarlenArgs.TotalQTokens·NumQHeads, the packed rows
+// the kernels index in int32 (with a row tile of room to spare).
+const maxVarlenRows = 1 << 30
 
 // maxVarlenSeqs bounds VarlenArgs.NumSeqs: the kernels find a block's
 // sequence by binary search over CuSeqlensQ, and the grid holds a row tile
@@ -107,8 +111,10 @@ func (a *VarlenArgs) Validate() error {
 	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 || a.NumQHeads/a.NumKVHeads > 16 {
 		return errf("%s.NumQHeads=%d is not allowed; allowed: NumKVHeads=%d times a GQA group of 1..16", varlenArg, a.NumQHeads, a.NumKVHeads)
 	}
-	if a.TotalQTokens < 0 || int64(a.TotalQTokens)*int64(a.NumQHeads) > math.MaxInt32 {
-		return errf("%s.TotalQTokens=%d is out of range; allowed: 0..%d (TotalQTokens·NumQHeads < 2^31)", varlenArg, a.TotalQTokens, math.MaxInt32/a.NumQHeads)
+	// The kernels count packed (token, head) rows in int32, up to a row
+	// tile past the last one.
+	if a.TotalQTokens < 0 || a.TotalQTokens > maxVarlenRows/a.NumQHeads {
+		return errf("%s.TotalQTokens=%d is out of range; allowed: 0..%d (TotalQTokens·NumQHeads ≤ 2^30)", varlenArg, a.TotalQTokens, maxVarlenRows/a.NumQHeads)
 	}
 	if err := powerOfTwo(varlenArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
 		return err
@@ -353,7 +359,7 @@ func (r *Runtime) PlanVarlenGraph(a *VarlenArgs) (dispatch.Plan, error) {
 	if err := r.checkVarlenCapacity(a); err != nil {
 		return dispatch.Plan{}, err
 	}
-	return r.planVarlenShape(a.shape(true, r.cfg.KVCapacity), r.knobs)
+	return r.planVarlenShape(a.shape(true, r.cfg.KVCapacity), r.varlenKnobs)
 }
 
 func (r *Runtime) planVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, bool, error) {
@@ -372,7 +378,7 @@ func (r *Runtime) planVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, bool, err
 			return dispatch.Plan{}, false, err
 		}
 	}
-	plan, err := r.planVarlenShape(a.shape(capturing, r.cfg.KVCapacity), r.knobs)
+	plan, err := r.planVarlenShape(a.shape(capturing, r.cfg.KVCapacity), r.varlenKnobs)
 	return plan, capturing, err
 }
 

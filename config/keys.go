@@ -109,7 +109,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "PAGED_FLASH_SPLITS", File: KeyPagedFlashSplits, Field: "PagedFlashSplits",
 			Default: "auto", Allowed: `"auto" (or empty) or ` + intRange(1, MaxPagedFlashSplits),
-			Description: "Split count for split-K paged attention; auto (0 in Go) lets the planner choose; a forced count is lowered where a sequence has fewer pages (each split takes whole pages) or the scratch limit is smaller, and the plan says so.",
+			Description: "Split count for split-K batched decode; auto (0 in Go) lets the planner choose; a forced count is lowered where a sequence has fewer pages (each split takes whole pages) or the scratch limit is smaller, and the plan says so.",
 		},
 		parse: func(s string) (any, error) {
 			if s == "" || strings.EqualFold(s, "auto") {
@@ -136,7 +136,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "PAGED_FLASH", File: KeyPagedFlash, Field: "PagedFlash",
 			Default: "true", Allowed: boolAllowed,
-			Description: "Allow the split-K (flash-decoding) path; false forces single-pass decode.",
+			Description: "Allow the split-K (flash-decoding) path of batched decode; false forces single-pass decode. Varlen attention follows SPLIT_K_ATTN instead.",
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.PagedFlash) },
@@ -148,7 +148,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "SPLIT_K_ATTN", File: KeySplitKAttn, Field: "SplitKAttn",
 			Default: "auto", Allowed: splitModeAllowed,
-			Description: "Split-K attention: auto lets the planner decide, off (0) disables it, on (1) forces it where valid.",
+			Description: "Split-K for varlen attention (prefill, chunked prefill, verify steps; as in the reference design, where PAGED_FLASH governs batched decode): auto lets the planner decide, off (0) disables it, on (1) forces it where the KV is long enough to split.",
 		},
 		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.SplitKAttn) },

@@ -161,7 +161,7 @@ func (m SplitMode) String() string {
 type Knobs struct {
 	PagedFlash        bool      // PAGED_FLASH; false forces the single-pass kernel
 	ForcedSplits      int       // PAGED_FLASH_SPLITS; 0 = auto, else clamped to 1..min(MaxSplits, pages)
-	SplitK            SplitMode // SPLIT_K_ATTN
+	SplitK            SplitMode // SPLIT_K_ATTN for varlen; a decode plan obeys it when a caller sets it (PlanDecodeWith), the runtime leaves it auto for decode
 	ScratchLimitBytes int64     // SCRATCH_LIMIT_BYTES; 0 = no limit on one plan's scratch
 	Clusters          bool      // DECODE_CLUSTERS; false keeps split-K merges in global memory
 	Narrow            bool      // DECODE_NARROW; false keeps groups up to NarrowMaxGroup on the wide kernels

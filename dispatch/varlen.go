@@ -61,8 +61,10 @@ type VarlenShape struct {
 // is long enough to give each split VarlenMinSplitKeys positions: few query
 // tokens over a long cache. The count is the one whose blocks end closest
 // to a whole number of waves (the fewest splits among equals).
-// SPLIT_K_ATTN=0 forbids it, =1 forces it wherever the KV can be split,
-// PAGED_FLASH_SPLITS forces the count. The scratch (partials for every
+// SplitK (SPLIT_K_ATTN) off forbids it, on forces it wherever the KV can be
+// split; ForcedSplits forces the count (the runtime sets it only for
+// PlanVarlenWith: PAGED_FLASH_SPLITS and PAGED_FLASH govern decode);
+// PagedFlash is not read. The scratch (partials for every
 // query row and split) is cut to ScratchLimitBytes by lowering the split
 // count. Errors wrap ErrInvalidShape.
 func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
@@ -134,8 +136,6 @@ func VarlenPlanScratch(tokens, heads, headDim, splits int) (floats, maxOffset, s
 func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string, keys, tiles int) (int, string) {
 	maxByKV := min(VarlenMaxSplits, s.MaxKVLen/VarlenMinSplitKeys)
 	switch {
-	case !k.PagedFlash && k.ForcedSplits == 0 && k.SplitK != SplitOn:
-		return 1, ReasonPagedFlashOff
 	case k.SplitK == SplitOff:
 		return 1, ReasonSplitKOff
 	case k.ForcedSplits > 0:

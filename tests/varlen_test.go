@@ -39,12 +39,12 @@ func assertSameLSE(t *testing.T, want, got []float32, msg string) {
 // TestVarlenMatchesReference runs random mixed batches (q_len 1…300 with
 // some 1s, KV up to ~2300, shuffled page tables, every head dim, groups
 // 1..16, block sizes 1..256, f16/bf16, fp8 caches, causal and not) against
-// float64, single-pass and with a forced split count, and checks that the
+// float64, single-pass (SPLIT_K_ATTN=0) and with a forced split count
+// (PlanVarlenWith, VarlenWithPlan), and checks that the
 // two paths agree more tightly than either agrees with float64.
 func TestVarlenMatchesReference(t *testing.T) {
 	auto := open(t, config.Options{})
 	single := open(t, config.Options{SplitKAttn: ptr(config.SplitOff)})
-	split5 := open(t, config.Options{PagedFlashSplits: ptr(5)})
 	g := rng(t)
 	shapes := []check.VarlenShape{
 		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 200, MaxKV: 700, Causal: true},
@@ -69,9 +69,13 @@ func TestVarlenMatchesReference(t *testing.T) {
 			o1, l1, err := p.Run(single, single.Stream())
 			require.NoError(t, err)
 			require.NoError(t, p.Check(o1, l1), "single-pass")
-			plan5, err := split5.PlanVarlen(split5.Stream(), &p.Args)
+			// Five splits (fewer where the KV has fewer tiles), through the
+			// plan-and-launch pair an engine uses to force a count.
+			k := dispatch.DefaultKnobs()
+			k.ForcedSplits = 5
+			plan5, err := auto.PlanVarlenWith(&p.Args, k)
 			require.NoError(t, err)
-			o5, l5, err := p.Run(split5, split5.Stream())
+			o5, l5, err := p.RunWithPlan(auto, auto.Stream(), plan5)
 			require.NoError(t, err)
 			require.NoError(t, p.Check(o5, l5), "%d splits", plan5.Splits)
 			assert.LessOrEqual(t, ref.RelL2(o5, o1), check.Tolerance(c.DType)/2, "split-K (%d) vs single-pass", plan5.Splits)

@@ -37,7 +37,7 @@ var verifyFamilies = []verifyFamily{
 	{"decode forced split-K", "same problem, a forced count of 1..40 splits"},
 	{"varlen auto", "Varlen as the runtime plans it"},
 	{"varlen single-pass", "same problem, SPLIT_K_ATTN=0"},
-	{"varlen split-K", fmt.Sprintf("same problem, PAGED_FLASH_SPLITS=%d; also vs single-pass", verifySplits)},
+	{"varlen split-K", fmt.Sprintf("same problem, %d splits forced (PlanVarlenWith); also vs single-pass", verifySplits)},
 	{"sequence attention", "SequenceAttention: one causal sequence, head-major out"},
 }
 
@@ -136,21 +136,15 @@ func runVerify(args []string) error {
 		return err
 	}
 	defer r.Close()
-	// Two more runtimes on the same device (and primary context, so they run
-	// r's problems) plan varlen by their configuration, as an engine's
-	// would: one never splits; one forces the count, with SPLIT_K_ATTN set to
-	// auto so that =0 in the environment cannot turn the forced count off.
+	// One more runtime on the same device (and primary context, so it runs
+	// r's problems) plans varlen by its configuration, as an engine's would:
+	// it never splits (SPLIT_K_ATTN=0). The forced split count goes through
+	// PlanVarlenWith on r.
 	single, err := pagedkv.Open(pagedkv.Options{Device: o.Device, Config: config.Options{SplitKAttn: ptr(config.SplitOff)}})
 	if err != nil {
 		return err
 	}
 	defer single.Close()
-	split, err := pagedkv.Open(pagedkv.Options{Device: o.Device, Config: config.Options{
-		PagedFlashSplits: ptr(verifySplits), SplitKAttn: ptr(config.SplitAuto)}})
-	if err != nil {
-		return err
-	}
-	defer split.Close()
 
 	s := r.Stream()
 	t := newTally(os.Stderr)
@@ -184,7 +178,7 @@ func runVerify(args []string) error {
 	if err := decode.run(o.N, g, t); err != nil {
 		return err
 	}
-	varlen := varlenSweep(r, single, split)
+	varlen := varlenSweep(r, single)
 	if err := varlen.run(o.N, g, t); err != nil {
 		return err
 	}

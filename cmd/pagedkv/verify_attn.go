@@ -13,7 +13,7 @@ import (
 )
 
 // verifySplits is the split count the varlen split-K family forces
-// (PAGED_FLASH_SPLITS); the planner lowers it for KV too short to split so.
+// (PlanVarlenWith); the planner lowers it for KV too short to split so.
 const verifySplits = 5
 
 // attnSweep verifies one attention op: each case draws a random problem
@@ -161,9 +161,10 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 }
 
 // varlenSweep verifies Varlen: problems drawn on auto, run through the
-// runtime's own plan on auto, then on single (SPLIT_K_ATTN=0) and split
-// (PAGED_FLASH_SPLITS=verifySplits), which must also agree with single.
-func varlenSweep(auto, single, split *pagedkv.Runtime) attnSweep[*check.VarlenProblem] {
+// runtime's own plan on auto, then on single (SPLIT_K_ATTN=0), then with
+// verifySplits splits forced on auto (PlanVarlenWith, VarlenWithPlan),
+// which must also agree with single.
+func varlenSweep(auto, single *pagedkv.Runtime) attnSweep[*check.VarlenProblem] {
 	on := func(r *pagedkv.Runtime) func(*check.VarlenProblem, *rand.Rand) (attnResult, dispatch.Plan, error) {
 		return func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
 			plan, err := r.PlanVarlen(r.Stream(), &p.Args)
@@ -174,6 +175,16 @@ func varlenSweep(auto, single, split *pagedkv.Runtime) attnSweep[*check.VarlenPr
 			res, err := result(p.Run(r, r.Stream()))
 			return res, plan, err
 		}
+	}
+	forced := func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+		k := dispatch.DefaultKnobs()
+		k.ForcedSplits = verifySplits
+		plan, err := auto.PlanVarlenWith(&p.Args, k)
+		if err != nil {
+			return attnResult{}, plan, err
+		}
+		res, err := result(p.RunWithPlan(auto, auto.Stream(), plan))
+		return res, plan, err
 	}
 	return attnSweep[*check.VarlenProblem]{
 		draw: func(g *rand.Rand) (attnCase[*check.VarlenProblem], error) {
@@ -193,7 +204,7 @@ func varlenSweep(auto, single, split *pagedkv.Runtime) attnSweep[*check.VarlenPr
 		paths: []attnPath[*check.VarlenProblem]{
 			{family: "varlen auto", run: on(auto)},
 			{family: "varlen single-pass", run: on(single)},
-			{family: "varlen split-K", run: on(split), agrees: "varlen single-pass"},
+			{family: "varlen split-K", run: forced, agrees: "varlen single-pass"},
 		},
 	}
 }

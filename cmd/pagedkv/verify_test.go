@@ -43,7 +43,7 @@ func TestVerifyFamilies(t *testing.T) {
 	}{
 		{name: "decode", paths: func() ([]string, []string) { return sweepPaths(decodeSweep(nil)) },
 			wantFamilies: []string{"decode auto", "decode single-pass", "decode forced split-K"}},
-		{name: "varlen", paths: func() ([]string, []string) { return sweepPaths(varlenSweep(nil, nil, nil)) },
+		{name: "varlen", paths: func() ([]string, []string) { return sweepPaths(varlenSweep(nil, nil)) },
 			wantFamilies:   []string{"varlen auto", "varlen single-pass", "varlen split-K"},
 			wantComparison: map[string]string{"varlen split-K": "varlen single-pass"}},
 		{name: "sequence", paths: func() ([]string, []string) { return sweepPaths(sequenceSweep(nil)) },
