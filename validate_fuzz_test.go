@@ -30,10 +30,11 @@ import (
 // from the others.
 func specBase(i int) uint64 { return 0x1000000000 * uint64(i+1) }
 
-// exercise builds the argument struct of spec, sizes its buffers from the
-// model, validates it, and when Validate accepts it checks the model. It
-// reports whether Validate accepted it.
-func exercise[A any, P validator[A]](t *testing.T, arg string, spec any, model func(*A) kernelModel) bool {
+// exercise builds the argument struct of spec, applies prepare (what a
+// spec cannot hold, such as slices), sizes its buffers from the model,
+// validates it, and when Validate accepts it checks the model. It reports
+// whether Validate accepted it.
+func exercise[A any, P validator[A]](t *testing.T, arg string, spec any, model func(*A) kernelModel, prepare ...func(*A)) bool {
 	t.Helper()
 	a := new(A)
 	av := reflect.ValueOf(a).Elem()
@@ -75,6 +76,9 @@ func exercise[A any, P validator[A]](t *testing.T, arg string, spec any, model f
 		default:
 			t.Fatalf("%s.%s: a spec cannot set a %s", arg, name, dst.Type())
 		}
+	}
+	for _, f := range prepare {
+		f(a)
 	}
 	buf := func(i int) *Buffer { return av.FieldByName(bufs[i].field).Addr().Interface().(*Buffer) }
 	for i := range bufs {
@@ -725,6 +729,201 @@ func FuzzMLAConcatQValidate(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		exercise[MLAConcatQArgs](t, concatArg, specFrom[concatSpec](data), concatModel)
+	})
+}
+
+// --- VarlenArgs ---
+
+type varlenSpec struct {
+	NumSeqs, TotalQTokens                 int64
+	NumQHeads, NumKVHeads, HeadDim        int64
+	BlockSize, NumBlocks, MaxBlocksPerSeq int64
+	MaxKVLen, KVCapacity, QTokenStride    int64
+	OutTokenStride, OutHeadStride         int64
+	Causal                                bool
+	DType, CacheDType                     uint8
+	Scale, KScale, VScale                 float32
+	QSize, KeyCacheSize, ValueCacheSize   int64
+	BlockTablesSize, CuSeqlensQSize       int64
+	PosOffsetsSize, OutSize, LSESize      int64
+	WorkspaceSize                         int64
+	Abs, Absent, Misalign                 uint16
+}
+
+// varlenLSE and varlenWorkspace are the bits of the optional buffers.
+const (
+	varlenLSE       = 1 << 7
+	varlenWorkspace = 1 << 8
+)
+
+func goodVarlenSpec() varlenSpec {
+	return varlenSpec{NumSeqs: 3, TotalQTokens: 40, NumQHeads: 16, NumKVHeads: 4, HeadDim: 128, BlockSize: 16,
+		NumBlocks: 64, MaxBlocksPerSeq: 16, MaxKVLen: 200, Causal: true, DType: uint8(BF16), CacheDType: uint8(BF16),
+		Absent: varlenLSE | varlenWorkspace}
+}
+
+func randVarlenSpec(g gen) varlenSpec {
+	hk := g.pick(1, 2, 4, 8)
+	s := varlenSpec{
+		NumSeqs: g.wild(g.pick(1, 2, 3, 17, 1+int64(g.r.IntN(300)))), NumKVHeads: g.wild(hk),
+		NumQHeads: g.wild(hk * g.pick(1, 2, 4, 8, 16)), HeadDim: g.wild(g.pick(64, 128, 256)),
+		BlockSize: g.wild(g.pick(1, 16, 32, 256)), NumBlocks: g.wild(g.pick(1, 64, 1000)),
+		MaxBlocksPerSeq: g.wild(g.pick(1, 16, 128)), Causal: g.r.IntN(2) == 0,
+		DType: uint8(g.pick(int64(F16), int64(BF16))),
+	}
+	s.TotalQTokens = g.wild(g.pick(0, 1, s.NumSeqs, 63, 64, 65, 128, 129, int64(g.r.IntN(5000))))
+	s.CacheDType = s.DType
+	if g.r.IntN(3) == 0 {
+		s.CacheDType, s.KScale, s.VScale = uint8(E4M3), 0.5, 2
+	}
+	if g.r.IntN(4) == 0 {
+		s.Scale = float32(g.pick(1, 3)) / 16
+	}
+	s.QTokenStride = g.wild(g.stride(s.NumQHeads * s.HeadDim))
+	// Out: contiguous, token-major or head-major with padding, or anything.
+	pad := func() int64 { return 2 * int64(g.r.IntN(4)) }
+	switch g.r.IntN(4) {
+	case 1:
+		s.OutHeadStride = s.HeadDim + pad()
+		s.OutTokenStride = s.NumQHeads*s.OutHeadStride + pad()
+	case 2:
+		s.OutTokenStride = s.HeadDim + pad()
+		s.OutHeadStride = max(s.TotalQTokens, 1)*s.OutTokenStride + pad()
+	case 3:
+		s.OutTokenStride, s.OutHeadStride = g.stride(s.NumQHeads*s.HeadDim), g.stride(s.HeadDim)
+	}
+	s.OutTokenStride, s.OutHeadStride = g.wild(s.OutTokenStride), g.wild(s.OutHeadStride)
+	capTokens := max(min(s.MaxBlocksPerSeq*s.BlockSize, 1<<20), 0)
+	s.MaxKVLen = g.wild(int64(g.r.IntN(int(capTokens) + 1)))
+	s.KVCapacity = g.wild(g.pick(0, 0, s.MaxKVLen, capTokens))
+	sz := g.sizes(8)
+	s.QSize, s.KeyCacheSize, s.ValueCacheSize, s.BlockTablesSize = sz[0], sz[1], sz[2], sz[3]
+	s.CuSeqlensQSize, s.PosOffsetsSize, s.OutSize, s.LSESize = sz[4], sz[5], sz[6], sz[7]
+	s.Absent = uint16(g.r.IntN(2)) * varlenLSE
+	if g.r.IntN(4) == 0 { // the engine's own split-K scratch, 256-byte aligned
+		s.WorkspaceSize, s.Abs = g.wild(256*int64(1+g.r.IntN(64))), varlenWorkspace
+	} else {
+		s.Absent |= varlenWorkspace
+	}
+	s.Abs |= g.rare(8, 100)
+	s.Misalign = g.rare(9, 100)
+	return s
+}
+
+// varlenSeeds are hostile cases: strides of 2^62 with Q and Out sized for
+// contiguous rows, NumQHeads 2^32+2 (2 as an int32), TotalQTokens MaxInt
+// (whose product with NumQHeads wraps int64), negative counts and strides,
+// odd and overlapping Out strides, and a head-major Out.
+func varlenSeeds() []varlenSpec {
+	good := goodVarlenSpec()
+	const contiguous = 40 * 16 * 128 * 2
+	var seeds []varlenSpec
+	add := func(f func(s *varlenSpec)) {
+		s := good
+		f(&s)
+		seeds = append(seeds, s)
+	}
+	add(func(s *varlenSpec) {})
+	add(func(s *varlenSpec) { s.QTokenStride, s.QSize, s.Abs = 1<<62, contiguous, 1 })
+	add(func(s *varlenSpec) {
+		s.OutTokenStride, s.OutHeadStride, s.OutSize, s.Abs = 1<<62, 128, contiguous, 1<<6
+	})
+	add(func(s *varlenSpec) {
+		s.OutTokenStride, s.OutHeadStride, s.OutSize, s.Abs = 128, 1<<62, contiguous, 1<<6
+	})
+	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 1<<31, 1<<31 })
+	add(func(s *varlenSpec) { s.NumQHeads, s.NumKVHeads = 1<<32+2, 2 })
+	add(func(s *varlenSpec) { s.NumQHeads, s.QSize, s.OutSize, s.Abs = 1<<32+2, 1<<50, 1<<50, 1|1<<6 })
+	add(func(s *varlenSpec) { s.TotalQTokens = math.MaxInt64 })
+	add(func(s *varlenSpec) {
+		s.TotalQTokens, s.QSize, s.OutSize, s.Abs = math.MaxInt64, contiguous, contiguous, 1|1<<6
+	})
+	add(func(s *varlenSpec) { s.TotalQTokens = 1 << 26 }) // TotalQTokens·NumQHeads at its bound, 2^30
+	add(func(s *varlenSpec) { s.TotalQTokens = 1<<26 + 1 })
+	add(func(s *varlenSpec) { s.TotalQTokens, s.NumQHeads, s.NumKVHeads = 1<<30, 1, 1 }) // the most packed rows of one sequence
+	add(func(s *varlenSpec) { s.TotalQTokens, s.NumQHeads, s.NumKVHeads = 1<<31-1, 1, 1 })
+	add(func(s *varlenSpec) { s.TotalQTokens = -1 })
+	add(func(s *varlenSpec) { s.NumSeqs = -1 })
+	add(func(s *varlenSpec) { s.NumBlocks, s.BlockSize = -1, -16 })
+	add(func(s *varlenSpec) { s.QTokenStride = -8 })
+	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = -2048, -128 })
+	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 2049, 128 })
+	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 2048, 127 })
+	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 2000, 128 })
+	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 128, 40*128 })
+	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 128, 40*128-2 })
+	add(func(s *varlenSpec) { s.TotalQTokens, s.QSize, s.OutSize, s.Abs = 0, 0, 0, 1|1<<6 })
+	add(func(s *varlenSpec) {
+		s.NumBlocks, s.NumKVHeads, s.NumQHeads, s.HeadDim, s.BlockSize = math.MaxInt32, 65535, 65535, 256, 256
+	})
+	add(func(s *varlenSpec) { s.MaxBlocksPerSeq, s.BlockSize, s.NumSeqs = 1<<22, 256, 1<<24 })
+	add(func(s *varlenSpec) { s.CacheDType, s.KScale, s.VScale = uint8(E4M3), 0.5, float32(math.Inf(1)) })
+	add(func(s *varlenSpec) { s.Scale = float32(math.NaN()) })
+	add(func(s *varlenSpec) {
+		s.WorkspaceSize, s.Abs, s.Absent, s.Misalign = 4096, varlenWorkspace, varlenLSE, varlenWorkspace
+	})
+	return seeds
+}
+
+// hostLengths decodes the fuzz engine's bytes into HostCuSeqlensQ and
+// HostPosOffsets: the first byte is how many int32 values (little-endian,
+// after it) go to HostCuSeqlensQ, the rest go to HostPosOffsets.
+func hostLengths(data []byte) (cu, pos []int32) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	n, vals := int(data[0]), data[1:]
+	var all []int32
+	for len(vals) >= 4 {
+		all = append(all, int32(binary.LittleEndian.Uint32(vals)))
+		vals = vals[4:]
+	}
+	n = min(n, len(all))
+	return all[:n:n], all[n:]
+}
+
+// encodeHostLengths is hostLengths' inverse.
+func encodeHostLengths(cu, pos []int32) []byte {
+	out := []byte{byte(len(cu))}
+	for _, v := range append(append([]int32(nil), cu...), pos...) {
+		out = binary.LittleEndian.AppendUint32(out, uint32(v))
+	}
+	return out
+}
+
+func TestVarlenValidateProperty(t *testing.T) {
+	runProperty[varlenSpec, VarlenArgs](t, varlenArg, randVarlenSpec, varlenModel)
+}
+
+// FuzzVarlenArgs: VarlenArgs.Validate never panics, and whenever it
+// accepts a spec (with host copies of the lengths, or none) every byte the
+// varlen kernels may touch lies inside its buffer.
+func FuzzVarlenArgs(f *testing.F) {
+	for _, s := range varlenSeeds() {
+		f.Add(encodeSpec(s), []byte(nil))
+	}
+	good := encodeSpec(goodVarlenSpec())
+	for _, h := range [][2][]int32{
+		{{0, 1, 17, 40}, {99, 0, 177}},                     // valid: q_len 1, 16, 23 up to MaxKVLen
+		{{0, 0, 40, 40}, {200, 160, 0}},                    // q_len 0 sequences
+		{{0, 1, 17, 40}, nil},                              // offsets left to the device
+		{nil, {99, 0, 177}},                                // offsets without bounds
+		{{0, 17, 1, 40}, {0, 0, 0}},                        // decreasing
+		{{-1, 1, 17, 40}, {0, 0, 0}},                       // first bound not 0
+		{{0, 1, 17, 41}, {0, 0, 0}},                        // total past TotalQTokens
+		{{0, 1, 17, 40}, {-1, 0, 0}},                       // negative offset
+		{{0, 1, 17, 40}, {math.MaxInt32, 0, 0}},            // offset + q_len past int32
+		{{0, math.MaxInt32, math.MaxInt32, 40}, {0, 0, 0}}, // q_len past int32
+		{{0, 1, 17, 40, 41}, {0, 0, 0, 0}},                 // one too many
+		{{0}, {}},                                          // too few
+	} {
+		f.Add(good, encodeHostLengths(h[0], h[1]))
+	}
+	f.Fuzz(func(t *testing.T, data, host []byte) {
+		cu, pos := hostLengths(host)
+		exercise[VarlenArgs](t, varlenArg, specFrom[varlenSpec](data), varlenModel, func(a *VarlenArgs) {
+			a.HostCuSeqlensQ, a.HostPosOffsets = cu, pos
+		})
 	})
 }
 

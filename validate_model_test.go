@@ -722,4 +722,86 @@ func decodeModel(a *DecodeArgs) kernelModel {
 	return m
 }
 
+// varlenModel models paged_varlen_* (kernels_src/varlen.cuh) and its
+// split-K merge (paged_varlen_merge_*), which touches Out, LSE and
+// CuSeqlensQ as the single-pass kernel does: every (token, head) row of the
+// first TotalQTokens tokens. The split-K partials live in the scratch the
+// launch fills (Workspace is checked against the plan at launch); the kernel
+// reads CuSeqlensQ, PosOffsets and BlockTables itself, clamping token
+// bounds into [0, TotalQTokens], KV lengths into [0, MaxBlocksPerSeq·
+// BlockSize] and block ids into [0, NumBlocks), so the model takes the worst
+// case over them: any token, any head, any slot of the pool.
+func varlenModel(a *VarlenArgs) kernelModel {
+	p := a.params(modelFault)
+	in, cs := elemSize(a.DType), elemSize(a.CacheDType)
+	// The grid: NumSeqs + ⌊TotalQ·G/R⌋ row tiles × NumKVHeads (× splits);
+	// a batch without query tokens launches nothing.
+	S, HK := int64(p.NumSeqs), int64(a.NumKVHeads)
+	T, HQ, D := int64(p.TotalQ), int64(p.NumQHeads), int64(a.HeadDim)
+	G := int64(0)
+	if HK > 0 {
+		G = HQ / HK
+	}
+	bsLog := int64(p.BlockSizeLog2)
+	mbps := int64(p.MaxBlocksPerSeq)
+	causal := int64(0)
+	if a.Causal {
+		causal = 1
+	}
+	m := kernelModel{
+		params: p,
+		want: map[string]*big.Int{
+			"NumSeqs": bi(int64(a.NumSeqs)), "TotalQ": bi(int64(a.TotalQTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
+			"MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)), "BlockSizeLog2": bitsLog2(a.BlockSize),
+			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal),
+		},
+		free: []string{"QTokenStride", "OutTokenStride", "OutHeadStride"},
+		int32s: map[string]*big.Int{
+			"q_len·G (a sequence's packed rows)":        bmul(bi(T), bi(G)),
+			"the merge's rows (TotalQTokens·NumQHeads)": bmul(bi(int64(a.TotalQTokens)), bi(int64(a.NumQHeads))),
+			"gridDim.x (NumSeqs + ⌊TotalQ·G/64⌋)":       badd(bi(S), new(big.Int).Quo(bmul(bi(T), bi(G)), bi(64))),
+		},
+	}
+	// A block's rows run from row0 to row0+R (its last row is min(row0+R,
+	// q_len·G) − 1): for the last row tile, ⌈q_len·G/R⌉·R. R is 64 (the _r64
+	// entries, and D = 256) or 128 (the others, D ≤ 128).
+	for _, rows := range []int64{64, 128} {
+		if rows == 128 && D > 128 {
+			continue
+		}
+		end := bmul(new(big.Int).Quo(badd(bmul(bi(T), bi(G)), bi(rows-1)), bi(rows)), bi(rows))
+		m.int32s["row0+R, the last row tile's end, R="+itoa(int(rows))] = end
+	}
+	if bsLog >= 0 && bsLog < 32 {
+		capTokens := new(big.Int).Lsh(bi(mbps), uint(bsLog))
+		m.int32s["cap (MaxBlocksPerSeq << BlockSizeLog2)"] = capTokens
+		m.int32s["the last K/V tile's end (cap + 64 keys)"] = badd(capTokens, bi(64))
+	}
+	// Q: token q_begin+tok < TotalQ, head kvh·G + g, 16-byte pieces of D.
+	qLo, qHi := strided(in, 0, D, axi(T, p.QTokenStride), ax{bmul(bi(HK), bi(G)), bi(D)})
+	// K/V: slot (block < NumBlocks) · NumKVHeads·D + kvh·D, 16-byte pieces.
+	slots := bmul(bi(p.NumBlocks), new(big.Int).Lsh(bi(1), uint(max(bsLog, 0))))
+	// These four are modelled even without query tokens (then nothing is
+	// launched; the model only asks for more than is touched), as Validate
+	// sizes them from the shapes alone.
+	cLo, cHi := strided(cs, 0, D, ax{slots, bmul(bi(HK), bi(D))}, axi(HK, D))
+	tLo, tHi := span(4, bi(0), bmul(bi(S), bi(mbps)))
+	cuLo, cuHi := span(4, bi(0), bi(S+1)) // cu_seqlens_q[s+1] of s < NumSeqs; the merge's [NumSeqs]
+	poLo, poHi := span(4, bi(0), bi(S))
+	// Out and LSE: every head below NumQHeads (the merge's rows).
+	oLo, oHi := strided(in, 0, D, axi(T, p.OutTokenStride), axi(HQ, p.OutHeadStride))
+	seLo, seHi := strided(4, 0, 1, axi(T, HQ), axi(HQ, 1))
+	m.regions = []region{
+		reg("Q", "Q", a.Q, qLo, qHi, 16),
+		reg("KeyCache", "KeyCache", a.KeyCache, cLo, cHi, 16),
+		reg("ValueCache", "ValueCache", a.ValueCache, cLo, cHi, 16),
+		reg("BlockTables", "BlockTables", a.BlockTables, tLo, tHi, 4),
+		reg("CuSeqlensQ", "CuSeqlensQ", a.CuSeqlensQ, cuLo, cuHi, 4),
+		reg("PosOffsets", "PosOffsets", a.PosOffsets, poLo, poHi, 4),
+		reg("Out", "Out", a.Out, oLo, oHi, 4),
+		opt(reg("LSE", "LSE", a.LSE, seLo, seHi, 4)),
+	}
+	return m
+}
+
 func ptrAt(p uint64) driver.DevicePtr { return driver.DevicePtr(p) }

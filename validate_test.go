@@ -637,3 +637,207 @@ func TestMLAConcatQArgsValidate(t *testing.T) {
 	}
 	expectErrors(t, goodConcat, cases)
 }
+
+// goodVarlen is a mixed batch: a decode token (q_len 1), a 16-token verify
+// step and a 23-token prefill chunk ending at MaxKVLen, with host copies of
+// the lengths.
+func goodVarlen() VarlenArgs {
+	const s, tq, qh, kh, d, bs, nb, mb = 3, 40, 16, 4, 128, 16, 64, 16
+	return VarlenArgs{
+		Q: fakeBuffer(tq * qh * d * 2), KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		BlockTables: fakeBuffer(s * mb * 4), CuSeqlensQ: fakeBuffer((s + 1) * 4), PosOffsets: fakeBuffer(s * 4),
+		Out: fakeBuffer(tq * qh * d * 2), LSE: fakeBuffer(tq * qh * 4),
+		NumSeqs: s, TotalQTokens: tq, NumQHeads: qh, NumKVHeads: kh, HeadDim: d,
+		BlockSize: bs, NumBlocks: nb, MaxBlocksPerSeq: mb, MaxKVLen: 200, Causal: true,
+		HostCuSeqlensQ: []int32{0, 1, 17, 40}, HostPosOffsets: []int32{99, 0, 177},
+		DType: BF16, CacheDType: BF16,
+	}
+}
+
+func TestVarlenArgsValidate(t *testing.T) {
+	a := goodVarlen()
+	require.NoError(t, a.Validate())
+	bare := goodVarlen()
+	bare.HostCuSeqlensQ, bare.HostPosOffsets, bare.LSE = nil, nil, Buffer{}
+	require.NoError(t, bare.Validate(), "no host lengths, no LSE")
+	bounds := goodVarlen()
+	bounds.HostPosOffsets = nil
+	require.NoError(t, bounds.Validate(), "bounds without offsets")
+	fp8 := goodVarlen()
+	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 2
+	fp8.KeyCache.Bytes, fp8.ValueCache.Bytes = fp8.KeyCache.Bytes/2, fp8.ValueCache.Bytes/2
+	require.NoError(t, fp8.Validate())
+	ws := goodVarlen()
+	ws.Workspace, ws.Scale, ws.KVCapacity = fakeBuffer(4096), 0.0625, 256
+	require.NoError(t, ws.Validate())
+
+	// Head-major Out, [NumQHeads, TotalQTokens, HeadDim] as SequenceAttention
+	// writes it, needs the same bytes as token-major.
+	headMajor := goodVarlen()
+	headMajor.OutTokenStride, headMajor.OutHeadStride = 128, 40*128
+	require.NoError(t, headMajor.Validate())
+	headMajor.Out.Bytes--
+	require.ErrorContains(t, headMajor.Validate(), "VarlenArgs.Out holds 163839 bytes; the shapes need 163840")
+	// Padded token-major rows: the last row needs only its own head.
+	padded := goodVarlen()
+	padded.OutTokenStride, padded.OutHeadStride = 16*136, 136
+	padded.Out.Bytes = (39*16*136 + 15*136 + 128) * 2
+	require.NoError(t, padded.Validate())
+	padded.Out.Bytes--
+	require.ErrorContains(t, padded.Validate(), "VarlenArgs.Out holds 174063 bytes; the shapes need 174064")
+	// A strided Q: the last token needs only its heads.
+	strided := goodVarlen()
+	strided.QTokenStride = 2048 + 8
+	strided.Q.Bytes = (39*2056 + 2048) * 2
+	require.NoError(t, strided.Validate())
+	strided.Q.Bytes--
+	require.ErrorContains(t, strided.Validate(), "VarlenArgs.Q holds 164463 bytes; the shapes need 164464")
+
+	// No query tokens (q_len 0 everywhere): Q, Out and LSE are never touched.
+	none := goodVarlen()
+	none.TotalQTokens, none.Q, none.Out, none.LSE = 0, Buffer{}, Buffer{}, Buffer{}
+	none.HostCuSeqlensQ, none.HostPosOffsets = []int32{0, 0, 0, 0}, []int32{200, 0, 7}
+	require.NoError(t, none.Validate())
+	// TotalQTokens·NumQHeads at its bound, 2^30.
+	most := goodVarlen()
+	most.TotalQTokens, most.HostCuSeqlensQ, most.HostPosOffsets = 1<<26, nil, nil
+	most.Q.Bytes, most.Out.Bytes, most.LSE.Bytes = int64(most.TotalQTokens)*16*128*2, int64(most.TotalQTokens)*16*128*2, int64(most.TotalQTokens)*16*4
+	require.NoError(t, most.Validate())
+
+	const outStrides = "are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ 2147483648 whose rows never overlap: OutHeadStride ≥ HeadDim=128 and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ TotalQTokens·OutTokenStride"
+	cases := []badCase[VarlenArgs]{
+		{"dtype", func(a *VarlenArgs) { a.DType = E4M3 }, "VarlenArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
+		{"dtype zero", func(a *VarlenArgs) { a.DType = 0 }, "VarlenArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
+		{"cache dtype", func(a *VarlenArgs) { a.CacheDType = F16 }, "VarlenArgs.CacheDType=f16 is not supported with DType=bf16; allowed: bf16, e4m3"},
+		{"head dim", func(a *VarlenArgs) { a.HeadDim = 96 }, "VarlenArgs.HeadDim=96 is not supported; allowed: 64, 128, 256"},
+		{"head dim big", func(a *VarlenArgs) { a.HeadDim = 512 }, "VarlenArgs.HeadDim=512 is not supported; allowed: 64, 128, 256"},
+		{"seqs", func(a *VarlenArgs) { a.NumSeqs = 0 }, "VarlenArgs.NumSeqs=0 is out of range; allowed: 1..16777216"},
+		{"seqs big", func(a *VarlenArgs) { a.NumSeqs = 1<<24 + 1 }, "VarlenArgs.NumSeqs=16777217 is out of range; allowed: 1..16777216"},
+		{"kv heads", func(a *VarlenArgs) { a.NumKVHeads = 0 }, "VarlenArgs.NumKVHeads=0 is out of range; allowed: 1..65535"},
+		{"kv heads big", func(a *VarlenArgs) { a.NumKVHeads = 65536 }, "VarlenArgs.NumKVHeads=65536 is out of range; allowed: 1..65535"},
+		{"q heads", func(a *VarlenArgs) { a.NumQHeads = 0 }, "VarlenArgs.NumQHeads=0 is not allowed; allowed: NumKVHeads=4 times a GQA group of 1..16"},
+		{"q heads not a multiple", func(a *VarlenArgs) { a.NumQHeads = 30 }, "VarlenArgs.NumQHeads=30 is not allowed; allowed: NumKVHeads=4 times a GQA group of 1..16"},
+		{"group", func(a *VarlenArgs) { a.NumQHeads = 68 }, "VarlenArgs.NumQHeads=68 is not allowed; allowed: NumKVHeads=4 times a GQA group of 1..16"},
+		{"q heads 2^32+2", func(a *VarlenArgs) { a.NumQHeads, a.NumKVHeads = 1<<32+2, 2 }, "VarlenArgs.NumQHeads=4294967298 is not allowed; allowed: NumKVHeads=2 times a GQA group of 1..16"},
+		{"tokens negative", func(a *VarlenArgs) { a.TotalQTokens = -1 }, "VarlenArgs.TotalQTokens=-1 is out of range; allowed: 0..67108864 (TotalQTokens·NumQHeads ≤ 2^30)"},
+		{"tokens·heads past 2^30", func(a *VarlenArgs) { a.TotalQTokens = 1<<26 + 1 }, "VarlenArgs.TotalQTokens=67108865 is out of range; allowed: 0..67108864 (TotalQTokens·NumQHeads ≤ 2^30)"},
+		{"block size", func(a *VarlenArgs) { a.BlockSize = 24 }, "VarlenArgs.BlockSize=24 is not allowed; allowed: a power of two from 1 to 256"},
+		{"block size big", func(a *VarlenArgs) { a.BlockSize = 512 }, "VarlenArgs.BlockSize=512 is not allowed; allowed: a power of two from 1 to 256"},
+		{"blocks", func(a *VarlenArgs) { a.NumBlocks = 0 }, "VarlenArgs.NumBlocks=0 is out of range; allowed: 1..2147483647"},
+		{"blocks big", func(a *VarlenArgs) { a.NumBlocks = 1 << 31 }, "VarlenArgs.NumBlocks=2147483648 is out of range; allowed: 1..2147483647"},
+		{"max blocks", func(a *VarlenArgs) { a.MaxBlocksPerSeq = 0 }, "VarlenArgs.MaxBlocksPerSeq=0 is out of range; allowed: 1..67108864 (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)"},
+		{"max blocks big", func(a *VarlenArgs) { a.MaxBlocksPerSeq = 1<<26 + 1 }, "VarlenArgs.MaxBlocksPerSeq=67108865 is out of range; allowed: 1..67108864 (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)"},
+		{"max kv", func(a *VarlenArgs) { a.MaxKVLen = 257 }, "VarlenArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
+		{"max kv negative", func(a *VarlenArgs) { a.MaxKVLen = -1 }, "VarlenArgs.MaxKVLen=-1 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
+		{"kv capacity", func(a *VarlenArgs) { a.KVCapacity = 257 }, "VarlenArgs.KVCapacity=257 is not allowed; allowed: 0 (KV_CAPACITY) or 1..MaxBlocksPerSeq·BlockSize=256"},
+		{"kv capacity negative", func(a *VarlenArgs) { a.KVCapacity = -1 }, "VarlenArgs.KVCapacity=-1 is not allowed; allowed: 0 (KV_CAPACITY) or 1..MaxBlocksPerSeq·BlockSize=256"},
+		{"host bounds length", func(a *VarlenArgs) { a.HostCuSeqlensQ = []int32{0, 40} }, "VarlenArgs.HostCuSeqlensQ has 2 values; allowed: none, or NumSeqs+1=4"},
+		{"host bounds first", func(a *VarlenArgs) { a.HostCuSeqlensQ[0] = 1 }, "VarlenArgs.HostCuSeqlensQ[0]=1 is not allowed; allowed: 0"},
+		{"host bounds decrease", func(a *VarlenArgs) { a.HostCuSeqlensQ[1] = 18 }, "VarlenArgs.HostCuSeqlensQ[2]=17 is below HostCuSeqlensQ[1]=18; allowed: a non-decreasing sequence"},
+		{"host bounds total", func(a *VarlenArgs) { a.HostCuSeqlensQ[3] = 39 }, "VarlenArgs.HostCuSeqlensQ[3]=39 disagrees with TotalQTokens=40"},
+		{"host offsets without bounds", func(a *VarlenArgs) { a.HostCuSeqlensQ = nil }, "VarlenArgs.HostPosOffsets is given without HostCuSeqlensQ; allowed: both or neither"},
+		{"host offsets length", func(a *VarlenArgs) { a.HostPosOffsets = []int32{0, 0} }, "VarlenArgs.HostPosOffsets has 2 values; allowed: none, or NumSeqs=3"},
+		{"host offset negative", func(a *VarlenArgs) { a.HostPosOffsets[1] = -1 }, "VarlenArgs.HostPosOffsets[1]=-1 is not allowed with 16 query tokens; allowed: 0..MaxKVLen−q_len=184"},
+		{"host offset past max kv", func(a *VarlenArgs) { a.HostPosOffsets[2] = 178 }, "VarlenArgs.HostPosOffsets[2]=178 is not allowed with 23 query tokens; allowed: 0..MaxKVLen−q_len=177"},
+		{"host offset past int32", func(a *VarlenArgs) { a.HostPosOffsets[2] = math.MaxInt32 }, "VarlenArgs.HostPosOffsets[2]=2147483647 is not allowed with 23 query tokens; allowed: 0..MaxKVLen−q_len=177"},
+		{"workspace misaligned", func(a *VarlenArgs) { a.Workspace = fakeBuffer(4096); a.Workspace.Ptr += 16 }, "VarlenArgs.Workspace pointer 0x7f0000000010 is not 256-byte aligned"},
+		{"workspace empty", func(a *VarlenArgs) { a.Workspace = fakeBuffer(0) }, "VarlenArgs.Workspace holds 0 bytes; the shapes need 1"},
+		{"workspace null", func(a *VarlenArgs) { a.Workspace = Buffer{Bytes: 4096} }, "VarlenArgs.Workspace is missing (a null device pointer)"},
+		{"scale", func(a *VarlenArgs) { a.Scale = -1 }, "VarlenArgs.Scale=-1 is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0"},
+		{"scale nan", func(a *VarlenArgs) { a.Scale = float32(math.NaN()) }, "VarlenArgs.Scale=NaN is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0"},
+		{"scale inf", func(a *VarlenArgs) { a.Scale = float32(math.Inf(1)) }, "VarlenArgs.Scale=+Inf is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0"},
+		{"fp8 k scale", func(a *VarlenArgs) { a.CacheDType = E4M3 }, "VarlenArgs.KScale=0 is not allowed with an e4m3 cache; allowed: a finite value > 0"},
+		{"fp8 v scale", func(a *VarlenArgs) { a.CacheDType, a.KScale, a.VScale = E4M3, 1, float32(math.Inf(1)) }, "VarlenArgs.VScale=+Inf is not allowed with an e4m3 cache; allowed: a finite value > 0"},
+		{"scale ignored", func(a *VarlenArgs) { a.KScale = 0.5 }, "VarlenArgs.KScale=0.5 is only used with an e4m3 cache; with a bf16 cache leave it 0"},
+		{"v scale ignored", func(a *VarlenArgs) { a.VScale = 2 }, "VarlenArgs.VScale=2 is only used with an e4m3 cache; with a bf16 cache leave it 0"},
+		{"q stride short", func(a *VarlenArgs) { a.QTokenStride = 100 }, "VarlenArgs.QTokenStride=100 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=2048 and ≤ 2147483648"},
+		{"q stride unaligned", func(a *VarlenArgs) { a.QTokenStride = 2048 + 4 }, "VarlenArgs.QTokenStride=2052 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows)"},
+		{"q stride negative", func(a *VarlenArgs) { a.QTokenStride = -8 }, "VarlenArgs.QTokenStride=-8 is not allowed"},
+		{"q stride 2^62", func(a *VarlenArgs) { a.QTokenStride = 1 << 62 }, "VarlenArgs.QTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=2048 and ≤ 2147483648"},
+		{"q stride past 2^31", func(a *VarlenArgs) { a.QTokenStride = 1<<31 + 8 }, "VarlenArgs.QTokenStride=2147483656 is not allowed"},
+		{"out token stride odd", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 2049, 128 }, "VarlenArgs.OutTokenStride=2049, OutHeadStride=128 " + outStrides},
+		{"out head stride odd", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 40*129, 129 }, "VarlenArgs.OutTokenStride=5160, OutHeadStride=129 " + outStrides},
+		{"out heads overlap", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 2048, 126 }, "VarlenArgs.OutTokenStride=2048, OutHeadStride=126 " + outStrides},
+		{"out tokens overlap heads", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 2046, 128 }, "VarlenArgs.OutTokenStride=2046, OutHeadStride=128 " + outStrides},
+		{"out head-major tokens overlap", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 126, 40*128 }, "VarlenArgs.OutTokenStride=126, OutHeadStride=5120 " + outStrides},
+		{"out head-major heads overlap", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 128, 40*128-2 }, "VarlenArgs.OutTokenStride=128, OutHeadStride=5118 " + outStrides},
+		{"out token stride alone", func(a *VarlenArgs) { a.OutTokenStride = 2048 }, "VarlenArgs.OutTokenStride=2048, OutHeadStride=0 " + outStrides},
+		{"out head stride alone", func(a *VarlenArgs) { a.OutHeadStride = 128 }, "VarlenArgs.OutTokenStride=0, OutHeadStride=128 " + outStrides},
+		{"out strides negative", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = -2048, -128 }, "VarlenArgs.OutTokenStride=-2048, OutHeadStride=-128 " + outStrides},
+		{"out token stride 2^62", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 1<<62, 128 }, "VarlenArgs.OutTokenStride=4611686018427387904, OutHeadStride=128 " + outStrides},
+		{"out head stride 2^62", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 128, 1<<62 }, "VarlenArgs.OutTokenStride=128, OutHeadStride=4611686018427387904 " + outStrides},
+		{"out strides past 2^31", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 1<<31+2, 128 }, "VarlenArgs.OutTokenStride=2147483650, OutHeadStride=128 " + outStrides},
+		{"q small", func(a *VarlenArgs) { a.Q.Bytes-- }, "VarlenArgs.Q holds 163839 bytes; the shapes need 163840"},
+		{"key cache small", func(a *VarlenArgs) { a.KeyCache.Bytes-- }, "VarlenArgs.KeyCache holds 1048575 bytes; the shapes need 1048576"},
+		{"value cache small", func(a *VarlenArgs) { a.ValueCache.Bytes-- }, "VarlenArgs.ValueCache holds 1048575 bytes; the shapes need 1048576"},
+		{"tables small", func(a *VarlenArgs) { a.BlockTables.Bytes-- }, "VarlenArgs.BlockTables holds 191 bytes; the shapes need 192"},
+		{"cu seqlens small", func(a *VarlenArgs) { a.CuSeqlensQ.Bytes-- }, "VarlenArgs.CuSeqlensQ holds 15 bytes; the shapes need 16"},
+		{"pos offsets small", func(a *VarlenArgs) { a.PosOffsets.Bytes-- }, "VarlenArgs.PosOffsets holds 11 bytes; the shapes need 12"},
+		{"out small", func(a *VarlenArgs) { a.Out.Bytes-- }, "VarlenArgs.Out holds 163839 bytes; the shapes need 163840"},
+		{"lse small", func(a *VarlenArgs) { a.LSE.Bytes-- }, "VarlenArgs.LSE holds 2559 bytes; the shapes need 2560"},
+		{"q misaligned", func(a *VarlenArgs) { a.Q.Ptr += 8 }, "VarlenArgs.Q pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"key cache misaligned", func(a *VarlenArgs) { a.KeyCache.Ptr += 8 }, "VarlenArgs.KeyCache pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"value cache misaligned", func(a *VarlenArgs) { a.ValueCache.Ptr += 8 }, "VarlenArgs.ValueCache pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"tables misaligned", func(a *VarlenArgs) { a.BlockTables.Ptr += 2 }, "VarlenArgs.BlockTables pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"cu seqlens misaligned", func(a *VarlenArgs) { a.CuSeqlensQ.Ptr += 2 }, "VarlenArgs.CuSeqlensQ pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"pos offsets misaligned", func(a *VarlenArgs) { a.PosOffsets.Ptr += 2 }, "VarlenArgs.PosOffsets pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"out misaligned", func(a *VarlenArgs) { a.Out.Ptr += 2 }, "VarlenArgs.Out pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"lse misaligned", func(a *VarlenArgs) { a.LSE.Ptr += 2 }, "VarlenArgs.LSE pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"q missing", func(a *VarlenArgs) { a.Q = Buffer{} }, "VarlenArgs.Q is missing"},
+		{"key cache missing", func(a *VarlenArgs) { a.KeyCache = Buffer{} }, "VarlenArgs.KeyCache is missing"},
+		{"tables missing", func(a *VarlenArgs) { a.BlockTables = Buffer{} }, "VarlenArgs.BlockTables is missing"},
+		{"cu seqlens missing", func(a *VarlenArgs) { a.CuSeqlensQ = Buffer{} }, "VarlenArgs.CuSeqlensQ is missing"},
+		{"pos offsets missing", func(a *VarlenArgs) { a.PosOffsets = Buffer{} }, "VarlenArgs.PosOffsets is missing"},
+		{"out missing", func(a *VarlenArgs) { a.Out = Buffer{} }, "VarlenArgs.Out is missing"},
+		{"out negative size", func(a *VarlenArgs) { a.Out.Bytes = -4 }, "VarlenArgs.Out holds -4 bytes; allowed: a size ≥ 0"},
+		{"cache too large", func(a *VarlenArgs) {
+			a.NumBlocks, a.BlockSize, a.NumKVHeads, a.NumQHeads, a.Q.Bytes = math.MaxInt32, 256, 4096, 4096, 1<<40
+		},
+			"VarlenArgs.NumBlocks=2147483647 is too large: NumBlocks·BlockSize·NumKVHeads·HeadDim is more than 2^56 elements"},
+	}
+	expectErrors(t, goodVarlen, cases)
+}
+
+// TestVarlenTotalQTokensBound pins the TotalQTokens bound against two
+// ways past it (both held while the bound was TotalQTokens·NumQHeads < 2^31,
+// computed as an unchecked int64 product):
+//
+//   - "product wraps int64": with NumQHeads=16, TotalQTokens = MaxInt wrapped
+//     the product to −16 and 2^59 to −2^63, both "in range", and the first
+//     error was Q's extent, blaming QTokenStride (which the caller left 0)
+//     and allowing "at most 0". The error must name TotalQTokens and its
+//     range.
+//   - "row tiles inside int32": one sequence of q_len·G packed rows
+//     (NumKVHeads 1) in (2^31 − R, 2^31) made the kernel's last row tile end
+//     (`min(t.row0 + ROWS, rows)` in kernels_src/varlen.cuh, R = 64 or 128)
+//     2^31, an int32 overflow. At the bound the model must hold.
+func TestVarlenTotalQTokensBound(t *testing.T) {
+	t.Run("product wraps int64", func(t *testing.T) {
+		for _, tq := range []int{math.MaxInt, 1 << 59, 1 << 60} {
+			a := goodVarlen()
+			a.TotalQTokens, a.HostCuSeqlensQ, a.HostPosOffsets = tq, nil, nil
+			err := a.Validate()
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.Contains(t, err.Error(), "VarlenArgs.TotalQTokens="+itoa(tq)+" is out of range; allowed: 0..67108864 (TotalQTokens·NumQHeads ≤ 2^30)")
+		}
+	})
+	t.Run("row tiles inside int32", func(t *testing.T) {
+		for _, d := range []int{64, 128, 256} {
+			for _, tq := range []int{1 << 30, 1<<30 + 1, math.MaxInt32} {
+				a := goodVarlen()
+				a.NumSeqs, a.NumQHeads, a.NumKVHeads, a.HeadDim, a.TotalQTokens = 1, 1, 1, d, tq
+				a.HostCuSeqlensQ, a.HostPosOffsets = nil, nil
+				a.Q.Bytes, a.Out.Bytes, a.LSE.Bytes = int64(d)*2*int64(tq), int64(d)*2*int64(tq), 4*int64(tq)
+				a.KeyCache.Bytes, a.ValueCache.Bytes = 64*16*int64(d)*2, 64*16*int64(d)*2
+				err := a.Validate()
+				if tq > 1<<30 {
+					assert.ErrorContains(t, err, "VarlenArgs.TotalQTokens="+itoa(tq)+" is out of range; allowed: 0..1073741824", "head dim %d", d)
+					continue
+				}
+				require.NoError(t, err, "head dim %d", d)
+				checkModel(t, varlenModel(&a))
+			}
+		}
+	})
+}
