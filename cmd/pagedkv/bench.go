@@ -201,7 +201,7 @@ func runBench(args []string) error {
 		}
 	}
 	if o.Op == "all" || o.Op == "varlen" {
-		if err := b.benchVarlen(o.Caches); err != nil {
+		if err := b.benchVarlen(o.Caches, o.Sweep); err != nil {
 			return err
 		}
 	}
@@ -361,6 +361,15 @@ func (b *bencher) benchAppend() error {
 			layouts = allLayouts
 		}
 		if err := b.appendRows(shape, "prefill slots", bytes, sets, layouts); err != nil {
+			return err
+		}
+		// The same tokens into an fp8 e4m3 cache (flash): 16-bit K and V
+		// read, one byte per element written.
+		fp8 := slices.Clone(sets)
+		for i := range fp8 {
+			fp8[i].CacheDType, fp8[i].KScale, fp8[i].VScale = pagedkv.E4M3, 1, 1
+		}
+		if err := b.appendRows(shape, "prefill slots e4m3", int64(2*elems*2+2*elems+8*tokens), fp8, allLayouts[:1]); err != nil {
 			return err
 		}
 		if tokens != 65536 {

@@ -84,7 +84,7 @@ func varlenBytes(bt *varlenBatch, qHeads int, q, cache pagedkv.DType) float64 {
 // benchVarlen measures paged varlen attention on varlenCases for each
 // cache dtype: f16 and bf16 caches with queries of their own dtype, e4m3
 // (KScale = VScale = 1) the fp8 cases with bf16 and f16 queries.
-func (b *bencher) benchVarlen(caches []pagedkv.DType) error {
+func (b *bencher) benchVarlen(caches []pagedkv.DType, doSweep bool) error {
 	cases := varlenCases()
 	// The pool holds every case's rotations at 2 bytes an element, so the
 	// e4m3 rows fit too.
@@ -125,7 +125,7 @@ func (b *bencher) benchVarlen(caches []pagedkv.DType) error {
 				}
 				n++
 				b.status(fmt.Sprintf("varlen %s %s (%d/%d)", varlenDType(q, cache), c.shape, n, total))
-				rows, err := b.varlenShape(pool, c, q, cache)
+				rows, err := b.varlenShape(pool, c, q, cache, doSweep)
 				if err != nil {
 					return fmt.Errorf("varlen %s %s: %w", varlenDType(q, cache), c.shape, err)
 				}
@@ -146,8 +146,11 @@ func varlenDType(q, cache pagedkv.DType) string {
 }
 
 // varlenShape measures case c with q queries over a cache of pool's pages:
-// its row, and for a twoCalls case the "as two calls" row after it.
-func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DType) ([]benchResult, error) {
+// its row; with doSweep, for a memory-bound case of one run, the same batch
+// at each forced split count the planner could pick (rows "… forced"), so
+// the table shows how far the automatic count is from the best; and for a
+// twoCalls case the "as two calls" row.
+func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DType, doSweep bool) ([]benchResult, error) {
 	const qHeads = 32
 	bt := c.batch()
 	seqs, totalQ := len(bt.qLens), int(bt.cu[len(bt.cu)-1])
@@ -190,6 +193,24 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads), varlenBytes(&bt, qHeads, q, cache)
 	dtype := varlenDType(q, cache)
 	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
+	if doSweep && c.memoryBound && len(c.runs) == 1 {
+		for _, n := range []int{1, 2, 3, 4, 6, 8, 12, 16} {
+			k := dispatch.DefaultKnobs()
+			k.ForcedSplits = n
+			forced, err := b.r.PlanVarlenWith(&sets[0], k)
+			if err != nil {
+				return nil, err
+			}
+			if forced.Splits != n || n == plan.Splits {
+				continue
+			}
+			fus, err := b.measure(func(i int) error { return b.r.VarlenWithPlan(b.s, &sets[i%rot], forced) })
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, b.varlenRow(c, dtype, c.shape+" forced", varlenPlanText(forced), forced.Splits, fus, flops, bytes))
+		}
+	}
 	if !c.twoCalls {
 		return rows, nil
 	}
