@@ -153,21 +153,22 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 }
 
 // f32_to_e4m3 rounds to the nearest e4m3 value, ties to even, saturating
-// finite overflow and infinities to ±448; NaN becomes 0x7F.
+// finite overflow and infinities to ±448; NaN becomes 0x7F. Branch-free:
+// both the normal and the subnormal encodings are computed and one is
+// selected, so lanes of a warp never split over a value's range (the cache
+// writes convert every element of K and V this way).
 __device__ __forceinline__ uint32_t f32_to_e4m3(float f) {
-  uint32_t x = __float_as_uint(f);
-  uint32_t sign = (x >> 24) & 0x80u;
-  float a = fabsf(f);
-  if (a != a) return 0x7Fu;
-  if (a >= 448.0f) return sign | 0x7Eu;
-  if (a < 0.015625f) {  // below the smallest normal, 2^-6: multiples of 2^-9
-    return sign | (uint32_t)__float2int_rn(a * 512.0f);
-  }
-  uint32_t ax = __float_as_uint(a);
-  ax += 0x7FFFFu + ((ax >> 20) & 1u);  // round the mantissa to 3 bits, ties to even
-  uint32_t e = (ax >> 23) - 127u + 7u;
-  uint32_t m = (ax >> 20) & 7u;
-  return sign | (e << 3) | m;
+  const uint32_t sign = (__float_as_uint(f) >> 24) & 0x80u;
+  const float a = fabsf(f);
+  // Normal: round the mantissa to 3 bits (ties to even), rebias 127 → 7.
+  // Garbage below 2^-6, where the subnormal encoding is selected instead.
+  const uint32_t ax = __float_as_uint(a) + 0x7FFFFu + ((__float_as_uint(a) >> 20) & 1u);
+  const uint32_t normal = ((((ax >> 23) - 120u) << 3) | ((ax >> 20) & 7u)) & 0x7Fu;
+  // Subnormal: multiples of 2^-9 below the smallest normal, 2^-6.
+  const uint32_t subnormal = (uint32_t)__float2int_rn(a * 512.0f);
+  uint32_t v = a < 0.015625f ? subnormal : normal;
+  v = a >= 448.0f ? 0x7Eu : v;
+  return a != a ? 0x7Fu : (sign | v);
 }
 
 }  // namespace pkv
