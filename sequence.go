@@ -1,6 +1,11 @@
 package pagedkv
 
-import "github.com/pagedkv/pagedkv/driver"
+import (
+	"errors"
+	"strings"
+
+	"github.com/pagedkv/pagedkv/driver"
+)
 
 // SequenceArgs describes the attention of one sequence's new query tokens
 // over its paged cache, or of one token of each of several sequences: the
@@ -62,17 +67,37 @@ func (a *SequenceArgs) Validate() error {
 	if len(a.HostKVLens) != a.NumSeqs {
 		return errf("%s.HostKVLens has %d values; allowed: NumSeqs=%d", sequenceArg, len(a.HostKVLens), a.NumSeqs)
 	}
+	capTokens := int64(a.MaxBlocksPerSeq) * int64(a.BlockSize)
 	for i, n := range a.HostKVLens {
 		if int(n) < a.QLen {
 			return errf("%s.HostKVLens[%d]=%d is below QLen=%d: the cache must already hold the sequence's new tokens", sequenceArg, i, n, a.QLen)
 		}
+		if a.MaxBlocksPerSeq > 0 && a.BlockSize > 0 && int64(n) > capTokens {
+			return errf("%s.HostKVLens[%d]=%d exceeds MaxBlocksPerSeq·BlockSize=%d", sequenceArg, i, n, capTokens)
+		}
 	}
+	// The op a runs checks the rest; its errors name a's fields.
 	if a.QLen == 1 {
 		d := a.decode()
-		return d.Validate()
+		return sequenceError(d.Validate(), "DecodeArgs", "QSeqStride")
 	}
 	v := a.varlen(validateArgsPtr)
-	return v.Validate()
+	return sequenceError(v.Validate(), "VarlenArgs", "")
+}
+
+// sequenceError renames the fields of err, a validation error of the op
+// whose argument struct is arg, to SequenceArgs' (qStride: that struct's
+// name for QTokenStride, "" when it is the same).
+func sequenceError(err error, arg, qStride string) error {
+	var ae *argError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	msg := strings.TrimPrefix(ae.Error(), "pagedkv: ")
+	if qStride != "" {
+		msg = strings.ReplaceAll(msg, arg+"."+qStride, arg+".QTokenStride")
+	}
+	return errf("%s", strings.ReplaceAll(msg, arg+".", sequenceArg+"."))
 }
 
 // validateArgsPtr stands in for the stream's record (sequenceArgs) when

@@ -841,3 +841,57 @@ func TestVarlenTotalQTokensBound(t *testing.T) {
 		}
 	})
 }
+
+// goodSequence is a valid SequenceArgs: one sequence of 40 query tokens over
+// 200 positions.
+func goodSequence() SequenceArgs {
+	const qLen, qh, kh, d, bs, nb, mb = 40, 16, 4, 128, 16, 64, 16
+	return SequenceArgs{
+		Q: fakeBuffer(qLen * qh * d * 2), KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		BlockTables: fakeBuffer(mb * 4), Out: fakeBuffer(qLen * qh * d * 2),
+		NumSeqs: 1, QLen: qLen, HostKVLens: []int32{200},
+		NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb, MaxBlocksPerSeq: mb,
+		DType: F16, CacheDType: F16,
+	}
+}
+
+// TestSequenceArgsValidate checks the dispatcher's own rules and that it
+// passes the checks of the op it runs through: a several-token batch of
+// several sequences names Varlen, a KV shorter than the query is an error,
+// and the varlen's or decode's own errors come back (with their struct's
+// name: the fields are the same).
+func TestSequenceArgsValidate(t *testing.T) {
+	a := goodSequence()
+	require.NoError(t, a.Validate())
+	one := goodSequence()
+	one.QLen, one.NumSeqs, one.HostKVLens = 1, 3, []int32{5, 1, 200}
+	one.KVLens, one.Q, one.Out = fakeBuffer(12), fakeBuffer(3*16*128*2), fakeBuffer(3*16*128*2)
+	one.BlockTables = fakeBuffer(3 * 16 * 4)
+	require.NoError(t, one.Validate(), "one token per sequence: a decode")
+	for _, tt := range []struct {
+		name string
+		edit func(*SequenceArgs)
+		want string
+	}{
+		{"q_len 0", func(a *SequenceArgs) { a.QLen = 0 }, "SequenceArgs.QLen=0 is out of range; allowed: ≥ 1"},
+		{"no sequences", func(a *SequenceArgs) { a.NumSeqs = 0 }, "SequenceArgs.NumSeqs=0 is out of range"},
+		{"a varlen batch", func(a *SequenceArgs) { a.NumSeqs, a.HostKVLens = 2, []int32{200, 200} }, "run them with Runtime.Varlen"},
+		{"host lengths", func(a *SequenceArgs) { a.HostKVLens = nil }, "SequenceArgs.HostKVLens has 0 values; allowed: NumSeqs=1"},
+		{"kv below q", func(a *SequenceArgs) { a.HostKVLens = []int32{39} }, "SequenceArgs.HostKVLens[0]=39 is below QLen=40"},
+		{"kv past the table", func(a *SequenceArgs) { a.HostKVLens = []int32{257} }, "SequenceArgs.HostKVLens[0]=257 exceeds MaxBlocksPerSeq·BlockSize=256"},
+		{"out too small", func(a *SequenceArgs) { a.Out.Bytes-- }, "SequenceArgs.Out holds"},
+		{"decode kv lens missing", func(a *SequenceArgs) { a.QLen, a.Q.Bytes, a.Out.Bytes = 1, 16*128*2, 16*128*2 }, "SequenceArgs.KVLens"},
+		{"decode q stride", func(a *SequenceArgs) {
+			a.QLen, a.Q.Bytes, a.Out.Bytes, a.KVLens, a.QTokenStride = 1, 16*128*2, 16*128*2, fakeBuffer(4), 12
+		}, "SequenceArgs.QTokenStride=12 is not allowed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := goodSequence()
+			tt.edit(&b)
+			err := b.Validate()
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
+}
