@@ -37,7 +37,7 @@ for step in $STEPS; do
   verify) run verify 90 .gpu/pagedkv verify -n 25 ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
-    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention'
+    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention|TestVarlenWorkspace'
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 235s
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 \

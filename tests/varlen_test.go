@@ -80,6 +80,18 @@ func TestVarlenMatchesReference(t *testing.T) {
 			require.NoError(t, p.Check(o5, l5), "%d splits", plan5.Splits)
 			assert.LessOrEqual(t, ref.RelL2(o5, o1), check.Tolerance(c.DType)/2, "split-K (%d) vs single-pass", plan5.Splits)
 			assertSameLSE(t, l1, l5, "split-K vs single-pass")
+
+			// Without LSE (single-pass and split-K, whose merge writes it),
+			// the outputs are the same.
+			withLSE := p.Args.LSE
+			p.Args.LSE = pagedkv.Buffer{}
+			t.Cleanup(func() { p.Args.LSE = withLSE })
+			o0, _, err := p.RunWithPlan(auto, auto.Stream(), plan5)
+			require.NoError(t, err)
+			assert.Equal(t, o5, o0, "split-K without LSE")
+			o0, _, err = p.Run(single, single.Stream())
+			require.NoError(t, err)
+			assert.Equal(t, o1, o0, "single-pass without LSE")
 		})
 	}
 }
@@ -301,4 +313,55 @@ func TestSequenceAttention(t *testing.T) {
 		assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/2, "SequenceAttention with QLen 1 is Decode")
 		assertSameLSE(t, wantLSE, lse, "SequenceAttention vs Decode")
 	})
+}
+
+// TestVarlenWorkspace runs a split-K varlen in the engine's own workspace
+// (sized by the plan, no pool) eagerly and captured into a graph, and checks
+// both against float64; a workspace one byte short is an error, not a
+// launch.
+func TestVarlenWorkspace(t *testing.T) {
+	const capacity = 4096
+	r := open(t, config.Options{KVCapacity: ptr(capacity)})
+	g := rng(t)
+	s, err := r.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	c := check.VarlenShape{Seqs: 3, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 8, MaxKV: capacity, Causal: true}
+	p := varlenProblem(t, r, s, g, c)
+	graphPlan, err := r.PlanVarlenGraph(&p.Args)
+	require.NoError(t, err)
+	eagerPlan, err := r.PlanVarlen(s, &p.Args)
+	require.NoError(t, err)
+	require.Greater(t, graphPlan.Splits, 1, "a few query tokens over a long KV split: %s", graphPlan.Reason)
+	bytes := max(graphPlan.WorkspaceBytes(), eagerPlan.WorkspaceBytes())
+	ws, err := p.Arena.Alloc(bytes)
+	require.NoError(t, err)
+	p.Args.Workspace = ws
+
+	out, lse, err := p.Run(r, s)
+	require.NoError(t, err)
+	require.NoError(t, p.Check(out, lse), "eager, %d splits in the workspace", eagerPlan.Splits)
+
+	require.NoError(t, s.BeginCapture())
+	err = r.Varlen(s, &p.Args)
+	graph, endErr := s.EndCapture()
+	require.NoError(t, err)
+	require.NoError(t, endErr)
+	t.Cleanup(func() { require.NoError(t, graph.Close()) })
+	// Other lengths within the capture's token budget.
+	replay := c
+	replay.MaxQLen = min(c.MaxQLen, p.Args.TotalQTokens/c.Seqs)
+	cu, pos := check.VarlenLens(g, replay)
+	require.NoError(t, p.SetLens(s, cu, pos, false))
+	require.NoError(t, p.Poison(s))
+	require.NoError(t, graph.Launch(s))
+	out, lse, err = p.Fetch(s)
+	require.NoError(t, err)
+	require.NoError(t, p.Check(out, lse), "graph replay, %d splits in the workspace", graphPlan.Splits)
+
+	// The eager plan again (the host's lengths are the drawn ones still).
+	p.Args.Workspace.Bytes = eagerPlan.WorkspaceBytes() - 1
+	err = r.Varlen(s, &p.Args)
+	assert.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "VarlenArgs.Workspace has")
 }
