@@ -75,49 +75,18 @@ const decodeArg = "DecodeArgs"
 // Validate checks every shape, dtype, alignment and buffer capacity the host
 // can see.
 func (a *DecodeArgs) Validate() error {
-	if a.DType != F16 && a.DType != BF16 {
-		return errf("%s.DType=%s is not supported; allowed: f16, bf16", decodeArg, a.DType)
-	}
-	if a.CacheDType != a.DType && a.CacheDType != E4M3 {
-		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", decodeArg, a.CacheDType, a.DType, a.DType)
-	}
-	if a.HeadDim != 64 && a.HeadDim != 128 && a.HeadDim != 256 {
-		return errf("%s.HeadDim=%d is not supported; allowed: 64, 128, 256", decodeArg, a.HeadDim)
+	p := a.paged()
+	if err := p.types(); err != nil {
+		return err
 	}
 	if err := inRange(decodeArg, "NumSeqs", a.NumSeqs, 1, 65535); err != nil {
 		return err
 	}
-	if err := inRange(decodeArg, "NumKVHeads", a.NumKVHeads, 1, 1<<16); err != nil {
+	if err := p.heads(); err != nil {
 		return err
 	}
-	if a.NumQHeads < 1 {
-		return errf("%s.NumQHeads=%d is out of range; allowed: a multiple of NumKVHeads=%d from %d to %d", decodeArg, a.NumQHeads, a.NumKVHeads, a.NumKVHeads, 16*a.NumKVHeads)
-	}
-	if a.NumQHeads%a.NumKVHeads != 0 {
-		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", decodeArg, a.NumQHeads, a.NumKVHeads)
-	}
-	if g := a.NumQHeads / a.NumKVHeads; g > 16 {
-		return errf("%s.NumQHeads/NumKVHeads=%d is not supported; allowed: a group size from 1 to 16", decodeArg, g)
-	}
-	if err := powerOfTwo(decodeArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
+	if err := p.pages(); err != nil {
 		return err
-	}
-	if err := inRange(decodeArg, "NumBlocks", a.NumBlocks, 1, math.MaxInt32); err != nil {
-		return err
-	}
-	// The kernels hold token positions in int32, and their split arithmetic
-	// reaches up to MaxSplits−1 pages and a tile past the table's end (the
-	// guessed start of the last split): a bound well below 2^31 keeps every
-	// one of them exact.
-	if a.MaxBlocksPerSeq < 1 || a.MaxBlocksPerSeq > dispatch.MaxSeqTokens/a.BlockSize {
-		return errf("%s.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)",
-			decodeArg, a.MaxBlocksPerSeq, dispatch.MaxSeqTokens/a.BlockSize)
-	}
-	if a.MaxKVLen < 0 || a.MaxKVLen > a.MaxBlocksPerSeq*a.BlockSize {
-		return errf("%s.MaxKVLen=%d is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=%d", decodeArg, a.MaxKVLen, a.MaxBlocksPerSeq*a.BlockSize)
-	}
-	if a.KVCapacity < 0 || a.KVCapacity > a.MaxBlocksPerSeq*a.BlockSize {
-		return errf("%s.KVCapacity=%d is not allowed; allowed: 0 (KV_CAPACITY) or 1..MaxBlocksPerSeq·BlockSize=%d", decodeArg, a.KVCapacity, a.MaxBlocksPerSeq*a.BlockSize)
 	}
 	if len(a.HostKVLens) != 0 && len(a.HostKVLens) != a.NumSeqs {
 		return errf("%s.HostKVLens has %d values; allowed: none, or NumSeqs=%d", decodeArg, len(a.HostKVLens), a.NumSeqs)
@@ -127,58 +96,19 @@ func (a *DecodeArgs) Validate() error {
 			return errf("%s.HostKVLens[%d]=%d is not allowed; allowed: 0..MaxKVLen=%d", decodeArg, i, n, a.MaxKVLen)
 		}
 	}
-	if !a.Workspace.IsZero() {
-		if err := buffer(decodeArg, "Workspace", a.Workspace, 1, 256); err != nil {
-			return err
-		}
-	}
-	if a.Scale < 0 || math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
-		return errf("%s.Scale=%g is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0", decodeArg, a.Scale)
-	}
-	if err := cacheScale(decodeArg, "KScale", a.KScale, a.CacheDType); err != nil {
+	if err := p.scalars(); err != nil {
 		return err
 	}
-	if err := cacheScale(decodeArg, "VScale", a.VScale, a.CacheDType); err != nil {
+	if _, err := p.qRows(a.Q, a.NumSeqs, a.QSeqStride, "NumSeqs", "QSeqStride"); err != nil {
 		return err
 	}
-	rowElems := int64(a.NumQHeads) * int64(a.HeadDim) // ≤ 2^20 · 256
-	qs := int64(a.QSeqStride)
-	if qs == 0 {
-		qs = rowElems
-	}
-	if qs < rowElems || qs%8 != 0 || qs > maxStride {
-		return errf("%s.QSeqStride=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d and ≤ %d",
-			decodeArg, a.QSeqStride, rowElems, maxStride)
-	}
-	esize := int64(a.DType.Size())
-	qBytes, err := extent(decodeArg, "Q", esize, rowElems, axis{int64(a.NumSeqs), qs, "NumSeqs", "QSeqStride"})
-	if err != nil {
-		return err
-	}
-	if err := buffer(decodeArg, "Q", a.Q, qBytes, 16); err != nil {
-		return err
-	}
-	cbytes, err := size(decodeArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.CacheDType.Size()),
-		int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
-	if err != nil {
-		return err
-	}
-	if err := buffer(decodeArg, "KeyCache", a.KeyCache, cbytes, 16); err != nil {
-		return err
-	}
-	if err := buffer(decodeArg, "ValueCache", a.ValueCache, cbytes, 16); err != nil {
-		return err
-	}
-	tableBytes, err := size(decodeArg, "NumSeqs·MaxBlocksPerSeq", 4, int64(a.NumSeqs), int64(a.MaxBlocksPerSeq))
-	if err != nil {
-		return err
-	}
-	if err := buffer(decodeArg, "BlockTables", a.BlockTables, tableBytes, 4); err != nil {
+	if err := p.caches(); err != nil {
 		return err
 	}
 	if err := buffer(decodeArg, "KVLens", a.KVLens, int64(a.NumSeqs)*4, 4); err != nil {
 		return err
 	}
+	esize := int64(a.DType.Size())
 	outBytes, err := size(decodeArg, "NumSeqs·NumQHeads·HeadDim", esize, int64(a.NumSeqs), int64(a.NumQHeads), int64(a.HeadDim))
 	if err != nil {
 		return err
@@ -192,6 +122,17 @@ func (a *DecodeArgs) Validate() error {
 		}
 	}
 	return nil
+}
+
+// paged returns a's share of the attention ops' checks.
+func (a *DecodeArgs) paged() pagedAttention {
+	return pagedAttention{
+		arg: decodeArg, dtype: a.DType, cacheDType: a.CacheDType,
+		headDim: a.HeadDim, numQHeads: a.NumQHeads, numKVHeads: a.NumKVHeads, maxKVHeads: 1 << 16,
+		numSeqs: a.NumSeqs, blockSize: a.BlockSize, numBlocks: a.NumBlocks, maxBlocksPerSeq: a.MaxBlocksPerSeq,
+		maxKVLen: a.MaxKVLen, kvCapacity: a.KVCapacity, keyCache: a.KeyCache, valueCache: a.ValueCache,
+		blockTables: a.BlockTables, workspace: a.Workspace, scale: a.Scale, kScale: a.KScale, vScale: a.VScale,
+	}
 }
 
 // shape is the planner's view of a: eager, planned for MaxKVLen and the host

@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+
+	"github.com/pagedkv/pagedkv/dispatch"
 )
 
 // Validation helpers shared by the argument structs. Each names the struct
@@ -225,3 +227,140 @@ func cacheScale(arg, field string, v float32, cache DType) error {
 }
 
 func itoa(v int) string { return strconv.Itoa(v) }
+
+// pagedAttention is what the attention ops (decode, varlen) share of their
+// arguments: the query and cache types, the heads, the paged cache and its
+// block tables, the KV lengths a plan may be made for, the workspace and the
+// scales. Its checks run in the order the ops' own checks interleave with.
+type pagedAttention struct {
+	arg                            string // the argument struct's name, for errors
+	dtype, cacheDType              DType
+	headDim, numQHeads, numKVHeads int
+	maxKVHeads                     int // the grid dimension the KV heads run on allows
+	numSeqs                        int // rows of BlockTables (checked by the op)
+	blockSize, numBlocks           int
+	maxBlocksPerSeq                int
+	maxKVLen, kvCapacity           int
+	keyCache, valueCache           Buffer
+	blockTables, workspace         Buffer
+	scale, kScale, vScale          float32
+}
+
+// types checks the dtypes and the head dim.
+func (p *pagedAttention) types() error {
+	if p.dtype != F16 && p.dtype != BF16 {
+		return errf("%s.DType=%s is not supported; allowed: f16, bf16", p.arg, p.dtype)
+	}
+	if p.cacheDType != p.dtype && p.cacheDType != E4M3 {
+		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", p.arg, p.cacheDType, p.dtype, p.dtype)
+	}
+	if p.headDim != 64 && p.headDim != 128 && p.headDim != 256 {
+		return errf("%s.HeadDim=%d is not supported; allowed: 64, 128, 256", p.arg, p.headDim)
+	}
+	return nil
+}
+
+// heads checks the KV heads and the GQA group (1..16 query heads per KV
+// head).
+func (p *pagedAttention) heads() error {
+	if err := inRange(p.arg, "NumKVHeads", p.numKVHeads, 1, p.maxKVHeads); err != nil {
+		return err
+	}
+	if p.numQHeads < 1 {
+		return errf("%s.NumQHeads=%d is out of range; allowed: a multiple of NumKVHeads=%d from %d to %d", p.arg, p.numQHeads, p.numKVHeads, p.numKVHeads, 16*p.numKVHeads)
+	}
+	if p.numQHeads%p.numKVHeads != 0 {
+		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", p.arg, p.numQHeads, p.numKVHeads)
+	}
+	if g := p.numQHeads / p.numKVHeads; g > 16 {
+		return errf("%s.NumQHeads/NumKVHeads=%d is not supported; allowed: a group size from 1 to 16", p.arg, g)
+	}
+	return nil
+}
+
+// pages checks the block size, the pool, the block tables' width and the
+// KV lengths planned for.
+func (p *pagedAttention) pages() error {
+	if err := powerOfTwo(p.arg, "BlockSize", p.blockSize, 1, 256); err != nil {
+		return err
+	}
+	if err := inRange(p.arg, "NumBlocks", p.numBlocks, 1, math.MaxInt32); err != nil {
+		return err
+	}
+	// The kernels hold token positions in int32, and the decode's split
+	// arithmetic reaches up to MaxSplits−1 pages and a tile past the table's
+	// end (the guessed start of the last split): a bound well below 2^31
+	// keeps every one of them exact.
+	if p.maxBlocksPerSeq < 1 || p.maxBlocksPerSeq > dispatch.MaxSeqTokens/p.blockSize {
+		return errf("%s.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)",
+			p.arg, p.maxBlocksPerSeq, dispatch.MaxSeqTokens/p.blockSize)
+	}
+	capTokens := p.maxBlocksPerSeq * p.blockSize
+	if p.maxKVLen < 0 || p.maxKVLen > capTokens {
+		return errf("%s.MaxKVLen=%d is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=%d", p.arg, p.maxKVLen, capTokens)
+	}
+	if p.kvCapacity < 0 || p.kvCapacity > capTokens {
+		return errf("%s.KVCapacity=%d is not allowed; allowed: 0 (KV_CAPACITY) or 1..MaxBlocksPerSeq·BlockSize=%d", p.arg, p.kvCapacity, capTokens)
+	}
+	return nil
+}
+
+// scalars checks the workspace's alignment and the scales.
+func (p *pagedAttention) scalars() error {
+	if !p.workspace.IsZero() {
+		if err := buffer(p.arg, "Workspace", p.workspace, 1, 256); err != nil {
+			return err
+		}
+	}
+	if p.scale < 0 || math.IsNaN(float64(p.scale)) || math.IsInf(float64(p.scale), 0) {
+		return errf("%s.Scale=%g is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0", p.arg, p.scale)
+	}
+	if err := cacheScale(p.arg, "KScale", p.kScale, p.cacheDType); err != nil {
+		return err
+	}
+	return cacheScale(p.arg, "VScale", p.vScale, p.cacheDType)
+}
+
+// caches checks that the caches hold the pool and BlockTables the tables.
+func (p *pagedAttention) caches() error {
+	cbytes, err := size(p.arg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(p.cacheDType.Size()),
+		int64(p.numBlocks), int64(p.blockSize), int64(p.numKVHeads), int64(p.headDim))
+	if err != nil {
+		return err
+	}
+	if err := buffer(p.arg, "KeyCache", p.keyCache, cbytes, 16); err != nil {
+		return err
+	}
+	if err := buffer(p.arg, "ValueCache", p.valueCache, cbytes, 16); err != nil {
+		return err
+	}
+	tableBytes, err := size(p.arg, "NumSeqs·MaxBlocksPerSeq", 4, int64(p.numSeqs), int64(p.maxBlocksPerSeq))
+	if err != nil {
+		return err
+	}
+	return buffer(p.arg, "BlockTables", p.blockTables, tableBytes, 4)
+}
+
+// qRows checks a token- (or sequence-) major q of rows rows at stride
+// (elements; 0 = contiguous) named strideField: every row 16-byte aligned
+// and wide enough for its heads, and the buffer large enough. It returns
+// the stride in effect.
+func (p *pagedAttention) qRows(q Buffer, rows int, stride int, rowsField, strideField string) (int64, error) {
+	rowElems := int64(p.numQHeads) * int64(p.headDim)
+	qs := int64(stride)
+	if qs == 0 {
+		qs = rowElems
+	}
+	if qs < rowElems || qs%8 != 0 || qs > maxStride {
+		return 0, errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d and ≤ %d",
+			p.arg, strideField, stride, rowElems, maxStride)
+	}
+	if rows == 0 {
+		return qs, nil
+	}
+	qBytes, err := extent(p.arg, "Q", int64(p.dtype.Size()), rowElems, axis{int64(rows), qs, rowsField, strideField})
+	if err != nil {
+		return 0, err
+	}
+	return qs, buffer(p.arg, "Q", q, qBytes, 16)
+}

@@ -93,98 +93,34 @@ const maxVarlenSeqs = 1 << 24
 // Validate checks every shape, dtype, alignment and buffer capacity the host
 // can see, and the host copies of the lengths when given.
 func (a *VarlenArgs) Validate() error {
-	if a.DType != F16 && a.DType != BF16 {
-		return errf("%s.DType=%s is not supported; allowed: f16, bf16", varlenArg, a.DType)
-	}
-	if a.CacheDType != a.DType && a.CacheDType != E4M3 {
-		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", varlenArg, a.CacheDType, a.DType, a.DType)
-	}
-	if a.HeadDim != 64 && a.HeadDim != 128 && a.HeadDim != 256 {
-		return errf("%s.HeadDim=%d is not supported; allowed: 64, 128, 256", varlenArg, a.HeadDim)
+	p := a.paged()
+	if err := p.types(); err != nil {
+		return err
 	}
 	if err := inRange(varlenArg, "NumSeqs", a.NumSeqs, 1, maxVarlenSeqs); err != nil {
 		return err
 	}
-	if err := inRange(varlenArg, "NumKVHeads", a.NumKVHeads, 1, 65535); err != nil {
+	if err := p.heads(); err != nil {
 		return err
-	}
-	if a.NumQHeads < 1 || a.NumQHeads%a.NumKVHeads != 0 || a.NumQHeads/a.NumKVHeads > 16 {
-		return errf("%s.NumQHeads=%d is not allowed; allowed: NumKVHeads=%d times a GQA group of 1..16", varlenArg, a.NumQHeads, a.NumKVHeads)
 	}
 	// The kernels count packed (token, head) rows in int32, up to a row
 	// tile past the last one.
 	if a.TotalQTokens < 0 || a.TotalQTokens > maxVarlenRows/a.NumQHeads {
 		return errf("%s.TotalQTokens=%d is out of range; allowed: 0..%d (TotalQTokens·NumQHeads ≤ 2^30)", varlenArg, a.TotalQTokens, maxVarlenRows/a.NumQHeads)
 	}
-	if err := powerOfTwo(varlenArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
+	if err := p.pages(); err != nil {
 		return err
-	}
-	if err := inRange(varlenArg, "NumBlocks", a.NumBlocks, 1, math.MaxInt32); err != nil {
-		return err
-	}
-	if a.MaxBlocksPerSeq < 1 || a.MaxBlocksPerSeq > dispatch.MaxSeqTokens/a.BlockSize {
-		return errf("%s.MaxBlocksPerSeq=%d is out of range; allowed: 1..%d (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)",
-			varlenArg, a.MaxBlocksPerSeq, dispatch.MaxSeqTokens/a.BlockSize)
-	}
-	capTokens := a.MaxBlocksPerSeq * a.BlockSize
-	if a.MaxKVLen < 0 || a.MaxKVLen > capTokens {
-		return errf("%s.MaxKVLen=%d is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=%d", varlenArg, a.MaxKVLen, capTokens)
-	}
-	if a.KVCapacity < 0 || a.KVCapacity > capTokens {
-		return errf("%s.KVCapacity=%d is not allowed; allowed: 0 (KV_CAPACITY) or 1..MaxBlocksPerSeq·BlockSize=%d", varlenArg, a.KVCapacity, capTokens)
 	}
 	if err := a.checkHostLengths(); err != nil {
 		return err
 	}
-	if !a.Workspace.IsZero() {
-		if err := buffer(varlenArg, "Workspace", a.Workspace, 1, 256); err != nil {
-			return err
-		}
-	}
-	if a.Scale < 0 || math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
-		return errf("%s.Scale=%g is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0", varlenArg, a.Scale)
-	}
-	if err := cacheScale(varlenArg, "KScale", a.KScale, a.CacheDType); err != nil {
+	if err := p.scalars(); err != nil {
 		return err
 	}
-	if err := cacheScale(varlenArg, "VScale", a.VScale, a.CacheDType); err != nil {
+	if _, err := p.qRows(a.Q, a.TotalQTokens, a.QTokenStride, "TotalQTokens", "QTokenStride"); err != nil {
 		return err
 	}
-	rowElems := int64(a.NumQHeads) * int64(a.HeadDim)
-	qs := int64(a.QTokenStride)
-	if qs == 0 {
-		qs = rowElems
-	}
-	if qs < rowElems || qs%8 != 0 || qs > maxStride {
-		return errf("%s.QTokenStride=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d and ≤ %d",
-			varlenArg, a.QTokenStride, rowElems, maxStride)
-	}
-	esize := int64(a.DType.Size())
-	if a.TotalQTokens > 0 {
-		qBytes, err := extent(varlenArg, "Q", esize, rowElems, axis{int64(a.TotalQTokens), qs, "TotalQTokens", "QTokenStride"})
-		if err != nil {
-			return err
-		}
-		if err := buffer(varlenArg, "Q", a.Q, qBytes, 16); err != nil {
-			return err
-		}
-	}
-	cbytes, err := size(varlenArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(a.CacheDType.Size()),
-		int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
-	if err != nil {
-		return err
-	}
-	if err := buffer(varlenArg, "KeyCache", a.KeyCache, cbytes, 16); err != nil {
-		return err
-	}
-	if err := buffer(varlenArg, "ValueCache", a.ValueCache, cbytes, 16); err != nil {
-		return err
-	}
-	tableBytes, err := size(varlenArg, "NumSeqs·MaxBlocksPerSeq", 4, int64(a.NumSeqs), int64(a.MaxBlocksPerSeq))
-	if err != nil {
-		return err
-	}
-	if err := buffer(varlenArg, "BlockTables", a.BlockTables, tableBytes, 4); err != nil {
+	if err := p.caches(); err != nil {
 		return err
 	}
 	if err := buffer(varlenArg, "CuSeqlensQ", a.CuSeqlensQ, int64(a.NumSeqs+1)*4, 4); err != nil {
@@ -198,7 +134,7 @@ func (a *VarlenArgs) Validate() error {
 		if err != nil {
 			return err
 		}
-		outBytes, err := extent(varlenArg, "Out", esize, int64(a.HeadDim),
+		outBytes, err := extent(varlenArg, "Out", int64(a.DType.Size()), int64(a.HeadDim),
 			axis{int64(a.TotalQTokens), ts, "TotalQTokens", "OutTokenStride"}, axis{int64(a.NumQHeads), hs, "NumQHeads", "OutHeadStride"})
 		if err != nil {
 			return err
@@ -213,6 +149,18 @@ func (a *VarlenArgs) Validate() error {
 		}
 	}
 	return nil
+}
+
+// paged returns a's share of the attention ops' checks (its KV heads run
+// on the grid's y, at most 65535).
+func (a *VarlenArgs) paged() pagedAttention {
+	return pagedAttention{
+		arg: varlenArg, dtype: a.DType, cacheDType: a.CacheDType,
+		headDim: a.HeadDim, numQHeads: a.NumQHeads, numKVHeads: a.NumKVHeads, maxKVHeads: 65535,
+		numSeqs: a.NumSeqs, blockSize: a.BlockSize, numBlocks: a.NumBlocks, maxBlocksPerSeq: a.MaxBlocksPerSeq,
+		maxKVLen: a.MaxKVLen, kvCapacity: a.KVCapacity, keyCache: a.KeyCache, valueCache: a.ValueCache,
+		blockTables: a.BlockTables, workspace: a.Workspace, scale: a.Scale, kScale: a.KScale, vScale: a.VScale,
+	}
 }
 
 // checkHostLengths checks HostCuSeqlensQ and HostPosOffsets, when given.

@@ -87,3 +87,16 @@ func captureDecode(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, a *paged
 	require.NoError(t, endErr)
 	return graph
 }
+
+// captureVarlen captures one varlen of a on s into a graph (the caller
+// reserves first unless a has a Workspace); a failed varlen or capture fails
+// the test with msg. The caller closes the graph.
+func captureVarlen(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, a *pagedkv.VarlenArgs, msg ...any) *pagedkv.Graph {
+	t.Helper()
+	require.NoError(t, s.BeginCapture())
+	err := r.Varlen(s, a)
+	graph, endErr := s.EndCapture()
+	require.NoError(t, err, msg...)
+	require.NoError(t, endErr)
+	return graph
+}

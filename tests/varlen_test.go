@@ -175,11 +175,7 @@ func TestVarlenGraphReplay(t *testing.T) {
 			require.NoError(t, err)
 			t.Logf("graph plan: %s, grid %v, %d splits (%s)", plan.Kernel, plan.Grid, plan.Splits, plan.Reason)
 			require.NoError(t, r.ReserveVarlen(s, &p.Args))
-			require.NoError(t, s.BeginCapture())
-			err = r.Varlen(s, &p.Args)
-			graph, endErr := s.EndCapture()
-			require.NoError(t, err)
-			require.NoError(t, endErr)
+			graph := captureVarlen(t, r, s, &p.Args)
 			t.Cleanup(func() { require.NoError(t, graph.Close()) })
 			for _, maxKV := range []int{capacity, 64, 1500} {
 				shape := c
@@ -342,11 +338,7 @@ func TestVarlenWorkspace(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, p.Check(out, lse), "eager, %d splits in the workspace", eagerPlan.Splits)
 
-	require.NoError(t, s.BeginCapture())
-	err = r.Varlen(s, &p.Args)
-	graph, endErr := s.EndCapture()
-	require.NoError(t, err)
-	require.NoError(t, endErr)
+	graph := captureVarlen(t, r, s, &p.Args, "in the workspace")
 	t.Cleanup(func() { require.NoError(t, graph.Close()) })
 	// Other lengths within the capture's token budget.
 	replay := c
