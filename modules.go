@@ -53,9 +53,12 @@ func (r *Runtime) function(name string) (driver.Function, bool, error) {
 	return f, true, nil
 }
 
-// LoadModule JIT-loads one embedded module (if not yet loaded), resolves its
-// entry points and records their occupancy for the planner. It returns how
-// long the load took (zero when it was already loaded). Errors carry the
+// LoadModule loads one embedded module (if not yet loaded): its machine code
+// for this GPU when LOAD_SASS is on and one is embedded (falling back to
+// the PTX if the driver refuses it), else its PTX, which the driver
+// JIT-compiles. It resolves the entry points and records their occupancy
+// for the planner, and returns how long the load took (zero when it was
+// already loaded; ModuleImage says what was loaded). Errors carry the
 // driver's JIT log. A module whose PTX needs a higher compute capability than
 // the device has (the *_sm90 modules on Ampere or Ada) is an error matching
 // ErrComputeCapability, returned without asking the driver.
@@ -74,26 +77,67 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	if done {
 		return 0, nil
 	}
-	image, err := ptx.Module(name)
-	if err != nil {
-		return 0, err
-	}
 	entries := moduleEntries(name)
 	start := time.Now()
-	mod, funcs, facts, err := r.loadImage(name, image, entries)
-	elapsed := time.Since(start)
-	if err != nil {
-		if mod != 0 {
-			_ = r.do(mod.Unload)
+	load := moduleLoad{image: "ptx"}
+	var funcs map[string]driver.Function
+	var facts moduleFacts
+	var err error
+	// The module's machine code for this GPU, where LOAD_SASS asks for it
+	// and one is embedded; a driver that refuses it gets the PTX.
+	if sass, arch, ok := r.sass(name); ok {
+		load.module, funcs, facts, err = r.loadImage(name, sass, entries)
+		if err == nil {
+			load.image = fmt.Sprintf("sass sm_%d", arch)
+		} else {
+			if load.module != 0 {
+				_ = r.do(load.module.Unload)
+				load.module = 0
+			}
+			load.sassErr = err
 		}
-		return elapsed, err
 	}
+	if load.module == 0 {
+		image, err := ptx.Module(name)
+		if err != nil {
+			return 0, err
+		}
+		load.module, funcs, facts, err = r.loadImage(name, image, entries)
+		if err != nil {
+			if load.module != 0 {
+				_ = r.do(load.module.Unload)
+			}
+			return time.Since(start), err
+		}
+	}
+	elapsed := time.Since(start)
+	load.duration = elapsed
 	r.mu.Lock()
-	r.modules[name] = moduleLoad{module: mod, duration: elapsed}
+	r.modules[name] = load
 	maps.Copy(r.funcs, funcs)
 	r.facts.Store(facts.addTo(r.facts.Load()))
 	r.mu.Unlock()
 	return elapsed, nil
+}
+
+// sass returns module's embedded machine code for this GPU and its
+// architecture when LOAD_SASS is on and there is one (see ptx.SASS).
+func (r *Runtime) sass(module string) ([]byte, int, bool) {
+	if !r.cfg.LoadSASS {
+		return nil, 0, false
+	}
+	return ptx.SASS(module, r.info.computeCapability())
+}
+
+// ModuleImage reports what was loaded for module name: "ptx" or "sass
+// sm_XX", and, when LOAD_SASS asked for its SASS but the driver refused it
+// and the PTX was loaded instead, why. ok is false when the module is not
+// loaded.
+func (r *Runtime) ModuleImage(name string) (image string, sassErr error, ok bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	m, ok := r.modules[name]
+	return m.image, m.sassErr, ok
 }
 
 // moduleEntries returns the entry points of the embedded module name, sorted.

@@ -100,3 +100,29 @@ func TestModuleFactsAddTo(t *testing.T) {
 	assert.Equal(t, map[string][]int{"c": {0, 5}}, next.ActiveClusters)
 	assert.Equal(t, map[string]int{"a": 1, "b": 3, "c": 0}, got.Occupancy)
 }
+
+// TestSASSChoice checks which machine code LoadModule would try: none while
+// LOAD_SASS is off; with it on, the embedded cubin of the highest
+// architecture the device runs, and none for a device the cubins do not
+// cover (its PTX loads instead).
+func TestSASSChoice(t *testing.T) {
+	h200 := fakeRuntime(t, 9, 0)
+	_, _, ok := h200.sass("decode_f16")
+	assert.False(t, ok, "LOAD_SASS off")
+	h200.cfg.LoadSASS = true
+	image, arch, ok := h200.sass("decode_f16")
+	require.True(t, ok)
+	assert.Equal(t, 90, arch)
+	assert.Equal(t, "\x7fELF", string(image[:4]))
+	ada := fakeRuntime(t, 8, 9)
+	ada.cfg.LoadSASS = true
+	_, arch, ok = ada.sass("varlen_bf16")
+	require.True(t, ok)
+	assert.Equal(t, 89, arch)
+	_, _, ok = ada.sass("decode_f16_sm90")
+	assert.False(t, ok, "a compute_90 module has no SASS an sm_89 device runs")
+	blackwell := fakeRuntime(t, 10, 0)
+	blackwell.cfg.LoadSASS = true
+	_, _, ok = blackwell.sass("cache")
+	assert.False(t, ok, "no sm_100 cubin: the driver JITs the PTX")
+}

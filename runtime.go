@@ -88,6 +88,10 @@ type DeviceInfo struct {
 type moduleLoad struct {
 	module   driver.Module
 	duration time.Duration
+	image    string // what was loaded: "ptx", or "sass sm_XX"
+	// sassErr is why the module's SASS did not load when LOAD_SASS asked for
+	// it and the PTX was loaded instead; nil otherwise.
+	sassErr error
 }
 
 // Open initializes the driver, retains the primary context of the device in

@@ -56,6 +56,7 @@ func TestDefaults(t *testing.T) {
 		DecodeClusters:    true,
 		DecodeNarrow:      true,
 		DecodeBalance:     SplitAuto,
+		LoadSASS:          false,
 	}
 	want.Sources = c.Sources
 	assert.Equal(t, want, c)
@@ -191,10 +192,10 @@ func TestOptionErrors(t *testing.T) {
 
 func TestFile(t *testing.T) {
 	tests := []struct{ name, body string }{
-		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\ndecode_narrow: false\ndecode_balance: 0\n"},
-		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\ndecode_narrow: off\ndecode_balance: \"0\"\n"},
-		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\ndecode_narrow = false\ndecode_balance = \"0\"\n"},
-		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\ndecode_narrow = \"0\"\ndecode_balance = 0\n"},
+		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\ndecode_narrow: false\ndecode_balance: 0\nload_sass: on\n"},
+		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\ndecode_narrow: off\ndecode_balance: \"0\"\nload_sass: true\n"},
+		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\ndecode_narrow = false\ndecode_balance = \"0\"\nload_sass = true\n"},
+		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\ndecode_narrow = \"0\"\ndecode_balance = 0\nload_sass = \"1\"\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,6 +213,7 @@ func TestFile(t *testing.T) {
 			assert.False(t, c.DecodeClusters)
 			assert.False(t, c.DecodeNarrow)
 			assert.Equal(t, SplitOff, c.DecodeBalance)
+			assert.True(t, c.LoadSASS)
 			for _, k := range Keys() {
 				assert.Equal(t, FileSource(path), c.Source(k.File), k.File)
 				assert.True(t, c.Source(k.File).IsFile())
@@ -234,8 +236,8 @@ func TestFileErrors(t *testing.T) {
 		{"c.yaml", "paged_flash_splits: 65\n", `config: PATH: paged_flash_splits=65 is out of range; allowed: "auto" (or empty) or 1..64`},
 		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
 		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
-		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance`},
-		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance`},
+		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance, load_sass`},
+		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance, load_sass`},
 		{"c.json", "{}", `config: PAGEDKV_CONFIG="PATH" has extension ".json"; allowed: .yaml, .yml, .toml`},
 	}
 	for _, tt := range tests {
@@ -329,6 +331,7 @@ func TestSourcesMixed(t *testing.T) {
 		KeyDecodeClusters:    SourceDefault,
 		KeyDecodeNarrow:      SourceDefault,
 		KeyDecodeBalance:     SourceDefault,
+		KeyLoadSASS:          SourceDefault,
 	}, c.Sources)
 
 	table := c.Table()
@@ -349,6 +352,7 @@ func TestOptionsAllKeys(t *testing.T) {
 		DecodeClusters:    ptr(false),
 		DecodeNarrow:      ptr(false),
 		DecodeBalance:     ptr(SplitOn),
+		LoadSASS:          ptr(true),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 64, c.KVCapacity)
@@ -360,6 +364,7 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.False(t, c.DecodeClusters)
 	assert.False(t, c.DecodeNarrow)
 	assert.Equal(t, SplitOn, c.DecodeBalance)
+	assert.True(t, c.LoadSASS)
 	for _, k := range Keys() {
 		assert.Equal(t, SourceOption, c.Source(k.File), k.File)
 	}
@@ -445,7 +450,7 @@ func TestPagedFlashSplitsLimit(t *testing.T) {
 }
 
 // knownEnvText is how unknown-variable errors list the known variables.
-const knownEnvText = "PAGEDKV_KV_CAPACITY, PAGEDKV_PAGED_FLASH_SPLITS, PAGEDKV_PAGED_FLASH, PAGEDKV_SPLIT_K_ATTN, PAGEDKV_SCRATCH_LIMIT_BYTES, PAGEDKV_CHECK_BOUNDS, PAGEDKV_DECODE_CLUSTERS, PAGEDKV_DECODE_NARROW, PAGEDKV_DECODE_BALANCE, PAGEDKV_CONFIG, PAGEDKV_TEST_SEED"
+const knownEnvText = "PAGEDKV_KV_CAPACITY, PAGEDKV_PAGED_FLASH_SPLITS, PAGEDKV_PAGED_FLASH, PAGEDKV_SPLIT_K_ATTN, PAGEDKV_SCRATCH_LIMIT_BYTES, PAGEDKV_CHECK_BOUNDS, PAGEDKV_DECODE_CLUSTERS, PAGEDKV_DECODE_NARROW, PAGEDKV_DECODE_BALANCE, PAGEDKV_LOAD_SASS, PAGEDKV_CONFIG, PAGEDKV_TEST_SEED"
 
 func TestUnknownEnv(t *testing.T) {
 	tests := []struct {

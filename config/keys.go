@@ -29,6 +29,7 @@ const (
 	KeyDecodeClusters    = "decode_clusters"
 	KeyDecodeNarrow      = "decode_narrow"
 	KeyDecodeBalance     = "decode_balance"
+	KeyLoadSASS          = "load_sass"
 )
 
 // Limits of the integer knobs.
@@ -229,6 +230,18 @@ var keys = []key{
 		validate: validateSplitMode,
 		set:      func(c *Config, v any) { c.DecodeBalance = v.(SplitMode) },
 		get:      func(c Config) string { return c.DecodeBalance.String() },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "LOAD_SASS", File: KeyLoadSASS, Field: "LoadSASS",
+			Default: "false", Allowed: boolAllowed,
+			Description: "Load each module's embedded machine code (SASS, built by ptxas 11.8 for sm_80, sm_86, sm_89 and sm_90) where the GPU runs it, instead of having the driver JIT-compile its PTX (seconds per module on a machine without the driver's JIT cache); a module whose SASS the driver refuses loads its PTX. Off until the SASS is measured to be as fast as the JIT's code.",
+		},
+		parse:    parseBool,
+		option:   func(o Options) (any, bool) { return deref(o.LoadSASS) },
+		validate: anyValue,
+		set:      func(c *Config, v any) { c.LoadSASS = v.(bool) },
+		get:      func(c Config) string { return strconv.FormatBool(c.LoadSASS) },
 	},
 }
 

@@ -1,8 +1,11 @@
 package ptx
 
 import (
+	"bytes"
+	"compress/gzip"
 	"embed"
 	"fmt"
+	"io"
 	"io/fs"
 	"slices"
 	"strings"
@@ -10,15 +13,30 @@ import (
 	"github.com/pagedkv/pagedkv/ptx/ptxfile"
 )
 
-// FS holds every generated module as <name>.ptx, and manifest.json.
+// FS holds every generated module as <name>.ptx, its machine code as
+// <name>.sm_XX.cubin.gz (one gzip-compressed cubin per architecture listed in
+// the module's manifest record), and manifest.json.
 //
-//go:embed *.ptx manifest.json
+//go:embed *.ptx *.cubin.gz manifest.json
 var FS embed.FS
 
 // Module returns the PTX text of the named module (a Module* constant, e.g.
 // ModuleDecodeF16). An unknown name is an error listing the known ones. The
 // returned slice is the caller's to keep or modify.
 func Module(name string) ([]byte, error) { return module(FS, name) }
+
+// SASS returns the machine code of module for a device of compute capability cc
+// (major*10+minor, e.g. 90): the embedded cubin of the highest architecture
+// the device runs (same major version, minor ≤ the device's), decompressed,
+// with that architecture (e.g. 86); ok is false when the module has none the
+// device can run (then load its PTX).
+//
+// Compute_80 modules carry sm_80, sm_86, sm_89 and sm_90 cubins and the
+// *_sm90 modules sm_90 only (see the manifest), so Ampere, Ada and Hopper
+// get SASS and anything newer loads the PTX. An unknown module name is ok
+// false, as is (which the ptx tests rule out) a cubin that does not
+// decompress. Each call decompresses afresh; the image is the caller's.
+func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass(FS, module, cc) }
 
 // Modules returns the names of the embedded modules, sorted.
 func Modules() []string { return modules(FS) }
@@ -37,6 +55,37 @@ func module(fsys fs.FS, name string) ([]byte, error) {
 			name, strings.Join(modules(fsys), ", "))
 	}
 	return data, nil
+}
+
+func sass(fsys fs.FS, module string, cc int) ([]byte, int, bool) {
+	if module == "" || strings.ContainsAny(module, `/\.`) || cc <= 0 {
+		return nil, 0, false
+	}
+	// A cubin for sm_XY runs on compute capability X.Z for Z ≥ Y only.
+	for arch := cc; arch >= cc/10*10; arch-- {
+		gz, err := fs.ReadFile(fsys, ptxfile.SASSFile(module, fmt.Sprintf("sm_%d", arch)))
+		if err != nil {
+			continue
+		}
+		image, err := gunzip(gz)
+		if err != nil {
+			return nil, 0, false
+		}
+		return image, arch, true
+	}
+	return nil, 0, false
+}
+
+func gunzip(gz []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, err
+	}
+	image, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, err
+	}
+	return image, zr.Close()
 }
 
 func modules(fsys fs.FS) []string {

@@ -1,6 +1,12 @@
 package ptx
 
 import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
 	"testing"
 	"testing/fstest"
 
@@ -58,5 +64,93 @@ func TestEmbeddedModulesLoad(t *testing.T) {
 		entries, err := ModuleEntries(name)
 		require.NoError(t, err, name)
 		assert.NotEmpty(t, entries, "module %s has no .entry", name)
+	}
+}
+
+func TestSASS(t *testing.T) {
+	m, err := ReadManifest()
+	require.NoError(t, err)
+	tests := []struct {
+		module string
+		cc     int
+		want   int // 0: none, load the PTX
+	}{
+		{ModuleDecodeF16, 80, 80},
+		{ModuleDecodeF16, 86, 86},
+		{ModuleDecodeF16, 87, 86},
+		{ModuleDecodeF16, 89, 89},
+		{ModuleDecodeF16, 90, 90},
+		{ModuleDecodeF16, 100, 0},
+		{ModuleDecodeF16, 120, 0},
+		{ModuleDecodeF16, 75, 0},
+		{ModuleDecodeF16, 0, 0},
+		{ModuleDecodeF16Sm90, 89, 0},
+		{ModuleDecodeF16Sm90, 90, 90},
+		{ModuleDecodeF16Sm90, 100, 0},
+		{"no_such_module", 90, 0},
+		{"", 90, 0},
+		{"../ptx/decode_f16", 90, 0},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/cc%d", tt.module, tt.cc), func(t *testing.T) {
+			image, arch, ok := SASS(tt.module, tt.cc)
+			if tt.want == 0 {
+				assert.False(t, ok)
+				assert.Nil(t, image)
+				assert.Zero(t, arch)
+				return
+			}
+			require.True(t, ok)
+			assert.Equal(t, tt.want, arch)
+			assert.True(t, bytes.HasPrefix(image, []byte("\x7fELF")), "image does not start with the ELF magic")
+			mod, found := m.Module(tt.module)
+			require.True(t, found)
+			i := slices.IndexFunc(mod.SASS, func(img SASSImage) bool { return img.Arch == fmt.Sprintf("sm_%d", arch) })
+			require.GreaterOrEqual(t, i, 0, "manifest.json lists no sm_%d SASS for %s", arch, tt.module)
+			sum := sha256.Sum256(image)
+			assert.Equal(t, mod.SASS[i].SHA256, hex.EncodeToString(sum[:]))
+		})
+	}
+}
+
+// TestSASSSelection covers what the embedded files do not: a gap in the
+// architectures, and a cubin that does not decompress.
+func TestSASSSelection(t *testing.T) {
+	gz := func(s string) *fstest.MapFile {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		_, err := zw.Write([]byte(s))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		return &fstest.MapFile{Data: b.Bytes()}
+	}
+	fsys := fstest.MapFS{
+		"a.ptx":             {Data: []byte(".version 7.8\n")},
+		"a.sm_80.cubin.gz":  gz("\x7fELF a80"),
+		"a.sm_89.cubin.gz":  gz("\x7fELF a89"),
+		"b.ptx":             {Data: []byte(".version 7.8\n")},
+		"b.sm_90.cubin.gz":  {Data: []byte("not gzip")},
+		"b.sm_100.cubin.gz": gz("\x7fELF b100"),
+	}
+	tests := []struct {
+		module string
+		cc     int
+		image  string // "": none
+		arch   int
+	}{
+		{"a", 80, "\x7fELF a80", 80},
+		{"a", 86, "\x7fELF a80", 80},
+		{"a", 89, "\x7fELF a89", 89},
+		{"a", 90, "", 0},
+		{"b", 90, "", 0},
+		{"b", 103, "\x7fELF b100", 100},
+		{"b", 110, "", 0},
+		{"a.sm_80", 80, "", 0},
+	}
+	for _, tt := range tests {
+		image, arch, ok := sass(fsys, tt.module, tt.cc)
+		assert.Equal(t, tt.image != "", ok, "%s at %d", tt.module, tt.cc)
+		assert.Equal(t, tt.image, string(image), "%s at %d", tt.module, tt.cc)
+		assert.Equal(t, tt.arch, arch, "%s at %d", tt.module, tt.cc)
 	}
 }

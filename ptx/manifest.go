@@ -2,11 +2,17 @@ package ptx
 
 import "github.com/pagedkv/pagedkv/ptx/ptxfile"
 
-// Manifest records how every embedded module was produced: the nvcc version
-// and flags, and per module its source hashes, PTX hash and entry points. It
+// Manifest records how every embedded module was produced: the nvcc and
+// ptxas versions and flags, and per module its source hashes, PTX hash,
+// entry points and the hash and size of each cubin (SASS) assembled from the
+// PTX. It
 // is defined in ptxfile so that cmd/ptxgen can write it without depending on
 // the embedded files it is about to generate.
 type Manifest = ptxfile.Manifest
 
 // ModuleInfo is one module's record in the Manifest.
 type ModuleInfo = ptxfile.ModuleInfo
+
+// SASSImage is one cubin in a ModuleInfo: the architecture ptxas assembled
+// the module's PTX for, and the cubin's hash and size.
+type SASSImage = ptxfile.SASSImage

@@ -1,8 +1,12 @@
 package ptx
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"debug/elf"
+	"encoding/binary"
 	"encoding/hex"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv/ptx/ptxfile"
 )
 
 // stale is the advice every failure of TestManifestCurrent ends with.
@@ -33,8 +39,10 @@ func fileSHA256(t *testing.T, path string) (string, bool) {
 
 // TestManifestCurrent checks, without nvcc, that the embedded PTX was
 // generated from the kernels_src/ in this tree: every source hash in the
-// manifest matches, every .cu has a module and every module a .cu, and the
-// embedded PTX matches its recorded hash and entry points.
+// manifest matches, every .cu has a module and every module a .cu, the
+// embedded PTX matches its recorded hash and entry points, and every cubin
+// the manifest lists is embedded and decompresses to a CUDA ELF file of the
+// recorded hash and size, with no other cubin embedded.
 func TestManifestCurrent(t *testing.T) {
 	m, err := ReadManifest()
 	require.NoError(t, err)
@@ -51,9 +59,12 @@ func TestManifestCurrent(t *testing.T) {
 	}
 
 	embedded := Modules()
-	var listed []string
+	var listed, listedSASS []string
 	for _, mod := range m.Modules {
 		listed = append(listed, mod.Name)
+		for _, img := range mod.SASS {
+			listedSASS = append(listedSASS, ptxfile.SASSFile(mod.Name, img.Arch))
+		}
 		t.Run(mod.Name, func(t *testing.T) {
 			if _, ok := mod.Sources[mod.Source]; !ok || filepath.Ext(mod.Source) != ".cu" {
 				t.Errorf("module %s has no .cu among its sources; %s", mod.Name, stale)
@@ -96,8 +107,60 @@ func TestManifestCurrent(t *testing.T) {
 				t.Errorf("module %s: entry points in %s.ptx %v differ from manifest.json %v; %s",
 					mod.Name, mod.Name, names, mod.Entries, stale)
 			}
+
+			for _, img := range mod.SASS {
+				checkSASS(t, mod, img, cc)
+			}
 		})
 	}
 	slices.Sort(listed)
 	assert.Equal(t, listed, embedded, "embedded *.ptx and manifest.json modules differ; %s", stale)
+
+	// A cubin the manifest does not list is one SASS could still pick.
+	embeddedSASS, err := fs.Glob(FS, "*.cubin.gz")
+	require.NoError(t, err)
+	for _, file := range embeddedSASS {
+		if !slices.Contains(listedSASS, file) {
+			t.Errorf("%s is embedded but manifest.json lists no such SASS; %s", file, stale)
+		}
+	}
+}
+
+// checkSASS checks that module mod's embedded cubin img exists and
+// decompresses to a CUDA ELF file of the recorded hash and size, for an
+// architecture the module's PTX (which needs compute capability cc) can be
+// assembled for.
+func checkSASS(t *testing.T, mod ModuleInfo, img SASSImage, cc int) {
+	t.Helper()
+	file := ptxfile.SASSFile(mod.Name, img.Arch)
+	arch, err := ptxfile.SASSArch(img.Arch)
+	if err != nil {
+		t.Errorf("module %s: manifest.json SASS: %v; %s", mod.Name, err, stale)
+		return
+	}
+	if arch < cc {
+		t.Errorf("module %s: manifest.json lists %s SASS, below the compute capability %d its PTX needs; %s", mod.Name, img.Arch, cc, stale)
+	}
+	gz, err := fs.ReadFile(FS, file)
+	if err != nil {
+		t.Errorf("module %s, %s: %s is not embedded; %s", mod.Name, img.Arch, file, stale)
+		return
+	}
+	cubin, err := gunzip(gz)
+	if err != nil {
+		t.Errorf("module %s, %s: %s does not decompress: %v; %s", mod.Name, img.Arch, file, err, stale)
+		return
+	}
+	sum := sha256.Sum256(cubin)
+	if hex.EncodeToString(sum[:]) != img.SHA256 || int64(len(cubin)) != img.Size {
+		t.Errorf("module %s, %s: %s does not match its manifest hash and size; %s", mod.Name, img.Arch, file, stale)
+		return
+	}
+	// debug/elf refuses cubins (their e_version is not EV_CURRENT), so read
+	// the identification and e_machine by hand.
+	if len(cubin) < 20 || !bytes.HasPrefix(cubin, []byte(elf.ELFMAG)) ||
+		elf.Class(cubin[elf.EI_CLASS]) != elf.ELFCLASS64 || elf.Data(cubin[elf.EI_DATA]) != elf.ELFDATA2LSB ||
+		elf.Machine(binary.LittleEndian.Uint16(cubin[18:])) != elf.EM_CUDA {
+		t.Errorf("module %s, %s: %s is not a 64-bit CUDA ELF file", mod.Name, img.Arch, file)
+	}
 }

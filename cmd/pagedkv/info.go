@@ -65,7 +65,7 @@ func runInfo(args []string) error {
 	fmt.Println()
 	printConfig(os.Stdout, r.Config())
 
-	fmt.Println("\nmodules (JIT load on this GPU)")
+	fmt.Println("\nmodules (load on this GPU: the driver's JIT of the PTX, or the embedded SASS with PAGEDKV_LOAD_SASS=1)")
 	failed, width := 0, nameWidth(pagedkv.Modules())
 	for _, m := range pagedkv.Modules() {
 		entries, err := moduleEntries(m)
@@ -84,7 +84,11 @@ func runInfo(args []string) error {
 			fmt.Printf("  %-*s  %s  FAILED after %v:\n%v\n", width, m, entries, took.Round(1e6), err)
 			continue
 		}
-		fmt.Printf("  %-*s  %s  ok  %8.1f ms\n", width, m, entries, float64(took.Microseconds())/1000)
+		image, sassErr, _ := r.ModuleImage(m)
+		fmt.Printf("  %-*s  %s  ok  %8.1f ms  %s\n", width, m, entries, float64(took.Microseconds())/1000, image)
+		if sassErr != nil {
+			fmt.Printf("    (its SASS did not load, so its PTX did: %v)\n", sassErr)
+		}
 	}
 	if failed > 0 {
 		return fmt.Errorf("pagedkv: %d module(s) failed to load on %s", failed, d.Name)

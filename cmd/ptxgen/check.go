@@ -17,7 +17,8 @@ import (
 
 // compareDirs compares the committed output folder have with a fresh
 // generation in want, and returns one line per difference, naming the
-// module where there is one.
+// module (and, for a cubin, the architecture) where there is one. Cubins
+// are compared by their decompressed content.
 func compareDirs(have, want string) ([]string, error) {
 	var diffs []string
 
@@ -39,6 +40,35 @@ func compareDirs(have, want string) ([]string, error) {
 			diffs = append(diffs, fmt.Sprintf("module %s: %s.ptx is extra (no %s/%s.cu)", name, name, kernelsDir, name))
 		case !bytes.Equal(h, w):
 			diffs = append(diffs, fmt.Sprintf("module %s: %s.ptx differs", name, name))
+		}
+	}
+
+	haveSASS, err := sassDigests(have)
+	if err != nil {
+		return nil, err
+	}
+	wantSASS, err := sassDigests(want)
+	if err != nil {
+		return nil, err
+	}
+	for _, file := range union(haveSASS, wantSASS) {
+		h, hok := haveSASS[file]
+		w, wok := wantSASS[file]
+		where := file
+		if mod, arch, ok := splitSASSFile(file); ok {
+			where = fmt.Sprintf("module %s, %s: %s", mod, arch, file)
+		}
+		switch {
+		case wok && w.err != nil:
+			return nil, fmt.Errorf("%s: %w", filepath.Join(want, file), w.err)
+		case !hok:
+			diffs = append(diffs, where+" is missing")
+		case !wok:
+			diffs = append(diffs, where+" is extra (ptxgen does not build it)")
+		case h.err != nil:
+			diffs = append(diffs, fmt.Sprintf("%s is unreadable: %v", where, h.err))
+		case h.sum != w.sum:
+			diffs = append(diffs, where+" differs")
 		}
 	}
 
@@ -81,6 +111,32 @@ func ptxNames(dir string) (map[string][]byte, error) {
 	return mods, nil
 }
 
+// sassDigest is the content of one .cubin.gz: the hex SHA-256 of the
+// decompressed cubin, or why it could not be decompressed.
+type sassDigest struct {
+	sum string
+	err error
+}
+
+// sassDigests decompresses every *.cubin.gz in dir, keyed by file name.
+func sassDigests(dir string) (map[string]sassDigest, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.cubin.gz"))
+	if err != nil {
+		return nil, err
+	}
+	digests := make(map[string]sassDigest, len(paths))
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var d sassDigest
+		d.sum, _, d.err = cubinDigest(data)
+		digests[filepath.Base(p)] = d
+	}
+	return digests, nil
+}
+
 func compareManifests(havePath, wantPath string) ([]string, error) {
 	wantData, err := os.ReadFile(wantPath)
 	if err != nil {
@@ -103,11 +159,11 @@ func compareManifests(havePath, wantPath string) ([]string, error) {
 	if err != nil {
 		return []string{fmt.Sprintf("%s is unreadable: %v", ptxfile.ManifestFile, err)}, nil
 	}
-	// Which nvcc built the PTX is not itself content: when this nvcc
-	// reproduces every file byte for byte, the output is current. The caller
-	// warns about the version separately.
-	if have.NVCC != want.NVCC {
-		want.NVCC = have.NVCC
+	// Which nvcc and ptxas built the output is not itself content: when
+	// these reproduce every file byte for byte (and every cubin hash), the
+	// output is current. The caller warns about the versions separately.
+	if have.NVCC != want.NVCC || have.PTXAS != want.PTXAS {
+		want.NVCC, want.PTXAS = have.NVCC, have.PTXAS
 		if wantData, err = want.Marshal(); err != nil {
 			return nil, err
 		}
@@ -119,6 +175,9 @@ func compareManifests(havePath, wantPath string) ([]string, error) {
 	var diffs []string
 	if !slices.Equal(have.Flags, want.Flags) {
 		diffs = append(diffs, fmt.Sprintf("%s: flags are %q, ptxgen uses %q", ptxfile.ManifestFile, have.Flags, want.Flags))
+	}
+	if !slices.Equal(have.PTXASFlags, want.PTXASFlags) {
+		diffs = append(diffs, fmt.Sprintf("%s: ptxas flags are %q, ptxgen uses %q", ptxfile.ManifestFile, have.PTXASFlags, want.PTXASFlags))
 	}
 	haveMods := map[string]ptxfile.ModuleInfo{}
 	for _, m := range have.Modules {
@@ -173,10 +232,31 @@ func explain(have, want ptxfile.ModuleInfo) string {
 	if have.PTXSHA256 != want.PTXSHA256 {
 		why = append(why, "PTX hash changed")
 	}
+	haveSASS, wantSASS := sassByArch(have.SASS), sassByArch(want.SASS)
+	for _, arch := range union(haveSASS, wantSASS) {
+		h, hok := haveSASS[arch]
+		w, wok := wantSASS[arch]
+		switch {
+		case !hok:
+			why = append(why, arch+" SASS is new")
+		case !wok:
+			why = append(why, arch+" SASS is no longer built")
+		case h != w:
+			why = append(why, arch+" SASS changed")
+		}
+	}
 	if len(why) == 0 {
 		return ""
 	}
 	return " (" + strings.Join(why, "; ") + ")"
+}
+
+func sassByArch(images []ptxfile.SASSImage) map[string]ptxfile.SASSImage {
+	m := make(map[string]ptxfile.SASSImage, len(images))
+	for _, img := range images {
+		m[img.Arch] = img
+	}
+	return m
 }
 
 func union[V any](a, b map[string]V) []string {

@@ -22,21 +22,27 @@ import (
 const namesFile = "names.go"
 
 type generator struct {
-	root    string // repository root; nvcc runs here
-	nvcc    string
-	version string // "release X.Y, VX.Y.Z"
+	root         string // repository root; nvcc runs here
+	nvcc         string
+	version      string // nvcc's "release X.Y, VX.Y.Z"
+	ptxas        string
+	ptxasVersion string // ptxas's "release X.Y, VX.Y.Z"
 }
 
-// module is one compiled .cu.
+// module is one compiled .cu and the SASS assembled from its PTX.
 type module struct {
-	info ptxfile.ModuleInfo
+	info ptxfile.ModuleInfo // SASS included
 	ptx  []byte
+	sass [][]byte // gzip-compressed cubins, in the order of info.SASS
 }
 
-// generate compiles every kernels_src/*.cu and writes <name>.ptx,
-// manifest.json and names.go into outDir, removing *.ptx files there that no
-// longer have a source. Modules compile in parallel, at most GOMAXPROCS at a
-// time; every failing module is reported.
+// generate compiles every kernels_src/*.cu and writes <name>.ptx, the
+// <name>.sm_XX.cubin.gz that ptxas assembles from that PTX for each of the
+// module's sassTargets, manifest.json and names.go into outDir, removing
+// *.ptx and *.cubin.gz files there that it no longer produces. nvcc and
+// ptxas run in parallel, at most GOMAXPROCS at a time, each module's ptxas
+// jobs as soon as its PTX is ready; every failing module and architecture is
+// reported. Nothing is written unless everything succeeded.
 func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifest, error) {
 	srcs, err := filepath.Glob(filepath.Join(g.root, kernelsDir, "*.cu"))
 	if err != nil {
@@ -61,14 +67,9 @@ func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifes
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
 			name := strings.TrimSuffix(filepath.Base(src), ".cu")
 			rel := filepath.ToSlash(filepath.Join(kernelsDir, filepath.Base(src)))
-			modules[i], errs[i] = g.build(ctx, work, name, rel)
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("module %s: %w", name, errs[i])
-			}
+			modules[i], errs[i] = g.buildAll(ctx, sem, work, name, rel)
 		}()
 	}
 	wg.Wait()
@@ -76,7 +77,10 @@ func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifes
 		return ptxfile.Manifest{}, err
 	}
 
-	m := ptxfile.Manifest{NVCC: g.version, Flags: slices.Clone(nvccFlags)}
+	m := ptxfile.Manifest{NVCC: g.version, Flags: slices.Clone(nvccFlags), PTXASFlags: slices.Clone(ptxasFlags)}
+	if g.ptxasVersion != g.version {
+		m.PTXAS = g.ptxasVersion
+	}
 	for _, mod := range modules {
 		m.Modules = append(m.Modules, mod.info)
 	}
@@ -93,10 +97,18 @@ func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifes
 		return ptxfile.Manifest{}, err
 	}
 	keep := map[string]bool{}
+	write := func(file string, data []byte) error {
+		keep[file] = true
+		return os.WriteFile(filepath.Join(outDir, file), data, 0o644)
+	}
 	for _, mod := range modules {
-		keep[mod.info.Name+".ptx"] = true
-		if err := os.WriteFile(filepath.Join(outDir, mod.info.Name+".ptx"), mod.ptx, 0o644); err != nil {
+		if err := write(mod.info.Name+".ptx", mod.ptx); err != nil {
 			return ptxfile.Manifest{}, err
+		}
+		for i, img := range mod.info.SASS {
+			if err := write(ptxfile.SASSFile(mod.info.Name, img.Arch), mod.sass[i]); err != nil {
+				return ptxfile.Manifest{}, err
+			}
 		}
 	}
 	if err := os.WriteFile(filepath.Join(outDir, ptxfile.ManifestFile), manifest, 0o644); err != nil {
@@ -105,21 +117,93 @@ func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifes
 	if err := os.WriteFile(filepath.Join(outDir, namesFile), names, 0o644); err != nil {
 		return ptxfile.Manifest{}, err
 	}
-	stale, err := filepath.Glob(filepath.Join(outDir, "*.ptx"))
-	if err != nil {
-		return ptxfile.Manifest{}, err
-	}
-	for _, p := range stale {
-		if !keep[filepath.Base(p)] {
-			if err := os.Remove(p); err != nil {
-				return ptxfile.Manifest{}, err
+	for _, pattern := range []string{"*.ptx", "*.cubin.gz"} {
+		stale, err := filepath.Glob(filepath.Join(outDir, pattern))
+		if err != nil {
+			return ptxfile.Manifest{}, err
+		}
+		for _, p := range stale {
+			if !keep[filepath.Base(p)] {
+				if err := os.Remove(p); err != nil {
+					return ptxfile.Manifest{}, err
+				}
 			}
 		}
 	}
 	return m, nil
 }
 
-// build compiles one module into work and collects its manifest record.
+// buildAll compiles one module (holding a slot of sem while nvcc runs), then
+// assembles its PTX for each of its sassTargets in parallel (each ptxas job
+// holding a slot of its own). Errors name the module, and the architecture
+// where ptxas failed.
+func (g generator) buildAll(ctx context.Context, sem chan struct{}, work, name, src string) (module, error) {
+	sem <- struct{}{}
+	mod, err := g.build(ctx, work, name, src)
+	<-sem
+	if err != nil {
+		return module{}, fmt.Errorf("module %s: %w", name, err)
+	}
+	archs, err := sassTargets(mod.info)
+	if err != nil {
+		return module{}, err // names the module
+	}
+	mod.info.SASS = make([]ptxfile.SASSImage, len(archs))
+	mod.sass = make([][]byte, len(archs))
+	errs := make([]error, len(archs))
+	var wg sync.WaitGroup
+	for i, arch := range archs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			mod.info.SASS[i], mod.sass[i], errs[i] = g.assemble(ctx, work, name, arch)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("module %s, %s: %w", name, arch, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return module{}, err
+	}
+	return mod, nil
+}
+
+// assemble runs ptxas on the module's PTX in work (<name>.ptx, written by
+// build) for arch, and returns the cubin's manifest record and the cubin
+// compressed.
+func (g generator) assemble(ctx context.Context, work, name, arch string) (ptxfile.SASSImage, []byte, error) {
+	out := name + "." + arch + ".cubin"
+	if err := assemble(ctx, g.ptxas, work, arch, name+".ptx", out); err != nil {
+		return ptxfile.SASSImage{}, nil, err
+	}
+	cubin, err := os.ReadFile(filepath.Join(work, out))
+	if err != nil {
+		return ptxfile.SASSImage{}, nil, err
+	}
+	if !bytes.HasPrefix(cubin, []byte("\x7fELF")) {
+		return ptxfile.SASSImage{}, nil, fmt.Errorf("ptxas wrote %s, which is not an ELF file", out)
+	}
+	// ptxas 11.8's cubins are reproducible as they come (the same bytes
+	// from two builds and from two source paths), so nothing is
+	// normalized; as for the PTX, a path inside one fails generation
+	// rather than making the output differ from machine to machine.
+	for _, p := range []string{g.root, work} {
+		if bytes.Contains(cubin, []byte(p)) {
+			return ptxfile.SASSImage{}, nil, fmt.Errorf("the cubin contains the path %q, so it is not reproducible; teach ptxgen to normalize it", p)
+		}
+	}
+	gz, err := compressCubin(cubin)
+	if err != nil {
+		return ptxfile.SASSImage{}, nil, err
+	}
+	return ptxfile.SASSImage{Arch: arch, SHA256: sha256Hex(cubin), Size: int64(len(cubin))}, gz, nil
+}
+
+// build compiles one module into work (as <name>.ptx) and collects its
+// manifest record, all but the SASS.
 func (g generator) build(ctx context.Context, work, name, src string) (module, error) {
 	out := filepath.Join(work, name+".ptx")
 	arch := moduleArch(name)

@@ -1,7 +1,10 @@
 // Command ptxgen regenerates ptx/ from kernels_src/: it compiles every
-// kernels_src/*.cu with nvcc into ptx/<name>.ptx and writes ptx/manifest.json
-// (source hashes, nvcc version, flags, PTX hashes and entry points per module)
-// and ptx/names.go (a constant per module and entry point).
+// kernels_src/*.cu with nvcc into ptx/<name>.ptx, assembles that PTX with the
+// ptxas beside nvcc into machine code (SASS) for each real architecture the
+// module can run on, stored gzip-compressed as ptx/<name>.sm_XX.cubin.gz, and
+// writes ptx/manifest.json (source hashes, nvcc and ptxas versions and flags,
+// PTX hashes, entry points and SASS hashes per module) and ptx/names.go (a
+// constant per module and entry point).
 //
 // Every module is compiled with -arch=compute_80, so it loads on every
 // supported GPU, except kernels_src/<name>_sm90.cu, which is compiled with
@@ -9,15 +12,24 @@
 // features such as thread-block clusters; the manifest records that module's
 // "arch", and ptx.ModuleComputeCapability reports 90 for it.
 //
+// A compute_80 module gets SASS for sm_80, sm_86, sm_89 and sm_90, a
+// compute_90 module for sm_90 only (ptxas -arch=sm_XX -O3). The SASS is built
+// from the generated PTX, not from the .cu, so it is exactly what that PTX
+// assembles to, and loading it skips the driver's JIT (seconds per module on
+// a machine whose JIT cache is cold); ptx.SASS picks the image for a device.
+//
 // Usage, from anywhere inside the repository:
 //
 //	go run ./cmd/ptxgen [-nvcc PATH] [-o DIR] [-check]
 //
 // -check regenerates into a temporary folder and compares it with ptx/ (or
-// DIR), naming every module that differs, is missing or is extra, and exits 1
-// if anything does. The embedded PTX is built with nvcc 11.8 (PTX ISA 7.8, which
-// every driver from 520 on can JIT); another nvcc version is a warning, and
-// under -check it is named as the likely cause of any difference.
+// DIR), naming every module (and, for SASS, architecture) that differs, is
+// missing or is extra, and exits 1 if anything does. Cubins are compared
+// decompressed, so a Go release whose compress/gzip writes other bytes does
+// not make ptx/ stale. The embedded PTX is built with nvcc 11.8 (PTX ISA 7.8,
+// which every driver from 520 on can JIT) and assembled with its ptxas;
+// another nvcc or ptxas version is a warning, and under -check it is named as
+// the likely cause of any difference.
 package main
 
 import (
@@ -84,7 +96,15 @@ func runErr(ctx context.Context, nvccPath, outDir string, check bool, stdout, st
 	if err != nil {
 		return err
 	}
-	version, err := nvccVersion(ctx, nvcc)
+	version, err := toolVersion(ctx, nvcc)
+	if err != nil {
+		return err
+	}
+	ptxas, err := findPTXAS(nvcc)
+	if err != nil {
+		return err
+	}
+	ptxasVersion, err := toolVersion(ctx, ptxas)
 	if err != nil {
 		return err
 	}
@@ -93,19 +113,29 @@ func runErr(ctx context.Context, nvccPath, outDir string, check bool, stdout, st
 		fmt.Fprintf(stderr, "ptxgen: warning: %s is nvcc %s; ptx/ is meant to be built with nvcc 11.8 (%s), whose PTX every driver from 520 on can load\n",
 			nvcc, version, wantNVCC)
 	}
+	ptxasOK := isWantedVersion(ptxasVersion)
+	if !ptxasOK {
+		fmt.Fprintf(stderr, "ptxgen: warning: %s is ptxas %s; the SASS in ptx/ is meant to be assembled by ptxas 11.8 (%s)\n",
+			ptxas, ptxasVersion, wantNVCC)
+	}
 
-	g := generator{root: root, nvcc: nvcc, version: version}
+	g := generator{root: root, nvcc: nvcc, version: version, ptxas: ptxas, ptxasVersion: ptxasVersion}
 	if !check {
 		m, err := g.generate(ctx, outDir)
 		if err != nil {
 			return err
 		}
-		entries := 0
+		entries, images := 0, 0
 		for _, mod := range m.Modules {
 			entries += len(mod.Entries)
+			images += len(mod.SASS)
 		}
-		fmt.Fprintf(stdout, "ptxgen: wrote %s: %d modules, %d entry points (nvcc %s)\n",
-			relOrAbs(root, outDir), len(m.Modules), entries, version)
+		tools := "nvcc and ptxas " + version
+		if ptxasVersion != version {
+			tools = "nvcc " + version + ", ptxas " + ptxasVersion
+		}
+		fmt.Fprintf(stdout, "ptxgen: wrote %s: %d modules, %d entry points, %d SASS images (%s)\n",
+			relOrAbs(root, outDir), len(m.Modules), entries, images, tools)
 		return nil
 	}
 
@@ -132,6 +162,10 @@ func runErr(ctx context.Context, nvccPath, outDir string, check bool, stdout, st
 	}
 	if !versionOK {
 		fmt.Fprintf(stderr, "ptxgen: this nvcc is %s, not %s: a different nvcc emits different PTX, which is the likely cause\n", version, wantNVCC)
+		return errors.New("check failed")
+	}
+	if !ptxasOK {
+		fmt.Fprintf(stderr, "ptxgen: this ptxas is %s, not %s: a different ptxas emits different SASS, which is the likely cause\n", ptxasVersion, wantNVCC)
 		return errors.New("check failed")
 	}
 	return errors.New("check failed: run `go run ./cmd/ptxgen` and commit the result")

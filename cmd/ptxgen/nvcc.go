@@ -90,15 +90,16 @@ func findNVCC(flagPath string) (string, error) {
 
 var versionRE = regexp.MustCompile(`release (\d+\.\d+), V(\d+\.\d+\.\d+)`)
 
-// nvccVersion returns the "release X.Y, VX.Y.Z" part of `nvcc --version`.
-func nvccVersion(ctx context.Context, nvcc string) (string, error) {
-	out, err := exec.CommandContext(ctx, nvcc, "--version").CombinedOutput()
+// toolVersion returns the "release X.Y, VX.Y.Z" part of `tool --version`,
+// which nvcc and ptxas both print.
+func toolVersion(ctx context.Context, tool string) (string, error) {
+	out, err := exec.CommandContext(ctx, tool, "--version").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("%s --version: %w\n%s", nvcc, err, out)
+		return "", fmt.Errorf("%s --version: %w\n%s", tool, err, out)
 	}
 	v := versionRE.Find(out)
 	if v == nil {
-		return "", fmt.Errorf("%s --version: no \"release X.Y, VX.Y.Z\" in its output:\n%s", nvcc, out)
+		return "", fmt.Errorf("%s --version: no \"release X.Y, VX.Y.Z\" in its output:\n%s", tool, out)
 	}
 	return string(v), nil
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
+	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -167,5 +171,166 @@ func TestCompareDirs(t *testing.T) {
 		"module b: missing from manifest.json",
 		"module c: extra in manifest.json",
 		"names.go differs",
+	}, diffs)
+}
+
+func TestSASSTargets(t *testing.T) {
+	tests := []struct {
+		arch string
+		want []string
+	}{
+		{"", []string{"sm_80", "sm_86", "sm_89", "sm_90"}},
+		{"compute_80", []string{"sm_80", "sm_86", "sm_89", "sm_90"}},
+		{"compute_90", []string{"sm_90"}},
+		{"compute_100", nil},
+	}
+	for _, tt := range tests {
+		got, err := sassTargets(ptxfile.ModuleInfo{Name: "m", Arch: tt.arch})
+		require.NoError(t, err, tt.arch)
+		assert.Equal(t, tt.want, got, tt.arch)
+	}
+	_, err := sassTargets(ptxfile.ModuleInfo{Name: "m", Arch: "sm_90"})
+	assert.ErrorContains(t, err, `module m: arch "sm_90"`)
+}
+
+func TestCompressCubin(t *testing.T) {
+	cubin := bytes.Repeat([]byte("\x7fELF cubin "), 1000)
+	a, err := compressCubin(cubin)
+	require.NoError(t, err)
+	b, err := compressCubin(cubin)
+	require.NoError(t, err)
+	assert.Equal(t, a, b, "compressCubin must be reproducible")
+	assert.Less(t, len(a), len(cubin))
+
+	zr, err := gzip.NewReader(bytes.NewReader(a))
+	require.NoError(t, err)
+	assert.Empty(t, zr.Name)
+	assert.Empty(t, zr.Comment)
+	assert.True(t, zr.ModTime.IsZero(), "the header must carry no modification time")
+
+	sum, size, err := cubinDigest(a)
+	require.NoError(t, err)
+	assert.Equal(t, sha256Hex(cubin), sum)
+	assert.Equal(t, int64(len(cubin)), size)
+
+	_, _, err = cubinDigest([]byte("not gzip"))
+	assert.Error(t, err)
+	_, _, err = cubinDigest(a[:len(a)-6]) // truncated: the checksum is missing
+	assert.Error(t, err)
+}
+
+func TestSplitSASSFile(t *testing.T) {
+	tests := []struct{ file, module, arch string }{
+		{"decode_f16.sm_86.cubin.gz", "decode_f16", "sm_86"},
+		{"decode_f16_sm90.sm_90.cubin.gz", "decode_f16_sm90", "sm_90"},
+		{"x.cubin.gz", "", ""},
+		{".sm_90.cubin.gz", "", ""},
+		{"a..cubin.gz", "", ""},
+		{"a.sm_90.cubin", "", ""},
+	}
+	for _, tt := range tests {
+		module, arch, ok := splitSASSFile(tt.file)
+		assert.Equal(t, tt.module != "", ok, tt.file)
+		assert.Equal(t, tt.module, module, tt.file)
+		assert.Equal(t, tt.arch, arch, tt.file)
+	}
+	assert.Equal(t, "decode_f16.sm_86.cubin.gz", ptxfile.SASSFile("decode_f16", "sm_86"))
+}
+
+func TestFindPTXAS(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("uses executable shell scripts and symbolic links")
+	}
+	exe := func(t *testing.T, path string) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755))
+	}
+
+	// Beside nvcc, as Debian's /usr/bin/nvcc and /usr/bin/ptxas.
+	bin := t.TempDir()
+	exe(t, filepath.Join(bin, "nvcc"))
+	exe(t, filepath.Join(bin, "ptxas"))
+	got, err := findPTXAS(filepath.Join(bin, "nvcc"))
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(bin, "ptxas"), got)
+
+	// Beside the file nvcc links to.
+	cuda, links := t.TempDir(), t.TempDir()
+	exe(t, filepath.Join(cuda, "nvcc"))
+	exe(t, filepath.Join(cuda, "ptxas"))
+	require.NoError(t, os.Symlink(filepath.Join(cuda, "nvcc"), filepath.Join(links, "nvcc")))
+	got, err = findPTXAS(filepath.Join(links, "nvcc"))
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(cuda, "ptxas"), got)
+
+	// Nowhere: ptxas on PATH elsewhere does not count.
+	lone := t.TempDir()
+	exe(t, filepath.Join(lone, "nvcc"))
+	t.Setenv("PATH", bin)
+	_, err = findPTXAS(filepath.Join(lone, "nvcc"))
+	assert.ErrorContains(t, err, "no ptxas beside "+filepath.Join(lone, "nvcc"))
+}
+
+func TestCompareDirsSASS(t *testing.T) {
+	gz := func(t *testing.T, level int, cubin string) []byte {
+		t.Helper()
+		var b bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&b, level)
+		require.NoError(t, err)
+		_, err = zw.Write([]byte(cubin))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		return b.Bytes()
+	}
+	img := func(arch, cubin string) ptxfile.SASSImage {
+		return ptxfile.SASSImage{Arch: arch, SHA256: sha256Hex([]byte(cubin)), Size: int64(len(cubin))}
+	}
+	a := ptxfile.ModuleInfo{Name: "a", Source: "kernels_src/a.cu", Sources: map[string]string{"kernels_src/a.cu": "1"}, PTXSHA256: "x", Entries: []string{"ka"},
+		SASS: []ptxfile.SASSImage{img("sm_80", "A80"), img("sm_86", "A86"), img("sm_90", "A90")}}
+	dir := func(t *testing.T, ptxas string, mod ptxfile.ModuleInfo, cubins map[string][]byte) string {
+		t.Helper()
+		d := t.TempDir()
+		m, err := ptxfile.Manifest{NVCC: "release 11.8, V11.8.89", PTXAS: ptxas, Flags: nvccFlags, PTXASFlags: ptxasFlags,
+			Modules: []ptxfile.ModuleInfo{mod}}.Marshal()
+		require.NoError(t, err)
+		files := map[string][]byte{"a.ptx": []byte("A"), namesFile: []byte("N"), ptxfile.ManifestFile: m}
+		maps.Copy(files, cubins)
+		for name, body := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(d, name), body, 0o644))
+		}
+		return d
+	}
+	want := dir(t, "", a, map[string][]byte{
+		"a.sm_80.cubin.gz": gz(t, gzip.BestCompression, "A80"),
+		"a.sm_86.cubin.gz": gz(t, gzip.BestCompression, "A86"),
+		"a.sm_90.cubin.gz": gz(t, gzip.BestCompression, "A90"),
+	})
+
+	// Other gzip bytes of the same cubins, and another ptxas recorded: current.
+	same := dir(t, "release 11.8, V11.8.90", a, map[string][]byte{
+		"a.sm_80.cubin.gz": gz(t, gzip.NoCompression, "A80"),
+		"a.sm_86.cubin.gz": gz(t, gzip.BestSpeed, "A86"),
+		"a.sm_90.cubin.gz": gz(t, gzip.BestCompression, "A90"),
+	})
+	diffs, err := compareDirs(same, want)
+	require.NoError(t, err)
+	assert.Empty(t, diffs)
+
+	old := a
+	old.SASS = []ptxfile.SASSImage{img("sm_75", "A75"), img("sm_80", "A80"), img("sm_86", "old")}
+	have := dir(t, "", old, map[string][]byte{
+		"a.sm_75.cubin.gz": gz(t, gzip.BestCompression, "A75"),
+		"a.sm_80.cubin.gz": []byte("this is not gzip data"),
+		"a.sm_86.cubin.gz": gz(t, gzip.BestCompression, "old"),
+	})
+	diffs, err = compareDirs(have, want)
+	require.NoError(t, err)
+	require.Len(t, diffs, 5)
+	assert.Equal(t, []string{
+		"module a, sm_75: a.sm_75.cubin.gz is extra (ptxgen does not build it)",
+		"module a, sm_80: a.sm_80.cubin.gz is unreadable: gzip: invalid header",
+		"module a, sm_86: a.sm_86.cubin.gz differs",
+		"module a, sm_90: a.sm_90.cubin.gz is missing",
+		"module a: manifest.json record differs (sm_75 SASS is no longer built; sm_86 SASS changed; sm_90 SASS is new)",
 	}, diffs)
 }

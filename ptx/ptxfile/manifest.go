@@ -2,6 +2,7 @@ package ptxfile
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -17,15 +18,22 @@ const ManifestFile = "manifest.json"
 // ModuleInfo.Arch is empty: the PTX runs on compute capability 8.0 and newer.
 const DefaultArch = "compute_80"
 
-// Manifest records how every embedded PTX module was produced.
+// Manifest records how every embedded PTX module, and the machine code
+// (SASS) assembled from it, was produced.
 type Manifest struct {
 	// NVCC is the version part of `nvcc --version`, e.g. "release 11.8, V11.8.89".
 	NVCC string `json:"nvcc"`
+	// PTXAS is the version part of `ptxas --version` when it differs from
+	// NVCC; empty means ptxas is the same release as nvcc.
+	PTXAS string `json:"ptxas,omitempty"`
 	// Flags are the nvcc flags every module was compiled with, in order,
 	// except that a module with an Arch is compiled with -arch=<Arch> in
 	// place of -arch=DefaultArch.
-	Flags   []string     `json:"flags"`
-	Modules []ModuleInfo `json:"modules"`
+	Flags []string `json:"flags"`
+	// PTXASFlags are the ptxas flags every SASS image was assembled with
+	// from its module's PTX, in order, besides -arch=<SASSImage.Arch>.
+	PTXASFlags []string     `json:"ptxas_flags,omitempty"`
+	Modules    []ModuleInfo `json:"modules"`
 }
 
 // ModuleInfo describes one PTX module, <Name>.ptx, compiled from Source.
@@ -41,6 +49,34 @@ type ModuleInfo struct {
 	Sources   map[string]string `json:"sources"`
 	PTXSHA256 string            `json:"ptx_sha256"` // hex SHA-256 of <Name>.ptx
 	Entries   []string          `json:"entries"`    // .entry names in the PTX, sorted
+	// SASS lists the machine code assembled from <Name>.ptx, one image per
+	// real architecture, sorted by architecture; each is embedded
+	// gzip-compressed as SASSFile(Name, Arch).
+	SASS []SASSImage `json:"sass,omitempty"`
+}
+
+// SASSImage describes one cubin: a module's PTX assembled by ptxas for one
+// real architecture.
+type SASSImage struct {
+	Arch   string `json:"arch"`   // ptxas -arch, e.g. "sm_86"
+	SHA256 string `json:"sha256"` // hex SHA-256 of the uncompressed cubin
+	Size   int64  `json:"size"`   // bytes of the uncompressed cubin
+}
+
+// SASSFile returns the file name inside ptx/ of module's gzip-compressed
+// cubin for arch ("sm_86"): "<module>.sm_86.cubin.gz".
+func SASSFile(module, arch string) string { return module + "." + arch + ".cubin.gz" }
+
+// SASSArch returns the compute capability a real architecture ("sm_86")
+// names, as major*10+minor (86). An arch not of the form sm_<major><minor>
+// is an error.
+func SASSArch(arch string) (int, error) {
+	digits, ok := strings.CutPrefix(arch, "sm_")
+	cc, err := strconv.Atoi(digits)
+	if !ok || err != nil || len(digits) < 2 || digits[0] == '0' || strings.Trim(digits, "0123456789") != "" {
+		return 0, fmt.Errorf("ptxfile: arch %q is not sm_<major><minor>, e.g. sm_90", arch)
+	}
+	return cc, nil
 }
 
 // Module returns the module with the given name.
@@ -71,13 +107,20 @@ func (m ModuleInfo) ComputeCapability() (int, error) {
 }
 
 // Marshal encodes m deterministically: modules sorted by name, entries
-// sorted, map keys sorted (encoding/json sorts them), two-space indentation
-// and a trailing newline. m itself is not modified.
+// sorted, SASS images sorted by architecture (sm_86 before sm_100), map keys
+// sorted (encoding/json sorts them), two-space indentation and a trailing
+// newline. m itself is not modified.
 func (m Manifest) Marshal() ([]byte, error) {
-	out := Manifest{NVCC: m.NVCC, Flags: slices.Clone(m.Flags)}
+	out := Manifest{NVCC: m.NVCC, PTXAS: m.PTXAS, Flags: slices.Clone(m.Flags), PTXASFlags: slices.Clone(m.PTXASFlags)}
 	for _, mod := range m.Modules {
 		mod.Sources = maps.Clone(mod.Sources)
 		mod.Entries = slices.Sorted(slices.Values(mod.Entries))
+		mod.SASS = slices.Clone(mod.SASS)
+		slices.SortFunc(mod.SASS, func(a, b SASSImage) int {
+			ca, _ := SASSArch(a.Arch) // 0, sorting first, for a malformed arch
+			cb, _ := SASSArch(b.Arch)
+			return cmp.Or(cmp.Compare(ca, cb), strings.Compare(a.Arch, b.Arch))
+		})
 		out.Modules = append(out.Modules, mod)
 	}
 	slices.SortFunc(out.Modules, func(a, b ModuleInfo) int {

@@ -9,20 +9,28 @@ import (
 
 func TestManifestRoundTrip(t *testing.T) {
 	m := Manifest{
-		NVCC:  "release 11.8, V11.8.89",
-		Flags: []string{"-ptx", "-arch=compute_80"},
+		NVCC:       "release 11.8, V11.8.89",
+		PTXAS:      "release 11.8, V11.8.90",
+		Flags:      []string{"-ptx", "-arch=compute_80"},
+		PTXASFlags: []string{"-O3"},
 		Modules: []ModuleInfo{
-			{Name: "z", Source: "kernels_src/z.cu", Arch: "compute_90", Sources: map[string]string{"kernels_src/z.cu": "bb", "kernels_src/a.cuh": "aa"}, PTXSHA256: "cc", Entries: []string{"z_b", "z_a"}},
-			{Name: "a", Source: "kernels_src/a.cu", Sources: map[string]string{"kernels_src/a.cu": "dd"}, PTXSHA256: "ee", Entries: []string{"a_x"}},
+			{Name: "z", Source: "kernels_src/z.cu", Arch: "compute_90", Sources: map[string]string{"kernels_src/z.cu": "bb", "kernels_src/a.cuh": "aa"}, PTXSHA256: "cc", Entries: []string{"z_b", "z_a"},
+				SASS: []SASSImage{{Arch: "sm_90", SHA256: "ff", Size: 3}}},
+			{Name: "a", Source: "kernels_src/a.cu", Sources: map[string]string{"kernels_src/a.cu": "dd"}, PTXSHA256: "ee", Entries: []string{"a_x"},
+				SASS: []SASSImage{{Arch: "sm_100", SHA256: "a3", Size: 4}, {Arch: "sm_86", SHA256: "a2", Size: 2}, {Arch: "sm_80", SHA256: "a1", Size: 1}}},
 		},
 	}
 	data, err := m.Marshal()
 	require.NoError(t, err)
 	assert.Equal(t, `{
   "nvcc": "release 11.8, V11.8.89",
+  "ptxas": "release 11.8, V11.8.90",
   "flags": [
     "-ptx",
     "-arch=compute_80"
+  ],
+  "ptxas_flags": [
+    "-O3"
   ],
   "modules": [
     {
@@ -34,6 +42,23 @@ func TestManifestRoundTrip(t *testing.T) {
       "ptx_sha256": "ee",
       "entries": [
         "a_x"
+      ],
+      "sass": [
+        {
+          "arch": "sm_80",
+          "sha256": "a1",
+          "size": 1
+        },
+        {
+          "arch": "sm_86",
+          "sha256": "a2",
+          "size": 2
+        },
+        {
+          "arch": "sm_100",
+          "sha256": "a3",
+          "size": 4
+        }
       ]
     },
     {
@@ -48,6 +73,13 @@ func TestManifestRoundTrip(t *testing.T) {
       "entries": [
         "z_a",
         "z_b"
+      ],
+      "sass": [
+        {
+          "arch": "sm_90",
+          "sha256": "ff",
+          "size": 3
+        }
       ]
     }
   ]
@@ -55,6 +87,7 @@ func TestManifestRoundTrip(t *testing.T) {
 `, string(data))
 	assert.Equal(t, "z", m.Modules[0].Name, "Marshal must not reorder its receiver")
 	assert.Equal(t, []string{"z_b", "z_a"}, m.Modules[0].Entries)
+	assert.Equal(t, "sm_100", m.Modules[1].SASS[0].Arch, "Marshal must not reorder its receiver's SASS")
 
 	back, err := ParseManifest(data)
 	require.NoError(t, err)
@@ -105,4 +138,26 @@ func TestModuleComputeCapability(t *testing.T) {
 			assert.Equal(t, tt.want, cc)
 		})
 	}
+}
+
+func TestSASSArch(t *testing.T) {
+	tests := []struct {
+		arch string
+		want int
+	}{
+		{"sm_80", 80}, {"sm_86", 86}, {"sm_90", 90}, {"sm_100", 100},
+		{"compute_90", 0}, {"sm_90a", 0}, {"sm_9", 0}, {"sm_09", 0}, {"sm_+90", 0}, {"", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.arch, func(t *testing.T) {
+			cc, err := SASSArch(tt.arch)
+			if tt.want == 0 {
+				assert.ErrorContains(t, err, "is not sm_<major><minor>")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, cc)
+		})
+	}
+	assert.Equal(t, "decode_f16.sm_86.cubin.gz", SASSFile("decode_f16", "sm_86"))
 }

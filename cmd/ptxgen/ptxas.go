@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/pagedkv/pagedkv/ptx/ptxfile"
+)
+
+// ptxasFlags are the flags every SASS image is assembled with, besides
+// -arch=sm_XX, recorded in the manifest: the same optimization level nvcc
+// uses.
+var ptxasFlags = []string{"-O3"}
+
+// sassArchs are the real architectures ptxgen assembles SASS for, as
+// compute capabilities (major*10+minor): Ampere (8.0, 8.6), Ada (8.9) and
+// Hopper (9.0). A cubin runs only on its own major version, at its minor
+// version or above, so these cover every supported GPU up to Hopper; others
+// (Blackwell) JIT the PTX.
+var sassArchs = []int{80, 86, 89, 90}
+
+// sassTargets returns the ptxas architectures ("sm_80", …) mod's PTX is
+// assembled for: every one of sassArchs at or above the compute capability
+// its PTX needs. A compute_80 module gets sm_80, sm_86, sm_89 and sm_90; a
+// compute_90 (*_sm90) module gets sm_90 only.
+func sassTargets(mod ptxfile.ModuleInfo) ([]string, error) {
+	cc, err := mod.ComputeCapability()
+	if err != nil {
+		return nil, err
+	}
+	var archs []string
+	for _, a := range sassArchs {
+		if a >= cc {
+			archs = append(archs, fmt.Sprintf("sm_%d", a))
+		}
+	}
+	return archs, nil
+}
+
+// findPTXAS returns the ptxas that ships with nvcc, as an absolute path:
+// the one beside nvcc, else the one beside the file nvcc links to (a CUDA
+// install linked into /usr/local/bin). Debian's nvidia-cuda-toolkit has both
+// in /usr/bin. The SASS must come from the same release as the PTX, so no
+// other ptxas is looked for.
+func findPTXAS(nvcc string) (string, error) {
+	dirs := []string{filepath.Dir(nvcc)}
+	if target, err := filepath.EvalSymlinks(nvcc); err == nil && filepath.Dir(target) != dirs[0] {
+		dirs = append(dirs, filepath.Dir(target))
+	}
+	for _, d := range dirs {
+		if p, err := exec.LookPath(filepath.Join(d, "ptxas")); err == nil {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("no ptxas beside %s (looked in %s): the SASS is assembled with the ptxas of the nvcc that built the PTX; "+
+		"a CUDA toolkit (Debian's nvidia-cuda-toolkit included) installs both in one folder", nvcc, strings.Join(dirs, ", "))
+}
+
+// assemble runs ptxas in dir on the PTX file in (relative to dir) for arch
+// ("sm_86"), writing the cubin to out (relative to dir).
+func assemble(ctx context.Context, ptxas, dir, arch, in, out string) error {
+	args := append([]string{"-arch=" + arch}, ptxasFlags...)
+	args = append(args, in, "-o", out)
+	cmd := exec.CommandContext(ctx, ptxas, args...)
+	cmd.Dir = dir
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ptxas %s: %w\n%s", strings.Join(args, " "), err, bytes.TrimSpace(output))
+	}
+	return nil
+}
+
+// compressCubin gzips a cubin reproducibly: best compression and a header
+// without name, comment or modification time, so one Go release always
+// turns the same cubin into the same bytes. Another release's compress/flate
+// may not, which is why -check compares cubins decompressed.
+func compressCubin(cubin []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(cubin); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// cubinDigest decompresses a .cubin.gz and returns the cubin's hex SHA-256
+// and size, the values its manifest record holds.
+func cubinDigest(gz []byte) (string, int64, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return "", 0, err
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, zr)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := zr.Close(); err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// splitSASSFile splits a file name made by ptxfile.SASSFile,
+// "<module>.<arch>.cubin.gz", into module and arch; ok is false for any
+// other name.
+func splitSASSFile(file string) (module, arch string, ok bool) {
+	stem, ok := strings.CutSuffix(file, ".cubin.gz")
+	if !ok {
+		return "", "", false
+	}
+	dot := strings.LastIndexByte(stem, '.')
+	if dot <= 0 || dot == len(stem)-1 {
+		return "", "", false
+	}
+	return stem[:dot], stem[dot+1:], true
+}
