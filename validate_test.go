@@ -895,3 +895,34 @@ func TestSequenceArgsValidate(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkValidate times the host checks of the attention ops, which every
+// call runs before planning (issue 15's host path): they must allocate
+// nothing.
+func BenchmarkValidate(b *testing.B) {
+	d, v := goodDecode(), goodVarlen()
+	b.Run("DecodeArgs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := d.Validate(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("VarlenArgs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := v.Validate(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestValidateAllocatesNothing holds the attention ops' checks to zero heap
+// allocations on valid arguments.
+func TestValidateAllocatesNothing(t *testing.T) {
+	d, v := goodDecode(), goodVarlen()
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = d.Validate() }), "DecodeArgs.Validate")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = v.Validate() }), "VarlenArgs.Validate")
+}
