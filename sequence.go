@@ -89,6 +89,9 @@ func (a *SequenceArgs) Validate() error {
 // whose argument struct is arg, to SequenceArgs' (qStride: that struct's
 // name for QTokenStride, "" when it is the same).
 func sequenceError(err error, arg, qStride string) error {
+	if err == nil {
+		return nil
+	}
 	var ae *argError
 	if !errors.As(err, &ae) {
 		return err
@@ -132,7 +135,9 @@ func (a *SequenceArgs) varlen(args driver.DevicePtr) VarlenArgs {
 		NumSeqs: 1, TotalQTokens: a.QLen, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: kv,
 		QTokenStride: a.QTokenStride, OutTokenStride: a.HeadDim, OutHeadStride: a.QLen * a.HeadDim, Causal: true,
-		HostCuSeqlensQ: []int32{0, int32(a.QLen)}, HostPosOffsets: []int32{int32(kv - a.QLen)},
+		// No host copies of the lengths: Validate checked them, and for one
+		// sequence the planner's tile count is exact without them (slices
+		// here would cost two allocations a call).
 		DType: a.DType, CacheDType: a.CacheDType, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
 	}
 }

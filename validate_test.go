@@ -922,7 +922,8 @@ func BenchmarkValidate(b *testing.B) {
 // TestValidateAllocatesNothing holds the attention ops' checks to zero heap
 // allocations on valid arguments.
 func TestValidateAllocatesNothing(t *testing.T) {
-	d, v := goodDecode(), goodVarlen()
+	d, v, q := goodDecode(), goodVarlen(), goodSequence()
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = d.Validate() }), "DecodeArgs.Validate")
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = v.Validate() }), "VarlenArgs.Validate")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = q.Validate() }), "SequenceArgs.Validate")
 }

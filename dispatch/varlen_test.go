@@ -109,3 +109,30 @@ func TestPlanVarlenErrors(t *testing.T) {
 	_, err = PlanVarlen(bad, varlenDev(), DefaultKnobs())
 	assert.ErrorContains(t, err, "VarlenShape.NumQHeads=36 is not allowed")
 }
+
+// TestPlanVarlenAllocatesNothing holds the varlen planner, which every
+// Varlen call runs, to zero heap allocations (with and without the host's
+// lengths).
+func TestPlanVarlenAllocatesNothing(t *testing.T) {
+	dev, k := varlenDev(), DefaultKnobs()
+	with, without := prefill(8, 16, 8192), prefill(8, 16, 8192)
+	without.HostCuSeqlensQ = nil
+	for _, s := range []VarlenShape{with, without} {
+		allocs := testing.AllocsPerRun(100, func() {
+			if _, err := PlanVarlen(s, dev, k); err != nil {
+				t.Fatal(err)
+			}
+		})
+		assert.Zero(t, allocs, "host lengths: %v", s.HostCuSeqlensQ != nil)
+	}
+}
+
+func BenchmarkPlanVarlen(b *testing.B) {
+	dev, k, s := varlenDev(), DefaultKnobs(), prefill(8, 2048, 2048)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := PlanVarlen(s, dev, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
