@@ -5,7 +5,11 @@
 # It writes logs under $OUT (default ./gpu-out) and prints a short summary last.
 # Steps: info, tests, verify, bench, then the GPU tests under compute-sanitizer
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
-# selects steps; BENCH_ARGS passes flags to pagedkv bench.
+# selects steps; BENCH_ARGS passes flags to pagedkv bench. Two more steps
+# measure the embedded SASS (PAGEDKV_LOAD_SASS, issue 15): coldstart (run it
+# first on a fresh machine: module loads with SASS, then the PTX JIT cold and
+# again with the driver's JIT cache warm) and sass (the GPU tests and the
+# bench with SASS loaded, to compare with the tests and bench steps).
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -35,6 +39,15 @@ for step in $STEPS; do
     done
     ;;
   verify) run verify 90 .gpu/pagedkv verify -n 25 ;;
+  coldstart)
+    PAGEDKV_LOAD_SASS=1 run info-sass 120 .gpu/pagedkv info
+    run info-ptx-cold 120 .gpu/pagedkv info
+    run info-ptx-warm 120 .gpu/pagedkv info
+    ;;
+  sass)
+    PAGEDKV_LOAD_SASS=1 run tests-sass 240 .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestVarlen|TestAppend|TestRope|TestQKV|TestMLA' -test.timeout 235s
+    PAGEDKV_LOAD_SASS=1 run bench-sass 280 .gpu/pagedkv bench -json "$OUT/bench-sass.json" ${BENCH_ARGS:-}
+    ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
     reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention|TestVarlenWorkspace'
@@ -46,6 +59,10 @@ for step in $STEPS; do
   esac
 done
 echo "==== info"; head -40 "$OUT/info.log" 2>/dev/null
+for f in info-sass info-ptx-cold info-ptx-warm; do
+  [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E ' ok |FAILED|did not load' "$OUT/$f.log" | sed -E 's/\[[^]]*\]//; s/  +/ /g'; }
+done
+[ -f "$OUT/tests-sass.log" ] && { echo "==== tests-sass"; grep -E '^(--- FAIL|FAIL|ok|PASS)' "$OUT/tests-sass.log" | head; }
 echo "==== tests"; grep -E '^(--- FAIL|FAIL|ok|PASS)|Error Trace|Error:|panic' "$OUT/tests.log" 2>/dev/null | head -40
 for t in memcheck racecheck; do
   [ -f "$OUT/$t.log" ] && { echo "==== $t"; grep -E 'ERROR SUMMARY|Error|FAIL|^ok|PASS|RACECHECK SUMMARY' "$OUT/$t.log" | head -12; }
