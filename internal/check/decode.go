@@ -99,30 +99,20 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 	for sq := range c.Seqs {
 		copy(p.Q[sq*rowElems:(sq+1)*rowElems], qAll[sq*qStride:])
 	}
-	cacheElems := c.NumBlocks * c.BlockSize * c.KVHeads * c.HeadDim
-	kRaw, k := RandomTensor(g, c.CacheDType, cacheElems, 1)
-	vRaw, v := RandomTensor(g, c.CacheDType, cacheElems, 1)
-	var kScale, vScale float32
-	if c.CacheDType == pagedkv.E4M3 {
-		kScale, vScale = 0.1+g.Float32(), 0.1+g.Float32()
-		for i := range k {
-			k[i] *= float64(kScale)
-			v[i] *= float64(vScale)
-		}
-	}
-	p.K, p.V = k, v
+	caches := randomCaches(g, c.CacheDType, c.NumBlocks*c.BlockSize*c.KVHeads*c.HeadDim)
+	p.K, p.V = caches.k, caches.v
 
 	a := &p.Args
 	*a = pagedkv.DecodeArgs{
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq,
 		MaxKVLen: maxLen(p.Lens), QSeqStride: qStride,
-		DType: c.DType, CacheDType: c.CacheDType, KScale: kScale, VScale: vScale,
+		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale,
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
-	set.To(&a.KeyCache)(Upload(p.Arena, s, kRaw, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, vRaw, 1))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, caches.kRaw, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, caches.vRaw, 1))
 	set.To(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
 	set.To(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
 	set.To(&a.Out)(p.Arena.Alloc(int64(c.Seqs * rowElems * c.DType.Size())))
@@ -179,49 +169,29 @@ func (p *DecodeProblem) Reference() ([]float64, []float64) {
 }
 
 // Poison fills the outputs with NaN on s.
-func (p *DecodeProblem) Poison(s *pagedkv.Stream) error {
-	if err := s.Fill32(p.Args.Out, NaNPattern(p.Shape.DType)); err != nil {
-		return err
-	}
-	return s.Fill32(p.Args.LSE, NaNPattern(0))
-}
+func (p *DecodeProblem) Poison(s *pagedkv.Stream) error { return p.outputs().poison(s) }
 
 // Run poisons the outputs, decodes on s and fetches the results.
 func (p *DecodeProblem) Run(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, []float32, error) {
-	return p.run(s, func() error { return r.Decode(s, &p.Args) })
+	return p.outputs().run(s, func() error { return r.Decode(s, &p.Args) }, p.rows(), p.Shape.HeadDim)
 }
 
 // RunWithPlan is Run following plan (Runtime.DecodeWithPlan).
 func (p *DecodeProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan dispatch.Plan) ([]float64, []float32, error) {
-	return p.run(s, func() error { return r.DecodeWithPlan(s, &p.Args, plan) })
-}
-
-func (p *DecodeProblem) run(s *pagedkv.Stream, decode func() error) ([]float64, []float32, error) {
-	if err := p.Poison(s); err != nil {
-		return nil, nil, err
-	}
-	if err := decode(); err != nil {
-		return nil, nil, err
-	}
-	return p.Fetch(s)
+	return p.outputs().run(s, func() error { return r.DecodeWithPlan(s, &p.Args, plan) }, p.rows(), p.Shape.HeadDim)
 }
 
 // Fetch downloads out and LSE after the work on s, and fails on a recorded fault.
 func (p *DecodeProblem) Fetch(s *pagedkv.Stream) ([]float64, []float32, error) {
-	c := p.Shape
-	raw := make([]byte, c.Seqs*c.QHeads*c.HeadDim*c.DType.Size())
-	lse := make([]float32, c.Seqs*c.QHeads)
-	if err := pagedkv.Download(s, raw, p.Args.Out); err != nil {
-		return nil, nil, err
-	}
-	if err := pagedkv.Download(s, lse, p.Args.LSE); err != nil {
-		return nil, nil, err
-	}
-	if err := s.Fault(); err != nil {
-		return nil, nil, err
-	}
-	return ref.DecodeSlice(ref.DType(c.DType), raw), lse, nil
+	return p.outputs().fetch(s, p.rows(), p.Shape.HeadDim)
 }
+
+func (p *DecodeProblem) outputs() attnOutputs {
+	return attnOutputs{out: p.Args.Out, lse: p.Args.LSE, dtype: p.Shape.DType}
+}
+
+// rows is the problem's output rows: one per sequence and query head.
+func (p *DecodeProblem) rows() int { return p.Shape.Seqs * p.Shape.QHeads }
 
 // Check compares a GPU result with the float64 reference: rows of kv_len 0
 // must be exactly zero with LSE -inf, the output within Tolerance by

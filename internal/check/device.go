@@ -230,3 +230,77 @@ func RandomRemap(g *rand.Rand, numSlots int) []int64 {
 	}
 	return remap
 }
+
+// attnOutputs are an attention problem's outputs on the device: Out of
+// dtype and, unless zero, LSE (f32), both one row per (query, head).
+type attnOutputs struct {
+	out, lse pagedkv.Buffer
+	dtype    pagedkv.DType
+}
+
+// poison fills the outputs with NaN on s.
+func (o attnOutputs) poison(s *pagedkv.Stream) error {
+	if err := s.Fill32(o.out, NaNPattern(o.dtype)); err != nil {
+		return err
+	}
+	return s.Fill32(o.lse, NaNPattern(0))
+}
+
+// run poisons the outputs, runs op on s and fetches rows rows.
+func (o attnOutputs) run(s *pagedkv.Stream, op func() error, rows, headDim int) ([]float64, []float32, error) {
+	if err := o.poison(s); err != nil {
+		return nil, nil, err
+	}
+	if err := op(); err != nil {
+		return nil, nil, err
+	}
+	return o.fetch(s, rows, headDim)
+}
+
+// fetch downloads the first rows rows of Out and LSE after the work on s,
+// and fails on a recorded fault. lse is nil when there is no LSE.
+func (o attnOutputs) fetch(s *pagedkv.Stream, rows, headDim int) ([]float64, []float32, error) {
+	raw := make([]byte, rows*headDim*o.dtype.Size())
+	var lse []float32
+	if rows > 0 {
+		if err := pagedkv.Download(s, raw, o.out); err != nil {
+			return nil, nil, err
+		}
+		if !o.lse.IsZero() {
+			lse = make([]float32, rows)
+			if err := pagedkv.Download(s, lse, o.lse); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if err := s.Fault(); err != nil {
+		return nil, nil, err
+	}
+	return ref.DecodeSlice(ref.DType(o.dtype), raw), lse, nil
+}
+
+// pagedCaches is a random K and V cache pair as an attention problem draws
+// it: the raw bytes to upload and the values the kernels see (scales
+// applied), with the per-tensor scales of an fp8 cache (0 otherwise).
+type pagedCaches struct {
+	kRaw, vRaw     []byte
+	k, v           []float64
+	kScale, vScale float32
+}
+
+// randomCaches draws elems normal values for each of K and V in cache
+// dtype d; for e4m3 also a scale per tensor in [0.1, 1.1), applied to the
+// values.
+func randomCaches(g *rand.Rand, d pagedkv.DType, elems int) pagedCaches {
+	var c pagedCaches
+	c.kRaw, c.k = RandomTensor(g, d, elems, 1)
+	c.vRaw, c.v = RandomTensor(g, d, elems, 1)
+	if d == pagedkv.E4M3 {
+		c.kScale, c.vScale = 0.1+g.Float32(), 0.1+g.Float32()
+		for i := range c.k {
+			c.k[i] *= float64(c.kScale)
+			c.v[i] *= float64(c.vScale)
+		}
+	}
+	return c
+}

@@ -123,30 +123,20 @@ func NewVarlenProblemWith(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c
 	for t := range total {
 		copy(p.Q[t*rowElems:(t+1)*rowElems], qAll[t*qStride:])
 	}
-	cacheElems := numBlocks * c.BlockSize * c.KVHeads * c.HeadDim
-	kRaw, k := RandomTensor(g, c.CacheDType, cacheElems, 1)
-	vRaw, v := RandomTensor(g, c.CacheDType, cacheElems, 1)
-	var kScale, vScale float32
-	if c.CacheDType == pagedkv.E4M3 {
-		kScale, vScale = 0.1+g.Float32(), 0.1+g.Float32()
-		for i := range k {
-			k[i] *= float64(kScale)
-			v[i] *= float64(vScale)
-		}
-	}
-	p.K, p.V = k, v
+	caches := randomCaches(g, c.CacheDType, numBlocks*c.BlockSize*c.KVHeads*c.HeadDim)
+	p.K, p.V = caches.k, caches.v
 
 	a := &p.Args
 	*a = pagedkv.VarlenArgs{
 		NumSeqs: c.Seqs, TotalQTokens: total, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: mbps, MaxKVLen: maxKV,
 		QTokenStride: qStride, Causal: c.Causal, HostCuSeqlensQ: cu, HostPosOffsets: pos,
-		DType: c.DType, CacheDType: c.CacheDType, KScale: kScale, VScale: vScale,
+		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale,
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
-	set.To(&a.KeyCache)(Upload(p.Arena, s, kRaw, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, vRaw, 1))
+	set.To(&a.KeyCache)(Upload(p.Arena, s, caches.kRaw, 1))
+	set.To(&a.ValueCache)(Upload(p.Arena, s, caches.vRaw, 1))
 	set.To(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
 	set.To(&a.CuSeqlensQ)(Upload(p.Arena, s, cu, 4))
 	set.To(&a.PosOffsets)(Upload(p.Arena, s, pos, 4))
@@ -190,12 +180,7 @@ func (p *VarlenProblem) Reference() ([]float64, []float64) {
 }
 
 // Poison fills the outputs with NaN on s.
-func (p *VarlenProblem) Poison(s *pagedkv.Stream) error {
-	if err := s.Fill32(p.Args.Out, NaNPattern(p.Shape.DType)); err != nil {
-		return err
-	}
-	return s.Fill32(p.Args.LSE, NaNPattern(0))
-}
+func (p *VarlenProblem) Poison(s *pagedkv.Stream) error { return p.outputs().poison(s) }
 
 // Run poisons the outputs, runs the varlen on s and fetches the results.
 func (p *VarlenProblem) Run(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, []float32, error) {
@@ -208,37 +193,22 @@ func (p *VarlenProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan 
 }
 
 func (p *VarlenProblem) run(s *pagedkv.Stream, op func() error) ([]float64, []float32, error) {
-	if err := p.Poison(s); err != nil {
-		return nil, nil, err
-	}
-	if err := op(); err != nil {
-		return nil, nil, err
-	}
-	return p.Fetch(s)
+	return p.outputs().run(s, op, p.rows(), p.Shape.HeadDim)
 }
 
-// Fetch downloads the current lengths' out and LSE after the work on s, and
-// fails on a recorded fault.
+// Fetch downloads the current lengths' out and LSE (nil when the problem
+// asks for none) after the work on s, and fails on a recorded fault.
 func (p *VarlenProblem) Fetch(s *pagedkv.Stream) ([]float64, []float32, error) {
-	c := p.Shape
-	total := int(p.CuSeqlensQ[c.Seqs])
-	raw := make([]byte, total*c.QHeads*c.HeadDim*c.DType.Size())
-	lse := make([]float32, total*c.QHeads)
-	if total > 0 {
-		if err := pagedkv.Download(s, raw, p.Args.Out); err != nil {
-			return nil, nil, err
-		}
-		if p.Args.LSE.IsZero() {
-			lse = nil // no LSE asked for
-		} else if err := pagedkv.Download(s, lse, p.Args.LSE); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := s.Fault(); err != nil {
-		return nil, nil, err
-	}
-	return ref.DecodeSlice(ref.DType(c.DType), raw), lse, nil
+	return p.outputs().fetch(s, p.rows(), p.Shape.HeadDim)
 }
+
+func (p *VarlenProblem) outputs() attnOutputs {
+	return attnOutputs{out: p.Args.Out, lse: p.Args.LSE, dtype: p.Shape.DType}
+}
+
+// rows is the output rows of the current lengths: one per query token and
+// head.
+func (p *VarlenProblem) rows() int { return int(p.CuSeqlensQ[p.Shape.Seqs]) * p.Shape.QHeads }
 
 // Check compares a GPU result with the float64 reference: the output within
 // Tolerance by relative L2 (and finite everywhere: a NaN left from the
