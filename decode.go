@@ -5,7 +5,6 @@ import (
 
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
-	"github.com/pagedkv/pagedkv/scratch"
 )
 
 // DecodeArgs describes one batched paged decode attention: one query token
@@ -174,18 +173,9 @@ type pagedDecodeParams struct {
 // params returns the kernel parameters of a valid a that do not depend on
 // the plan, with fault as the fault record.
 func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
-	scale := a.Scale
-	if scale == 0 {
-		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
-	}
-	kScale, vScale := float32(1), float32(1)
-	if a.CacheDType == E4M3 {
-		kScale, vScale = a.KScale, a.VScale
-	}
-	qs := int64(a.QSeqStride)
-	if qs == 0 {
-		qs = int64(a.NumQHeads) * int64(a.HeadDim)
-	}
+	pa := a.paged()
+	scale, kScale, vScale := pa.kernelScales()
+	qs := pa.qStride(a.QSeqStride)
 	return pagedDecodeParams{
 		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
 		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: fault,
@@ -352,41 +342,26 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 			return err
 		}
 	}
-	// The scratch: the caller's workspace, or the stream's leases (zero
-	// leases for a plan without scratch), held until the launches are
-	// enqueued.
-	var lease, counters scratch.Lease
+	// The scratch: the caller's workspace, or the stream's leases, held
+	// until the launches are enqueued.
+	sc, err := r.acquireScratch(s, a.Workspace, plan, capturing, decodeArg, "decode")
+	if err != nil {
+		return err
+	}
 	if plan.ScratchFloats > 0 {
-		var base driver.DevicePtr
-		if !a.Workspace.IsZero() {
-			if need := plan.WorkspaceBytes(); a.Workspace.Bytes < need {
-				return errf("%s.Workspace has %d bytes; this decode's plan (%d splits) needs %d (Plan.WorkspaceBytes)", decodeArg, a.Workspace.Bytes, plan.Splits, need)
-			}
-			p.Counters = driver.DevicePtr(a.Workspace.Ptr)
-			base = p.Counters + driver.DevicePtr(plan.WorkspaceFloatsOffset())
-		} else {
-			var err error
-			if lease, err = r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing); err != nil {
-				return err
-			}
-			if counters, err = r.counters.Acquire(uintptr(s.s), plan.Counters, capturing); err != nil {
-				lease.Release()
-				return err
-			}
-			base, p.Counters = driver.DevicePtr(lease.Ptr), driver.DevicePtr(counters.Ptr)
-		}
-		p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
-		p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
-		p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
+		p.Counters = sc.counters
+		p.PartialOut = sc.base + driver.DevicePtr(plan.PartialOutOffset*4)
+		p.PartialMax = sc.base + driver.DevicePtr(plan.MaxOffset*4)
+		p.PartialSum = sc.base + driver.DevicePtr(plan.SumOffset*4)
 		if plan.Balanced() {
-			p.Work = base + driver.DevicePtr(plan.WorkOffset*4)
+			p.Work = sc.base + driver.DevicePtr(plan.WorkOffset*4)
 			part = decodePartitionParams{
 				Work: p.Work, KVLens: a.KVLens.Ptr, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
 				MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), MinPages: int32(plan.BalanceMinPages),
 			}
 		}
 	}
-	err := r.do(func() error {
+	err = r.do(func() error {
 		switch {
 		case plan.Cluster > 0:
 			return driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster}, plan.SharedBytes, s.s, &p)
@@ -398,8 +373,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		}
 		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
 	})
-	counters.Release()
-	lease.Release()
+	sc.release()
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
 package pagedkv
 
 import (
+	"math"
 	"math/bits"
 
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
+	"github.com/pagedkv/pagedkv/scratch"
 )
 
 // Launching, shared by the op files: launchPlan enqueues a plan's single
@@ -43,3 +45,71 @@ func dim(d dispatch.Dim3) driver.Dim3 { return driver.Dim3{X: d.X, Y: d.Y, Z: d.
 // log2 returns the base-2 logarithm of v, a power of two (the BlockSizeLog2
 // parameter of the kernels).
 func log2(v int) int32 { return int32(bits.TrailingZeros(uint(v))) }
+
+// splitScratch is where a split-K launch keeps its scratch: the f32
+// partials at base (the plan's offsets count floats from there) and the
+// merge counters at counters.
+type splitScratch struct {
+	base, counters driver.DevicePtr
+	// lease and counterLease are the stream's pool leases (zero for a
+	// caller's workspace), held until the launches are enqueued.
+	lease, counterLease scratch.Lease
+}
+
+// release gives the leases back.
+func (sc *splitScratch) release() {
+	sc.counterLease.Release()
+	sc.lease.Release()
+}
+
+// acquireScratch places plan's split-K scratch: in ws, the caller's
+// workspace (at least plan.WorkspaceBytes; counters first, then the floats),
+// or in leases of stream s's pools. arg and op name the argument struct and
+// the op for the error of a workspace too small. A plan without scratch
+// gets none.
+func (r *Runtime) acquireScratch(s *Stream, ws Buffer, plan *dispatch.Plan, capturing bool, arg, op string) (splitScratch, error) {
+	var sc splitScratch
+	if plan.ScratchFloats == 0 {
+		return sc, nil
+	}
+	if !ws.IsZero() {
+		if need := plan.WorkspaceBytes(); ws.Bytes < need {
+			return sc, errf("%s.Workspace has %d bytes; this %s's plan (%d splits) needs %d (Plan.WorkspaceBytes)", arg, ws.Bytes, op, plan.Splits, need)
+		}
+		sc.counters = ws.Ptr
+		sc.base = ws.Ptr + driver.DevicePtr(plan.WorkspaceFloatsOffset())
+		return sc, nil
+	}
+	var err error
+	if sc.lease, err = r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing); err != nil {
+		return splitScratch{}, err
+	}
+	if sc.counterLease, err = r.counters.Acquire(uintptr(s.s), plan.Counters, capturing); err != nil {
+		sc.lease.Release()
+		return splitScratch{}, err
+	}
+	sc.base, sc.counters = driver.DevicePtr(sc.lease.Ptr), driver.DevicePtr(sc.counterLease.Ptr)
+	return sc, nil
+}
+
+// kernelScales returns the softmax scale (1/√HeadDim for 0) and the K and V
+// scales the attention kernels take (1 for a 16-bit cache).
+func (p *pagedAttention) kernelScales() (scale, k, v float32) {
+	scale, k, v = p.scale, 1, 1
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(p.headDim)))
+	}
+	if p.cacheDType == E4M3 {
+		k, v = p.kScale, p.vScale
+	}
+	return scale, k, v
+}
+
+// qStride returns the element stride between q rows for a stride argument
+// (0: contiguous rows of NumQHeads·HeadDim).
+func (p *pagedAttention) qStride(stride int) int64 {
+	if stride == 0 {
+		return int64(p.numQHeads) * int64(p.headDim)
+	}
+	return int64(stride)
+}

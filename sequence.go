@@ -55,6 +55,21 @@ const sequenceArg = "SequenceArgs"
 // Validate checks what SequenceAttention decides on and what the op it runs
 // will check again: the lengths, and the arguments of that op.
 func (a *SequenceArgs) Validate() error {
+	if err := a.checkLengths(); err != nil {
+		return err
+	}
+	// The op a runs checks the rest; its errors name a's fields.
+	if a.QLen == 1 {
+		d := a.decode()
+		return sequenceError(d.Validate(), "DecodeArgs", "QSeqStride")
+	}
+	v := a.varlen(validateArgsPtr)
+	return sequenceError(v.Validate(), "VarlenArgs", "")
+}
+
+// checkLengths checks what only SequenceArgs decides: the path its lengths
+// pick and that they fit the cache.
+func (a *SequenceArgs) checkLengths() error {
 	if a.QLen < 1 {
 		return errf("%s.QLen=%d is out of range; allowed: ≥ 1", sequenceArg, a.QLen)
 	}
@@ -76,18 +91,13 @@ func (a *SequenceArgs) Validate() error {
 			return errf("%s.HostKVLens[%d]=%d exceeds MaxBlocksPerSeq·BlockSize=%d", sequenceArg, i, n, capTokens)
 		}
 	}
-	// The op a runs checks the rest; its errors name a's fields.
-	if a.QLen == 1 {
-		d := a.decode()
-		return sequenceError(d.Validate(), "DecodeArgs", "QSeqStride")
-	}
-	v := a.varlen(validateArgsPtr)
-	return sequenceError(v.Validate(), "VarlenArgs", "")
+	return nil
 }
 
-// sequenceError renames the fields of err, a validation error of the op
-// whose argument struct is arg, to SequenceArgs' (qStride: that struct's
-// name for QTokenStride, "" when it is the same).
+// sequenceError renames the fields named by err, when it is a validation
+// error of the op whose argument struct is arg, to SequenceArgs' (qStride:
+// that struct's name for QTokenStride, "" when it is the same); other
+// errors (faults, driver errors) pass through.
 func sequenceError(err error, arg, qStride string) error {
 	if err == nil {
 		return nil
@@ -149,15 +159,21 @@ func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
 	if err := r.live(); err != nil {
 		return err
 	}
-	if err := a.Validate(); err != nil {
+	if err := a.checkLengths(); err != nil {
 		return err
 	}
 	if a.QLen == 1 {
+		// Decode validates; its errors name a's fields.
 		d := a.decode()
-		return r.Decode(s, &d)
+		return sequenceError(r.Decode(s, &d), "DecodeArgs", "QSeqStride")
 	}
 	args := s.sequenceArgs()
 	v := a.varlen(args)
+	// Checked before the lengths are written: nothing reaches the stream
+	// for bad arguments.
+	if err := v.Validate(); err != nil {
+		return sequenceError(err, "VarlenArgs", "")
+	}
 	for i, n := range [...]uint32{0, uint32(a.QLen), uint32(int(a.HostKVLens[0]) - a.QLen)} {
 		if err := s.Fill32(Buffer{Ptr: args + driver.DevicePtr(4*i), Bytes: 4}, n); err != nil {
 			return err

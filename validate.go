@@ -347,10 +347,7 @@ func (p *pagedAttention) caches() error {
 // the stride in effect.
 func (p *pagedAttention) qRows(q Buffer, rows int, stride int, rowsField, strideField string) (int64, error) {
 	rowElems := int64(p.numQHeads) * int64(p.headDim)
-	qs := int64(stride)
-	if qs == 0 {
-		qs = rowElems
-	}
+	qs := p.qStride(stride)
 	if qs < rowElems || qs%8 != 0 || qs > maxStride {
 		return 0, errf("%s.%s=%d is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=%d and ≤ %d",
 			p.arg, strideField, stride, rowElems, maxStride)

@@ -1,11 +1,8 @@
 package pagedkv
 
 import (
-	"math"
-
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
-	"github.com/pagedkv/pagedkv/scratch"
 )
 
 // VarlenArgs describes one paged varlen attention: several query tokens per
@@ -261,18 +258,9 @@ type varlenMergeParams struct {
 // params returns the kernel parameters of a valid a that do not depend on
 // the plan, with fault as the fault record.
 func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
-	scale := a.Scale
-	if scale == 0 {
-		scale = float32(1 / math.Sqrt(float64(a.HeadDim)))
-	}
-	kScale, vScale := float32(1), float32(1)
-	if a.CacheDType == E4M3 {
-		kScale, vScale = a.KScale, a.VScale
-	}
-	qs := int64(a.QTokenStride)
-	if qs == 0 {
-		qs = int64(a.NumQHeads) * int64(a.HeadDim)
-	}
+	pa := a.paged()
+	scale, kScale, vScale := pa.kernelScales()
+	qs := pa.qStride(a.QTokenStride)
 	causal := int32(0)
 	if a.Causal {
 		causal = 1
@@ -438,7 +426,6 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 	p := a.params(s.fault)
 	var merge varlenMergeParams
 	var mergeFn driver.Function
-	var lease scratch.Lease
 	if plan.Splits > 1 {
 		name, err := dispatch.VarlenMergeKernelName(a.DType, a.HeadDim)
 		if err != nil {
@@ -447,21 +434,17 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 		if mergeFn, _, err = r.function(name); err != nil {
 			return err
 		}
-		var base driver.DevicePtr
-		if !a.Workspace.IsZero() {
-			if need := plan.WorkspaceBytes(); a.Workspace.Bytes < need {
-				return errf("%s.Workspace has %d bytes; this varlen's plan (%d splits) needs %d (Plan.WorkspaceBytes)", varlenArg, a.Workspace.Bytes, plan.Splits, need)
-			}
-			base = a.Workspace.Ptr + driver.DevicePtr(plan.WorkspaceFloatsOffset())
-		} else {
-			if lease, err = r.scratch.Acquire(uintptr(s.s), plan.ScratchFloats, capturing); err != nil {
-				return err
-			}
-			base = driver.DevicePtr(lease.Ptr)
-		}
-		p.PartialOut = base + driver.DevicePtr(plan.PartialOutOffset*4)
-		p.PartialMax = base + driver.DevicePtr(plan.MaxOffset*4)
-		p.PartialSum = base + driver.DevicePtr(plan.SumOffset*4)
+	}
+	// The scratch: the caller's workspace, or the stream's leases, held
+	// until the launches are enqueued.
+	sc, err := r.acquireScratch(s, a.Workspace, plan, capturing, varlenArg, "varlen")
+	if err != nil {
+		return err
+	}
+	if plan.Splits > 1 {
+		p.PartialOut = sc.base + driver.DevicePtr(plan.PartialOutOffset*4)
+		p.PartialMax = sc.base + driver.DevicePtr(plan.MaxOffset*4)
+		p.PartialSum = sc.base + driver.DevicePtr(plan.SumOffset*4)
 		rows := int32(a.TotalQTokens * a.NumQHeads)
 		merge = varlenMergeParams{
 			Out: a.Out.Ptr, LSE: a.LSE.Ptr, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
@@ -479,7 +462,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 		grid := driver.Dim3{X: uint32((int64(merge.Rows) + dispatch.VarlenThreads/32 - 1) / (dispatch.VarlenThreads / 32)), Y: 1, Z: 1}
 		return driver.Launch(mergeFn, grid, driver.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1}, 0, s.s, &merge)
 	})
-	lease.Release()
+	sc.release()
 	if err != nil {
 		return err
 	}

@@ -108,27 +108,20 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 	p.Splits, p.Clamped = splits, splits != p.RequestedSplits
 	p.Grid.Z = uint32(splits)
-	p.ScratchFloats, p.MaxOffset, p.SumOffset = varlenScratch(s.TotalQTokens, s.NumQHeads, s.HeadDim, splits)
+	p.ScratchFloats, p.MaxOffset, p.SumOffset = VarlenPlanScratch(s.TotalQTokens, s.NumQHeads, s.HeadDim, splits)
 	return p, nil
 }
 
-// varlenScratch returns the f32 scratch of a varlen with splits splits and
-// where its maxima and sums start (all 0 for one split): partial outputs
-// [tokens, heads, splits, headDim], then maxima and sums [tokens, heads,
-// splits].
-func varlenScratch(tokens, heads, headDim, splits int) (floats, maxOffset, sumOffset int64) {
+// VarlenPlanScratch returns the f32 scratch of a varlen plan with splits
+// splits and where its maxima and sums start (Plan.ScratchFloats,
+// MaxOffset, SumOffset; all 0 for one split): partial outputs [tokens,
+// heads, splits, headDim], then maxima and sums [tokens, heads, splits].
+func VarlenPlanScratch(tokens, heads, headDim, splits int) (floats, maxOffset, sumOffset int64) {
 	if splits < 2 {
 		return 0, 0, 0
 	}
 	rows := int64(tokens) * int64(heads) * int64(splits)
 	return rows * int64(headDim+2), rows * int64(headDim), rows * int64(headDim+1)
-}
-
-// VarlenPlanScratch is the scratch layout a varlen plan with splits splits
-// must carry (Plan.ScratchFloats, MaxOffset, SumOffset), for checking a plan
-// handed back to the launcher.
-func VarlenPlanScratch(tokens, heads, headDim, splits int) (floats, maxOffset, sumOffset int64) {
-	return varlenScratch(tokens, heads, headDim, splits)
 }
 
 // chooseVarlenSplits returns the split count before the scratch limit, and
