@@ -182,7 +182,7 @@ func TestVarlenGraphReplay(t *testing.T) {
 				shape.MaxKV = maxKV
 				shape.MaxQLen = min(c.MaxQLen, maxKV, budget/c.Seqs)
 				cu, pos := check.VarlenLens(g, shape)
-				require.NoError(t, p.SetLens(s, cu, pos, false))
+				require.NoError(t, p.SetLens(s, cu, pos))
 				require.NoError(t, p.Poison(s))
 				require.NoError(t, graph.Launch(s))
 				out, lse, err := p.Fetch(s)
@@ -344,7 +344,7 @@ func TestVarlenWorkspace(t *testing.T) {
 	replay := c
 	replay.MaxQLen = min(c.MaxQLen, p.Args.TotalQTokens/c.Seqs)
 	cu, pos := check.VarlenLens(g, replay)
-	require.NoError(t, p.SetLens(s, cu, pos, false))
+	require.NoError(t, p.SetLens(s, cu, pos))
 	require.NoError(t, p.Poison(s))
 	require.NoError(t, graph.Launch(s))
 	out, lse, err = p.Fetch(s)

@@ -149,14 +149,10 @@ func NewVarlenProblemWith(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c
 }
 
 // SetLens uploads new lengths into the problem's device arrays (for graph
-// replay: at most the capture's TotalQTokens tokens and its NumSeqs
-// sequences); the host copies and MaxKVLen follow only when update is set.
-func (p *VarlenProblem) SetLens(s *pagedkv.Stream, cu, pos []int32, update bool) error {
+// replay: at most the capture's TotalQTokens tokens over its NumSeqs
+// sequences); the host copies in Args stay those of the capture.
+func (p *VarlenProblem) SetLens(s *pagedkv.Stream, cu, pos []int32) error {
 	p.CuSeqlensQ, p.PosOffsets = cu, pos
-	if update {
-		p.Args.HostCuSeqlensQ, p.Args.HostPosOffsets = cu, pos
-		p.Args.TotalQTokens = int(cu[len(cu)-1])
-	}
 	if err := pagedkv.Upload(s, p.Args.CuSeqlensQ, cu); err != nil {
 		return err
 	}
