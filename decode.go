@@ -211,13 +211,18 @@ func (r *Runtime) planDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, driver.Fu
 	if err != nil {
 		return dispatch.Plan{}, 0, false, err
 	}
+	plan, fn, err := r.planFor(a, capturing)
+	return plan, fn, capturing, err
+}
+
+// planFor plans a valid a eagerly, or for a graph when capturing.
+func (r *Runtime) planFor(a *DecodeArgs, capturing bool) (dispatch.Plan, driver.Function, error) {
 	if capturing {
 		if err := r.checkCapacity(a); err != nil {
-			return dispatch.Plan{}, 0, false, err
+			return dispatch.Plan{}, 0, err
 		}
 	}
-	plan, fn, err := r.planAndLoad(a.shape(capturing, r.cfg.KVCapacity), r.knobs)
-	return plan, fn, capturing, err
+	return r.planAndLoad(a.shape(capturing, r.cfg.KVCapacity), r.knobs)
 }
 
 // checkCapacity checks that a's block tables hold the capacity a graph that
@@ -234,15 +239,28 @@ func (r *Runtime) checkCapacity(a *DecodeArgs) error {
 // occupancy, so it is made again; the new plan may name another kernel (a
 // cluster kernel once the split count changes), which is then resolved in
 // turn. Each round loads a module, so this ends.
+//
+// The final plan is remembered by the shape's key, the knobs and the facts
+// it was made with, so a serving loop that sends the same few shapes step
+// after step plans each once.
 func (r *Runtime) planAndLoad(shape dispatch.DecodeShape, k dispatch.Knobs) (dispatch.Plan, driver.Function, error) {
+	key := shape.Key()
 	for {
-		plan, err := dispatch.PlanDecode(shape, *r.facts.Load(), k)
+		facts := r.facts.Load()
+		if plan, fn, ok := r.decodePlans.get(&key, &k, facts); ok {
+			return plan, fn, nil
+		}
+		plan, err := dispatch.PlanDecode(shape, *facts, k)
 		if err != nil {
 			return plan, 0, err
 		}
 		fn, loaded, err := r.function(plan.Kernel)
-		if err != nil || !loaded {
+		if err != nil {
 			return plan, fn, err
+		}
+		if !loaded {
+			r.decodePlans.put(&key, &k, facts, &plan, fn)
+			return plan, fn, nil
 		}
 	}
 }
@@ -282,12 +300,28 @@ func (r *Runtime) PlanDecodeGraph(a *DecodeArgs) (dispatch.Plan, error) {
 
 // Decode runs batched paged decode attention on stream s, following the
 // plan PlanDecode gives.
+//
+// The host side of a call is validation, one capture query, planning (a
+// remembered plan for a shape seen before) and one or two launches, all in
+// one pass through the Runtime's context.
 func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
-	plan, fn, capturing, err := r.planDecode(s, a)
-	if err != nil {
+	if err := r.live(); err != nil {
 		return err
 	}
-	return r.launchDecode(s, a, &plan, fn, capturing)
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	return r.do(func() error {
+		capturing, err := s.s.IsCapturing()
+		if err != nil {
+			return err
+		}
+		plan, fn, err := r.planFor(a, capturing)
+		if err != nil {
+			return err
+		}
+		return r.launchDecode(s, a, &plan, fn, capturing)
+	})
 }
 
 // PlanDecodeWith plans a for maxKV with explicit knobs instead of the
@@ -324,14 +358,16 @@ func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) e
 	if err != nil {
 		return err
 	}
-	capturing, err := s.capturing()
-	if err != nil {
-		return err
-	}
-	return r.launchDecode(s, a, &plan, fn, capturing)
+	return r.do(func() error {
+		capturing, err := s.s.IsCapturing()
+		if err != nil {
+			return err
+		}
+		return r.launchDecode(s, a, &plan, fn, capturing)
+	})
 }
 
-// launchDecode enqueues the kernels of plan.
+// launchDecode enqueues the kernels of plan. Call it inside r.do.
 func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
 	p := a.params(s.fault)
 	var part decodePartitionParams
@@ -361,18 +397,17 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 			}
 		}
 	}
-	err = r.do(func() error {
-		switch {
-		case plan.Cluster > 0:
-			return driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster}, plan.SharedBytes, s.s, &p)
-		case plan.Balanced():
-			one := driver.Dim3{X: 1, Y: 1, Z: 1}
-			if err := driver.Launch(partFn, one, driver.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1}, 0, s.s, &part); err != nil {
-				return err
-			}
+	switch {
+	case plan.Cluster > 0:
+		err = driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster}, plan.SharedBytes, s.s, &p)
+	case plan.Balanced():
+		one := driver.Dim3{X: 1, Y: 1, Z: 1}
+		if err = driver.Launch(partFn, one, driver.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1}, 0, s.s, &part); err == nil {
+			err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
 		}
-		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
-	})
+	default:
+		err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+	}
 	sc.release()
 	if err != nil {
 		return err

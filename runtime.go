@@ -59,6 +59,8 @@ type Runtime struct {
 	stream   *Stream
 
 	facts atomic.Pointer[dispatch.DeviceFacts]
+	// decodePlans remembers recent decode plans (planAndLoad).
+	decodePlans planMemo
 
 	mu       sync.RWMutex // guards funcs and modules
 	funcs    map[string]driver.Function

@@ -309,13 +309,18 @@ func (r *Runtime) planVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, bool, err
 	if err != nil {
 		return dispatch.Plan{}, false, err
 	}
+	plan, err := r.planVarlenFor(a, capturing)
+	return plan, capturing, err
+}
+
+// planVarlenFor plans a valid a eagerly, or for a graph when capturing.
+func (r *Runtime) planVarlenFor(a *VarlenArgs, capturing bool) (dispatch.Plan, error) {
 	if capturing {
 		if err := r.checkVarlenCapacity(a); err != nil {
-			return dispatch.Plan{}, false, err
+			return dispatch.Plan{}, err
 		}
 	}
-	plan, err := r.planVarlenShape(a.shape(capturing, r.cfg.KVCapacity), r.varlenKnobs)
-	return plan, capturing, err
+	return r.planVarlenShape(a.shape(capturing, r.cfg.KVCapacity), r.varlenKnobs)
 }
 
 // checkVarlenCapacity checks that a's block tables hold the capacity a graph
@@ -386,11 +391,23 @@ func (r *Runtime) ReserveVarlen(s *Stream, a *VarlenArgs) error {
 // Varlen runs paged varlen attention on stream s, following the plan
 // PlanVarlen gives. A batch with no query tokens launches nothing.
 func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
-	plan, capturing, err := r.planVarlen(s, a)
-	if err != nil {
+	if err := r.live(); err != nil {
 		return err
 	}
-	return r.launchVarlen(s, a, &plan, capturing)
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	return r.do(func() error {
+		capturing, err := s.s.IsCapturing()
+		if err != nil {
+			return err
+		}
+		plan, err := r.planVarlenFor(a, capturing)
+		if err != nil {
+			return err
+		}
+		return r.launchVarlen(s, a, &plan, capturing)
+	})
 }
 
 // VarlenWithPlan runs a on s following plan, which must be a plan for a's
@@ -406,15 +423,17 @@ func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) e
 	if err := checkVarlenPlan(a, &plan); err != nil {
 		return err
 	}
-	capturing, err := s.capturing()
-	if err != nil {
-		return err
-	}
-	return r.launchVarlen(s, a, &plan, capturing)
+	return r.do(func() error {
+		capturing, err := s.s.IsCapturing()
+		if err != nil {
+			return err
+		}
+		return r.launchVarlen(s, a, &plan, capturing)
+	})
 }
 
 // launchVarlen enqueues the kernels of plan: the varlen kernel, and for
-// split-K the merge.
+// split-K the merge. Call it inside r.do.
 func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, capturing bool) error {
 	if a.TotalQTokens == 0 {
 		return nil
@@ -452,16 +471,11 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 			NumSeqs: int32(a.NumSeqs), Rows: rows, NumQHeads: int32(a.NumQHeads), Splits: int32(plan.Splits),
 		}
 	}
-	err = r.do(func() error {
-		if err := driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p); err != nil {
-			return err
-		}
-		if plan.Splits == 1 {
-			return nil
-		}
+	err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+	if err == nil && plan.Splits > 1 {
 		grid := driver.Dim3{X: uint32((int64(merge.Rows) + dispatch.VarlenThreads/32 - 1) / (dispatch.VarlenThreads / 32)), Y: 1, Z: 1}
-		return driver.Launch(mergeFn, grid, driver.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1}, 0, s.s, &merge)
-	})
+		err = driver.Launch(mergeFn, grid, driver.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1}, 0, s.s, &merge)
+	}
 	sc.release()
 	if err != nil {
 		return err

@@ -271,3 +271,51 @@ func TestPlanDecodeBalancedScratchLimit(t *testing.T) {
 	assert.False(t, below.Balanced(), "%s", below.String())
 	assert.LessOrEqual(t, below.ScratchFloats*4, p.ScratchFloats*4-1)
 }
+
+// TestDecodeKey checks DecodeKey's promise: shapes with equal keys get
+// equal plans, over random batches whose host lengths differ (some ragged,
+// some not) and random graph flags, on both devices.
+func TestDecodeKey(t *testing.T) {
+	g := rand.New(rand.NewPCG(15, 15))
+	draw := func(s DecodeShape) []int32 {
+		lens := make([]int32, s.NumSeqs)
+		long := g.IntN(2) == 0
+		for i := range lens {
+			lens[i] = int32(g.IntN(s.MaxKVLen + 1))
+			if long {
+				lens[i] = int32(s.MaxKVLen - g.IntN(s.MaxKVLen/8+1))
+			}
+		}
+		return lens
+	}
+	var equal, ragged int
+	for range 2000 {
+		s := llama(1+g.IntN(64), 1+g.IntN(16384))
+		s.Graph = g.IntN(4) == 0
+		a, b := s, s
+		a.HostKVLens, b.HostKVLens = draw(s), draw(s)
+		if a.Key() != b.Key() {
+			continue
+		}
+		equal++
+		if a.Key().Ragged {
+			ragged++
+		}
+		for _, dev := range []DeviceFacts{hopper, h200()} {
+			pa, errA := PlanDecode(a, dev, DefaultKnobs())
+			pb, errB := PlanDecode(b, dev, DefaultKnobs())
+			require.NoError(t, errA)
+			require.NoError(t, errB)
+			require.Equal(t, pa, pb, "shapes %+v and %+v share a key", a, b)
+		}
+	}
+	assert.Greater(t, equal, 200, "shape pairs with equal keys")
+	assert.Greater(t, ragged, 20, "ragged pairs with equal keys")
+	// The lengths' count and raggedness are part of the key.
+	s := llama(8, 4096)
+	uniform, lopsided := s, s
+	uniform.HostKVLens = []int32{4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}
+	lopsided.HostKVLens = []int32{4096, 1, 1, 1, 1, 1, 1, 1}
+	assert.NotEqual(t, uniform.Key(), lopsided.Key())
+	assert.NotEqual(t, s.Key(), uniform.Key())
+}

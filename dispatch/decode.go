@@ -371,17 +371,48 @@ func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
 		return ReasonBalanceOn, true
 	case s.Graph && s.NumSeqs >= BalanceGraphMinSeqs:
 		return ReasonBalancedGraph, true
-	case len(s.HostKVLens) == s.NumSeqs && s.NumSeqs > 1:
-		var sum, most int64
-		for _, n := range s.HostKVLens {
-			sum += int64(n)
-			most = max(most, int64(n))
-		}
-		if float64(most)*float64(s.NumSeqs) > BalanceRaggedRatio*float64(sum) {
-			return ReasonBalancedRagged, true
-		}
+	case s.ragged():
+		return ReasonBalancedRagged, true
 	}
 	return "", false
+}
+
+// ragged reports whether s's host lengths make it a ragged batch: NumSeqs ×
+// the longest above BalanceRaggedRatio × their sum.
+func (s *DecodeShape) ragged() bool {
+	if len(s.HostKVLens) != s.NumSeqs || s.NumSeqs < 2 {
+		return false
+	}
+	var sum, most int64
+	for _, n := range s.HostKVLens {
+		sum += int64(n)
+		most = max(most, int64(n))
+	}
+	return float64(most)*float64(s.NumSeqs) > BalanceRaggedRatio*float64(sum)
+}
+
+// DecodeKey is all of a DecodeShape that PlanDecode reads: of the host
+// lengths only how many there are and whether they make the batch ragged.
+// Two shapes PlanDecode accepts with equal keys get equal plans from equal
+// device facts and knobs, so a caller that plans every step may reuse a
+// plan by its key (the tunables above are part of the planner: set them
+// before planning starts, as they say).
+// The key is comparable and costs one pass over the host lengths.
+type DecodeKey struct {
+	NumSeqs, NumQHeads, NumKVHeads, HeadDim int
+	BlockSize, MaxKVLen, MaxBlocksPerSeq    int
+	DType, CacheDType                       DType
+	HostKVLens                              int // len(HostKVLens)
+	Ragged, Graph                           bool
+}
+
+// Key returns s's DecodeKey.
+func (s *DecodeShape) Key() DecodeKey {
+	return DecodeKey{
+		NumSeqs: s.NumSeqs, NumQHeads: s.NumQHeads, NumKVHeads: s.NumKVHeads, HeadDim: s.HeadDim,
+		BlockSize: s.BlockSize, MaxKVLen: s.MaxKVLen, MaxBlocksPerSeq: s.MaxBlocksPerSeq,
+		DType: s.DType, CacheDType: s.CacheDType, HostKVLens: len(s.HostKVLens), Ragged: s.ragged(), Graph: s.Graph,
+	}
 }
 
 // balancedWave returns how many items of a balanced plan run at once per KV
