@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/pagedkv/pagedkv/config"
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
 	"github.com/pagedkv/pagedkv/ptx"
@@ -54,7 +55,7 @@ func (r *Runtime) function(name string) (driver.Function, bool, error) {
 }
 
 // LoadModule loads one embedded module (if not yet loaded): its machine code
-// for this GPU when LOAD_SASS is on and one is embedded (falling back to
+// for this GPU when LOAD_SASS asks for it and one is embedded (falling back to
 // the PTX if the driver refuses it), else its PTX, which the driver
 // JIT-compiles. It resolves the entry points and records their occupancy
 // for the planner, and returns how long the load took (zero when it was
@@ -121,12 +122,18 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 }
 
 // sass returns module's embedded machine code for this GPU and its
-// architecture when LOAD_SASS is on and there is one (see ptx.SASS).
+// architecture when LOAD_SASS asks for it and there is one (see ptx.SASS):
+// auto skips the modules whose SASS is slower than the JIT's code on this
+// architecture (ptx.JITFaster), on takes every one, off none.
 func (r *Runtime) sass(module string) ([]byte, int, bool) {
-	if !r.cfg.LoadSASS {
+	if r.cfg.LoadSASS == config.SplitOff {
 		return nil, 0, false
 	}
-	return ptx.SASS(module, r.info.computeCapability())
+	image, arch, ok := ptx.SASS(module, r.info.computeCapability())
+	if ok && r.cfg.LoadSASS == config.SplitAuto && ptx.JITFaster(module, arch) {
+		return nil, 0, false
+	}
+	return image, arch, ok
 }
 
 // ModuleImage reports what was loaded for module name: "ptx" or "sass

@@ -1,6 +1,7 @@
 package pagedkv
 
 import (
+	"github.com/pagedkv/pagedkv/config"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -101,28 +102,39 @@ func TestModuleFactsAddTo(t *testing.T) {
 	assert.Equal(t, map[string]int{"a": 1, "b": 3, "c": 0}, got.Occupancy)
 }
 
-// TestSASSChoice checks which machine code LoadModule would try: none while
-// LOAD_SASS is off; with it on, the embedded cubin of the highest
-// architecture the device runs, and none for a device the cubins do not
-// cover (its PTX loads instead).
+// TestSASSChoice checks which machine code LoadModule would try: none with
+// LOAD_SASS off; with it on, the embedded cubin of the highest architecture
+// the device runs, and none for a device the cubins do not cover (its PTX
+// loads instead); with auto (the default), the same except for the modules
+// whose SASS is slower than the JIT's code there.
 func TestSASSChoice(t *testing.T) {
 	h200 := fakeRuntime(t, 9, 0)
+	h200.cfg.LoadSASS = config.SplitOff
 	_, _, ok := h200.sass("decode_f16")
 	assert.False(t, ok, "LOAD_SASS off")
-	h200.cfg.LoadSASS = true
+	h200.cfg.LoadSASS = config.SplitOn
 	image, arch, ok := h200.sass("decode_f16")
 	require.True(t, ok)
 	assert.Equal(t, 90, arch)
 	assert.Equal(t, "\x7fELF", string(image[:4]))
+	_, _, ok = h200.sass("varlen_bf16")
+	assert.True(t, ok, "LOAD_SASS on takes even the slower SASS")
+	h200.cfg.LoadSASS = config.SplitAuto
+	_, _, ok = h200.sass("decode_f16")
+	assert.True(t, ok, "auto: decode_f16's sm_90 SASS is as fast as the JIT's")
+	for _, m := range []string{"varlen_bf16", "varlen_f16_e4m3", "decode_bf16_e4m3", "decode_f16_e4m3_sm90"} {
+		_, _, ok = h200.sass(m)
+		assert.False(t, ok, "auto: %s loads its PTX on sm_90", m)
+	}
 	ada := fakeRuntime(t, 8, 9)
-	ada.cfg.LoadSASS = true
+	ada.cfg.LoadSASS = config.SplitAuto
 	_, arch, ok = ada.sass("varlen_bf16")
-	require.True(t, ok)
+	require.True(t, ok, "auto: nothing measured slower on sm_89")
 	assert.Equal(t, 89, arch)
 	_, _, ok = ada.sass("decode_f16_sm90")
 	assert.False(t, ok, "a compute_90 module has no SASS an sm_89 device runs")
 	blackwell := fakeRuntime(t, 10, 0)
-	blackwell.cfg.LoadSASS = true
+	blackwell.cfg.LoadSASS = config.SplitOn
 	_, _, ok = blackwell.sass("cache")
 	assert.False(t, ok, "no sm_100 cubin: the driver JITs the PTX")
 }

@@ -24,7 +24,7 @@ type Config struct {
 	DecodeClusters    bool      // PAGEDKV_DECODE_CLUSTERS
 	DecodeNarrow      bool      // PAGEDKV_DECODE_NARROW
 	DecodeBalance     SplitMode // PAGEDKV_DECODE_BALANCE
-	LoadSASS          bool      // PAGEDKV_LOAD_SASS
+	LoadSASS          SplitMode // PAGEDKV_LOAD_SASS
 
 	// Sources maps every file key (kv_capacity, …) to where its value came from.
 	Sources map[string]Source
@@ -43,7 +43,7 @@ type Options struct {
 	DecodeClusters    *bool
 	DecodeNarrow      *bool
 	DecodeBalance     *SplitMode
-	LoadSASS          *bool
+	LoadSASS          *SplitMode
 
 	// ConfigFile, when not nil, replaces PAGEDKV_CONFIG; a pointer to "" means
 	// no config file even if PAGEDKV_CONFIG is set.

@@ -56,7 +56,7 @@ func TestDefaults(t *testing.T) {
 		DecodeClusters:    true,
 		DecodeNarrow:      true,
 		DecodeBalance:     SplitAuto,
-		LoadSASS:          false,
+		LoadSASS:          SplitAuto,
 	}
 	want.Sources = c.Sources
 	assert.Equal(t, want, c)
@@ -213,7 +213,7 @@ func TestFile(t *testing.T) {
 			assert.False(t, c.DecodeClusters)
 			assert.False(t, c.DecodeNarrow)
 			assert.Equal(t, SplitOff, c.DecodeBalance)
-			assert.True(t, c.LoadSASS)
+			assert.Equal(t, SplitOn, c.LoadSASS)
 			for _, k := range Keys() {
 				assert.Equal(t, FileSource(path), c.Source(k.File), k.File)
 				assert.True(t, c.Source(k.File).IsFile())
@@ -352,7 +352,7 @@ func TestOptionsAllKeys(t *testing.T) {
 		DecodeClusters:    ptr(false),
 		DecodeNarrow:      ptr(false),
 		DecodeBalance:     ptr(SplitOn),
-		LoadSASS:          ptr(true),
+		LoadSASS:          ptr(SplitOn),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 64, c.KVCapacity)
@@ -364,7 +364,7 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.False(t, c.DecodeClusters)
 	assert.False(t, c.DecodeNarrow)
 	assert.Equal(t, SplitOn, c.DecodeBalance)
-	assert.True(t, c.LoadSASS)
+	assert.Equal(t, SplitOn, c.LoadSASS)
 	for _, k := range Keys() {
 		assert.Equal(t, SourceOption, c.Source(k.File), k.File)
 	}
@@ -390,6 +390,9 @@ func TestSplitModeSpellings(t *testing.T) {
 		{"PAGEDKV_DECODE_BALANCE", KeyDecodeBalance,
 			func(m SplitMode) Options { return Options{DecodeBalance: &m} },
 			func(c Config) SplitMode { return c.DecodeBalance }},
+		{"PAGEDKV_LOAD_SASS", KeyLoadSASS,
+			func(m SplitMode) Options { return Options{LoadSASS: &m} },
+			func(c Config) SplitMode { return c.LoadSASS }},
 	}
 	for _, k := range knobs {
 		for _, tt := range tests {

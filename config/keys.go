@@ -43,7 +43,9 @@ const (
 	MaxPagedFlashSplits = 64
 )
 
-// SplitMode selects whether attention may use the split-K kernels. It
+// SplitMode is a knob of three values: auto, off and on. For the split
+// knobs it selects whether attention may use the split-K kernels (for
+// LOAD_SASS, which machine code modules load; see its Description). It
 // mirrors dispatch.SplitMode, the planner's mode, spelled as users write it
 // (config does not import dispatch): SplitAuto, SplitOff and SplitOn map to
 // the dispatch modes of the same names (TestSplitModesMirror in the root
@@ -234,14 +236,14 @@ var keys = []key{
 	{
 		Key: Key{
 			Env: EnvPrefix + "LOAD_SASS", File: KeyLoadSASS, Field: "LoadSASS",
-			Default: "false", Allowed: boolAllowed,
-			Description: "Load each module's embedded machine code (SASS, built by ptxas 11.8 for sm_80, sm_86, sm_89 and sm_90) where the GPU runs it, instead of having the driver JIT-compile its PTX (seconds per module on a machine without the driver's JIT cache); a module whose SASS the driver refuses loads its PTX. Off until the SASS is measured to be as fast as the JIT's code.",
+			Default: "auto", Allowed: splitModeAllowed,
+			Description: "Which machine code a module loads. Each module embeds SASS built by ptxas 11.8 for sm_80, sm_86, sm_89 and sm_90 beside its PTX, which the driver JIT-compiles (seconds per module on a machine without the driver's JIT cache, milliseconds for SASS). auto loads the SASS where the GPU runs it, except for the modules whose SASS measured slower than the driver's JIT code on that architecture (ptx.JITFaster: on sm_90 the varlen and fp8 decode modules), which load their PTX; on (1) loads the SASS wherever there is one; off (0) always loads the PTX. A module whose SASS the driver refuses loads its PTX.",
 		},
-		parse:    parseBool,
+		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.LoadSASS) },
-		validate: anyValue,
-		set:      func(c *Config, v any) { c.LoadSASS = v.(bool) },
-		get:      func(c Config) string { return strconv.FormatBool(c.LoadSASS) },
+		validate: validateSplitMode,
+		set:      func(c *Config, v any) { c.LoadSASS = v.(SplitMode) },
+		get:      func(c Config) string { return c.LoadSASS.String() },
 	},
 }
 

@@ -38,6 +38,26 @@ func Module(name string) ([]byte, error) { return module(FS, name) }
 // decompress. Each call decompresses afresh; the image is the caller's.
 func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass(FS, module, cc) }
 
+// jitFaster lists, per architecture, the modules whose embedded SASS ran
+// measurably slower than the code the driver's JIT makes of their PTX. On
+// the H200 (driver 13.0, 2026-12-01, session 8: pagedkv bench with each
+// load path in one device call, docs/perf-notes.md) ptxas 11.8's sm_90 code
+// for the varlen kernels took 9.5-16.9% longer on every bench row (16-bit
+// and fp8 caches) and for the fp8 decode kernels 2-4% longer on most rows,
+// while the 16-bit decode, cache, RoPE, QKV and MLA modules ran within ±2%.
+var jitFaster = map[int][]string{
+	90: {
+		"decode_bf16_e4m3", "decode_bf16_e4m3_sm90", "decode_f16_e4m3", "decode_f16_e4m3_sm90",
+		"varlen_bf16", "varlen_bf16_e4m3", "varlen_f16", "varlen_f16_e4m3",
+	},
+}
+
+// JITFaster reports whether module's SASS for architecture arch (e.g. 90)
+// was measured slower than the driver's JIT of its PTX, so that loading the
+// PTX is the faster choice there (at the JIT's load time: a few seconds per
+// module without the driver's JIT cache).
+func JITFaster(module string, arch int) bool { return slices.Contains(jitFaster[arch], module) }
+
 // Modules returns the names of the embedded modules, sorted.
 func Modules() []string { return modules(FS) }
 

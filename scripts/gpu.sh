@@ -5,11 +5,13 @@
 # It writes logs under $OUT (default ./gpu-out) and prints a short summary last.
 # Steps: info, tests, verify, bench, then the GPU tests under compute-sanitizer
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
-# selects steps; BENCH_ARGS passes flags to pagedkv bench. Two more steps
-# measure the embedded SASS (PAGEDKV_LOAD_SASS, issue 15): coldstart (run it
-# first on a fresh machine: module loads with SASS, then the PTX JIT cold and
-# again with the driver's JIT cache warm) and sass (the GPU tests and the
-# bench with SASS loaded, to compare with the tests and bench steps).
+# selects steps; BENCH_ARGS passes flags to pagedkv bench. Tests and bench
+# load modules as PAGEDKV_LOAD_SASS says (auto by default: SASS except where
+# the driver's JIT makes faster code). Three more steps measure the load
+# paths (issue 15): coldstart (run it first on a fresh machine: module
+# loads with every SASS, then the PTX JIT cold and again with the driver's
+# JIT cache warm), and sass and ptx (the GPU tests and the bench with every
+# module's SASS, and with the PTX only, for an A/B in one call).
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -44,9 +46,11 @@ for step in $STEPS; do
     run info-ptx-cold 120 .gpu/pagedkv info
     run info-ptx-warm 120 .gpu/pagedkv info
     ;;
-  sass)
-    PAGEDKV_LOAD_SASS=1 run tests-sass 240 .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestVarlen|TestAppend|TestRope|TestQKV|TestMLA' -test.timeout 235s
-    PAGEDKV_LOAD_SASS=1 run bench-sass 280 .gpu/pagedkv bench -json "$OUT/bench-sass.json" ${BENCH_ARGS:-}
+  sass | ptx)
+    mode=1
+    [ "$step" = ptx ] && mode=0
+    PAGEDKV_LOAD_SASS=$mode run "tests-$step" 240 .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestVarlen|TestAppend|TestRope|TestQKV|TestMLA' -test.timeout 235s
+    PAGEDKV_LOAD_SASS=$mode run "bench-$step" 280 .gpu/pagedkv bench -json "$OUT/bench-$step.json" ${BENCH_ARGS:-}
     ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
@@ -62,7 +66,9 @@ echo "==== info"; head -40 "$OUT/info.log" 2>/dev/null
 for f in info-sass info-ptx-cold info-ptx-warm; do
   [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E ' ok |FAILED|did not load' "$OUT/$f.log" | sed -E 's/\[[^]]*\]//; s/  +/ /g'; }
 done
-[ -f "$OUT/tests-sass.log" ] && { echo "==== tests-sass"; grep -E '^(--- FAIL|FAIL|ok|PASS)' "$OUT/tests-sass.log" | head; }
+for f in tests-sass tests-ptx; do
+  [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E '^(--- FAIL|FAIL|ok|PASS)' "$OUT/$f.log" | head; }
+done
 echo "==== tests"; grep -E '^(--- FAIL|FAIL|ok|PASS)|Error Trace|Error:|panic' "$OUT/tests.log" 2>/dev/null | head -40
 for t in memcheck racecheck; do
   [ -f "$OUT/$t.log" ] && { echo "==== $t"; grep -E 'ERROR SUMMARY|Error|FAIL|^ok|PASS|RACECHECK SUMMARY' "$OUT/$t.log" | head -12; }

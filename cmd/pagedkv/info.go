@@ -65,7 +65,7 @@ func runInfo(args []string) error {
 	fmt.Println()
 	printConfig(os.Stdout, r.Config())
 
-	fmt.Println("\nmodules (load on this GPU: the driver's JIT of the PTX, or the embedded SASS with PAGEDKV_LOAD_SASS=1)")
+	fmt.Println("\nmodules (load on this GPU: the embedded SASS, or the driver's JIT of the PTX, as PAGEDKV_LOAD_SASS says)")
 	failed, width := 0, nameWidth(pagedkv.Modules())
 	for _, m := range pagedkv.Modules() {
 		entries, err := moduleEntries(m)
