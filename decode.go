@@ -311,11 +311,7 @@ func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	return r.do(func() error {
-		capturing, err := s.s.IsCapturing()
-		if err != nil {
-			return err
-		}
+	return r.enqueue(s, func(capturing bool) error {
 		plan, fn, err := r.planFor(a, capturing)
 		if err != nil {
 			return err
@@ -358,16 +354,10 @@ func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) e
 	if err != nil {
 		return err
 	}
-	return r.do(func() error {
-		capturing, err := s.s.IsCapturing()
-		if err != nil {
-			return err
-		}
-		return r.launchDecode(s, a, &plan, fn, capturing)
-	})
+	return r.enqueue(s, func(capturing bool) error { return r.launchDecode(s, a, &plan, fn, capturing) })
 }
 
-// launchDecode enqueues the kernels of plan. Call it inside r.do.
+// launchDecode enqueues the kernels of plan. Call it inside r.do (enqueue).
 func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
 	p := a.params(s.fault)
 	var part decodePartitionParams

@@ -40,6 +40,19 @@ func launchPlan[T any](r *Runtime, s *Stream, plan *dispatch.Plan, p *T) error {
 	return s.afterLaunch(capturing)
 }
 
+// enqueue runs launch in one pass through r's context (Context.Do) with
+// whether s is capturing a graph: the attention ops plan and launch from
+// there, so a call costs one context check and one capture query.
+func (r *Runtime) enqueue(s *Stream, launch func(capturing bool) error) error {
+	return r.do(func() error {
+		capturing, err := s.s.IsCapturing()
+		if err != nil {
+			return err
+		}
+		return launch(capturing)
+	})
+}
+
 // dim converts a plan's grid or block shape to the driver's.
 func dim(d dispatch.Dim3) driver.Dim3 { return driver.Dim3{X: d.X, Y: d.Y, Z: d.Z} }
 

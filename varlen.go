@@ -397,11 +397,7 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	return r.do(func() error {
-		capturing, err := s.s.IsCapturing()
-		if err != nil {
-			return err
-		}
+	return r.enqueue(s, func(capturing bool) error {
 		plan, err := r.planVarlenFor(a, capturing)
 		if err != nil {
 			return err
@@ -423,17 +419,11 @@ func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) e
 	if err := checkVarlenPlan(a, &plan); err != nil {
 		return err
 	}
-	return r.do(func() error {
-		capturing, err := s.s.IsCapturing()
-		if err != nil {
-			return err
-		}
-		return r.launchVarlen(s, a, &plan, capturing)
-	})
+	return r.enqueue(s, func(capturing bool) error { return r.launchVarlen(s, a, &plan, capturing) })
 }
 
 // launchVarlen enqueues the kernels of plan: the varlen kernel, and for
-// split-K the merge. Call it inside r.do.
+// split-K the merge. Call it inside r.do (enqueue).
 func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, capturing bool) error {
 	if a.TotalQTokens == 0 {
 		return nil
