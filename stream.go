@@ -374,10 +374,22 @@ func (s *Stream) afterLaunch(capturing bool) error {
 // graph keeps the scratch it captured alive until Graph.Close, so a later
 // capture or eager call that grows the stream's scratch never invalidates an
 // earlier graph (the old buffer is retired, not freed).
+//
+// A capture begun by other code on the Stream's handle (cuStreamBeginCapture
+// through another binding) is handled too: every op asks the driver whether
+// its stream is capturing, plans for the graph and never grows scratch
+// during it (reserve first, as here). pagedkv cannot see when such a graph
+// is destroyed, so the scratch buffers leased into it stay allocated until
+// the Runtime is closed.
 func (s *Stream) BeginCapture() error {
 	s.r.scratch.BeginCapture(uintptr(s.s))
 	s.r.counters.BeginCapture(uintptr(s.s))
-	return s.r.do(func() error { return s.s.BeginCapture(driver.CaptureModeRelaxed) })
+	err := s.r.do(func() error { return s.s.BeginCapture(driver.CaptureModeRelaxed) })
+	if err != nil {
+		s.r.scratch.AbortCapture(uintptr(s.s))
+		s.r.counters.AbortCapture(uintptr(s.s))
+	}
+	return err
 }
 
 // Graph is an instantiated CUDA graph captured from a Stream.

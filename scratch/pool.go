@@ -63,6 +63,11 @@ const floatBytes = 4
 // graph is destroyed) growth and Drop retire the buffer instead of freeing
 // it. A retired buffer is freed when its last Pins are released; Close frees
 // everything, pinned or not.
+//
+// A capture the Pool was not told about (Acquire with capturing set on a
+// stream between no BeginCapture and EndCapture: other code began it on the
+// same CUstream) ends in a graph the Pool never sees destroyed, so a buffer
+// leased into it is pinned for good: retired, never freed, until Close.
 type Pool struct {
 	alloc Allocator
 	limit int64 // bytes per buffer; 0 = none
@@ -73,9 +78,11 @@ type Pool struct {
 	total    int64                // bytes in buffers and retained
 	closed   bool
 
-	// capMu guards captured, which Acquire writes under the read lock.
+	// capMu guards captured, tracked and every buffer's external, which
+	// Acquire writes under the read lock.
 	capMu    sync.Mutex
 	captured map[uintptr][]*buffer // buffers leased by the capture in progress, by stream
+	tracked  map[uintptr]bool      // streams between BeginCapture and EndCapture or AbortCapture
 }
 
 // buffer is one stream's allocation.
@@ -85,6 +92,9 @@ type buffer struct {
 	stream  uintptr
 	pins    int  // live Pins (captured graphs) that reference it
 	dropped bool // its stream is gone: free it on the null stream
+	// external: a capture the Pool was not told about leased it, so a graph
+	// it cannot track may use it until Close.
+	external bool
 }
 
 // New returns an empty pool that allocates with a. limitBytes caps each
@@ -92,7 +102,7 @@ type buffer struct {
 func New(a Allocator, limitBytes int64) *Pool {
 	return &Pool{
 		alloc: a, limit: max(limitBytes, 0), buffers: map[uintptr]*buffer{},
-		retained: map[*buffer]struct{}{}, captured: map[uintptr][]*buffer{},
+		retained: map[*buffer]struct{}{}, captured: map[uintptr][]*buffer{}, tracked: map[uintptr]bool{},
 	}
 }
 
@@ -138,7 +148,9 @@ func (p *Pool) Acquire(stream uintptr, floats int64, capturing bool) (Lease, err
 		if b, ok := p.buffers[stream]; ok && b.bytes >= need {
 			if capturing {
 				p.capMu.Lock()
-				if l := p.captured[stream]; len(l) == 0 || l[len(l)-1] != b {
+				if !p.tracked[stream] {
+					b.external = true
+				} else if l := p.captured[stream]; len(l) == 0 || l[len(l)-1] != b {
 					p.captured[stream] = append(l, b)
 				}
 				p.capMu.Unlock()
@@ -212,11 +224,12 @@ func (p *Pool) retireLocked(b *buffer) error {
 	return nil
 }
 
-// inCapture reports whether a capture in progress leased b.
+// inCapture reports whether a capture in progress, or one the Pool was not
+// told about, leased b.
 func (p *Pool) inCapture(b *buffer) bool {
 	p.capMu.Lock()
 	defer p.capMu.Unlock()
-	return slices.Contains(p.captured[b.stream], b)
+	return b.external || slices.Contains(p.captured[b.stream], b)
 }
 
 // Pins are the buffers one captured graph references; Release them when the
@@ -238,6 +251,7 @@ func (p *Pool) EndCapture(stream uintptr) *Pins {
 	p.capMu.Lock()
 	leased := p.captured[stream]
 	delete(p.captured, stream)
+	delete(p.tracked, stream)
 	p.capMu.Unlock()
 	ps := &Pins{p: p}
 	if len(leased) == 0 {
@@ -256,7 +270,12 @@ func (p *Pool) EndCapture(stream uintptr) *Pins {
 
 // BeginCapture starts tracking the buffers stream leases for a graph,
 // forgetting those of any earlier capture that was neither ended nor aborted.
-func (p *Pool) BeginCapture(stream uintptr) { p.AbortCapture(stream) }
+func (p *Pool) BeginCapture(stream uintptr) {
+	p.AbortCapture(stream)
+	p.capMu.Lock()
+	p.tracked[stream] = true
+	p.capMu.Unlock()
+}
 
 // AbortCapture forgets the buffers leased by stream's capture in progress
 // (the capture failed, so no graph references them). A buffer that was
@@ -265,6 +284,7 @@ func (p *Pool) AbortCapture(stream uintptr) {
 	p.capMu.Lock()
 	leased := p.captured[stream]
 	delete(p.captured, stream)
+	delete(p.tracked, stream)
 	p.capMu.Unlock()
 	if len(leased) == 0 {
 		return

@@ -556,6 +556,7 @@ func TestCaptureInProgressPins(t *testing.T) {
 	f := newFake(t)
 	p := New(f, 0)
 	require.NoError(t, p.Reserve(2, 10))
+	p.BeginCapture(2)
 	l, err := p.Acquire(2, 10, true)
 	require.NoError(t, err)
 	l.Release()
@@ -568,6 +569,7 @@ func TestCaptureInProgressPins(t *testing.T) {
 	assert.Zero(t, p.RetainedBytes())
 
 	// Close frees pinned buffers too.
+	p.BeginCapture(2)
 	l, err = p.Acquire(2, 10, true)
 	require.NoError(t, err)
 	l.Release()
@@ -577,4 +579,54 @@ func TestCaptureInProgressPins(t *testing.T) {
 	assert.Zero(t, f.liveCount())
 	require.NoError(t, pins.Release(), "pins released after Close do nothing")
 	assert.Zero(t, f.liveCount())
+}
+
+// TestExternalCapturePinsForGood: a capture the pool was not told about
+// (other code began it on the stream's handle) leaves a graph whose end the
+// pool never sees, so the buffer it leased is never freed before Close,
+// whatever growth, later captures of the pool's own or Drop do.
+func TestExternalCapturePinsForGood(t *testing.T) {
+	f := newFake(t)
+	p := New(f, 0)
+	const stream = 4
+	require.NoError(t, p.Reserve(stream, mib))
+	l, err := p.Acquire(stream, mib, true) // no BeginCapture: someone else's capture
+	require.NoError(t, err)
+	external := l.Ptr
+	l.Release()
+
+	l, err = p.Acquire(stream, 8*mib, false) // eager growth retires it
+	require.NoError(t, err)
+	l.Release()
+	p.BeginCapture(stream) // a capture of the pool's own, then its abort
+	p.AbortCapture(stream)
+	p.BeginCapture(stream)
+	l, err = p.Acquire(stream, mib, true)
+	require.NoError(t, err)
+	l.Release()
+	pins := p.EndCapture(stream)
+	require.NoError(t, pins.Release())
+	require.NoError(t, p.Drop(stream))
+	_, frees := f.calls()
+	for _, e := range frees {
+		assert.NotEqual(t, external, e.ptr, "the externally captured buffer was freed")
+	}
+	assert.Equal(t, int64(4*mib), p.RetainedBytes(), "the external graph's buffer is held")
+
+	// A tracked capture's buffers still go with their pins.
+	p2 := New(newFake(t), 0)
+	require.NoError(t, p2.Reserve(1, mib))
+	p2.BeginCapture(1)
+	l, err = p2.Acquire(1, mib, true)
+	require.NoError(t, err)
+	l.Release()
+	pins = p2.EndCapture(1)
+	require.NoError(t, p2.Reserve(1, 8*mib))
+	assert.Equal(t, int64(4*mib), p2.RetainedBytes())
+	require.NoError(t, pins.Release())
+	assert.Zero(t, p2.RetainedBytes())
+	require.NoError(t, p2.Close())
+
+	require.NoError(t, p.Close())
+	assert.Zero(t, f.liveCount(), "Close frees it")
 }

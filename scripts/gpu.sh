@@ -31,7 +31,7 @@ for step in $STEPS; do
   info) run info 120 .gpu/pagedkv info ;;
   tests)
     # One process per group, so a fault in one cannot hide the others' results.
-    serving='TestDecodeBalanced|TestDecodeGraphAfterGrowth|TestDecodeWorkspace|TestDecodeFP8Narrow'
+    serving='TestDecodeBalanced|TestDecodeGraphAfterGrowth|TestDecodeExternalCapture|TestDecodeWorkspace|TestDecodeFP8Narrow|TestHostPath'
     for group in 'TestAppend|TestGather' 'TestRope' 'TestMLA' 'TestQKV' 'TestDecode' "$serving" 'TestVarlen|TestSequenceAttention'; do
       name="tests-${group%%|*}"
       skip='^$'
@@ -54,7 +54,7 @@ for step in $STEPS; do
     ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
-    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention|TestVarlenWorkspace'
+    reduced='TestAppendMatchesReference|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeExternalCapture|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention|TestVarlenWorkspace'
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 235s
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 \

@@ -10,6 +10,7 @@ import (
 	"github.com/pagedkv/pagedkv"
 	"github.com/pagedkv/pagedkv/config"
 	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
 	"github.com/pagedkv/pagedkv/internal/check"
 	"github.com/pagedkv/pagedkv/internal/ref"
 )
@@ -150,6 +151,77 @@ func TestDecodeGraphAfterGrowth(t *testing.T) {
 	out, lse, err = big.RunWithPlan(r, s, bigPlan)
 	require.NoError(t, err)
 	require.NoError(t, big.Check(out, lse), "after the graph released its scratch")
+}
+
+// TestDecodeExternalCapture is TestDecodeGraphAfterGrowth for a capture
+// begun by other code on the Stream's handle (the driver called directly,
+// as another binding would): the decode sees the capture, plans for the
+// graph, and its scratch outlives growth, a capture of pagedkv's own on the
+// same stream and the closing of that graph. Run it under compute-sanitizer
+// memcheck.
+func TestDecodeExternalCapture(t *testing.T) {
+	r := open(t, config.Options{PagedFlashSplits: ptr(16), KVCapacity: ptr(2048)})
+	g := rng(t)
+	s, err := r.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	dev, err := driver.DeviceGet(0)
+	require.NoError(t, err)
+	ctx, err := dev.PrimaryCtxRetain()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, dev.PrimaryCtxRelease()) })
+	h := driver.Stream(s.Handle())
+
+	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2048}
+	small := decodeProblem(t, r, s, g, c)
+	require.NoError(t, r.ReserveDecode(s, &small.Args))
+	var graph driver.Graph
+	var exec driver.GraphExec
+	require.NoError(t, ctx.Do(func() error { return h.BeginCapture(driver.CaptureModeRelaxed) }))
+	decodeErr := r.Decode(s, &small.Args)
+	require.NoError(t, ctx.Do(func() error {
+		var err error
+		if graph, err = h.EndCapture(); err != nil {
+			return err
+		}
+		exec, err = graph.Instantiate()
+		return err
+	}))
+	require.NoError(t, decodeErr)
+	t.Cleanup(func() {
+		require.NoError(t, ctx.Do(func() error {
+			if err := exec.Destroy(); err != nil {
+				return err
+			}
+			return graph.Destroy()
+		}))
+	})
+
+	// Growth, then a capture of pagedkv's own on the stream, and its graph
+	// closed: none of it may free the external graph's scratch.
+	c.Seqs = 32
+	big := decodeProblem(t, r, s, g, c)
+	k := dispatch.DefaultKnobs()
+	k.ForcedSplits = 64
+	bigPlan, err := r.PlanDecodeWith(&big.Args, big.Args.MaxKVLen, k)
+	require.NoError(t, err)
+	out, lse, err := big.RunWithPlan(r, s, bigPlan)
+	require.NoError(t, err)
+	require.NoError(t, big.Check(out, lse))
+	require.NoError(t, r.ReserveDecode(s, &big.Args))
+	own := captureDecode(t, r, s, &big.Args)
+	require.NoError(t, own.Close())
+
+	for round := range 3 {
+		require.NoError(t, small.Poison(s))
+		require.NoError(t, ctx.Do(func() error { return exec.Launch(h) }))
+		out, lse, err := small.Fetch(s)
+		require.NoError(t, err)
+		require.NoError(t, small.Check(out, lse), "replay %d of the external graph", round)
+		out, lse, err = big.RunWithPlan(r, s, bigPlan)
+		require.NoError(t, err)
+		require.NoError(t, big.Check(out, lse))
+	}
 }
 
 // TestDecodeWorkspace gives decodes the engine's own scratch, eager and in a
