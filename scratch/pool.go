@@ -193,6 +193,13 @@ func (p *Pool) Drop(stream uintptr) error {
 	p.capMu.Lock()
 	delete(p.captured, stream)
 	p.capMu.Unlock()
+	// The stream is gone by the time pins release (or Close frees) any of
+	// its buffers still held: those are freed on the null stream.
+	for b := range p.retained {
+		if b.stream == stream {
+			b.dropped = true
+		}
+	}
 	b, ok := p.buffers[stream]
 	if !ok {
 		return nil
@@ -200,7 +207,7 @@ func (p *Pool) Drop(stream uintptr) error {
 	delete(p.buffers, stream)
 	err := p.retireLocked(b)
 	if _, kept := p.retained[b]; kept {
-		b.dropped = true // the stream is gone by the time the pins are released
+		b.dropped = true
 	}
 	return err
 }

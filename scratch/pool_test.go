@@ -549,6 +549,38 @@ func TestGraphPinsOutliveDrop(t *testing.T) {
 	require.NoError(t, p.Close())
 }
 
+// TestGraphPinsOutliveGrowthAndDrop: a buffer a graph pins, retired by
+// growth and then orphaned by Drop, is freed on the null stream (its own
+// stream is destroyed), by the pins' release or by Close.
+func TestGraphPinsOutliveGrowthAndDrop(t *testing.T) {
+	for _, byClose := range []bool{false, true} {
+		f := newFake(t)
+		p := New(f, 0)
+		require.NoError(t, p.Reserve(6, mib))
+		p.BeginCapture(6)
+		l, err := p.Acquire(6, mib, true)
+		require.NoError(t, err)
+		old := l.Ptr
+		l.Release()
+		pins := p.EndCapture(6)
+		require.NoError(t, p.Reserve(6, 8*mib)) // retires the pinned buffer
+		require.NoError(t, p.Drop(6))
+		if byClose {
+			require.NoError(t, p.Close())
+		} else {
+			require.NoError(t, pins.Release())
+		}
+		// Drop freed the current buffer on its stream, still alive then;
+		// the pinned one goes later, on the null stream.
+		_, frees := f.calls()
+		require.Len(t, frees, 2)
+		assert.Equal(t, uintptr(6), frees[0].stream)
+		assert.Equal(t, event{ptr: old, stream: 0, bytes: 4 * mib}, frees[1], "the pinned buffer, freed after its stream was destroyed")
+		require.NoError(t, p.Close())
+		require.NoError(t, pins.Release())
+	}
+}
+
 // TestCaptureInProgressPins: growth during another goroutine's capture on the
 // same stream (which the API forbids, but must not corrupt memory) keeps the
 // buffer; aborting the capture frees it.
