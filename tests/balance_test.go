@@ -105,80 +105,96 @@ func TestDecodeBalancedGraphReplay(t *testing.T) {
 	}
 }
 
-// TestDecodeGraphAfterGrowth is the engine's sequence that used to write into
-// freed memory: capture a small split-K decode, grow the stream's scratch
-// with a larger eager one, then replay the graph. Run it under
-// compute-sanitizer memcheck.
-func TestDecodeGraphAfterGrowth(t *testing.T) {
+// growthCase is the setup of the graph-after-growth tests: a runtime that
+// plans 16 splits for graphs of kv ≤ 2048, a stream of its own, the small
+// split-K decode a graph captures (reserved) and a larger eager one forced
+// to 64 splits, which grows the stream's scratch.
+type growthCase struct {
+	r          *pagedkv.Runtime
+	s          *pagedkv.Stream
+	small, big *check.DecodeProblem
+	bigPlan    dispatch.Plan
+}
+
+func newGrowthCase(t *testing.T) *growthCase {
+	t.Helper()
 	r := open(t, config.Options{PagedFlashSplits: ptr(16), KVCapacity: ptr(2048)})
 	g := rng(t)
 	s, err := r.NewStream()
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2048}
-	small := decodeProblem(t, r, s, g, c)
-	plan, err := r.PlanDecodeGraph(&small.Args)
+	gc := &growthCase{r: r, s: s, small: decodeProblem(t, r, s, g, c)}
+	plan, err := r.PlanDecodeGraph(&gc.small.Args)
 	require.NoError(t, err)
 	require.Equal(t, 16, plan.Splits)
 	require.Zero(t, plan.Cluster)
-	require.NoError(t, r.ReserveDecode(s, &small.Args))
-	graph := captureDecode(t, r, s, &small.Args)
-
-	// A larger split-K decode on the same stream grows its scratch.
+	require.NoError(t, r.ReserveDecode(s, &gc.small.Args))
 	c.Seqs = 32
-	big := decodeProblem(t, r, s, g, c)
+	gc.big = decodeProblem(t, r, s, g, c)
 	k := dispatch.DefaultKnobs()
 	k.ForcedSplits = 64
-	bigPlan, err := r.PlanDecodeWith(&big.Args, big.Args.MaxKVLen, k)
+	gc.bigPlan, err = r.PlanDecodeWith(&gc.big.Args, gc.big.Args.MaxKVLen, k)
 	require.NoError(t, err)
-	require.Greater(t, bigPlan.ScratchFloats, 2*plan.ScratchFloats)
-	out, lse, err := big.RunWithPlan(r, s, bigPlan)
-	require.NoError(t, err)
-	require.NoError(t, big.Check(out, lse))
+	require.Greater(t, gc.bigPlan.ScratchFloats, 2*plan.ScratchFloats)
+	return gc
+}
 
-	for round := range 3 {
-		require.NoError(t, small.Poison(s))
-		require.NoError(t, graph.Launch(s))
-		out, lse, err := small.Fetch(s)
-		require.NoError(t, err)
-		require.NoError(t, small.Check(out, lse), "replay %d after growth", round)
-		// Eager work between replays keeps using the grown buffer.
-		out, lse, err = big.RunWithPlan(r, s, bigPlan)
-		require.NoError(t, err)
-		require.NoError(t, big.Check(out, lse))
-	}
-	require.NoError(t, graph.Close())
-	out, lse, err = big.RunWithPlan(r, s, bigPlan)
+// runBig runs the big decode eagerly and checks it.
+func (gc *growthCase) runBig(t *testing.T, msg ...any) {
+	t.Helper()
+	out, lse, err := gc.big.RunWithPlan(gc.r, gc.s, gc.bigPlan)
 	require.NoError(t, err)
-	require.NoError(t, big.Check(out, lse), "after the graph released its scratch")
+	require.NoError(t, gc.big.Check(out, lse), msg...)
+}
+
+// replays replays the small decode's graph with launch three times, each
+// checked, with the big decode run eagerly between replays (it keeps using
+// the grown buffer).
+func (gc *growthCase) replays(t *testing.T, launch func() error) {
+	t.Helper()
+	for round := range 3 {
+		require.NoError(t, gc.small.Poison(gc.s))
+		require.NoError(t, launch())
+		out, lse, err := gc.small.Fetch(gc.s)
+		require.NoError(t, err)
+		require.NoError(t, gc.small.Check(out, lse), "replay %d after growth", round)
+		gc.runBig(t)
+	}
+}
+
+// TestDecodeGraphAfterGrowth is the engine's sequence that used to write into
+// freed memory: capture a small split-K decode, grow the stream's scratch
+// with a larger eager one, then replay the graph. Run it under
+// compute-sanitizer memcheck.
+func TestDecodeGraphAfterGrowth(t *testing.T) {
+	gc := newGrowthCase(t)
+	graph := captureDecode(t, gc.r, gc.s, &gc.small.Args)
+	gc.runBig(t)
+	gc.replays(t, func() error { return graph.Launch(gc.s) })
+	require.NoError(t, graph.Close())
+	gc.runBig(t, "after the graph released its scratch")
 }
 
 // TestDecodeExternalCapture is TestDecodeGraphAfterGrowth for a capture
 // begun by other code on the Stream's handle (the driver called directly,
 // as another binding would): the decode sees the capture, plans for the
 // graph, and its scratch outlives growth, a capture of pagedkv's own on the
-// same stream and the closing of that graph. Run it under compute-sanitizer
-// memcheck.
+// same stream and the closing of that graph, and the closing of the stream
+// and the runtime after it. Run it under compute-sanitizer memcheck.
 func TestDecodeExternalCapture(t *testing.T) {
-	r := open(t, config.Options{PagedFlashSplits: ptr(16), KVCapacity: ptr(2048)})
-	g := rng(t)
-	s, err := r.NewStream()
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	gc := newGrowthCase(t)
 	dev, err := driver.DeviceGet(0)
 	require.NoError(t, err)
 	ctx, err := dev.PrimaryCtxRetain()
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.PrimaryCtxRelease()) })
-	h := driver.Stream(s.Handle())
+	h := driver.Stream(gc.s.Handle())
 
-	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 128, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2048}
-	small := decodeProblem(t, r, s, g, c)
-	require.NoError(t, r.ReserveDecode(s, &small.Args))
 	var graph driver.Graph
 	var exec driver.GraphExec
 	require.NoError(t, ctx.Do(func() error { return h.BeginCapture(driver.CaptureModeRelaxed) }))
-	decodeErr := r.Decode(s, &small.Args)
+	decodeErr := gc.r.Decode(gc.s, &gc.small.Args)
 	require.NoError(t, ctx.Do(func() error {
 		var err error
 		if graph, err = h.EndCapture(); err != nil {
@@ -199,29 +215,11 @@ func TestDecodeExternalCapture(t *testing.T) {
 
 	// Growth, then a capture of pagedkv's own on the stream, and its graph
 	// closed: none of it may free the external graph's scratch.
-	c.Seqs = 32
-	big := decodeProblem(t, r, s, g, c)
-	k := dispatch.DefaultKnobs()
-	k.ForcedSplits = 64
-	bigPlan, err := r.PlanDecodeWith(&big.Args, big.Args.MaxKVLen, k)
-	require.NoError(t, err)
-	out, lse, err := big.RunWithPlan(r, s, bigPlan)
-	require.NoError(t, err)
-	require.NoError(t, big.Check(out, lse))
-	require.NoError(t, r.ReserveDecode(s, &big.Args))
-	own := captureDecode(t, r, s, &big.Args)
+	gc.runBig(t)
+	require.NoError(t, gc.r.ReserveDecode(gc.s, &gc.big.Args))
+	own := captureDecode(t, gc.r, gc.s, &gc.big.Args)
 	require.NoError(t, own.Close())
-
-	for round := range 3 {
-		require.NoError(t, small.Poison(s))
-		require.NoError(t, ctx.Do(func() error { return exec.Launch(h) }))
-		out, lse, err := small.Fetch(s)
-		require.NoError(t, err)
-		require.NoError(t, small.Check(out, lse), "replay %d of the external graph", round)
-		out, lse, err = big.RunWithPlan(r, s, bigPlan)
-		require.NoError(t, err)
-		require.NoError(t, big.Check(out, lse))
-	}
+	gc.replays(t, func() error { return ctx.Do(func() error { return exec.Launch(h) }) })
 }
 
 // TestDecodeWorkspace gives decodes the engine's own scratch, eager and in a
