@@ -196,23 +196,19 @@ type decodePartitionParams struct {
 // (graph capture plans for KV_CAPACITY). It loads the kernel's module if
 // needed, so the occupancy it plans with is the device's own.
 func (r *Runtime) PlanDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, error) {
-	plan, _, _, err := r.planDecode(s, a)
-	return plan, err
-}
-
-func (r *Runtime) planDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, driver.Function, bool, error) {
 	if err := r.live(); err != nil {
-		return dispatch.Plan{}, 0, false, err
+		return dispatch.Plan{}, err
 	}
 	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, 0, false, err
+		return dispatch.Plan{}, err
 	}
-	capturing, err := s.capturing()
-	if err != nil {
-		return dispatch.Plan{}, 0, false, err
-	}
-	plan, fn, err := r.planFor(a, capturing)
-	return plan, fn, capturing, err
+	var plan dispatch.Plan
+	err := r.enqueue(s, func(capturing bool) error {
+		var err error
+		plan, _, err = r.planFor(a, capturing)
+		return err
+	})
+	return plan, err
 }
 
 // planFor plans a valid a eagerly, or for a graph when capturing.

@@ -278,7 +278,18 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 // PlanVarlen returns the plan Varlen would follow for a on stream s right
 // now (during graph capture: the graph's plan, as PlanVarlenGraph).
 func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
-	plan, _, err := r.planVarlen(s, a)
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	if err := a.Validate(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	var plan dispatch.Plan
+	err := r.enqueue(s, func(capturing bool) error {
+		var err error
+		plan, err = r.planVarlenFor(a, capturing)
+		return err
+	})
 	return plan, err
 }
 
@@ -296,21 +307,6 @@ func (r *Runtime) PlanVarlenGraph(a *VarlenArgs) (dispatch.Plan, error) {
 		return dispatch.Plan{}, err
 	}
 	return r.planVarlenShape(a.shape(true, r.cfg.KVCapacity), r.varlenKnobs)
-}
-
-func (r *Runtime) planVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, bool, error) {
-	if err := r.live(); err != nil {
-		return dispatch.Plan{}, false, err
-	}
-	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, false, err
-	}
-	capturing, err := s.capturing()
-	if err != nil {
-		return dispatch.Plan{}, false, err
-	}
-	plan, err := r.planVarlenFor(a, capturing)
-	return plan, capturing, err
 }
 
 // planVarlenFor plans a valid a eagerly, or for a graph when capturing.

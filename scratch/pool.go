@@ -192,22 +192,19 @@ func (p *Pool) Drop(stream uintptr) error {
 	defer p.mu.Unlock()
 	p.capMu.Lock()
 	delete(p.captured, stream)
+	delete(p.tracked, stream)
 	p.capMu.Unlock()
+	var err error
+	if b, ok := p.buffers[stream]; ok {
+		delete(p.buffers, stream)
+		err = p.retireLocked(b)
+	}
 	// The stream is gone by the time pins release (or Close frees) any of
 	// its buffers still held: those are freed on the null stream.
 	for b := range p.retained {
 		if b.stream == stream {
 			b.dropped = true
 		}
-	}
-	b, ok := p.buffers[stream]
-	if !ok {
-		return nil
-	}
-	delete(p.buffers, stream)
-	err := p.retireLocked(b)
-	if _, kept := p.retained[b]; kept {
-		b.dropped = true
 	}
 	return err
 }
