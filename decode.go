@@ -196,19 +196,10 @@ type decodePartitionParams struct {
 // (graph capture plans for KV_CAPACITY). It loads the kernel's module if
 // needed, so the occupancy it plans with is the device's own.
 func (r *Runtime) PlanDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, error) {
-	if err := r.live(); err != nil {
-		return dispatch.Plan{}, err
-	}
-	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, err
-	}
-	var plan dispatch.Plan
-	err := r.enqueue(s, func(capturing bool) error {
-		var err error
-		plan, _, err = r.planFor(a, capturing)
-		return err
+	return r.planOn(s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
+		plan, _, err := r.planFor(a, capturing)
+		return plan, err
 	})
-	return plan, err
 }
 
 // planFor plans a valid a eagerly, or for a graph when capturing.

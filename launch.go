@@ -53,6 +53,25 @@ func (r *Runtime) enqueue(s *Stream, launch func(capturing bool) error) error {
 	})
 }
 
+// planOn returns the plan an attention op would follow on s right now: after
+// r is checked live and validate passes, plan runs in enqueue's pass with
+// whether s is capturing (a graph's plan then).
+func (r *Runtime) planOn(s *Stream, validate func() error, plan func(capturing bool) (dispatch.Plan, error)) (dispatch.Plan, error) {
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	if err := validate(); err != nil {
+		return dispatch.Plan{}, err
+	}
+	var p dispatch.Plan
+	err := r.enqueue(s, func(capturing bool) error {
+		var err error
+		p, err = plan(capturing)
+		return err
+	})
+	return p, err
+}
+
 // dim converts a plan's grid or block shape to the driver's.
 func dim(d dispatch.Dim3) driver.Dim3 { return driver.Dim3{X: d.X, Y: d.Y, Z: d.Z} }
 

@@ -278,19 +278,7 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 // PlanVarlen returns the plan Varlen would follow for a on stream s right
 // now (during graph capture: the graph's plan, as PlanVarlenGraph).
 func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
-	if err := r.live(); err != nil {
-		return dispatch.Plan{}, err
-	}
-	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, err
-	}
-	var plan dispatch.Plan
-	err := r.enqueue(s, func(capturing bool) error {
-		var err error
-		plan, err = r.planVarlenFor(a, capturing)
-		return err
-	})
-	return plan, err
+	return r.planOn(s, a.Validate, func(capturing bool) (dispatch.Plan, error) { return r.planVarlenFor(a, capturing) })
 }
 
 // PlanVarlenGraph returns the plan a varlen of a captured into a graph
