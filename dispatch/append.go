@@ -21,6 +21,10 @@ type AppendShape struct {
 	HeadDim    int
 	DType      DType // dtype of the new K and V: F16 or BF16
 	CacheDType DType // DType, or E4M3 for an fp8 cache
+	// SM90: the device runs compute_90 modules (compute capability 9.0 and
+	// newer), so an fp8 append takes its compute_90 build (cache_sm90),
+	// which rounds to e4m3 in hardware; the result is the same bytes.
+	SM90 bool
 }
 
 // PlanAppend plans a cache append launch: one thread per 8 elements of one
@@ -32,6 +36,10 @@ func PlanAppend(a AppendShape) (Plan, error) {
 	kernel, err := AppendKernelName(a.DType, a.CacheDType)
 	if err != nil {
 		return Plan{}, err
+	}
+	if a.SM90 && a.CacheDType == E4M3 {
+		ii, _ := activationIndex(a.DType)
+		kernel = tables.appendSM90[ii]
 	}
 	return planRows(a, kernel)
 }

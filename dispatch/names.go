@@ -46,10 +46,13 @@ type nameTables struct {
 	sm90   [len(activationTypes)][decodeVariants][len(headDims)]string
 	shape  map[string][2]int // decode kernel → {head dim, cache element size}
 	append [len(activationTypes)][2]string
-	gather [3]string // by cache dtype: f16, bf16, e4m3
-	rope   [len(activationTypes)][2]string
-	mla    [len(activationTypes)][2]string // rope+quant, concat
-	qkv    [len(activationTypes)][2]string
+	// appendSM90: the compute_90 builds of the fp8 appends (cache_sm90),
+	// whose e4m3 rounding is one instruction per two elements there.
+	appendSM90 [len(activationTypes)]string
+	gather     [3]string // by cache dtype: f16, bf16, e4m3
+	rope       [len(activationTypes)][2]string
+	mla        [len(activationTypes)][2]string // rope+quant, concat
+	qkv        [len(activationTypes)][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
 	// (1: the _r64 kernels; the 128-row ones at index 0; both the same at
 	// head dim 256, which has only 64-row blocks); varlenMerge: by
@@ -78,6 +81,9 @@ func buildNames() *nameTables {
 				cache = "_" + E4M3.String()
 			}
 			t.append[qi][fp8] = "cache_append_" + q.String() + cache
+			if fp8 == 1 {
+				t.appendSM90[qi] = t.append[qi][fp8] + "_sm90"
+			}
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			t.qkv[qi][fp8] = "qkv_norm_rope_" + q.String() + cache
 			for hi, d := range headDims {
@@ -324,7 +330,9 @@ func decodeIndex(dtype, cacheDType DType, headDim, group int) (qi, vi, hi int, e
 }
 
 // AppendKernelName returns the cache append kernel for input of type dtype
-// and a cache of type cacheDType (dtype, or E4M3).
+// and a cache of type cacheDType (dtype, or E4M3), built for compute_80.
+// PlanAppend takes the compute_90 build of an fp8 append where the device
+// has one (see AppendShape.SM90).
 func AppendKernelName(dtype, cacheDType DType) (string, error) {
 	ii, ok := activationIndex(dtype)
 	if !ok {
@@ -360,11 +368,13 @@ func IsClusterKernel(kernel string) bool { return slices.Contains(ClusterDecodeK
 // (decode_*_sm90 modules, compute_90).
 func ClusterDecodeKernelNames() []string { return flatten(&tables.cluster) }
 
-// AppendKernelNames returns every cache append kernel entry name.
+// AppendKernelNames returns every cache append kernel entry name, the
+// compute_90 builds included.
 func AppendKernelNames() []string {
-	names := make([]string, 0, len(activationTypes)*2)
+	names := make([]string, 0, len(activationTypes)*3)
 	for qi := range tables.append {
 		names = append(names, tables.append[qi][:]...)
+		names = append(names, tables.appendSM90[qi])
 	}
 	return names
 }

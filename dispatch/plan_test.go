@@ -424,8 +424,8 @@ func TestKernelNameLists(t *testing.T) {
 	assert.Contains(t, decode, "paged_decode_bf16_hd128_g8")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd128_g8")
 	assert.Equal(t, []string{
-		"cache_append_f16", "cache_append_f16_e4m3",
-		"cache_append_bf16", "cache_append_bf16_e4m3",
+		"cache_append_f16", "cache_append_f16_e4m3", "cache_append_f16_e4m3_sm90",
+		"cache_append_bf16", "cache_append_bf16_e4m3", "cache_append_bf16_e4m3_sm90",
 	}, AppendKernelNames())
 
 	cluster := ClusterDecodeKernelNames()
@@ -447,7 +447,7 @@ func TestKernelNameLists(t *testing.T) {
 	all := KernelNames()
 	// … decode_partition, the six _g8_sm90 fp8 kernels, and varlen: q dtype ×
 	// ((16-bit cache, e4m3 cache) × (three head dims + two _r64) + three merges).
-	assert.Len(t, all, 2*len(decode)+4+3+4+4+4+1+6+2*(2*5+3))
+	assert.Len(t, all, 2*len(decode)+6+3+4+4+4+1+6+2*(2*5+3))
 	assert.Contains(t, all, "paged_varlen_bf16_e4m3_hd128")
 	assert.Contains(t, all, "paged_varlen_merge_f16_hd256")
 	seen := map[string]bool{}
@@ -552,6 +552,11 @@ func TestPlanAppend(t *testing.T) {
 		// 9 tokens are two groups, one pair: 2 · 8 · 16 = 256 threads → 2 blocks.
 		{AppendShape{NumTokens: 9, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}, "cache_append_f16", 2},
 		{AppendShape{NumTokens: 0, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16}, "cache_append_f16", 0},
+		// On sm_90 the fp8 appends take their compute_90 build, same grid;
+		// 16-bit caches keep the compute_80 kernel.
+		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, DType: BF16, CacheDType: E4M3, SM90: true}, "cache_append_bf16_e4m3_sm90", 18},
+		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, DType: F16, CacheDType: E4M3, SM90: true}, "cache_append_f16_e4m3_sm90", 1},
+		{AppendShape{NumTokens: 17, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16, SM90: true}, "cache_append_f16", 4},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/T=%d", tt.kernel, tt.shape.NumTokens), func(t *testing.T) {

@@ -134,10 +134,7 @@ template <typename In>
 __device__ __forceinline__ uint2 to_e4m3x8(uint4 v, float scale) {
   float f[8];
   to_float8(v, static_cast<const In*>(nullptr), f);
-  uint32_t w[2] = {0u, 0u};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w[i / 4] |= f32_to_e4m3(__fdiv_rn(f[i], scale)) << (8 * (i % 4));
-  return make_uint2(w[0], w[1]);
+  return e4m3x8(f, scale);
 }
 
 // resolve_slots applies the slot rules of every cache write to the n ≤ N

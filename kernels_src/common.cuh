@@ -171,4 +171,55 @@ __device__ __forceinline__ uint32_t f32_to_e4m3(float f) {
   return a != a ? 0x7Fu : (sign | v);
 }
 
+// f32x2_to_e4m3x2 returns f32_to_e4m3(lo) | f32_to_e4m3(hi) << 8. On
+// compute_89 and newer one cvt.rn.satfinite.e4m3x2.f32 rounds both (ties to
+// even; finite overflow and infinities to ±448, as f32_to_e4m3); a NaN, whose
+// sign the instruction may keep, becomes 0x7F as f32_to_e4m3 makes it.
+__device__ __forceinline__ uint32_t f32x2_to_e4m3x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
+  uint32_t v = pair;
+  v = (v & 0x7Fu) == 0x7Fu ? (v & 0xFF00u) | 0x7Fu : v;
+  return (v & 0x7F00u) == 0x7F00u ? (v & 0x00FFu) | 0x7F00u : v;
+#else
+  return f32_to_e4m3(lo) | f32_to_e4m3(hi) << 8;
+#endif
+}
+
+// quotient_by_reciprocal returns x / b for y = __frcp_rn(b): q = x·y, then
+// one correction from the exact residual x − b·q (Markstein's theorem: the
+// result is x / b rounded to nearest even). Three instructions against the
+// IEEE division's eight or so and its range check. Zero, infinite and NaN
+// products are returned as they are (keeping a zero's sign). Callers keep b
+// in [2^-64, 2^64]: there the result has the e4m3 rounding of the IEEE
+// quotient for every f16 and bf16 x (fp8_model_test.go checks all of them
+// on the same arithmetic); only quotients far below e4m3's range (whose
+// residual underflows) may differ in their last bits.
+__device__ __forceinline__ float quotient_by_reciprocal(float x, float b, float y) {
+  const float q = __fmul_rn(x, y);
+  const float q1 = __fmaf_rn(__fmaf_rn(-b, q, x), y, q);
+  return q != 0.0f && fabsf(q) < __int_as_float(0x7f800000) ? q1 : q;
+}
+
+// e4m3x8 packs the e4m3 of f[i] / scale (rounded as the references' IEEE
+// division rounds) for i = 0..7, element i in byte i.
+__device__ __forceinline__ uint2 e4m3x8(const float f[8], float scale) {
+  float q[8];
+  if (scale >= 0x1p-64f && scale <= 0x1p64f) {
+    const float y = __frcp_rn(scale);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = quotient_by_reciprocal(f[i], scale, y);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = __fdiv_rn(f[i], scale);
+  }
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    w[i] = f32x2_to_e4m3x2(q[4 * i], q[4 * i + 1]) | f32x2_to_e4m3x2(q[4 * i + 2], q[4 * i + 3]) << 16;
+  }
+  return make_uint2(w[0], w[1]);
+}
+
 }  // namespace pkv

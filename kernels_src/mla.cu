@@ -22,13 +22,6 @@
 
 namespace pkv {
 
-__device__ __forceinline__ uint2 quant8(const float f[8], float scale) {
-  uint32_t w[2] = {0u, 0u};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) w[i / 4] |= f32_to_e4m3(__fdiv_rn(f[i], scale)) << (8 * (i % 4));
-  return make_uint2(w[0], w[1]);
-}
-
 template <typename In>
 __device__ __forceinline__ void mla_rope_quant(
     const In* __restrict__ q_nope, const In* __restrict__ q_rope, const In* __restrict__ k_nope,
@@ -59,11 +52,11 @@ __device__ __forceinline__ void mla_rope_quant(
     if (is_q) {
       const In* src = q_nope + t * qn_token_stride + h * qn_head_stride + d;
       to_float8(load8(src), src, f);
-      *reinterpret_cast<uint2*>(q_out + (t * num_heads + h) * (lora + rope) + d) = quant8(f, q_scale);
+      *reinterpret_cast<uint2*>(q_out + (t * num_heads + h) * (lora + rope) + d) = e4m3x8(f, q_scale);
     } else {
       const In* src = k_nope + t * kn_token_stride + h * kn_head_stride + d;
       to_float8(load8(src), src, f);
-      *reinterpret_cast<uint2*>(k_nope_out + (t * num_kv_heads + h) * lora + d) = quant8(f, k_scale);
+      *reinterpret_cast<uint2*>(k_nope_out + (t * num_kv_heads + h) * lora + d) = e4m3x8(f, k_scale);
     }
   }
   // Rope pieces: rotate, then quantize.
@@ -80,8 +73,8 @@ __device__ __forceinline__ void mla_rope_quant(
     float o1[8], o2[8];
     int ea, eb;
     rotate8<In>(src, row, rot, rope, neox != 0, c, o1, o2, &ea, &eb);
-    *reinterpret_cast<uint2*>(dst + ea) = quant8(o1, scale);
-    if (eb >= 0) *reinterpret_cast<uint2*>(dst + eb) = quant8(o2, scale);
+    *reinterpret_cast<uint2*>(dst + ea) = e4m3x8(o1, scale);
+    if (eb >= 0) *reinterpret_cast<uint2*>(dst + eb) = e4m3x8(o2, scale);
   }
 }
 

@@ -5,6 +5,7 @@ package ptx
 // Module names: the argument of Module.
 const (
 	ModuleCache              = "cache"
+	ModuleCacheSm90          = "cache_sm90"
 	ModuleDecodeBf16         = "decode_bf16"
 	ModuleDecodeBf16E4m3     = "decode_bf16_e4m3"
 	ModuleDecodeBf16E4m3Sm90 = "decode_bf16_e4m3_sm90"
@@ -27,6 +28,7 @@ const (
 // the default compute capability to what it needs (major*10+minor);
 // see ModuleComputeCapability.
 var moduleComputeCapability = map[string]int{
+	ModuleCacheSm90:          90,
 	ModuleDecodeBf16E4m3Sm90: 90,
 	ModuleDecodeBf16Sm90:     90,
 	ModuleDecodeF16E4m3Sm90:  90,
@@ -42,6 +44,12 @@ const (
 	CacheGatherBf16     = "cache_gather_bf16"
 	CacheGatherE4m3     = "cache_gather_e4m3"
 	CacheGatherF16      = "cache_gather_f16"
+)
+
+// Entry points of cache_sm90.ptx (kernels_src/cache_sm90.cu).
+const (
+	CacheAppendBf16E4m3Sm90 = "cache_append_bf16_e4m3_sm90"
+	CacheAppendF16E4m3Sm90  = "cache_append_f16_e4m3_sm90"
 )
 
 // Entry points of decode_bf16.ptx (kernels_src/decode_bf16.cu).

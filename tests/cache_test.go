@@ -116,6 +116,62 @@ func TestAppendFP8RoundTrip(t *testing.T) {
 	}
 }
 
+// TestAppendFP8SpecialValues checks the e4m3 rounding of an fp8 append (on
+// sm_90 the hardware cvt of the compute_90 build) bit for bit against
+// ref.E4M3FromFloat32 of value / scale on the values where roundings differ:
+// ties (to even), the subnormal range and its ties, the largest finite
+// value and the ties beyond it, overflow and infinities (saturate to ±448),
+// signed zeros, and NaN (0x7F whatever its sign).
+func TestAppendFP8SpecialValues(t *testing.T) {
+	r := open(t, config.Options{})
+	s := r.Stream()
+	a := arena(t, r)
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	vals := []float32{
+		0, float32(math.Copysign(0, -1)), 1, -1, 1.0625, 1.1875, -1.0625, 3.25, 0.3125,
+		0.001953125, 0.0029296875, 0.0048828125, -0.0009765625, 0.0009765624, 0.015625, 0.0146484375,
+		448, 464, 464.1, 480, 500, -470, 1000, 65504, -65504, inf, -inf, nan, -nan,
+		0.1, -7.7, 300.5, 13.3, 0.0234375, 2.5e-6, 17, 19, 240,
+	}
+	for len(vals)%8 != 0 {
+		vals = append(vals, float32(len(vals))*0.37)
+	}
+	dim := len(vals)
+	for _, d := range []pagedkv.DType{pagedkv.F16, pagedkv.BF16} {
+		for _, scale := range []float32{1, 0.75, 3} {
+			raw := make([]uint16, dim)
+			host := make([]float32, dim)
+			if d == pagedkv.F16 {
+				require.NoError(t, pagedkv.F16FromFloat32(raw, vals))
+				require.NoError(t, pagedkv.Float32FromF16(host, raw))
+			} else {
+				require.NoError(t, pagedkv.BF16FromFloat32(raw, vals))
+				require.NoError(t, pagedkv.Float32FromBF16(host, raw))
+			}
+			in, err := check.Upload(a, s, raw, 2)
+			require.NoError(t, err)
+			slot, err := check.Upload(a, s, []int64{0}, 8)
+			require.NoError(t, err)
+			kc, err := a.Alloc(int64(dim))
+			require.NoError(t, err)
+			vc, err := a.Alloc(int64(dim))
+			require.NoError(t, err)
+			require.NoError(t, r.Append(s, &pagedkv.AppendArgs{
+				Key: in, Value: in, KeyCache: kc, ValueCache: vc, SlotMapping: slot,
+				NumTokens: 1, NumKVHeads: 1, HeadDim: dim, BlockSize: 1, NumBlocks: 1,
+				DType: d, CacheDType: pagedkv.E4M3, KScale: scale, VScale: scale,
+			}))
+			gotK := download[byte](t, s, kc, dim)
+			gotV := download[byte](t, s, vc, dim)
+			for i, x := range host {
+				want := ref.E4M3FromFloat32(x / scale)
+				assert.Equal(t, want, gotK[i], "%s K %g / %g", d, x, scale)
+				assert.Equal(t, want, gotV[i], "%s V %g / %g", d, x, scale)
+			}
+		}
+	}
+}
+
 // TestAppendFaults checks that a slot beyond the cache is reported and not
 // written, with and without the checking mode.
 func TestAppendFaults(t *testing.T) {

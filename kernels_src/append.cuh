@@ -1,0 +1,395 @@
+// append.cuh: the kernels that write new key/value tokens into the paged KV
+// cache and gather them back, and the macros that instantiate them (cache.cu;
+// cache_sm90.cu builds the fp8 appends for compute_90).
+//
+// Layouts: see cache.cuh.
+//
+// cache_append_<in>[_e4m3]
+//   key, value   [num_tokens, num_kv_heads, head_dim] of type <in> at element
+//                strides (token, head); rows of 8 elements must be 16-byte aligned.
+//   key_cache,   in the layout above, of type <in>, or fp8 e4m3 (value / scale,
+//   value_cache  rounded to nearest even, saturated to ±448) for _e4m3.
+//   slot_mapping int64 [num_tokens], read on the device; negative = skip token.
+//   slot_remap   optional int64 [num_remap]: slot = slot_remap[slot] (sliding-
+//                window caches); negative = skip. Null when unused.
+//   fault        optional fault record (common.cuh): a slot or remap index out
+//                of range is recorded there and that token is not written.
+// cache_gather_<cache>
+//   key_out, value_out [num_tokens, num_kv_heads, head_dim] of the cache type:
+//                the elements of slots[t], bit for bit (the inverse of append
+//                with an unconverted cache); a negative slot leaves row t as
+//                it was, a slot beyond the cache is recorded in fault.
+//
+// Grid: ceil(2·ceil(num_tokens/16)·num_kv_heads·head_dim/8 / 128) blocks of
+// 128 threads (dispatch.PlanAppend). Each thread moves 8 elements (one
+// 16-byte piece of a 16-bit row) of one head, of K and of V, for a group of 8
+// consecutive tokens. Groups 2q and 2q+1 (tokens 16q..16q+15) form a pair on
+// adjacent lanes: threads are numbered group-in-pair fastest, then piece,
+// then head, then pair, so a warp reads two token rows 8 apart as consecutive
+// 16-byte pieces. No shared memory.
+//
+// V in the x-split and shuffle layouts is token-minor: the elements (o, d) of
+// one page and head for the 8 rows o = o0..o0+7, o0 a multiple of 8, are
+// contiguous (16 bytes of a 16-bit cache, 8 of fp8). When a group's 8
+// resolved slots are such a run (s0 % 8 == 0, s_j = s0 + j, block_size ≥ 8:
+// what a prefill's slot mapping gives), the thread transposes the 8×8 tile in
+// registers and writes (or reads) V as 8 vector pieces, one per element.
+// When both groups of a pair are such runs and together are the 16 rows
+// s0..s0+15 of one page (s0 % 16 == 0: block_size ≥ 16), the two lanes trade
+// pieces with shuffles (pair_interleave) so that each store instruction
+// writes whole 32-byte sectors: K store i puts rows 2i and 2i+1 of the run
+// side by side, and x-split V row d+e gets its two 16-byte halves from the
+// two lanes (16-bit; fp8 K completes a sector with the neighbouring piece's
+// lanes, fp8 V keeps half sectors). Shuffle-layout V is written per lane.
+// For 16-bit caches with head_dim a power of two the pairs' runs go through
+// shared memory instead (store_pair_tiles, 32 KiB per block): a warp puts its
+// K and V pieces at their place in each (page run, head) tile and then stores
+// 32 consecutive 16-byte pieces per instruction, as the flash layout does. Both lanes of a pair reach the shuffles: only whole pairs
+// past the grid end return early, and a second group past the last token
+// runs with n = 0.
+// Every other group (the flash layout, scattered decode slots, skipped or
+// remapped-away tokens, a partial group at the end) moves each token on its
+// own, V at the layout's element stride.
+#pragma once
+#include "cache.cuh"
+
+namespace pkv {
+
+// kGroupTokens is how many consecutive tokens one thread moves; the host
+// plans ceil(num_tokens / kGroupTokens) token groups (dispatch/append.go).
+constexpr int kGroupTokens = 8;
+
+// TokenGroup is the work of one thread: element d..d+7 of head h for tokens
+// t0 .. t0+n-1 (n = 0 for the second group of a pair past the last token).
+// p is which group of its pair the thread moves: token groups 2q and 2q+1
+// (tokens 16q .. 16q+15) sit in lanes 2u and 2u+1 of one warp.
+struct TokenGroup {
+  int64_t t0;
+  int n, h, d, p;
+};
+
+// token_group maps this thread to its group; false for a thread past the
+// end of the grid. Threads are numbered p fastest, then piece, then head,
+// then pair of groups. The grid covers whole pairs and blocks hold whole
+// warps, so both lanes of a pair return together or not at all.
+__device__ __forceinline__ bool token_group(int num_tokens, int num_kv_heads, int head_dim, TokenGroup* g) {
+  const int vecs_per_head = head_dim >> 3;
+  const int64_t vecs_per_group = (int64_t)num_kv_heads * vecs_per_head;
+  const int64_t pairs = ((int64_t)num_tokens + 2 * kGroupTokens - 1) / (2 * kGroupTokens);
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= pairs * 2 * vecs_per_group) return false;
+  g->p = (int)(i & 1);
+  const int64_t u = i >> 1;
+  const int64_t q = u / vecs_per_group;
+  const int r = (int)(u - q * vecs_per_group);
+  g->h = r / vecs_per_head;
+  g->d = (r - g->h * vecs_per_head) << 3;
+  g->t0 = (2 * q + g->p) * kGroupTokens;
+  g->n = (int)max((int64_t)0, min((int64_t)kGroupTokens, (int64_t)num_tokens - g->t0));
+  return true;
+}
+
+// page_run reports whether the group's resolved slots (-1 = skip) are one
+// aligned run of rows inside a page whose V is token-minor (see above).
+__device__ __forceinline__ bool page_run(const int64_t (&slot)[kGroupTokens], int n, int layout,
+                                         int block_size_log2) {
+  bool run = layout != kLayoutFlash && n == kGroupTokens && block_size_log2 >= 3 && slot[0] >= 0 &&
+             (slot[0] & (kGroupTokens - 1)) == 0;
+#pragma unroll
+  for (int j = 1; j < kGroupTokens; ++j) run &= slot[j] == slot[0] + j;
+  return run;
+}
+
+// pair_mask is the shuffle mask of this thread's pair of lanes.
+__device__ __forceinline__ unsigned pair_mask() { return 3u << (threadIdx.x & 30u); }
+
+// pair_run reports, identically in both lanes of a pair, whether the pair's
+// two groups are page runs that together are the 16 rows s0 .. s0+15 of one
+// page, s0 % 16 == 0 (so block_size ≥ 16). run is this lane's page_run, s the
+// lane's first resolved slot. Both lanes must call it.
+__device__ __forceinline__ bool pair_run(bool run, int64_t s, int p, int block_size_log2, unsigned mask) {
+  const int64_t start = s - (int64_t)p * kGroupTokens;  // the run start this lane implies
+  const int64_t other_start = __shfl_xor_sync(mask, start, 1);
+  const int other_run = __shfl_xor_sync(mask, (int)run, 1);
+  return run && other_run && other_start == start && block_size_log2 >= 4 && (start & 15) == 0;
+}
+
+// shfl_pair returns the partner lane's v.
+__device__ __forceinline__ uint4 shfl_pair(unsigned mask, uint4 v) {
+  return make_uint4(__shfl_xor_sync(mask, v.x, 1), __shfl_xor_sync(mask, v.y, 1), __shfl_xor_sync(mask, v.z, 1),
+                    __shfl_xor_sync(mask, v.w, 1));
+}
+__device__ __forceinline__ uint2 shfl_pair(unsigned mask, uint2 v) {
+  return make_uint2(__shfl_xor_sync(mask, v.x, 1), __shfl_xor_sync(mask, v.y, 1));
+}
+
+// pair_interleave deals a pair's 16 pieces (lane 0 holds in[0..7] = pieces
+// 0..7, lane 1 holds pieces 8..15) so that out[i] is piece 2i + p: in each
+// store i the two lanes write adjacent pieces. Lane 1 needs lane 0's pieces
+// 2i+1 for i < 4, lane 0 needs lane 1's pieces 2i for i ≥ 4 (its in[2i-8]);
+// round m trades both needs at once.
+template <typename Vec>
+__device__ __forceinline__ void pair_interleave(const Vec (&in)[kGroupTokens], int p, unsigned mask,
+                                                Vec (&out)[kGroupTokens]) {
+#pragma unroll
+  for (int m = 0; m < kGroupTokens / 2; ++m) {
+    const Vec recv = shfl_pair(mask, p ? in[2 * m] : in[2 * m + 1]);
+    out[m] = p ? recv : in[2 * m];
+    out[m + kGroupTokens / 2] = p ? in[2 * m + 1] : recv;
+  }
+}
+
+// to_cache converts 8 input elements to the cache type.
+template <typename In, bool FP8>
+__device__ __forceinline__ typename Raw<FP8 ? 1 : 2>::vec to_cache(uint4 v, float scale) {
+  if constexpr (FP8) {
+    return to_e4m3x8<In>(v, scale);
+  } else {
+    return v;
+  }
+}
+
+// Threads of an append or gather block (dispatch.AppendThreads).
+constexpr int kAppendThreads = 128;
+constexpr int kAppendWarps = kAppendThreads / 32;
+
+// stage_index swizzles a warp's 16-byte piece index so that the writes of a
+// lane's pieces and the reads of 32 consecutive ones are free of bank
+// conflicts (it only permutes the low 3 bits).
+__device__ __forceinline__ int stage_index(int i) { return i ^ ((i >> 3) & 7); }
+
+// store_pair_tiles writes the 16-row page runs of a warp (16-bit caches,
+// x-split or shuffle layout, head_dim a power of two) through shared memory,
+// so that each store instruction writes 32 consecutive 16-byte pieces of the
+// destination: K's (page, head) tile is [head_dim/8][rows][8] and shuffle V's
+// [rows/8][head_dim][8], contiguous for any block size; x-split V's is
+// [head_dim][block_size], contiguous for block size 16. The lanes of a group
+// (one pair of token groups, one head, at most 16 pieces of the head: 2·cg
+// lanes, p fastest, then piece) put their pieces at their place in the
+// group's tile; then every lane stores pieces lane, lane+32, ... of the warp.
+// pair says this lane's pair is a run starting at slot start; it is the same
+// in every lane of a group. Every lane of the warp must call it.
+template <int X>
+__device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens], const uint4 (&v)[kGroupTokens],
+                                                 bool pair, int64_t start, const TokenGroup& g, void* key_cache,
+                                                 void* value_cache, int layout, int num_kv_heads, int head_dim,
+                                                 int block_size_log2) {
+  constexpr int kPieces = 32 * kGroupTokens;  // per warp, of K and of V
+  __shared__ uint4 k_s[kAppendWarps][kPieces];
+  __shared__ uint4 v_s[kAppendWarps][kPieces];
+  __shared__ int64_t start_s[kAppendWarps][16];  // per group; -1: not a run
+  __shared__ int head_s[kAppendWarps][16], chunk_s[kAppendWarps][16];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int cg = min(head_dim >> 3, 16);  // pieces of a head per group
+  const int lanes = 2 * cg;
+  const int grp = lane / lanes;
+  const int cl = (lane & (lanes - 1)) >> 1;  // this lane's piece within the group
+  const int group_pieces = 16 * cg;
+  const int base = grp * group_pieces;
+  if (pair) {
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j) k_s[warp][stage_index(base + cl * 16 + g.p * 8 + j)] = k[j];
+    uint4 col[kGroupTokens];
+    transpose8x8(v, col);
+#pragma unroll
+    for (int e = 0; e < kGroupTokens; ++e) {
+      const int at = layout == kLayoutXSplit ? 2 * (8 * cl + e) + g.p : g.p * 8 * cg + 8 * cl + e;
+      v_s[warp][stage_index(base + at)] = col[e];
+    }
+  }
+  if ((lane & (lanes - 1)) == 0) {
+    start_s[warp][grp] = pair ? start : -1;
+    head_s[warp][grp] = g.h;
+    chunk_s[warp][grp] = g.d >> 3;  // the group's first piece (cl = 0 here)
+  }
+  __syncwarp();
+  int st;
+#pragma unroll
+  for (int i = 0; i < kGroupTokens; ++i) {
+    const int piece = lane + 32 * i;
+    const int gi = piece / group_pieces;
+    const int pi = piece - gi * group_pieces;
+    const int64_t s0 = start_s[warp][gi];
+    if (s0 < 0) continue;
+    const int h = head_s[warp][gi];
+    const int c0 = chunk_s[warp][gi];
+    // K: piece pi is row pi % 16 of the run, elements 8·(c0 + pi/16) ..
+    const int64_t kat = cache_place<X>(layout, false, s0 + (pi & 15), h, 8 * (c0 + (pi >> 4)), num_kv_heads, head_dim,
+                                       block_size_log2, &st);
+    store8<2>(key_cache, kat, 1, k_s[warp][stage_index(piece)]);
+    // V: x-split piece pi is element row pi/2, rows 8·(pi%2) ..; shuffle
+    // piece pi is x-block pi / (8·cg), element row pi % (8·cg).
+    const int half = layout == kLayoutXSplit ? pi & 1 : pi / (8 * cg);
+    const int d = 8 * c0 + (layout == kLayoutXSplit ? pi >> 1 : pi - half * 8 * cg);
+    const int64_t vat = cache_place<X>(layout, true, s0 + 8 * half, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+    store8<2>(value_cache, vat, 1, v_s[warp][stage_index(piece)]);
+  }
+}
+
+template <typename In, bool FP8>
+__device__ __forceinline__ void cache_append(
+    const In* __restrict__ key, const In* __restrict__ value, void* __restrict__ key_cache,
+    void* __restrict__ value_cache, const int64_t* __restrict__ slot_mapping,
+    const int64_t* __restrict__ slot_remap, unsigned long long* fault, int64_t num_slots,
+    int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim, int64_t key_token_stride,
+    int64_t key_head_stride, int64_t value_token_stride, int64_t value_head_stride, float k_scale,
+    float v_scale, int layout, int block_size_log2) {
+  constexpr int X = FP8 ? 16 : 8;
+  constexpr int SIZE = FP8 ? 1 : 2;
+  using Vec = typename Raw<SIZE>::vec;
+  TokenGroup g;
+  // A thread past the grid's end moves nothing but stays: the staged stores
+  // below take every lane of the warp.
+  if (!token_group(num_tokens, num_kv_heads, head_dim, &g)) g = TokenGroup{0, 0, 0, 0, (int)(threadIdx.x & 1)};
+
+  int64_t slot[kGroupTokens];
+  resolve_slots(g.t0, g.n, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
+  // Every load is issued before the first store.
+  Vec k[kGroupTokens], v[kGroupTokens];
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] < 0) continue;
+    const int64_t t = g.t0 + j;
+    k[j] = to_cache<In, FP8>(load8(key + t * key_token_stride + g.h * key_head_stride + g.d), k_scale);
+    v[j] = to_cache<In, FP8>(load8(value + t * value_token_stride + g.h * value_head_stride + g.d), v_scale);
+  }
+
+  int ks, vs;
+  const unsigned mask = pair_mask();
+  const bool run = page_run(slot, g.n, layout, block_size_log2);
+  const bool pair = pair_run(run, slot[0], g.p, block_size_log2, mask);
+  if constexpr (!FP8) {
+    // 16-bit caches, head_dim a power of two (so a group never straddles
+    // warps): page runs go through shared memory, see store_pair_tiles.
+    if (layout != kLayoutFlash && (head_dim & (head_dim - 1)) == 0 && __any_sync(0xffffffffu, pair)) {
+      store_pair_tiles<X>(k, v, pair, slot[0] - (int64_t)g.p * kGroupTokens, g, key_cache, value_cache, layout,
+                          num_kv_heads, head_dim, block_size_log2);
+      if (pair) return;
+    }
+  }
+  if (pair) {
+    // A 16-row run: store i writes pieces 2i and 2i+1 of the run from lanes
+    // 0 and 1, one whole 32-byte sector (16-bit; fp8 with the neighbour
+    // piece's pair). K rows of consecutive slots are adjacent, X apart.
+    const int64_t start = slot[0] - (int64_t)g.p * kGroupTokens;
+    Vec out[kGroupTokens];
+    pair_interleave(k, g.p, mask, out);
+    const int64_t kat = cache_place<X>(layout, false, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+#pragma unroll
+    for (int i = 0; i < kGroupTokens; ++i) store8<SIZE>(key_cache, kat + (int64_t)(2 * i + g.p) * X, 1, out[i]);
+    Vec col[kGroupTokens];
+    transpose8x8(v, col);
+    // Element row d+e of each lane's 8 rows is contiguous. x-split: the
+    // page's row is 16 rows and lane p writes half p in store e (16-bit: one
+    // whole sector). Shuffle: lane p writes its own x-block (trading pieces
+    // so that a store writes whole sectors measured slower: 26.6% against
+    // 39.6% of copy, docs/perf-notes.md).
+    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
+    return;
+  }
+  if (run) {
+    // K rows of consecutive slots are adjacent: 8 pieces, one per token.
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j)
+      store8<SIZE>(key_cache,
+                   cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
+                   1, k[j]);
+    // Element d+e of the 8 rows starts at vat + e·vs and is contiguous.
+    Vec col[kGroupTokens];
+    transpose8x8(v, col);
+    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] < 0) continue;
+    const int64_t kat = cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+    const int64_t vat = cache_place<X>(layout, true, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+    store8<SIZE>(key_cache, kat, ks, k[j]);
+    store8<SIZE>(value_cache, vat, vs, v[j]);
+  }
+}
+
+template <int SIZE>
+__device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* __restrict__ value_out,
+                                             const void* __restrict__ key_cache,
+                                             const void* __restrict__ value_cache,
+                                             const int64_t* __restrict__ slots, unsigned long long* fault,
+                                             int64_t num_slots, int num_tokens, int num_kv_heads,
+                                             int head_dim, int layout, int block_size_log2) {
+  constexpr int X = 16 / SIZE;
+  using Vec = typename Raw<SIZE>::vec;
+  TokenGroup g;
+  if (!token_group(num_tokens, num_kv_heads, head_dim, &g)) return;
+
+  int64_t slot[kGroupTokens];
+  // All slots are loaded before the first branch on one.
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) slot[j] = j < g.n ? slots[g.t0 + j] : -1;
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] >= num_slots) {
+      record_fault(fault, kFaultSlotBeyondCache, g.t0 + j, slot[j], num_slots);
+      slot[j] = -1;
+    }
+  }
+  Vec k[kGroupTokens], v[kGroupTokens];
+  int ks, vs;
+  if (page_run(slot, g.n, layout, block_size_log2)) {
+    Vec col[kGroupTokens];
+    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) col[e] = load8_raw<SIZE>(value_cache, vat + (int64_t)e * vs, 1);
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j)
+      k[j] = load8_raw<SIZE>(key_cache,
+                             cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
+                             1);
+    transpose8x8(col, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kGroupTokens; ++j) {
+      if (slot[j] < 0) continue;
+      const int64_t kat = cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+      const int64_t vat = cache_place<X>(layout, true, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+      k[j] = load8_raw<SIZE>(key_cache, kat, ks);
+      v[j] = load8_raw<SIZE>(value_cache, vat, vs);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    if (slot[j] < 0) continue;
+    const int64_t out = ((g.t0 + j) * num_kv_heads + g.h) * head_dim + g.d;
+    store8<SIZE>(key_out, out, 1, k[j]);
+    store8<SIZE>(value_out, out, 1, v[j]);
+  }
+}
+
+}  // namespace pkv
+
+#define PKV_CACHE_APPEND(name, In, FP8)                                                          \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                      \
+      const In* key, const In* value, void* key_cache, void* value_cache,                        \
+      const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault,         \
+      int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim,      \
+      int64_t key_token_stride, int64_t key_head_stride, int64_t value_token_stride,             \
+      int64_t value_head_stride, float k_scale, float v_scale, int layout, int block_size_log2) { \
+    pkv::cache_append<In, FP8>(key, value, key_cache, value_cache, slot_mapping, slot_remap,     \
+                               fault, num_slots, num_remap, num_tokens, num_kv_heads, head_dim,  \
+                               key_token_stride, key_head_stride, value_token_stride,            \
+                               value_head_stride, k_scale, v_scale, layout, block_size_log2);    \
+  }
+
+#define PKV_CACHE_GATHER(name, SIZE)                                                            \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                     \
+      void* key_out, void* value_out, const void* key_cache, const void* value_cache,           \
+      const int64_t* slots, unsigned long long* fault, int64_t num_slots, int num_tokens,       \
+      int num_kv_heads, int head_dim, int layout, int block_size_log2) {                        \
+    pkv::cache_gather<SIZE>(key_out, value_out, key_cache, value_cache, slots, fault, num_slots, \
+                            num_tokens, num_kv_heads, head_dim, layout, block_size_log2);       \
+  }
