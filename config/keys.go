@@ -201,7 +201,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "DECODE_CLUSTERS", File: KeyDecodeClusters, Field: "DecodeClusters",
 			Default: "true", Allowed: boolAllowed,
-			Description: "On sm_90 and newer, let a split-K decode of up to 8 splits (a forced count, or an automatic one whose splits are at most 1024 tokens) run its splits as one thread-block cluster that merges on chip; false keeps the merge in global memory.",
+			Description: "On sm_90 and newer, let a split-K decode of up to 8 splits (a forced count, or an automatic one whose splits are at most 2048 tokens) run its splits as one thread-block cluster that merges on chip; false keeps the merge in global memory.",
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.DecodeClusters) },

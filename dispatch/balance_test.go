@@ -89,6 +89,42 @@ func TestPlanDecodeBalancedChoice(t *testing.T) {
 	assert.ErrorContains(t, err, "Knobs.Balance")
 }
 
+// TestPlanDecodeBalancedRing pins the balanced plan's ring: the one-wave
+// ring, unless the host lengths' mean is above ShallowRingMaxTokens (long
+// items), which takes the deep ring; the wave is the one-wave ring's
+// either way.
+func TestPlanDecodeBalancedRing(t *testing.T) {
+	dev := h200()
+	lens := func(long, short int32) []int32 {
+		l := make([]int32, 64)
+		for i := range l {
+			l[i] = short
+		}
+		l[0] = long
+		return l
+	}
+	shortMean := llama(64, 32768)
+	shortMean.HostKVLens = lens(32768, 500) // mean 1004
+	longMean := llama(64, 32768)
+	longMean.HostKVLens = lens(32768, 600) // mean 1103
+	ps, err := PlanDecode(shortMean, dev, DefaultKnobs())
+	require.NoError(t, err)
+	pl, err := PlanDecode(longMean, dev, DefaultKnobs())
+	require.NoError(t, err)
+	require.True(t, ps.Balanced() && pl.Balanced())
+	assert.Equal(t, uint32(DecodeOneWaveSharedBytes(ps.Kernel, dev.MaxSharedPerBlockOptin)), ps.SharedBytes)
+	assert.Equal(t, uint32(KernelSharedBytes(pl.Kernel, dev.MaxSharedPerBlockOptin)), pl.SharedBytes)
+	assert.Greater(t, pl.SharedBytes, ps.SharedBytes)
+	assert.Equal(t, 132*3/8, ps.BalanceWave, "the one-wave ring's 3 blocks per SM")
+	assert.Equal(t, ps.BalanceWave, pl.BalanceWave)
+	// A graph plan has no host lengths: the one-wave ring.
+	graph := llama(64, 32768)
+	graph.Graph = true
+	pg, err := PlanDecode(graph, dev, DefaultKnobs())
+	require.NoError(t, err)
+	assert.Equal(t, ps.SharedBytes, pg.SharedBytes)
+}
+
 // partition is the work list kernels_src/decode.cuh's partition_work writes,
 // computed the same way on the host: (seq, split, splits, first) per item.
 func partition(lens []int32, items, wave, cap, blockSize, minPages int) [][4]int {

@@ -28,8 +28,13 @@ var (
 	// runs as a cluster: the on-chip merge saves a short split the global
 	// merge's round trips, but a long one streams faster in the plain
 	// kernel (seqs=8, kv=8192 takes 73.1 µs with 4 global splits against
-	// 78.0 with 3 in clusters: session 4 runs 18 and 19).
-	ClusterMaxSplitTokens = 1024
+	// 78.0 with 3 (2731 tokens) in clusters: session 4 runs 18 and 19). At
+	// 2048 tokens clusters still win: the same shape as ×4 clusters 70.6 µs
+	// against 73.2 as ×4 global (session 6 run 5), and group 16 (64/4
+	// heads, seqs=8, kv=8192) as ×6 clusters (1366 tokens) 46.6 µs against
+	// 53.8 as the ×8 global merge the limit of 1024 left it (session 9
+	// run 2).
+	ClusterMaxSplitTokens = 2048
 	// OneWaveRingBytes is the ring depth, in bytes of K and V rows per warp,
 	// of a decode launch whose grid fits in one wave (every block resident
 	// at once): at least two stages, at most the deep ring of
@@ -380,15 +385,24 @@ func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
 // ragged reports whether s's host lengths make it a ragged batch: NumSeqs ×
 // the longest above BalanceRaggedRatio × their sum.
 func (s *DecodeShape) ragged() bool {
+	ragged, _ := s.hostStats()
+	return ragged
+}
+
+// hostStats returns whether s's host lengths make it a ragged batch (see
+// ragged) and whether their mean is above ShallowRingMaxTokens (a balanced
+// plan then takes the deep ring: see planBalanced); false, false without
+// them.
+func (s *DecodeShape) hostStats() (ragged, long bool) {
 	if len(s.HostKVLens) != s.NumSeqs || s.NumSeqs < 2 {
-		return false
+		return false, false
 	}
 	var sum, most int64
 	for _, n := range s.HostKVLens {
 		sum += int64(n)
 		most = max(most, int64(n))
 	}
-	return float64(most)*float64(s.NumSeqs) > BalanceRaggedRatio*float64(sum)
+	return float64(most)*float64(s.NumSeqs) > BalanceRaggedRatio*float64(sum), sum > int64(ShallowRingMaxTokens)*int64(s.NumSeqs)
 }
 
 // DecodeKey is all of a DecodeShape that PlanDecode reads: of the host
@@ -404,14 +418,17 @@ type DecodeKey struct {
 	DType, CacheDType                       DType
 	HostKVLens                              int // len(HostKVLens)
 	Ragged, Graph                           bool
+	LongMean                                bool // the host lengths' mean is above ShallowRingMaxTokens
 }
 
 // Key returns s's DecodeKey.
 func (s *DecodeShape) Key() DecodeKey {
+	ragged, long := s.hostStats()
 	return DecodeKey{
 		NumSeqs: s.NumSeqs, NumQHeads: s.NumQHeads, NumKVHeads: s.NumKVHeads, HeadDim: s.HeadDim,
 		BlockSize: s.BlockSize, MaxKVLen: s.MaxKVLen, MaxBlocksPerSeq: s.MaxBlocksPerSeq,
-		DType: s.DType, CacheDType: s.CacheDType, HostKVLens: len(s.HostKVLens), Ragged: s.ragged(), Graph: s.Graph,
+		DType: s.DType, CacheDType: s.CacheDType, HostKVLens: len(s.HostKVLens), Ragged: ragged, Graph: s.Graph,
+		LongMean: long,
 	}
 }
 
@@ -431,11 +448,15 @@ func balancedWave(s *DecodeShape, dev *DeviceFacts, occ int) int {
 // wave (unused blocks past a wave cost a one-wave decode up to 18%: session
 // 6 run 4, seqs=32 kv=32768 1157 µs with 81 items against 987 with 33);
 // else one wave of splits beside the sequences.
-func balancedItems(s *DecodeShape, wave int) int {
-	if s.NumSeqs < wave {
+func balancedItems(s *DecodeShape, wave int) int { return BalancedItems(s.NumSeqs, wave) }
+
+// BalancedItems is balancedItems for numSeqs sequences and wave items per
+// wave (experiments that vary the wave build plans with it).
+func BalancedItems(numSeqs, wave int) int {
+	if numSeqs < wave {
 		return wave
 	}
-	return min(s.NumSeqs+wave, maxGridY)
+	return min(numSeqs+wave, maxGridY)
 }
 
 // BalancedItemsValid reports whether a balanced plan of items work items and
@@ -469,9 +490,19 @@ func (p *Plan) SetBalancedItems(s *DecodeShape, items int) {
 func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared int, reason string) Plan {
 	occ := occupancy(dev, kernel, twin)
 	// Splits are short (BalanceMinChunkTokens up to about a slot's share):
-	// the one-wave ring, where it packs more blocks per SM.
+	// the one-wave ring, where it packs more blocks per SM, and a wave of
+	// that many blocks. Host lengths whose mean is above
+	// ShallowRingMaxTokens make long items (most sequences run whole), which
+	// stream faster from the deep ring; they keep the shallow ring's wave,
+	// so the items outnumber the resident blocks and the longest-first
+	// order evens out the rounds (64 × rand(1..4000): 154.5 µs against 168.8
+	// with the shallow ring, 1x32768+127x512 (mean 764): 116.9 against
+	// 108.6; session 9 run 2, docs/perf-notes.md).
 	if shallow := shallowOccupancy(dev, kernel, twin); shallow > occ {
-		occ, shared = shallow, DecodeOneWaveSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
+		occ = shallow
+		if _, long := s.hostStats(); !long {
+			shared = DecodeOneWaveSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
+		}
 	}
 	wave := balancedWave(s, dev, occ)
 	items := balancedItems(s, wave)

@@ -38,6 +38,13 @@ func llama(seqs, kvLen int) DecodeShape {
 	}
 }
 
+// group16 is llama with GQA group 16: 64 query heads over 4 KV heads.
+func group16(seqs, kvLen int) DecodeShape {
+	s := llama(seqs, kvLen)
+	s.NumQHeads, s.NumKVHeads = 64, 4
+	return s
+}
+
 func knobs(edit func(*Knobs)) Knobs {
 	k := DefaultKnobs()
 	if edit != nil {
@@ -781,10 +788,13 @@ func TestPlanDecodeClusters(t *testing.T) {
 		// 683 tokens.
 		{"seqs=8 kv=512", sm90, llama(8, 512), knobs(nil), 3, 3},
 		{"seqs=8 kv=2048", sm90, llama(8, 2048), knobs(nil), 3, 3},
-		// The boundary: 3 splits of exactly ClusterMaxSplitTokens (1024)
-		// tokens still run as clusters, 3 of 1030 do not.
-		{"seqs=8 kv=3072", sm90, llama(8, 3072), knobs(nil), 3, 3},
-		{"seqs=8 kv=3088", sm90, llama(8, 3088), knobs(nil), 4, 0},
+		// The boundary: 3 splits of exactly ClusterMaxSplitTokens (2048)
+		// tokens still run as clusters, 3 of 2054 do not.
+		{"seqs=8 kv=6144", sm90, llama(8, 6144), knobs(nil), 3, 3},
+		{"seqs=8 kv=6160", sm90, llama(8, 6160), knobs(nil), 4, 0},
+		// Group 16 (64/4 heads): 32 clusters; 30 of 8 fit, 32 of 7, whose
+		// splits of 1171 tokens run as clusters (not the ×8 global merge).
+		{"seqs=8 kv=8192 group 16", sm90, group16(8, 8192), knobs(nil), 7, 7},
 		// Splits of 2731 tokens would be too long: 4 global splits fill
 		// the 264 block slots.
 		{"seqs=8 kv=8192", sm90, llama(8, 8192), knobs(nil), 4, 0},
@@ -797,7 +807,8 @@ func TestPlanDecodeClusters(t *testing.T) {
 		// Before the cluster module loads: 64·s ≤ 132·2 → s = 4 fits, and
 		// 512-token splits are short enough.
 		{"seqs=8 kv=2048 estimated", estimated, llama(8, 2048), knobs(nil), 4, 4},
-		{"seqs=8 kv=8192 estimated", estimated, llama(8, 8192), knobs(nil), 4, 0},
+		// 4 splits of 2048 tokens: clusters.
+		{"seqs=8 kv=8192 estimated", estimated, llama(8, 8192), knobs(nil), 4, 4},
 		{"knob off", sm90, llama(1, 512), knobs(func(k *Knobs) { k.Clusters = false }), 4, 0},
 		{"no clusters", noClusters, llama(1, 512), knobs(nil), 4, 0},
 		{"forced 8", sm90, llama(1, 8192), knobs(func(k *Knobs) { k.ForcedSplits = 8 }), 8, 8},
@@ -817,7 +828,7 @@ func TestPlanDecodeClusters(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.splits, p.Splits, p.Reason)
 			assert.Equal(t, tt.cluster, p.Cluster)
-			plain, _ := DecodeKernelName(F16, F16, 128, 4)
+			plain, _ := DecodeKernelName(F16, F16, 128, tt.shape.NumQHeads/tt.shape.NumKVHeads)
 			if tt.cluster > 0 {
 				assert.Equal(t, plain+"_cluster", p.Kernel)
 				assert.True(t, IsClusterKernel(p.Kernel))
