@@ -95,7 +95,7 @@ func parseBench(args []string) (benchOptions, error) {
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
-	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan on the uniform rows (stderr)")
+	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan (wave ×1..3 at every ring depth) on the uniform rows and the ragged eager rows (stderr)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	// The op may also come first: pagedkv bench decode [flags].
@@ -684,6 +684,15 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 			}
 			b.rep.Results = append(b.rep.Results, res)
 		}
+		// GQA group 16 (64 query / 4 KV heads), where few (sequence, KV
+		// head) items meet the cluster plan's one-wave rule (issue 11).
+		g16 := decodeCase{q: q, cache: cache, lens: uniformLens(8, 8192), shape: "seqs=8 kv=8192 64/4 heads", qHeads: 64, kvHeads: 4, sweep: doSweep}
+		b.status(fmt.Sprintf("decode %s %s", cache, g16.shape))
+		res, err := b.decodeShape(pool, g16)
+		if err != nil {
+			return err
+		}
+		b.rep.Results = append(b.rep.Results, res)
 		// Ragged batches, f16: eager without the host's lengths (the plan
 		// sees only MaxKVLen), eager with them, and graph replays.
 		for _, rc := range ragged {
@@ -753,12 +762,27 @@ type decodeCase struct {
 	// balancedAB also times the balanced plan (DECODE_BALANCE=1), what a
 	// graph of this batch runs.
 	balancedAB bool
+	// qHeads and kvHeads: the row's heads (0: 32 and benchKVHeads); kvHeads
+	// divides benchKVHeads, so the pool's pages hold whole pages of it.
+	qHeads, kvHeads int
 }
 
 const benchKVHeads, benchHeadDim, benchBlockSize = 8, 128, 16
 
 // kvBytes is the K and V the batch reads.
-func (c *decodeCase) kvBytes() int64 { return kvBytes(c.lens, c.cache) }
+func (c *decodeCase) kvBytes() int64 {
+	_, kvHeads := c.heads()
+	return kvBytes(c.lens, c.cache) * int64(kvHeads) / benchKVHeads
+}
+
+// heads returns the row's query and KV heads: 32 and benchKVHeads unless
+// the case names others.
+func (c *decodeCase) heads() (q, kv int) {
+	if c.kvHeads == 0 {
+		return 32, benchKVHeads
+	}
+	return c.qHeads, c.kvHeads
+}
 
 // kvBytes is the K and V of sequences of these kv lengths in a cache of
 // dtype cache: each sequence's keys and values once per KV head.
@@ -771,20 +795,23 @@ func kvBytes(lens []int32, cache pagedkv.DType) int64 {
 }
 
 func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error) {
-	const qHeads, kvHeads, headDim, blockSize = 32, benchKVHeads, benchHeadDim, benchBlockSize
+	const headDim, blockSize = benchHeadDim, benchBlockSize
+	qHeads, kvHeads := c.heads()
+	// Fewer KV heads make smaller pages: the pool holds more of them.
+	blocks := pool.blocks * benchKVHeads / kvHeads
 	seqs := len(c.lens)
 	maxLen := int(slices.Max(c.lens))
 	pagesPerSeq := (maxLen + blockSize - 1) / blockSize
 	kvBytes := c.kvBytes()
 	pagesUsed := pagesOf(c.lens)
-	rot := min(b.rotations(kvBytes, 64), pool.blocks/pagesUsed)
+	rot := min(b.rotations(kvBytes, 64), blocks/pagesUsed)
 	a := check.NewArena(b.r)
 	defer a.Free()
 	qRaw, _ := check.RandomTensor(b.g, c.q, seqs*qHeads*headDim, 1)
 	base := pagedkv.DecodeArgs{
 		KeyCache: pool.k, ValueCache: pool.v,
 		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
-		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxLen, DType: c.q, CacheDType: c.cache,
+		NumBlocks: blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxLen, DType: c.q, CacheDType: c.cache,
 		KVCapacity: pagesPerSeq * blockSize,
 	}
 	if c.cache == pagedkv.E4M3 {
@@ -806,7 +833,7 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	// Each rotation reads its own random pages of the pool (entries past a
 	// sequence's length are never read).
 	sets := make([]pagedkv.DecodeArgs, rot)
-	for i, table := range pageTables(b.g.Perm(pool.blocks), c.lens, pagesPerSeq, rot) {
+	for i, table := range pageTables(b.g.Perm(blocks), c.lens, pagesPerSeq, rot) {
 		sets[i] = base
 		if sets[i].BlockTables, err = check.Upload(a, b.s, table, 4); err != nil {
 			return benchResult{}, err
@@ -866,6 +893,10 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 				return res, err
 			}
 		}
+	} else if b.expBalance && plan.Balanced() && !c.graph {
+		if err := b.balanceVariants(sets, rot, plan, res); err != nil {
+			return res, err
+		}
 	}
 	if !c.sweep {
 		return res, nil
@@ -903,25 +934,26 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 // sequence is whole); the planner's single-pass or split plan as reference.
 func (b *bencher) balanceVariants(sets []pagedkv.DecodeArgs, rot int, bp dispatch.Plan, res benchResult) error {
 	a := &sets[0]
-	deep := bp
-	deep.SharedBytes = uint32(dispatch.KernelSharedBytes(bp.Kernel, b.r.Info().MaxSharedPerBlockOptin))
-	few := bp
-	few.BalanceWave = 1
 	shape := dispatch.DecodeShape{NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim}
-	few.SetBalancedItems(&shape, a.NumSeqs+1)
-	fewDeep := few
-	fewDeep.SharedBytes = deep.SharedBytes
-	line := fmt.Sprintf("exp-balance %s %s: plan %.2f, balanced %.2f (r%d, %d items)", res.DType, res.Shape, res.Micros, res.BalancedMicros,
-		dispatch.DecodeRingStages(bp.Kernel, int(bp.SharedBytes)), bp.Grid.Y)
-	for _, v := range []struct {
-		name string
-		p    dispatch.Plan
-	}{{"deep ring", deep}, {"1 spare item", few}, {"1 spare item, deep ring", fewDeep}} {
-		us, err := b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], v.p) })
-		if err != nil {
-			return fmt.Errorf("%s: %w", v.name, err)
+	line := fmt.Sprintf("exp-balance %s %s: plan %.2f, balanced %.2f (r%d, wave %d, %d items)", res.DType, res.Shape, res.Micros, res.BalancedMicros,
+		dispatch.DecodeRingStages(bp.Kernel, int(bp.SharedBytes)), bp.BalanceWave, bp.Grid.Y)
+	// The wave times 1..3 (finer splits, more items), at each ring depth.
+	for m := 1; m <= 3; m++ {
+		for stages := dispatch.DecodeMinStages; stages <= dispatch.DecodeMaxStages; stages++ {
+			v := bp
+			v.BalanceWave = m * bp.BalanceWave
+			v.SetBalancedItems(&shape, dispatch.BalancedItems(a.NumSeqs, v.BalanceWave))
+			n, ok := dispatch.DecodeStagesShared(bp.Kernel, stages)
+			if !ok {
+				continue
+			}
+			v.SharedBytes = uint32(n)
+			us, err := b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], v) })
+			if err != nil {
+				return fmt.Errorf("wave x%d r%d: %w", m, stages, err)
+			}
+			line += fmt.Sprintf(", w%d r%d %.2f", m, stages, us)
 		}
-		line += fmt.Sprintf(", %s %.2f", v.name, us)
 	}
 	fmt.Fprintln(os.Stderr, line)
 	return nil
