@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# gpu.sh runs everything that needs a GPU, from binaries built elsewhere:
-#   CGO_ENABLED=0 go test -c -o .gpu/tests.test ./tests
-#   CGO_ENABLED=0 go build -o .gpu/pagedkv ./cmd/pagedkv
+# gpu.sh runs everything that needs a GPU, from binaries built elsewhere by
+# scripts/build-gpu.sh (whose SHA-256 prefixes the summary repeats).
 # It writes logs under $OUT (default ./gpu-out) and prints a short summary last.
 # Steps: info, tests, verify, bench, then the GPU tests under compute-sanitizer
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
@@ -75,4 +74,4 @@ for t in memcheck racecheck; do
 done
 echo "==== verify"; tail -8 "$OUT/verify.log" 2>/dev/null
 echo "==== bench"; sed -n '/^pagedkv bench on/,$p' "$OUT/bench.log" 2>/dev/null; tail -5 "$OUT/bench.log" 2>/dev/null | grep -v '^ ' 
-echo "==== summary"; printf '%s\n' "${summary[@]}"
+echo "==== summary"; sha256sum .gpu/pagedkv .gpu/tests.test | cut -c1-12,65-; printf '%s\n' "${summary[@]}"

@@ -47,6 +47,7 @@ type benchReport struct {
 	Device   string        `json:"device"`
 	Driver   int           `json:"driver"`
 	Date     string        `json:"date"`
+	Build    string        `json:"build"` // buildStamp: the code measured
 	CopyGBps float64       `json:"copy_gbps"`
 	Results  []benchResult `json:"results"`
 }
@@ -178,7 +179,7 @@ func runBench(args []string) error {
 	}
 	defer b.timer.Close()
 	b.status = func(msg string) { fmt.Fprintf(os.Stderr, "bench: %s\n", msg) }
-	b.rep = benchReport{Device: r.Info().Name, Driver: r.Info().DriverVersion, Date: time.Now().UTC().Format("2006-01-02")}
+	b.rep = benchReport{Device: r.Info().Name, Driver: r.Info().DriverVersion, Date: time.Now().UTC().Format("2006-01-02"), Build: buildStamp()}
 
 	// The copy bandwidth is the yardstick of every memory-bound row.
 	if b.rep.CopyGBps, err = b.copyBandwidth(); err != nil {
@@ -1018,7 +1019,7 @@ func planText(p dispatch.Plan) string {
 }
 
 func (b *bencher) print() {
-	fmt.Printf("\npagedkv bench on %s (driver %d), %s\n", b.rep.Device, b.rep.Driver, b.rep.Date)
+	fmt.Printf("\npagedkv bench on %s (driver %d), %s, build %s\n", b.rep.Device, b.rep.Driver, b.rep.Date, b.rep.Build)
 	fmt.Printf("device-to-device copy: %.0f GB/s (bytes read + written)\n\n", b.rep.CopyGBps)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	var app, dec, vl []benchResult

@@ -253,3 +253,11 @@ func TestPrintNoGPU(t *testing.T) {
 	assert.Equal(t, "device     none: the NVIDIA driver sees no CUDA device on this machine", lines[len(lines)-1])
 	assert.Equal(t, 1, strings.Count(text, "device     none"))
 }
+
+// TestBuildStamp checks the stamp's binary part: the first 12 hex digits of
+// this executable's SHA-256 (the test binary has no VCS stamp).
+func TestBuildStamp(t *testing.T) {
+	stamp := buildStamp()
+	assert.Regexp(t, `, binary [0-9a-f]{12}$`, stamp)
+	assert.Equal(t, executableHash(), stamp[len(stamp)-12:])
+}

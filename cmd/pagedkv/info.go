@@ -57,6 +57,7 @@ func runInfo(args []string) error {
 	}
 	defer r.Close()
 	d := r.Info()
+	fmt.Printf("build      %s\n", buildStamp())
 	fmt.Printf("driver     CUDA %d.%d\n", d.DriverVersion/1000, d.DriverVersion%1000/10)
 	fmt.Printf("device     %d: %s, compute capability %d.%d\n", d.Ordinal, d.Name, d.ComputeMajor, d.ComputeMinor)
 	fmt.Printf("SMs        %d\n", d.SMs)
@@ -110,7 +111,8 @@ func printNoGPU(w io.Writer, cfg config.Config, reason string) error {
 		cc := ptx.ModuleComputeCapability(m)
 		fmt.Fprintf(w, "  %-*s  %s  needs compute capability %d.%d\n", width, m, entries, cc/10, cc%10)
 	}
-	fmt.Fprintf(w, "\ndevice     none: %s\n", reason)
+	fmt.Fprintf(w, "\nbuild      %s\n", buildStamp())
+	fmt.Fprintf(w, "device     none: %s\n", reason)
 	return nil
 }
 
