@@ -10,7 +10,9 @@
 # paths (issue 15): coldstart (run it first on a fresh machine: module
 # loads with every SASS, then the PTX JIT cold and again with the driver's
 # JIT cache warm), and sass and ptx (the GPU tests and the bench with every
-# module's SASS, and with the PTX only, for an A/B in one call).
+# module's SASS, and with the PTX only, for an A/B in one call). sanitize-all
+# runs every GPU test under memcheck and racecheck, group by group (TOOLS and
+# SAN_GROUPS narrow it; the whole of it takes longer than one device call).
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -25,17 +27,24 @@ run() { # name timeout cmd...
   return $rc
 }
 export PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-}
+# The GPU test groups (tests and sanitize-all run one process per group): the
+# serving tests apart from the other decode tests, and a last group, rest, for
+# every test no other group names (streams, events, copies), so a new test
+# always runs somewhere.
+serving='TestDecodeBalanced|TestDecodeGraphAfterGrowth|TestDecodeExternalCapture|TestDecodeWorkspace|TestDecodeFP8Narrow|TestHostPath'
+groups=('TestAppend|TestGather' 'TestRope' 'TestMLA' 'TestQKV' 'TestDecode' "$serving" 'TestVarlen|TestSequenceAttention')
+names=(TestAppend TestRope TestMLA TestQKV TestDecode TestDecodeBalanced TestVarlen)
+skips=('^$' '^$' '^$' '^$' "$serving" '^$' '^$')
+named=$(IFS='|'; echo "${groups[*]}")
+groups+=('.'); names+=(rest); skips+=("$named")
 for step in $STEPS; do
   case $step in
   info) run info 120 .gpu/pagedkv info ;;
   tests)
     # One process per group, so a fault in one cannot hide the others' results.
-    serving='TestDecodeBalanced|TestDecodeGraphAfterGrowth|TestDecodeExternalCapture|TestDecodeWorkspace|TestDecodeFP8Narrow|TestHostPath'
-    for group in 'TestAppend|TestGather' 'TestRope' 'TestMLA' 'TestQKV' 'TestDecode' "$serving" 'TestVarlen|TestSequenceAttention'; do
-      name="tests-${group%%|*}"
-      skip='^$'
-      [ "$group" = TestDecode ] && skip="$serving"
-      run "$name" 100 .gpu/tests.test -test.v -test.run "$group" -test.skip "$skip" -test.timeout 95s
+    for i in "${!groups[@]}"; do
+      name="tests-${names[$i]}"
+      run "$name" 100 .gpu/tests.test -test.v -test.run "${groups[$i]}" -test.skip "${skips[$i]}" -test.timeout 95s
       cat "$OUT/$name.log" >>"$OUT/tests.log"; rm -f "$OUT/$name.log"
     done
     ;;
@@ -50,6 +59,19 @@ for step in $STEPS; do
     [ "$step" = ptx ] && mode=0
     PAGEDKV_LOAD_SASS=$mode run "tests-$step" 240 .gpu/tests.test -test.run 'TestDecodeMatchesReference|TestVarlen|TestAppend|TestRope|TestQKV|TestMLA' -test.timeout 235s
     PAGEDKV_LOAD_SASS=$mode run "bench-$step" 280 .gpu/pagedkv bench -json "$OUT/bench-$step.json" ${BENCH_ARGS:-}
+    ;;
+  sanitize-all)
+    # Every GPU test under each tool in TOOLS (default: memcheck racecheck),
+    # one process per group with its own time limit (racecheck runs the
+    # suite several times slower than memcheck); SAN_GROUPS picks groups by
+    # name (default: all of them, see names above).
+    for tool in ${TOOLS:-memcheck racecheck}; do
+      for i in "${!groups[@]}"; do
+        case " ${SAN_GROUPS:-${names[*]}} " in *" ${names[$i]} "*) ;; *) continue ;; esac
+        PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run "$tool-${names[$i]}" 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+          .gpu/tests.test -test.v -test.run "${groups[$i]}" -test.skip "${skips[$i]}" -test.timeout 295s
+      done
+    done
     ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
@@ -71,6 +93,9 @@ done
 echo "==== tests"; grep -E '^(--- FAIL|FAIL|ok|PASS)|Error Trace|Error:|panic' "$OUT/tests.log" 2>/dev/null | head -40
 for t in memcheck racecheck; do
   [ -f "$OUT/$t.log" ] && { echo "==== $t"; grep -E 'ERROR SUMMARY|Error|FAIL|^ok|PASS|RACECHECK SUMMARY' "$OUT/$t.log" | head -12; }
+  for f in "$OUT/$t"-*.log; do
+    [ -f "$f" ] && { echo "==== $(basename "$f" .log)"; grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^--- FAIL|^FAIL|^ok|^PASS|panic: test timed out' "$f" | head -6; }
+  done
 done
 echo "==== verify"; tail -8 "$OUT/verify.log" 2>/dev/null
 echo "==== bench"; sed -n '/^pagedkv bench on/,$p' "$OUT/bench.log" 2>/dev/null; tail -5 "$OUT/bench.log" 2>/dev/null | grep -v '^ ' 
