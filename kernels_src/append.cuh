@@ -100,20 +100,6 @@ __device__ __forceinline__ bool page_run(const int64_t (&slot)[kGroupTokens], in
   return run;
 }
 
-// store_v_run writes V of a page run (page_run) starting at slot s0 in a
-// token-minor layout: the thread's 8 rows transposed in registers, then one
-// store per element d+e of g, each the 8 rows' contiguous values.
-template <int X, int SIZE, typename Vec>
-__device__ __forceinline__ void store_v_run(void* value_cache, const Vec (&v)[kGroupTokens], int64_t s0, int layout,
-                                            const TokenGroup& g, int num_kv_heads, int head_dim, int block_size_log2) {
-  Vec col[kGroupTokens];
-  transpose8x8(v, col);
-  int vs;
-  const int64_t vat = cache_place<X>(layout, true, s0, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
-}
-
 // pair_mask is the shuffle mask of this thread's pair of lanes.
 __device__ __forceinline__ unsigned pair_mask() { return 3u << (threadIdx.x & 30u); }
 
@@ -292,12 +278,16 @@ __device__ __forceinline__ void cache_append(
     const int64_t kat = cache_place<X>(layout, false, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
 #pragma unroll
     for (int i = 0; i < kGroupTokens; ++i) store8<SIZE>(key_cache, kat + (int64_t)(2 * i + g.p) * X, 1, out[i]);
+    Vec col[kGroupTokens];
+    transpose8x8(v, col);
     // Element row d+e of each lane's 8 rows is contiguous. x-split: the
     // page's row is 16 rows and lane p writes half p in store e (16-bit: one
     // whole sector). Shuffle: lane p writes its own x-block (trading pieces
     // so that a store writes whole sectors measured slower: 26.6% against
     // 39.6% of copy, docs/perf-notes.md).
-    store_v_run<X, SIZE>(value_cache, v, slot[0], layout, g, num_kv_heads, head_dim, block_size_log2);
+    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
     return;
   }
   if (run) {
@@ -307,7 +297,12 @@ __device__ __forceinline__ void cache_append(
       store8<SIZE>(key_cache,
                    cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
                    1, k[j]);
-    store_v_run<X, SIZE>(value_cache, v, slot[0], layout, g, num_kv_heads, head_dim, block_size_log2);
+    // Element d+e of the 8 rows starts at vat + e·vs and is contiguous.
+    Vec col[kGroupTokens];
+    transpose8x8(v, col);
+    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
     return;
   }
 #pragma unroll
