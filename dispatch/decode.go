@@ -313,9 +313,10 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 
 	clusterKernel := tables.cluster[qi][vi][hi]
-	if reason, ok := chooseBalanced(&s, &k); ok {
+	ragged, long := s.hostStats()
+	if reason, ok := chooseBalanced(&s, &k, ragged); ok {
 		// A balanced plan over the scratch limit falls back to the usual one.
-		if p := planBalanced(&s, &dev, kernel, clusterKernel, shared, reason); k.ScratchLimitBytes <= 0 || p.ScratchFloats*4 <= k.ScratchLimitBytes {
+		if p := planBalanced(&s, &dev, kernel, clusterKernel, shared, reason, long); k.ScratchLimitBytes <= 0 || p.ScratchFloats*4 <= k.ScratchLimitBytes {
 			return p, nil
 		}
 	}
@@ -362,10 +363,10 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	return p, nil
 }
 
-// chooseBalanced reports whether s gets a balanced plan, and why. Forcing
-// single-pass or a split count wins over it (PlanDecode also falls back when
-// the plan's scratch would exceed the limit).
-func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
+// chooseBalanced reports whether s gets a balanced plan, and why; ragged is
+// s.hostStats()'s. Forcing single-pass or a split count wins over it
+// (PlanDecode also falls back when the plan's scratch would exceed the limit).
+func chooseBalanced(s *DecodeShape, k *Knobs, ragged bool) (string, bool) {
 	// The partition kernel sums the batch's pages in an int32.
 	if !k.PagedFlash || k.SplitK == SplitOff || k.ForcedSplits > 0 || k.Balance == SplitOff ||
 		s.NumSeqs > BalanceMaxSeqs || s.MaxKVLen == 0 || int64(s.NumSeqs)*int64(s.MaxBlocksPerSeq) > math.MaxInt32 {
@@ -376,23 +377,16 @@ func chooseBalanced(s *DecodeShape, k *Knobs) (string, bool) {
 		return ReasonBalanceOn, true
 	case s.Graph && s.NumSeqs >= BalanceGraphMinSeqs:
 		return ReasonBalancedGraph, true
-	case s.ragged():
+	case ragged:
 		return ReasonBalancedRagged, true
 	}
 	return "", false
 }
 
-// ragged reports whether s's host lengths make it a ragged batch: NumSeqs ×
-// the longest above BalanceRaggedRatio × their sum.
-func (s *DecodeShape) ragged() bool {
-	ragged, _ := s.hostStats()
-	return ragged
-}
-
-// hostStats returns whether s's host lengths make it a ragged batch (see
-// ragged) and whether their mean is above ShallowRingMaxTokens (a balanced
-// plan then takes the deep ring: see planBalanced); false, false without
-// them.
+// hostStats returns whether s's host lengths make it a ragged batch (NumSeqs
+// × the longest above BalanceRaggedRatio × their sum) and whether their mean
+// is above ShallowRingMaxTokens (a balanced plan then takes the deep ring:
+// see planBalanced); false, false without them.
 func (s *DecodeShape) hostStats() (ragged, long bool) {
 	if len(s.HostKVLens) != s.NumSeqs || s.NumSeqs < 2 {
 		return false, false
@@ -442,16 +436,13 @@ func balancedWave(s *DecodeShape, dev *DeviceFacts, occ int) int {
 	return max(sms*occ/s.NumKVHeads, 1)
 }
 
-// balancedItems returns the work items of a balanced plan (see
+// BalancedItems returns the work items of a balanced plan (see
 // partition_work in kernels_src/decode.cuh): one wave for a batch of fewer
 // sequences than a wave holds, so that the grid has no block beyond the
 // wave (unused blocks past a wave cost a one-wave decode up to 18%: session
 // 6 run 4, seqs=32 kv=32768 1157 µs with 81 items against 987 with 33);
-// else one wave of splits beside the sequences.
-func balancedItems(s *DecodeShape, wave int) int { return BalancedItems(s.NumSeqs, wave) }
-
-// BalancedItems is balancedItems for numSeqs sequences and wave items per
-// wave (experiments that vary the wave build plans with it).
+// else one wave of splits beside the sequences. Experiments that vary the
+// wave (pagedkv bench -exp-balance) build plans with it.
 func BalancedItems(numSeqs, wave int) int {
 	if numSeqs < wave {
 		return wave
@@ -487,7 +478,9 @@ func (p *Plan) SetBalancedItems(s *DecodeShape, items int) {
 }
 
 // planBalanced returns the balanced plan of s (see Plan.BalanceMinPages).
-func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared int, reason string) Plan {
+// long is s.hostStats()'s: the host lengths' mean is above
+// ShallowRingMaxTokens.
+func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared int, reason string, long bool) Plan {
 	occ := occupancy(dev, kernel, twin)
 	// Splits are short (BalanceMinChunkTokens up to about a slot's share):
 	// the one-wave ring, where it packs more blocks per SM, and a wave of
@@ -500,12 +493,12 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 	// 108.6; session 9 run 2, docs/perf-notes.md).
 	if shallow := shallowOccupancy(dev, kernel, twin); shallow > occ {
 		occ = shallow
-		if _, long := s.hostStats(); !long {
+		if !long {
 			shared = DecodeOneWaveSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 		}
 	}
 	wave := balancedWave(s, dev, occ)
-	items := balancedItems(s, wave)
+	items := BalancedItems(s.NumSeqs, wave)
 	minPages := ceilDiv(BalanceMinChunkTokens, s.BlockSize)
 	splits := min(MaxSplits, max(ceilDiv(ceilDiv(s.MaxKVLen, s.BlockSize), minPages), 1), items-s.NumSeqs+1)
 	p := Plan{
