@@ -13,6 +13,7 @@
 # module's SASS, and with the PTX only, for an A/B in one call). sanitize-all
 # runs every GPU test under memcheck and racecheck, group by group (TOOLS and
 # SAN_GROUPS narrow it; the whole of it takes longer than one device call).
+# profile runs Nsight Compute on single bench rows (PROFILE, see below).
 set -u
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -73,6 +74,26 @@ for step in $STEPS; do
       done
     done
     ;;
+  profile)
+    # Nsight Compute on single bench rows, one process per row: PROFILE holds
+    # lines "op;row regexp (bench -shape);kernel regexp"; the profiled launch
+    # is the 4th of the matching kernels (the row's plan, after warm-up).
+    i=0
+    while IFS=';' read -r op shape kern; do
+      [ -z "$op" ] && continue
+      i=$((i + 1))
+      run "ncu-$i" 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+        --section InstructionStats -k "regex:$kern" --launch-skip 3 --launch-count 1 \
+        .gpu/pagedkv bench "$op" -shape "$shape" -nosweep -reps 3
+      sed -i "1i PROFILE $op;$shape;$kern" "$OUT/ncu-$i.log"
+    done <<<"${PROFILE:-"decode;^f16 seqs=1 kv=32768$;paged_decode
+decode;^f16 seqs=32 kv=8192$;paged_decode
+decode;^e4m3 seqs=8 kv=8192$;paged_decode
+decode;^e4m3 seqs=128 kv=512$;paged_decode
+append;T=4096 .*flash prefill slots e4m3$;cache_append
+append;T=4096 .*flash prefill slots$;cache_append"}"
+    ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
     reduced='TestAppendMatchesReference|TestAppendFP8|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeExternalCapture|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention|TestVarlenWorkspace'
@@ -96,6 +117,9 @@ for t in memcheck racecheck; do
   for f in "$OUT/$t"-*.log; do
     [ -f "$f" ] && { echo "==== $(basename "$f" .log)"; grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^--- FAIL|^FAIL|^ok|^PASS|panic: test timed out' "$f" | head -6; }
   done
+done
+for f in "$OUT"/ncu-*.log; do
+  [ -f "$f" ] && { echo "==== $(basename "$f" .log)"; grep -E '^PROFILE|  (Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued Instruction|SM Frequency|Elapsed Cycles|SM Active Cycles|L2 Hit Rate) ' "$f"; }
 done
 echo "==== verify"; tail -8 "$OUT/verify.log" 2>/dev/null
 echo "==== bench"; sed -n '/^pagedkv bench on/,$p' "$OUT/bench.log" 2>/dev/null; tail -5 "$OUT/bench.log" 2>/dev/null | grep -v '^ ' 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -68,6 +69,15 @@ type bencher struct {
 	// expBalance, when set, also times variants of each balanced A/B plan
 	// (an experiment knob: -exp-balance), printed to stderr.
 	expBalance bool
+	// shape, when not nil, selects the rows to measure (-shape).
+	shape *regexp.Regexp
+}
+
+// wants reports whether the row of dtype and shape is measured: every row
+// unless -shape selects others. The pattern sees "<dtype> <shape>" as the
+// table prints them, e.g. "e4m3 seqs=8 kv=8192".
+func (b *bencher) wants(dtype, shape string) bool {
+	return b.shape == nil || b.shape.MatchString(dtype+" "+shape)
 }
 
 // benchOptions are pagedkv bench's flags, checked.
@@ -79,6 +89,7 @@ type benchOptions struct {
 	Sweep      bool
 	Stages     int // 0 for the planner's
 	ExpBalance bool
+	Shape      *regexp.Regexp // nil: every row
 	Caches     []pagedkv.DType
 	Device     int
 }
@@ -99,6 +110,7 @@ func parseBench(args []string) (benchOptions, error) {
 	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan (wave ×1..3 at every ring depth) on the uniform rows and the ragged eager rows (stderr)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
+	shape := fs.String("shape", "", "measure only the rows whose \"<dtype> <shape>\" matches this regular expression (e.g. 'e4m3 seqs=8 kv=8192$'; for profilers)")
 	// The op may also come first: pagedkv bench decode [flags].
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		*op, args = args[0], args[1:]
@@ -123,6 +135,13 @@ func parseBench(args []string) (benchOptions, error) {
 	if o.Stages != 0 && (o.Stages < dispatch.DecodeMinStages || o.Stages > dispatch.DecodeMaxStages) {
 		return benchOptions{}, usagef("bench", "-stages=%d is not allowed; allowed: 0 (the planner's) or %d..%d",
 			o.Stages, dispatch.DecodeMinStages, dispatch.DecodeMaxStages)
+	}
+	if *shape != "" {
+		re, err := regexp.Compile(*shape)
+		if err != nil {
+			return benchOptions{}, usagef("bench", "-shape=%q is not allowed; allowed: a Go regular expression (%v)", *shape, err)
+		}
+		o.Shape = re
 	}
 	seen := map[pagedkv.DType]bool{}
 	for _, name := range strings.Split(*caches, ",") {
@@ -172,7 +191,7 @@ func runBench(args []string) error {
 	}
 	defer r.Close()
 	b := &bencher{r: r, s: r.Stream(), reps: o.Reps, g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
-		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance}
+		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance, shape: o.Shape}
 	defer b.arena.Free()
 	if b.timer, err = b.s.NewTimer(); err != nil {
 		return err
@@ -478,6 +497,9 @@ func (b *bencher) benchRope() error {
 
 // row measures fn and records it as a cache-op row moving bytes per call.
 func (b *bencher) row(shape string, bytes float64, fn func() error) error {
+	if !b.wants("f16", shape) {
+		return nil
+	}
 	us, err := b.measure(func(int) error { return fn() })
 	if err != nil {
 		return err
@@ -659,6 +681,9 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				n++
 				c := decodeCase{q: q, cache: cache, lens: uniformLens(seqs, kv), shape: fmt.Sprintf("seqs=%d kv=%d", seqs, kv),
 					sweep: doSweep && cache != pagedkv.E4M3, balancedAB: cache != pagedkv.E4M3}
+				if !b.wants(cache.String(), c.shape) {
+					continue
+				}
 				if float64(c.kvBytes()) > limit {
 					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", cache, seqs, kv, float64(c.kvBytes())/1e9))
 					continue
@@ -678,6 +703,9 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		// does not know its lengths), against their eager rows above.
 		for _, sk := range [][2]int{{1, 512}, {8, 2048}, {32, 8192}} {
 			c := decodeCase{q: q, cache: cache, lens: uniformLens(sk[0], sk[1]), shape: fmt.Sprintf("seqs=%d kv=%d graph", sk[0], sk[1]), graph: true}
+			if !b.wants(cache.String(), c.shape) {
+				continue
+			}
 			b.status(fmt.Sprintf("decode %s %s", cache, c.shape))
 			res, err := b.decodeShape(pool, c)
 			if err != nil {
@@ -688,12 +716,14 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		// GQA group 16 (64 query / 4 KV heads), where few (sequence, KV
 		// head) items meet the cluster plan's one-wave rule (issue 11).
 		g16 := decodeCase{q: q, cache: cache, lens: uniformLens(8, 8192), shape: "seqs=8 kv=8192 64/4 heads", qHeads: 64, kvHeads: 4, sweep: doSweep}
-		b.status(fmt.Sprintf("decode %s %s", cache, g16.shape))
-		res, err := b.decodeShape(pool, g16)
-		if err != nil {
-			return err
+		if b.wants(cache.String(), g16.shape) {
+			b.status(fmt.Sprintf("decode %s %s", cache, g16.shape))
+			res, err := b.decodeShape(pool, g16)
+			if err != nil {
+				return err
+			}
+			b.rep.Results = append(b.rep.Results, res)
 		}
-		b.rep.Results = append(b.rep.Results, res)
 		// Ragged batches, f16: eager without the host's lengths (the plan
 		// sees only MaxKVLen), eager with them, and graph replays.
 		for _, rc := range ragged {
@@ -706,6 +736,9 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 					n++
 				}
 				c := decodeCase{q: q, cache: cache, lens: rc.lens, shape: rc.name + mode.suffix, hostLens: mode.host, graph: mode.graph}
+				if !b.wants(cache.String(), c.shape) {
+					continue
+				}
 				b.status(fmt.Sprintf("decode %s %s (%d/%d)", cache, c.shape, n, total))
 				res, err := b.decodeShape(pool, c)
 				if err != nil {

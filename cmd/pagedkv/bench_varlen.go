@@ -124,6 +124,9 @@ func (b *bencher) benchVarlen(caches []pagedkv.DType, doSweep bool) error {
 					continue
 				}
 				n++
+				if !b.wants(varlenDType(q, cache), c.shape) {
+					continue
+				}
 				b.status(fmt.Sprintf("varlen %s %s (%d/%d)", varlenDType(q, cache), c.shape, n, total))
 				rows, err := b.varlenShape(pool, c, q, cache, doSweep)
 				if err != nil {

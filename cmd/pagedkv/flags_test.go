@@ -48,6 +48,7 @@ func TestParseBench(t *testing.T) {
 		{[]string{"-cache", "e4m3"}, func(o *benchOptions) { o.Caches = []pagedkv.DType{pagedkv.E4M3} }},
 		{[]string{"-cache", "bf16, f16"}, func(o *benchOptions) { o.Caches = []pagedkv.DType{pagedkv.BF16, pagedkv.F16} }},
 		{[]string{"-json", "out.json", "-exp-balance", "-device", "1"}, func(o *benchOptions) { o.JSONPath, o.ExpBalance, o.Device = "out.json", true, 1 }},
+		{[]string{"-shape", "e4m3 seqs=8 kv=8192$"}, func(o *benchOptions) { o.Shape = regexp.MustCompile("e4m3 seqs=8 kv=8192$") }},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			want := defaultBench()
@@ -81,6 +82,7 @@ func TestParseBenchErrors(t *testing.T) {
 		{[]string{"-repz", "5"}, "pagedkv bench: flag provided but not defined: -repz (pagedkv bench -h lists the flags)"},
 		{[]string{"decode", "copy"}, `pagedkv bench: unexpected argument "copy" (pagedkv bench -h lists the flags)`},
 		{[]string{"-quick", "decode"}, `pagedkv bench: unexpected argument "decode" (pagedkv bench -h lists the flags)`},
+		{[]string{"-shape", "seqs=(8"}, `pagedkv bench: -shape="seqs=(8" is not allowed; allowed: a Go regular expression (error parsing regexp: missing closing ): ` + "`seqs=(8`)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := parseBench(tc.args)
@@ -152,7 +154,7 @@ func TestHelp(t *testing.T) {
 		parse func([]string) error
 		flags []string
 	}{
-		{"bench", func(a []string) error { _, err := parseBench(a); return err }, []string{"-op", "-json", "-reps", "-quick", "-nosweep", "-stages", "-exp-balance", "-cache", "-device"}},
+		{"bench", func(a []string) error { _, err := parseBench(a); return err }, []string{"-op", "-json", "-reps", "-quick", "-nosweep", "-stages", "-exp-balance", "-cache", "-shape", "-device"}},
 		{"verify", func(a []string) error { _, err := parseVerify(a); return err }, []string{"-n", "-seed", "-device"}},
 		{"info", func(a []string) error { _, err := parseInfo(a); return err }, []string{"-device"}},
 	} {
@@ -260,4 +262,13 @@ func TestBuildStamp(t *testing.T) {
 	stamp := buildStamp()
 	assert.Regexp(t, `, binary [0-9a-f]{12}$`, stamp)
 	assert.Equal(t, executableHash(), stamp[len(stamp)-12:])
+}
+
+func TestBenchWants(t *testing.T) {
+	all := &bencher{}
+	assert.True(t, all.wants("e4m3", "seqs=8 kv=8192"))
+	one := &bencher{shape: regexp.MustCompile(`^e4m3 seqs=8 kv=8192$`)}
+	assert.True(t, one.wants("e4m3", "seqs=8 kv=8192"))
+	assert.False(t, one.wants("f16", "seqs=8 kv=8192"))
+	assert.False(t, one.wants("e4m3", "seqs=8 kv=8192 64/4 heads"))
 }
