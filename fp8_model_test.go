@@ -14,10 +14,11 @@ import (
 // quotientByReciprocal models quotient_by_reciprocal of
 // kernels_src/common.cuh with exact float32 roundings: q = RN(x·y), the
 // residual RN(x − b·q) and RN(r·y + q) each rounded once, as the device's
-// multiply and fused multiply-adds round.
+// multiply and fused multiply-adds round; q itself where |q| ≥ 2^127 (or
+// NaN), and the corrected value with q's sign.
 func quotientByReciprocal(x, b, y float32) float32 {
 	q := float32(float64(x) * float64(y)) // exact product, one rounding
-	if q == 0 || math.IsInf(float64(q), 0) || q != q {
+	if !(math.Abs(float64(q)) < math.Ldexp(1, 127)) {
 		return q
 	}
 	r := new(big.Float).SetPrec(256).SetFloat64(float64(b))
@@ -28,7 +29,7 @@ func quotientByReciprocal(x, b, y float32) float32 {
 	s.Mul(s, big.NewFloat(float64(y)))
 	s.Add(s, big.NewFloat(float64(q)))
 	out, _ := s.Float32()
-	return out
+	return float32(math.Copysign(float64(out), float64(q)))
 }
 
 // TestE4M3QuotientByReciprocal checks the fp8 cache writes' division (see

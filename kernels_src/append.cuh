@@ -141,7 +141,7 @@ __device__ __forceinline__ void pair_interleave(const Vec (&in)[kGroupTokens], i
 
 // to_cache converts 8 input elements to the cache type.
 template <typename In, bool FP8>
-__device__ __forceinline__ typename Raw<FP8 ? 1 : 2>::vec to_cache(uint4 v, float scale) {
+__device__ __forceinline__ typename Raw<FP8 ? 1 : 2>::vec to_cache(uint4 v, const E4M3Divisor& scale) {
   if constexpr (FP8) {
     return to_e4m3x8<In>(v, scale);
   } else {
@@ -245,14 +245,25 @@ __device__ __forceinline__ void cache_append(
 
   int64_t slot[kGroupTokens];
   resolve_slots(g.t0, g.n, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
-  // Every load is issued before the first store.
+  // Every load is issued before the first conversion (fp8) and store: the
+  // loads of skipped tokens are predicated off, not branched around, so no
+  // token's conversion waits between two tokens' loads.
+  uint4 kin[kGroupTokens], vin[kGroupTokens];
+#pragma unroll
+  for (int j = 0; j < kGroupTokens; ++j) {
+    const int64_t t = g.t0 + j;
+    kin[j] = vin[j] = make_uint4(0u, 0u, 0u, 0u);
+    if (slot[j] >= 0) {
+      kin[j] = load8(key + t * key_token_stride + g.h * key_head_stride + g.d);
+      vin[j] = load8(value + t * value_token_stride + g.h * value_head_stride + g.d);
+    }
+  }
+  const E4M3Divisor kdiv = e4m3_divisor(k_scale), vdiv = e4m3_divisor(v_scale);  // fp8 only
   Vec k[kGroupTokens], v[kGroupTokens];
 #pragma unroll
   for (int j = 0; j < kGroupTokens; ++j) {
-    if (slot[j] < 0) continue;
-    const int64_t t = g.t0 + j;
-    k[j] = to_cache<In, FP8>(load8(key + t * key_token_stride + g.h * key_head_stride + g.d), k_scale);
-    v[j] = to_cache<In, FP8>(load8(value + t * value_token_stride + g.h * value_head_stride + g.d), v_scale);
+    k[j] = to_cache<In, FP8>(kin[j], kdiv);
+    v[j] = to_cache<In, FP8>(vin[j], vdiv);
   }
 
   int ks, vs;

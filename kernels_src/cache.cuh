@@ -131,10 +131,14 @@ __device__ __forceinline__ void transpose8x8(const uint2 (&in)[8], uint2 (&out)[
 }
 
 template <typename In>
-__device__ __forceinline__ uint2 to_e4m3x8(uint4 v, float scale) {
+__device__ __forceinline__ uint2 to_e4m3x8(uint4 v, const E4M3Divisor& scale) {
   float f[8];
   to_float8(v, static_cast<const In*>(nullptr), f);
   return e4m3x8(f, scale);
+}
+template <typename In>
+__device__ __forceinline__ uint2 to_e4m3x8(uint4 v, float scale) {
+  return to_e4m3x8<In>(v, e4m3_divisor(scale));
 }
 
 // resolve_slots applies the slot rules of every cache write to the n ≤ N

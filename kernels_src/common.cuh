@@ -171,55 +171,74 @@ __device__ __forceinline__ uint32_t f32_to_e4m3(float f) {
   return a != a ? 0x7Fu : (sign | v);
 }
 
-// f32x2_to_e4m3x2 returns f32_to_e4m3(lo) | f32_to_e4m3(hi) << 8. On
-// compute_89 and newer one cvt.rn.satfinite.e4m3x2.f32 rounds both (ties to
-// even; finite overflow and infinities to ±448, as f32_to_e4m3); a NaN, whose
-// sign the instruction may keep, becomes 0x7F as f32_to_e4m3 makes it.
-__device__ __forceinline__ uint32_t f32x2_to_e4m3x2(float lo, float hi) {
+// f32x4_to_e4m3x4 returns f32_to_e4m3(a) | f32_to_e4m3(b) << 8 |
+// f32_to_e4m3(c) << 16 | f32_to_e4m3(d) << 24. On compute_89 and newer two
+// cvt.rn.satfinite.e4m3x2.f32 round the four (ties to even; finite overflow
+// and infinities to ±448, as f32_to_e4m3); a NaN, whose sign the instruction
+// may keep, becomes 0x7F as f32_to_e4m3 makes it: the bytes whose low 7 bits
+// are all set (only NaN's are) lose bit 7, found for all four at once (the
+// low 7 bits plus one carry into bit 7 exactly then, and never further).
+__device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float a, float b, float c, float d) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint16_t pair;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
-  uint32_t v = pair;
-  v = (v & 0x7Fu) == 0x7Fu ? (v & 0xFF00u) | 0x7Fu : v;
-  return (v & 0x7F00u) == 0x7F00u ? (v & 0x00FFu) | 0x7F00u : v;
+  uint32_t w;
+  asm("{\n\t.reg .b16 lo, hi;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
+      "mov.b32 %0, {lo, hi};\n\t}"
+      : "=r"(w)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+  const uint32_t nan = ((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u;
+  return w & ~nan;
 #else
-  return f32_to_e4m3(lo) | f32_to_e4m3(hi) << 8;
+  return f32_to_e4m3(a) | f32_to_e4m3(b) << 8 | f32_to_e4m3(c) << 16 | f32_to_e4m3(d) << 24;
 #endif
 }
 
 // quotient_by_reciprocal returns x / b for y = __frcp_rn(b): q = x·y, then
 // one correction from the exact residual x − b·q (Markstein's theorem: the
 // result is x / b rounded to nearest even). Three instructions against the
-// IEEE division's eight or so and its range check. Zero, infinite and NaN
-// products are returned as they are (keeping a zero's sign). Callers keep b
-// in [2^-64, 2^64]: there the result has the e4m3 rounding of the IEEE
-// quotient for every f16 and bf16 x (fp8_model_test.go checks all of them
-// on the same arithmetic); only quotients far below e4m3's range (whose
-// residual underflows) may differ in their last bits.
+// IEEE division's eight or so and its range check, and two more that need
+// no predicate: the corrected value takes q's sign (a zero q would lose a
+// negative sign to the residual's sum), and where |q| ≥ 2^127 (infinite,
+// NaN, or far past e4m3's ±448 either way, where the correction could make
+// a NaN) q is returned as it is. Callers keep b in [2^-64, 2^64]: there the
+// result has the e4m3 rounding of the IEEE quotient for every f16 and bf16
+// x (fp8_model_test.go checks all of them on the same arithmetic); only
+// quotients far below e4m3's range (whose residual underflows) may differ
+// in their last bits.
 __device__ __forceinline__ float quotient_by_reciprocal(float x, float b, float y) {
   const float q = __fmul_rn(x, y);
   const float q1 = __fmaf_rn(__fmaf_rn(-b, q, x), y, q);
-  return q != 0.0f && fabsf(q) < __int_as_float(0x7f800000) ? q1 : q;
+  const float signed_q1 = __uint_as_float((__float_as_uint(q1) & 0x7FFFFFFFu) | (__float_as_uint(q) & 0x80000000u));
+  return fabsf(q) < 0x1p127f ? signed_q1 : q;
+}
+
+// E4M3Divisor divides by a tensor scale b as the references' IEEE division
+// rounds: by its reciprocal y = __frcp_rn(b) and one correction
+// (quotient_by_reciprocal) where b ∈ [2^-64, 2^64], else by __fdiv_rn.
+// Made once per thread (e4m3_divisor), not once per 8 elements.
+struct E4M3Divisor {
+  float b, y;
+  bool recip;
+};
+__device__ __forceinline__ E4M3Divisor e4m3_divisor(float scale) {
+  const bool recip = scale >= 0x1p-64f && scale <= 0x1p64f;
+  return E4M3Divisor{scale, recip ? __frcp_rn(scale) : 0.0f, recip};
 }
 
 // e4m3x8 packs the e4m3 of f[i] / scale (rounded as the references' IEEE
 // division rounds) for i = 0..7, element i in byte i.
-__device__ __forceinline__ uint2 e4m3x8(const float f[8], float scale) {
+__device__ __forceinline__ uint2 e4m3x8(const float f[8], const E4M3Divisor& s) {
   float q[8];
-  if (scale >= 0x1p-64f && scale <= 0x1p64f) {
-    const float y = __frcp_rn(scale);
+  if (s.recip) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] = quotient_by_reciprocal(f[i], scale, y);
+    for (int i = 0; i < 8; ++i) q[i] = quotient_by_reciprocal(f[i], s.b, s.y);
   } else {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] = __fdiv_rn(f[i], scale);
+    for (int i = 0; i < 8; ++i) q[i] = __fdiv_rn(f[i], s.b);
   }
-  uint32_t w[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    w[i] = f32x2_to_e4m3x2(q[4 * i], q[4 * i + 1]) | f32x2_to_e4m3x2(q[4 * i + 2], q[4 * i + 3]) << 16;
-  }
-  return make_uint2(w[0], w[1]);
+  return make_uint2(f32x4_to_e4m3x4(q[0], q[1], q[2], q[3]), f32x4_to_e4m3x4(q[4], q[5], q[6], q[7]));
 }
+__device__ __forceinline__ uint2 e4m3x8(const float f[8], float scale) { return e4m3x8(f, e4m3_divisor(scale)); }
 
 }  // namespace pkv

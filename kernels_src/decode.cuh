@@ -97,7 +97,7 @@ struct DecodeSmem {
   static constexpr int kQBytes = kTileRows * D * 2;
   static constexpr int kMaxStages = 4;
   static_assert(2 * kStageBytes >= kDecodeWarps * kTileRows * D * 4, "warp outputs must fit in 2 stages");
-  static_assert(2 * kStageBytes >= 2 * kTileRows * kMaxSplits * 4, "merge weights must fit in 2 stages");
+  static_assert(2 * kStageBytes >= 3 * kTileRows * kMaxSplits * 4, "merge maxima, sums and weights must fit in 2 stages");
 };
 
 // cluster_sync is a barrier over every thread of the thread-block cluster:
@@ -813,42 +813,67 @@ __device__ __forceinline__ void paged_decode(
     return;
   }
   __threadfence();
-  // Weights of each split for each head: w = sum_z · 2^(max_z − M) / L.
-  float* w_s = reinterpret_cast<float*>(ring);  // [kTileRows][kMaxSplits], o_s is done
-  float* z_s = w_s + kTileRows * kMaxSplits;    // the splits' sums
+  // Every split's max and sum per head (m_in, s_in: [kTileRows][kMaxSplits]),
+  // one round trip; then each (head, split) weight w = sum_z · 2^(max_z − M)
+  // with M the head's largest max (w_s), computed in parallel.
+  float* m_in = reinterpret_cast<float*>(ring);  // o_s is done
+  float* s_in = m_in + kTileRows * kMaxSplits;
+  float* w_s = s_in + kTileRows * kMaxSplits;
+  const int64_t prow0 = (int64_t)item.first * num_q_heads + kvh * G;  // split 0, head 0
   for (int i = threadIdx.x; i < G * splits; i += kDecodeThreads) {
     const int g = i / splits;
     const int z = i - g * splits;
-    const int64_t prow = (int64_t)(item.first + z) * num_q_heads + kvh * G + g;
-    w_s[g * kMaxSplits + z] = __ldcg(partial_max + prow);
-    z_s[g * kMaxSplits + z] = __ldcg(partial_sum + prow);
+    const int64_t prow = prow0 + (int64_t)z * num_q_heads + g;
+    m_in[g * kMaxSplits + z] = __ldcg(partial_max + prow);
+    s_in[g * kMaxSplits + z] = __ldcg(partial_sum + prow);
   }
   __syncthreads();
-  if (threadIdx.x < G) {
-    const int g = threadIdx.x;
+  for (int i = threadIdx.x; i < G * splits; i += kDecodeThreads) {
+    const int g = i / splits;
+    const int z = i - g * splits;
     float mx = -INFINITY;
-    for (int z = 0; z < splits; ++z) mx = fmaxf(mx, w_s[g * kMaxSplits + z]);
-    float sum = 0.0f;
-    for (int z = 0; z < splits; ++z) {
-      const float w = mx == -INFINITY ? 0.0f : z_s[g * kMaxSplits + z] * exp2f(w_s[g * kMaxSplits + z] - mx);
-      w_s[g * kMaxSplits + z] = w;
-      sum += w;
-    }
-    m_s[0][g] = mx;
-    l_s[0][g] = sum;
+    for (int y = 0; y < splits; ++y) mx = fmaxf(mx, m_in[g * kMaxSplits + y]);
+    w_s[g * kMaxSplits + z] = mx == -INFINITY ? 0.0f : s_in[g * kMaxSplits + z] * exp2f(m_in[g * kMaxSplits + z] - mx);
+    if (z == 0) m_s[0][g] = mx;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
-    const int g = i / D;
-    const int d = i - g * D;
-    const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
-    const float sum = l_s[0][g];
-    float o = 0.0f;
-    const int64_t prow0 = (int64_t)item.first * num_q_heads + kvh * G + g;
-    for (int z = 0; z < splits; ++z) {
-      o = fmaf(w_s[g * kMaxSplits + z], __ldcg(partial_out + (prow0 + (int64_t)z * num_q_heads) * D + d), o);
+  // Each thread merges 4 consecutive d of one head (16-byte loads of the
+  // partial rows, kMergeBatch splits in flight at a time): with 32 splits a
+  // thread waits for 4 batches where one load per split and output waited
+  // for 128 loads, 16 at a time.
+  constexpr int kMergeBatch = 8;
+  constexpr int C4 = D / 4;
+  const int64_t z_stride = (int64_t)num_q_heads * D;  // floats between a row's splits
+  for (int c = threadIdx.x; c < G * C4; c += kDecodeThreads) {
+    const int g = c / C4;
+    const int d = (c - g * C4) * 4;
+    const float* po = partial_out + (prow0 + g) * D + d;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float sum = 0.0f;
+    for (int z0 = 0; z0 < splits; z0 += kMergeBatch) {
+      float4 v[kMergeBatch];
+#pragma unroll
+      for (int u = 0; u < kMergeBatch; ++u) {
+        if (z0 + u < splits) v[u] = __ldcg(reinterpret_cast<const float4*>(po + (z0 + u) * z_stride));
+      }
+#pragma unroll
+      for (int u = 0; u < kMergeBatch; ++u) {
+        if (z0 + u < splits) {
+          const float w = w_s[g * kMaxSplits + z0 + u];
+          sum += w;
+          o.x = fmaf(w, v[u].x, o.x);
+          o.y = fmaf(w, v[u].y, o.y);
+          o.z = fmaf(w, v[u].z, o.z);
+          o.w = fmaf(w, v[u].w, o.w);
+        }
+      }
     }
-    out[row * D + d] = from_float<T>(sum > 0.0f ? o / sum : 0.0f);
+    const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
+    T* dst = out + row * D + d;
+    dst[0] = from_float<T>(sum > 0.0f ? o.x / sum : 0.0f);
+    dst[1] = from_float<T>(sum > 0.0f ? o.y / sum : 0.0f);
+    dst[2] = from_float<T>(sum > 0.0f ? o.z / sum : 0.0f);
+    dst[3] = from_float<T>(sum > 0.0f ? o.w / sum : 0.0f);
     if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (m_s[0][g] + log2f(sum)) * kLn2 : -INFINITY;
   }
   PKV_TRACE(5);
