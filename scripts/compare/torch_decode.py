@@ -5,7 +5,11 @@ ratios: run it in the same device call as `pagedkv bench decode`.
 Shape: 32 query heads, 8 KV heads, head dim 128, f16, one query token per
 sequence, K and V dense [seqs, 8, kv, 128]. Bytes = K + V read. Prints one
 line per (backend, shape): µs (median of CUDA-event timings) and % of the
-device-to-device copy bandwidth measured here.
+device-to-device copy bandwidth measured here. Last, per shape, a floor:
+one reduction kernel (torch.sum, f32 accumulation) reading the same bytes
+as one contiguous f16 tensor, which no attention kernel reading them can
+beat by much; it shows how much of a small shape's time is the launch's
+own ramp and drain rather than attention.
 """
 import sys
 
@@ -66,6 +70,21 @@ def main():
             gbps = kv_bytes / us / 1e3
             print(f"{name} seqs={seqs} kv={kv}: {us:.2f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy")
             del ks, vs
+    for seqs, kv in shapes:
+        kv_bytes = 2 * seqs * 8 * kv * 128 * 2
+        rot = max(1, min(16, (3 * 60 * 2**20) // kv_bytes + 1))
+        xs = [torch.randn(kv_bytes // 2, dtype=torch.float16, device=dev) for _ in range(rot)]
+        i = [0]
+
+        def read():
+            j = i[0] % rot
+            i[0] += 1
+            return torch.sum(xs[j], dtype=torch.float32)
+
+        us = median_us(read)
+        gbps = kv_bytes / us / 1e3
+        print(f"read floor seqs={seqs} kv={kv} ({kv_bytes / 1e6:.0f} MB): {us:.2f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy")
+        del xs
 
 
 if __name__ == "__main__":
