@@ -107,7 +107,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 	}
 	plan, err := dispatch.PlanAppend(dispatch.AppendShape{
 		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
-		SM90: r.info.computeCapability() >= 90,
+		SM90: r.info.computeCapability() >= 90, Flash: a.Layout == LayoutFlash,
 	})
 	if err != nil {
 		return err

@@ -25,7 +25,20 @@ type AppendShape struct {
 	// newer), so an fp8 append takes its compute_90 build (cache_sm90),
 	// which rounds to e4m3 in hardware; the result is the same bytes.
 	SM90 bool
+	// Flash: the cache is in the flash layout. An fp8 append there on a
+	// compute_90 device moves AppendFlashFP8Tokens tokens per thread (every
+	// token moves on its own in that layout; the x-split and shuffle page
+	// runs need AppendGroupTokens).
+	Flash bool
 }
+
+// AppendFlashFP8Tokens is how many tokens one thread of an fp8 append into
+// the flash layout moves on a compute_90 device (the _t2_sm90 kernels): its
+// 16·AppendFlashFP8Tokens conversions follow its loads, and with
+// AppendGroupTokens (128 conversions) a small append, whose few threads sit
+// one warp per scheduler on a few SMs, waited for them in a row (session
+// 10: T = 64 took 6.4 µs of device time against 2.95 for f16).
+const AppendFlashFP8Tokens = 2
 
 // PlanAppend plans a cache append launch: one thread per 8 elements of one
 // head for a group of AppendGroupTokens consecutive tokens, AppendThreads
@@ -37,11 +50,15 @@ func PlanAppend(a AppendShape) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	tokens := AppendGroupTokens
 	if a.SM90 && a.CacheDType == E4M3 {
 		ii, _ := activationIndex(a.DType)
 		kernel = tables.appendSM90[ii]
+		if a.Flash {
+			kernel, tokens = tables.appendSM90Flash[ii], AppendFlashFP8Tokens
+		}
 	}
-	return planRows(a, kernel)
+	return planRows(a, kernel, tokens)
 }
 
 // PlanGather plans a cache gather launch (the inverse of an append, reading
@@ -51,14 +68,14 @@ func PlanGather(a AppendShape) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	return planRows(a, kernel)
+	return planRows(a, kernel, AppendGroupTokens)
 }
 
 // planRows is the geometry shared by append and gather: one thread per 8
-// elements of one head for each group of AppendGroupTokens tokens, groups
-// counted in pairs (the last pair may be partial or have an empty second
-// group).
-func planRows(a AppendShape, kernel string) (Plan, error) {
+// elements of one head for each group of tokens (consecutive tokens per
+// thread), groups counted in pairs (the last pair may be partial or have an
+// empty second group).
+func planRows(a AppendShape, kernel string, tokens int) (Plan, error) {
 	switch {
 	case a.NumTokens < 0:
 		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d is negative", a.NumTokens)
@@ -67,7 +84,7 @@ func planRows(a AppendShape, kernel string) (Plan, error) {
 	case a.HeadDim < appendVector || a.HeadDim > 256 || a.HeadDim%appendVector != 0:
 		return Plan{}, errf("dispatch: AppendShape.HeadDim=%d is not supported; supported: a multiple of 8 from 8 to 256", a.HeadDim)
 	}
-	groups := 2 * ((int64(a.NumTokens) + 2*AppendGroupTokens - 1) / (2 * AppendGroupTokens))
+	groups := 2 * ((int64(a.NumTokens) + 2*int64(tokens) - 1) / (2 * int64(tokens)))
 	perGroup := int64(a.NumKVHeads) * int64(a.HeadDim/appendVector)
 	maxThreads := int64(math.MaxInt32) * AppendThreads
 	if groups > 0 && perGroup > maxThreads/groups {

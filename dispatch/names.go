@@ -47,12 +47,15 @@ type nameTables struct {
 	shape  map[string][2]int // decode kernel → {head dim, cache element size}
 	append [len(activationTypes)][2]string
 	// appendSM90: the compute_90 builds of the fp8 appends (cache_sm90),
-	// whose e4m3 rounding is one instruction per two elements there.
-	appendSM90 [len(activationTypes)]string
-	gather     [3]string // by cache dtype: f16, bf16, e4m3
-	rope       [len(activationTypes)][2]string
-	mla        [len(activationTypes)][2]string // rope+quant, concat
-	qkv        [len(activationTypes)][2]string
+	// whose e4m3 rounding is one instruction per two elements there;
+	// appendSM90Flash: those for the flash layout, AppendFlashFP8Tokens
+	// tokens per thread.
+	appendSM90      [len(activationTypes)]string
+	appendSM90Flash [len(activationTypes)]string
+	gather          [3]string // by cache dtype: f16, bf16, e4m3
+	rope            [len(activationTypes)][2]string
+	mla             [len(activationTypes)][2]string // rope+quant, concat
+	qkv             [len(activationTypes)][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
 	// (1: the _r64 kernels; the 128-row ones at index 0; both the same at
 	// head dim 256, which has only 64-row blocks); varlenMerge: by
@@ -83,6 +86,7 @@ func buildNames() *nameTables {
 			t.append[qi][fp8] = "cache_append_" + q.String() + cache
 			if fp8 == 1 {
 				t.appendSM90[qi] = t.append[qi][fp8] + "_sm90"
+				t.appendSM90Flash[qi] = t.append[qi][fp8] + "_t" + strconv.Itoa(AppendFlashFP8Tokens) + "_sm90"
 			}
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			t.qkv[qi][fp8] = "qkv_norm_rope_" + q.String() + cache
@@ -371,10 +375,10 @@ func ClusterDecodeKernelNames() []string { return flatten(&tables.cluster) }
 // AppendKernelNames returns every cache append kernel entry name, the
 // compute_90 builds included.
 func AppendKernelNames() []string {
-	names := make([]string, 0, len(activationTypes)*3)
+	names := make([]string, 0, len(activationTypes)*4)
 	for qi := range tables.append {
 		names = append(names, tables.append[qi][:]...)
-		names = append(names, tables.appendSM90[qi])
+		names = append(names, tables.appendSM90[qi], tables.appendSM90Flash[qi])
 	}
 	return names
 }

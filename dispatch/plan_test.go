@@ -431,8 +431,8 @@ func TestKernelNameLists(t *testing.T) {
 	assert.Contains(t, decode, "paged_decode_bf16_hd128_g8")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd128_g8")
 	assert.Equal(t, []string{
-		"cache_append_f16", "cache_append_f16_e4m3", "cache_append_f16_e4m3_sm90",
-		"cache_append_bf16", "cache_append_bf16_e4m3", "cache_append_bf16_e4m3_sm90",
+		"cache_append_f16", "cache_append_f16_e4m3", "cache_append_f16_e4m3_sm90", "cache_append_f16_e4m3_t2_sm90",
+		"cache_append_bf16", "cache_append_bf16_e4m3", "cache_append_bf16_e4m3_sm90", "cache_append_bf16_e4m3_t2_sm90",
 	}, AppendKernelNames())
 
 	cluster := ClusterDecodeKernelNames()
@@ -454,7 +454,7 @@ func TestKernelNameLists(t *testing.T) {
 	all := KernelNames()
 	// … decode_partition, the six _g8_sm90 fp8 kernels, and varlen: q dtype ×
 	// ((16-bit cache, e4m3 cache) × (three head dims + two _r64) + three merges).
-	assert.Len(t, all, 2*len(decode)+6+3+4+4+4+1+6+2*(2*5+3))
+	assert.Len(t, all, 2*len(decode)+8+3+4+4+4+1+6+2*(2*5+3))
 	assert.Contains(t, all, "paged_varlen_bf16_e4m3_hd128")
 	assert.Contains(t, all, "paged_varlen_merge_f16_hd256")
 	seen := map[string]bool{}
@@ -564,6 +564,20 @@ func TestPlanAppend(t *testing.T) {
 		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, DType: BF16, CacheDType: E4M3, SM90: true}, "cache_append_bf16_e4m3_sm90", 18},
 		{AppendShape{NumTokens: 3, NumKVHeads: 1, HeadDim: 8, DType: F16, CacheDType: E4M3, SM90: true}, "cache_append_f16_e4m3_sm90", 1},
 		{AppendShape{NumTokens: 17, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16, SM90: true}, "cache_append_f16", 4},
+		// In the flash layout they move 2 tokens per thread: T = 64 is 16
+		// pairs = 32 groups · 8 · 16 = 4096 threads → 32 blocks (8 with 8
+		// tokens per thread).
+		{AppendShape{NumTokens: 64, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: E4M3, SM90: true, Flash: true}, "cache_append_f16_e4m3_t2_sm90", 32},
+		{AppendShape{NumTokens: 64, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: E4M3, SM90: true}, "cache_append_f16_e4m3_sm90", 8},
+		// T = 1: one pair (the second group empty) · 8 · 16 = 256 threads.
+		{AppendShape{NumTokens: 1, NumKVHeads: 8, HeadDim: 128, DType: BF16, CacheDType: E4M3, SM90: true, Flash: true}, "cache_append_bf16_e4m3_t2_sm90", 2},
+		// ceil(5/4) = 2 pairs = 4 groups · 1 · 1 = 4 threads → 1 block.
+		{AppendShape{NumTokens: 5, NumKVHeads: 1, HeadDim: 8, DType: F16, CacheDType: E4M3, SM90: true, Flash: true}, "cache_append_f16_e4m3_t2_sm90", 1},
+		// ceil(100/4) = 25 pairs = 50 groups · 5 · 32 = 8000 threads → 62.5 → 63 blocks.
+		{AppendShape{NumTokens: 100, NumKVHeads: 5, HeadDim: 256, DType: BF16, CacheDType: E4M3, SM90: true, Flash: true}, "cache_append_bf16_e4m3_t2_sm90", 63},
+		// Without compute_90, or with a 16-bit cache, the flash layout changes nothing.
+		{AppendShape{NumTokens: 64, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: E4M3, Flash: true}, "cache_append_f16_e4m3", 8},
+		{AppendShape{NumTokens: 64, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16, SM90: true, Flash: true}, "cache_append_f16", 8},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/T=%d", tt.kernel, tt.shape.NumTokens), func(t *testing.T) {
@@ -616,6 +630,15 @@ func TestPlanAppendErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint32(1<<31-1), p.Grid.X)
 	_, err = PlanAppend(AppendShape{NumTokens: (1<<31-1)*128/16*8 + 1, NumKVHeads: 1, HeadDim: 128, DType: F16, CacheDType: F16})
+	assert.ErrorIs(t, err, ErrInvalidShape)
+	// With 2 tokens per thread (fp8, flash, compute_90) the same grid holds a quarter of the tokens.
+	flash := AppendShape{NumKVHeads: 1, HeadDim: 128, DType: F16, CacheDType: E4M3, SM90: true, Flash: true}
+	flash.NumTokens = (1<<31 - 1) * 128 / 16 * 2
+	p, err = PlanAppend(flash)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(1<<31-1), p.Grid.X)
+	flash.NumTokens++
+	_, err = PlanAppend(flash)
 	assert.ErrorIs(t, err, ErrInvalidShape)
 }
 

@@ -62,7 +62,8 @@ constexpr int kGroupTokens = 8;
 // TokenGroup is the work of one thread: element d..d+7 of head h for tokens
 // t0 .. t0+n-1 (n = 0 for the second group of a pair past the last token).
 // p is which group of its pair the thread moves: token groups 2q and 2q+1
-// (tokens 16q .. 16q+15) sit in lanes 2u and 2u+1 of one warp.
+// (tokens 16q .. 16q+15) sit in lanes 2u and 2u+1 of one warp. (Groups of
+// N < kGroupTokens tokens, see cache_append, pair the same way.)
 struct TokenGroup {
   int64_t t0;
   int n, h, d, p;
@@ -72,10 +73,11 @@ struct TokenGroup {
 // end of the grid. Threads are numbered p fastest, then piece, then head,
 // then pair of groups. The grid covers whole pairs and blocks hold whole
 // warps, so both lanes of a pair return together or not at all.
+template <int N = kGroupTokens>
 __device__ __forceinline__ bool token_group(int num_tokens, int num_kv_heads, int head_dim, TokenGroup* g) {
   const int vecs_per_head = head_dim >> 3;
   const int64_t vecs_per_group = (int64_t)num_kv_heads * vecs_per_head;
-  const int64_t pairs = ((int64_t)num_tokens + 2 * kGroupTokens - 1) / (2 * kGroupTokens);
+  const int64_t pairs = ((int64_t)num_tokens + 2 * N - 1) / (2 * N);
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= pairs * 2 * vecs_per_group) return false;
   g->p = (int)(i & 1);
@@ -84,8 +86,8 @@ __device__ __forceinline__ bool token_group(int num_tokens, int num_kv_heads, in
   const int r = (int)(u - q * vecs_per_group);
   g->h = r / vecs_per_head;
   g->d = (r - g->h * vecs_per_head) << 3;
-  g->t0 = (2 * q + g->p) * kGroupTokens;
-  g->n = (int)max((int64_t)0, min((int64_t)kGroupTokens, (int64_t)num_tokens - g->t0));
+  g->t0 = (2 * q + g->p) * N;
+  g->n = (int)max((int64_t)0, min((int64_t)N, (int64_t)num_tokens - g->t0));
   return true;
 }
 
@@ -227,7 +229,13 @@ __device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens],
   }
 }
 
-template <typename In, bool FP8>
+// cache_append moves groups of N consecutive tokens per thread: N =
+// kGroupTokens for every layout (the page runs above need 8), or fewer for
+// the flash layout only (PKV_CACHE_APPEND_TOKENS), where every token moves
+// on its own anyway: an fp8 thread converts N·16 elements after its loads,
+// and with N = 8 a small append (T = 64: 1024 threads on 8 SMs) waits on
+// those 128 conversions in a row.
+template <typename In, bool FP8, int N>
 __device__ __forceinline__ void cache_append(
     const In* __restrict__ key, const In* __restrict__ value, void* __restrict__ key_cache,
     void* __restrict__ value_cache, const int64_t* __restrict__ slot_mapping,
@@ -241,16 +249,16 @@ __device__ __forceinline__ void cache_append(
   TokenGroup g;
   // A thread past the grid's end moves nothing but stays: the staged stores
   // below take every lane of the warp.
-  if (!token_group(num_tokens, num_kv_heads, head_dim, &g)) g = TokenGroup{0, 0, 0, 0, (int)(threadIdx.x & 1)};
+  if (!token_group<N>(num_tokens, num_kv_heads, head_dim, &g)) g = TokenGroup{0, 0, 0, 0, (int)(threadIdx.x & 1)};
 
-  int64_t slot[kGroupTokens];
+  int64_t slot[N];
   resolve_slots(g.t0, g.n, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
   // Every load is issued before the first conversion (fp8) and store: the
   // loads of skipped tokens are predicated off, not branched around, so no
   // token's conversion waits between two tokens' loads.
-  uint4 kin[kGroupTokens], vin[kGroupTokens];
+  uint4 kin[N], vin[N];
 #pragma unroll
-  for (int j = 0; j < kGroupTokens; ++j) {
+  for (int j = 0; j < N; ++j) {
     const int64_t t = g.t0 + j;
     kin[j] = vin[j] = make_uint4(0u, 0u, 0u, 0u);
     if (slot[j] >= 0) {
@@ -259,65 +267,67 @@ __device__ __forceinline__ void cache_append(
     }
   }
   const E4M3Divisor kdiv = e4m3_divisor(k_scale), vdiv = e4m3_divisor(v_scale);  // fp8 only
-  Vec k[kGroupTokens], v[kGroupTokens];
+  Vec k[N], v[N];
 #pragma unroll
-  for (int j = 0; j < kGroupTokens; ++j) {
+  for (int j = 0; j < N; ++j) {
     k[j] = to_cache<In, FP8>(kin[j], kdiv);
     v[j] = to_cache<In, FP8>(vin[j], vdiv);
   }
 
   int ks, vs;
-  const unsigned mask = pair_mask();
-  const bool run = page_run(slot, g.n, layout, block_size_log2);
-  const bool pair = pair_run(run, slot[0], g.p, block_size_log2, mask);
-  if constexpr (!FP8) {
-    // 16-bit caches, head_dim a power of two (so a group never straddles
-    // warps): page runs go through shared memory, see store_pair_tiles.
-    if (layout != kLayoutFlash && (head_dim & (head_dim - 1)) == 0 && __any_sync(0xffffffffu, pair)) {
-      store_pair_tiles<X>(k, v, pair, slot[0] - (int64_t)g.p * kGroupTokens, g, key_cache, value_cache, layout,
-                          num_kv_heads, head_dim, block_size_log2);
-      if (pair) return;
+  if constexpr (N == kGroupTokens) {
+    const unsigned mask = pair_mask();
+    const bool run = page_run(slot, g.n, layout, block_size_log2);
+    const bool pair = pair_run(run, slot[0], g.p, block_size_log2, mask);
+    if constexpr (!FP8) {
+      // 16-bit caches, head_dim a power of two (so a group never straddles
+      // warps): page runs go through shared memory, see store_pair_tiles.
+      if (layout != kLayoutFlash && (head_dim & (head_dim - 1)) == 0 && __any_sync(0xffffffffu, pair)) {
+        store_pair_tiles<X>(k, v, pair, slot[0] - (int64_t)g.p * kGroupTokens, g, key_cache, value_cache, layout,
+                            num_kv_heads, head_dim, block_size_log2);
+        if (pair) return;
+      }
+    }
+    if (pair) {
+      // A 16-row run: store i writes pieces 2i and 2i+1 of the run from lanes
+      // 0 and 1, one whole 32-byte sector (16-bit; fp8 with the neighbour
+      // piece's pair). K rows of consecutive slots are adjacent, X apart.
+      const int64_t start = slot[0] - (int64_t)g.p * kGroupTokens;
+      Vec out[kGroupTokens];
+      pair_interleave(k, g.p, mask, out);
+      const int64_t kat = cache_place<X>(layout, false, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+#pragma unroll
+      for (int i = 0; i < kGroupTokens; ++i) store8<SIZE>(key_cache, kat + (int64_t)(2 * i + g.p) * X, 1, out[i]);
+      Vec col[kGroupTokens];
+      transpose8x8(v, col);
+      // Element row d+e of each lane's 8 rows is contiguous. x-split: the
+      // page's row is 16 rows and lane p writes half p in store e (16-bit: one
+      // whole sector). Shuffle: lane p writes its own x-block (trading pieces
+      // so that a store writes whole sectors measured slower: 26.6% against
+      // 39.6% of copy, docs/perf-notes.md).
+      const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
+      return;
+    }
+    if (run) {
+      // K rows of consecutive slots are adjacent: 8 pieces, one per token.
+#pragma unroll
+      for (int j = 0; j < kGroupTokens; ++j)
+        store8<SIZE>(key_cache,
+                     cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
+                     1, k[j]);
+      // Element d+e of the 8 rows starts at vat + e·vs and is contiguous.
+      Vec col[kGroupTokens];
+      transpose8x8(v, col);
+      const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
+      return;
     }
   }
-  if (pair) {
-    // A 16-row run: store i writes pieces 2i and 2i+1 of the run from lanes
-    // 0 and 1, one whole 32-byte sector (16-bit; fp8 with the neighbour
-    // piece's pair). K rows of consecutive slots are adjacent, X apart.
-    const int64_t start = slot[0] - (int64_t)g.p * kGroupTokens;
-    Vec out[kGroupTokens];
-    pair_interleave(k, g.p, mask, out);
-    const int64_t kat = cache_place<X>(layout, false, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
 #pragma unroll
-    for (int i = 0; i < kGroupTokens; ++i) store8<SIZE>(key_cache, kat + (int64_t)(2 * i + g.p) * X, 1, out[i]);
-    Vec col[kGroupTokens];
-    transpose8x8(v, col);
-    // Element row d+e of each lane's 8 rows is contiguous. x-split: the
-    // page's row is 16 rows and lane p writes half p in store e (16-bit: one
-    // whole sector). Shuffle: lane p writes its own x-block (trading pieces
-    // so that a store writes whole sectors measured slower: 26.6% against
-    // 39.6% of copy, docs/perf-notes.md).
-    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
-    return;
-  }
-  if (run) {
-    // K rows of consecutive slots are adjacent: 8 pieces, one per token.
-#pragma unroll
-    for (int j = 0; j < kGroupTokens; ++j)
-      store8<SIZE>(key_cache,
-                   cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
-                   1, k[j]);
-    // Element d+e of the 8 rows starts at vat + e·vs and is contiguous.
-    Vec col[kGroupTokens];
-    transpose8x8(v, col);
-    const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < kGroupTokens; ++j) {
+  for (int j = 0; j < N; ++j) {
     if (slot[j] < 0) continue;
     const int64_t kat = cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
     const int64_t vat = cache_place<X>(layout, true, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
@@ -383,14 +393,18 @@ __device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* _
 
 }  // namespace pkv
 
-#define PKV_CACHE_APPEND(name, In, FP8)                                                          \
+// PKV_CACHE_APPEND_TOKENS defines an append entry whose threads move N
+// tokens each; the host plans its grid for N (dispatch.PlanAppend) and
+// launches N < kGroupTokens only for the flash layout.
+#define PKV_CACHE_APPEND(name, In, FP8) PKV_CACHE_APPEND_TOKENS(name, In, FP8, pkv::kGroupTokens)
+#define PKV_CACHE_APPEND_TOKENS(name, In, FP8, N)                                                \
   extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                      \
       const In* key, const In* value, void* key_cache, void* value_cache,                        \
       const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault,         \
       int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim,      \
       int64_t key_token_stride, int64_t key_head_stride, int64_t value_token_stride,             \
       int64_t value_head_stride, float k_scale, float v_scale, int layout, int block_size_log2) { \
-    pkv::cache_append<In, FP8>(key, value, key_cache, value_cache, slot_mapping, slot_remap,     \
+    pkv::cache_append<In, FP8, N>(key, value, key_cache, value_cache, slot_mapping, slot_remap,  \
                                fault, num_slots, num_remap, num_tokens, num_kv_heads, head_dim,  \
                                key_token_stride, key_head_stride, value_token_stride,            \
                                value_head_stride, k_scale, v_scale, layout, block_size_log2);    \

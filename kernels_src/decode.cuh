@@ -813,30 +813,13 @@ __device__ __forceinline__ void paged_decode(
     return;
   }
   __threadfence();
-  // Each thread merges 4 consecutive d of one head, its columns c = threadIdx.x,
-  // + kDecodeThreads, ...: 16-byte loads of the partial rows, kMergeBatch
-  // splits in flight at a time (with 32 splits at D = 128, two round trips
-  // where one load per split and output took eight). 8 at D = 64, whose
-  // loop leaves fewer registers free (16 would cost occupancy there).
-  constexpr int kMergeBatch = D >= 128 ? 16 : 8;
-  constexpr int C4 = D / 4;
-  const int64_t prow0 = (int64_t)item.first * num_q_heads + kvh * G;  // split 0, head 0
-  const int64_t z_stride = (int64_t)num_q_heads * D;                   // floats between a row's splits
-  float4 v[kMergeBatch];
-  auto load_batch = [&](int c, int z0) {
-    const int g = c / C4;
-    const float* po = partial_out + (prow0 + g) * D + (c - g * C4) * 4 + z0 * z_stride;
-#pragma unroll
-    for (int u = 0; u < kMergeBatch; ++u) {
-      if (z0 + u < splits) v[u] = __ldcg(reinterpret_cast<const float4*>(po + u * z_stride));
-    }
-  };
-  // Every split's max and sum per head (m_in, s_in: [kTileRows][kMaxSplits]);
-  // then each (head, split) weight w = sum_z · 2^(max_z − M) with M the
-  // head's largest max (w_s), computed in parallel.
+  // Every split's max and sum per head (m_in, s_in: [kTileRows][kMaxSplits]),
+  // one round trip; then each (head, split) weight w = sum_z · 2^(max_z − M)
+  // with M the head's largest max (w_s), computed in parallel.
   float* m_in = reinterpret_cast<float*>(ring);  // o_s is done
   float* s_in = m_in + kTileRows * kMaxSplits;
   float* w_s = s_in + kTileRows * kMaxSplits;
+  const int64_t prow0 = (int64_t)item.first * num_q_heads + kvh * G;  // split 0, head 0
   for (int i = threadIdx.x; i < G * splits; i += kDecodeThreads) {
     const int g = i / splits;
     const int z = i - g * splits;
@@ -854,13 +837,25 @@ __device__ __forceinline__ void paged_decode(
     if (z == 0) m_s[0][g] = mx;
   }
   __syncthreads();
+  // Each thread merges 4 consecutive d of one head (16-byte loads of the
+  // partial rows, kMergeBatch splits in flight at a time): with 32 splits a
+  // thread waits for 4 batches where one load per split and output waited
+  // for 128 loads, 16 at a time.
+  constexpr int kMergeBatch = 8;
+  constexpr int C4 = D / 4;
+  const int64_t z_stride = (int64_t)num_q_heads * D;  // floats between a row's splits
   for (int c = threadIdx.x; c < G * C4; c += kDecodeThreads) {
     const int g = c / C4;
     const int d = (c - g * C4) * 4;
+    const float* po = partial_out + (prow0 + g) * D + d;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float sum = 0.0f;
     for (int z0 = 0; z0 < splits; z0 += kMergeBatch) {
-      load_batch(c, z0);
+      float4 v[kMergeBatch];
+#pragma unroll
+      for (int u = 0; u < kMergeBatch; ++u) {
+        if (z0 + u < splits) v[u] = __ldcg(reinterpret_cast<const float4*>(po + (z0 + u) * z_stride));
+      }
 #pragma unroll
       for (int u = 0; u < kMergeBatch; ++u) {
         if (z0 + u < splits) {

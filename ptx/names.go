@@ -48,8 +48,10 @@ const (
 
 // Entry points of cache_sm90.ptx (kernels_src/cache_sm90.cu).
 const (
-	CacheAppendBf16E4m3Sm90 = "cache_append_bf16_e4m3_sm90"
-	CacheAppendF16E4m3Sm90  = "cache_append_f16_e4m3_sm90"
+	CacheAppendBf16E4m3Sm90   = "cache_append_bf16_e4m3_sm90"
+	CacheAppendBf16E4m3T2Sm90 = "cache_append_bf16_e4m3_t2_sm90"
+	CacheAppendF16E4m3Sm90    = "cache_append_f16_e4m3_sm90"
+	CacheAppendF16E4m3T2Sm90  = "cache_append_f16_e4m3_t2_sm90"
 )
 
 // Entry points of decode_bf16.ptx (kernels_src/decode_bf16.cu).

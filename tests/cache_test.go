@@ -56,6 +56,12 @@ func TestAppendMatchesReference(t *testing.T) {
 		{Tokens: 160, KVHeads: 5, HeadDim: 16, BlockSize: 16, NumBlocks: 14, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true},
 		{Tokens: 96, KVHeads: 3, HeadDim: 32, BlockSize: 32, NumBlocks: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PageRuns: true, Remap: true},
 		{Tokens: 72, KVHeads: 2, HeadDim: 8, BlockSize: 16, NumBlocks: 10, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit, PageRuns: true, PadHead: 8},
+		// fp8 into the flash layout: on compute capability 9.0+ these take
+		// the kernels of 2 tokens per thread; T = 1 and 5 leave the last
+		// pair's second group empty or partial.
+		{Tokens: 1, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 4, DType: pagedkv.F16, CacheDType: pagedkv.E4M3},
+		{Tokens: 5, KVHeads: 3, HeadDim: 40, BlockSize: 8, NumBlocks: 6, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Remap: true},
+		{Tokens: 66, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, PageRuns: true, PadToken: 8},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomAppendShape(g))
