@@ -7,7 +7,7 @@ import "math"
 const appendVector = 8
 
 // AppendGroupTokens is how many consecutive tokens one append or gather
-// thread moves (kGroupTokens in kernels_src/cache.cu): enough to transpose
+// thread moves (kGroupTokens in kernels_src/append.cuh): enough to transpose
 // an 8×8 tile of a token-minor V page in registers, and to keep 16 loads in
 // flight per thread in every layout. Groups come in pairs (16 tokens) on
 // adjacent lanes, so the grid covers whole pairs.

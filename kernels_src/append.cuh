@@ -20,10 +20,11 @@
 //                with an unconverted cache); a negative slot leaves row t as
 //                it was, a slot beyond the cache is recorded in fault.
 //
-// Grid: ceil(2·ceil(num_tokens/16)·num_kv_heads·head_dim/8 / 128) blocks of
+// Grid: ceil(2·ceil(num_tokens/(2N))·num_kv_heads·head_dim/8 / 128) blocks of
 // 128 threads (dispatch.PlanAppend). Each thread moves 8 elements (one
-// 16-byte piece of a 16-bit row) of one head, of K and of V, for a group of 8
-// consecutive tokens. Groups 2q and 2q+1 (tokens 16q..16q+15) form a pair on
+// 16-byte piece of a 16-bit row) of one head, of K and of V, for a group of N
+// consecutive tokens: N = 8, or 2 for the _t2 entries (flash layout only,
+// see cache_append). Groups 2q and 2q+1 (tokens 16q..16q+15) form a pair on
 // adjacent lanes: threads are numbered group-in-pair fastest, then piece,
 // then head, then pair, so a warp reads two token rows 8 apart as consecutive
 // 16-byte pieces. No shared memory.
