@@ -12,8 +12,14 @@ import (
 type Decode struct {
 	// Q is [NumSeqs, NumQHeads, HeadDim].
 	Q []float64
-	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim]
+	// in LayoutFlash, or in Layout (see CacheIndex) with its X.
 	KeyCache, ValueCache []float64
+	// Layout is the caches' layout (the zero value is LayoutFlash); X is
+	// its x, 16 bytes over the cache element size (8 for 16-bit caches, 16
+	// for fp8), unused for LayoutFlash.
+	Layout Layout
+	X      int
 	// BlockTables is [NumSeqs, MaxBlocksPerSeq]: entry (s, p) is the
 	// physical block holding tokens p*BlockSize … (p+1)*BlockSize-1 of s.
 	BlockTables []int32
@@ -56,8 +62,8 @@ func PagedDecode(a Decode) (out, lse []float64) {
 
 	out = make([]float64, a.NumSeqs*a.NumQHeads*a.HeadDim)
 	lse = make([]float64, a.NumSeqs*a.NumQHeads)
-	c := pagedCache{keys: a.KeyCache, values: a.ValueCache, tables: a.BlockTables, numKVHeads: a.NumKVHeads,
-		headDim: a.HeadDim, blockSize: a.BlockSize, maxBlocksPerSeq: a.MaxBlocksPerSeq, numBlocks: numBlocks}
+	c := newPagedCache("PagedDecode", a.KeyCache, a.ValueCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
+		a.BlockSize, a.MaxBlocksPerSeq, numBlocks)
 	for s := range a.NumSeqs {
 		rows := c.rows("PagedDecode", s, int(a.KVLens[s]))
 		for h := range a.NumQHeads {
@@ -72,12 +78,32 @@ func PagedDecode(a Decode) (out, lse []float64) {
 type pagedCache struct {
 	keys, values                                    []float64
 	tables                                          []int32
+	layout                                          Layout
+	x                                               int
 	numKVHeads, headDim, blockSize, maxBlocksPerSeq int
 	numBlocks                                       int
 }
 
-// rows returns the element offsets, in the caches, of the rows of tokens
-// 0..n-1 of sequence s; op names the caller in panics.
+// newPagedCache returns the cache the arguments describe; a layout other
+// than LayoutFlash whose x does not divide HeadDim (and BlockSize, for
+// LayoutShuffle) panics, naming op.
+func newPagedCache(op string, keys, values []float64, tables []int32, layout Layout, x, numKVHeads, headDim,
+	blockSize, maxBlocksPerSeq, numBlocks int) pagedCache {
+	switch layout {
+	case LayoutFlash:
+	case LayoutXSplit, LayoutShuffle:
+		if x <= 0 || headDim%x != 0 || (layout == LayoutShuffle && blockSize%x != 0) {
+			panic(fmt.Sprintf("ref: %s: layout %d with X=%d, HeadDim=%d, BlockSize=%d", op, layout, x, headDim, blockSize))
+		}
+	default:
+		panic(fmt.Sprintf("ref: %s: unknown layout %d", op, layout))
+	}
+	return pagedCache{keys: keys, values: values, tables: tables, layout: layout, x: x, numKVHeads: numKVHeads,
+		headDim: headDim, blockSize: blockSize, maxBlocksPerSeq: maxBlocksPerSeq, numBlocks: numBlocks}
+}
+
+// rows returns the cache slots (block·BlockSize + row) of tokens 0..n-1 of
+// sequence s; op names the caller in panics.
 func (c *pagedCache) rows(op string, s, n int) []int {
 	if n < 0 || n > c.maxBlocksPerSeq*c.blockSize {
 		panic(fmt.Sprintf("ref: %s: sequence %d has %d tokens, capacity is %d", op, s, n, c.maxBlocksPerSeq*c.blockSize))
@@ -88,23 +114,39 @@ func (c *pagedCache) rows(op string, s, n int) []int {
 		if block < 0 || block >= c.numBlocks {
 			panic(fmt.Sprintf("ref: %s: BlockTables[%d][%d]=%d, cache has %d blocks", op, s, j/c.blockSize, block, c.numBlocks))
 		}
-		rows[j] = (block*c.blockSize + j%c.blockSize) * c.numKVHeads * c.headDim
+		rows[j] = block*c.blockSize + j%c.blockSize
 	}
 	return rows
 }
 
-// attend writes into o the attention of q over the tokens at rows, KV head
-// kvHead, and returns the natural log-sum-exp of the scaled scores; o stays
+// row copies element d of KV head kvHead of the token at slot into dst[d],
+// from the V cache when value is set, else the K cache.
+func (c *pagedCache) row(dst []float64, value bool, slot, kvHead int) {
+	src := c.keys
+	if value {
+		src = c.values
+	}
+	if c.layout == LayoutFlash {
+		copy(dst, src[(slot*c.numKVHeads+kvHead)*c.headDim:][:c.headDim])
+		return
+	}
+	for d := range dst {
+		dst[d] = src[CacheIndex(c.layout, value, slot, kvHead, d, c.numKVHeads, c.headDim, c.blockSize, c.x)]
+	}
+}
+
+// attend writes into o the attention of q over the tokens at slots rows, KV
+// head kvHead, and returns the natural log-sum-exp of the scaled scores; o stays
 // zero and the result is -Inf when rows is empty.
 func (c *pagedCache) attend(q []float64, rows []int, kvHead int, scale float64, o []float64) float64 {
 	if len(rows) == 0 {
 		return math.Inf(-1)
 	}
-	kvOff := kvHead * c.headDim
+	k := make([]float64, c.headDim)
 	scores := make([]float64, len(rows))
 	maxScore := math.Inf(-1)
-	for j, row := range rows {
-		k := c.keys[row+kvOff:][:c.headDim]
+	for j, slot := range rows {
+		c.row(k, false, slot, kvHead)
 		var dot float64
 		for d := range q {
 			dot += q[d] * k[d]
@@ -113,10 +155,11 @@ func (c *pagedCache) attend(q []float64, rows []int, kvHead int, scale float64, 
 		maxScore = math.Max(maxScore, scores[j])
 	}
 	var sum float64
-	for j, row := range rows {
+	v := k
+	for j, slot := range rows {
 		p := math.Exp(scores[j] - maxScore)
 		sum += p
-		v := c.values[row+kvOff:][:c.headDim]
+		c.row(v, true, slot, kvHead)
 		for d := range o {
 			o[d] += p * v[d]
 		}

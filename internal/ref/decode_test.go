@@ -227,3 +227,77 @@ func TestPagedDecodePanics(t *testing.T) {
 		})
 	}
 }
+
+// relayout returns the flash-layout cache flash ([blocks, blockSize,
+// kvHeads, headDim]) in layout l with its x (value: the V cache).
+func relayout(flash []float64, l Layout, value bool, kvHeads, headDim, blockSize, x int) []float64 {
+	out := make([]float64, len(flash))
+	for i := range out {
+		out[i] = math.NaN() // every element must be placed
+	}
+	for slot := range len(flash) / (kvHeads * headDim) {
+		for h := range kvHeads {
+			for d := range headDim {
+				out[CacheIndex(l, value, slot, h, d, kvHeads, headDim, blockSize, x)] = flash[(slot*kvHeads+h)*headDim+d]
+			}
+		}
+	}
+	return out
+}
+
+// TestPagedAttentionLayouts checks that decode and varlen read the same
+// tokens the same way in every layout: a cache moved element by element
+// into the x-split and shuffle layouts (CacheIndex) gives bit-identical
+// outputs, for x = 8 (16-bit caches) and 16 (fp8).
+func TestPagedAttentionLayouts(t *testing.T) {
+	const numQHeads, numKVHeads, headDim, blockSize, numBlocks, maxBlocks = 8, 2, 32, 16, 9, 4
+	rng := rand.New(rand.NewPCG(21, 22))
+	random := func(n int) []float64 {
+		vals := make([]float64, n)
+		for i := range vals {
+			vals[i] = rng.NormFloat64()
+		}
+		return vals
+	}
+	kc := random(numBlocks * blockSize * numKVHeads * headDim)
+	vc := random(len(kc))
+	tables := make([]int32, 2*maxBlocks)
+	for i, b := range rng.Perm(numBlocks)[:len(tables)] {
+		tables[i] = int32(b)
+	}
+	dec := Decode{Q: random(2 * numQHeads * headDim), KeyCache: kc, ValueCache: vc, BlockTables: tables,
+		KVLens: []int32{37, 64}, NumSeqs: 2, NumQHeads: numQHeads, NumKVHeads: numKVHeads, HeadDim: headDim,
+		BlockSize: blockSize, MaxBlocksPerSeq: maxBlocks, Scale: 0.2}
+	vl := Varlen{Q: random(7 * numQHeads * headDim), KeyCache: kc, ValueCache: vc, BlockTables: tables,
+		CuSeqlensQ: []int32{0, 5, 7}, PosOffsets: []int32{20, 57}, NumSeqs: 2, NumQHeads: numQHeads,
+		NumKVHeads: numKVHeads, HeadDim: headDim, BlockSize: blockSize, MaxBlocksPerSeq: maxBlocks, Causal: true, Scale: 0.2}
+	wantDec, wantDecLSE := PagedDecode(dec)
+	wantVl, wantVlLSE := PagedVarlen(vl)
+	for _, l := range []Layout{LayoutXSplit, LayoutShuffle} {
+		for _, x := range []int{8, 16} {
+			d, v := dec, vl
+			d.KeyCache = relayout(kc, l, false, numKVHeads, headDim, blockSize, x)
+			d.ValueCache = relayout(vc, l, true, numKVHeads, headDim, blockSize, x)
+			d.Layout, d.X = l, x
+			v.KeyCache, v.ValueCache, v.Layout, v.X = d.KeyCache, d.ValueCache, l, x
+			out, lse := PagedDecode(d)
+			assert.Equal(t, wantDec, out, "decode, layout %d, x %d", l, x)
+			assert.Equal(t, wantDecLSE, lse, "decode, layout %d, x %d", l, x)
+			out, lse = PagedVarlen(v)
+			assert.Equal(t, wantVl, out, "varlen, layout %d, x %d", l, x)
+			assert.Equal(t, wantVlLSE, lse, "varlen, layout %d, x %d", l, x)
+			// The flash layout's reading of the same bytes is another cache.
+			d.Layout = LayoutFlash
+			out, _ = PagedDecode(d)
+			assert.NotEqual(t, wantDec, out, "layout %d, x %d read as flash", l, x)
+		}
+	}
+	// An x that does not divide the head dim (or, for shuffle, the block size) panics.
+	bad := dec
+	bad.Layout, bad.X = LayoutXSplit, 12
+	assert.PanicsWithValue(t, "ref: PagedDecode: layout 1 with X=12, HeadDim=32, BlockSize=16", func() { PagedDecode(bad) })
+	bad.Layout, bad.X = LayoutShuffle, 32
+	assert.PanicsWithValue(t, "ref: PagedDecode: layout 2 with X=32, HeadDim=32, BlockSize=16", func() { PagedDecode(bad) })
+	bad.Layout = Layout(7)
+	assert.PanicsWithValue(t, "ref: PagedDecode: unknown layout 7", func() { PagedDecode(bad) })
+}

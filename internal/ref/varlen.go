@@ -10,8 +10,11 @@ import "fmt"
 type Varlen struct {
 	// Q is [CuSeqlensQ[NumSeqs], NumQHeads, HeadDim], token-major.
 	Q []float64
-	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim]
+	// in LayoutFlash, or in Layout with its X, as for Decode.
 	KeyCache, ValueCache []float64
+	Layout               Layout
+	X                    int
 	// BlockTables is [NumSeqs, MaxBlocksPerSeq], as for Decode.
 	BlockTables []int32
 	// CuSeqlensQ is [NumSeqs+1]: sequence s owns query tokens
@@ -53,9 +56,8 @@ func PagedVarlen(a Varlen) (out, lse []float64) {
 		}
 	}
 	group := a.NumQHeads / a.NumKVHeads
-	c := pagedCache{keys: a.KeyCache, values: a.ValueCache, tables: a.BlockTables, numKVHeads: a.NumKVHeads,
-		headDim: a.HeadDim, blockSize: a.BlockSize, maxBlocksPerSeq: a.MaxBlocksPerSeq,
-		numBlocks: len(a.KeyCache) / (a.BlockSize * a.NumKVHeads * a.HeadDim)}
+	c := newPagedCache("PagedVarlen", a.KeyCache, a.ValueCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
+		a.BlockSize, a.MaxBlocksPerSeq, len(a.KeyCache)/(a.BlockSize*a.NumKVHeads*a.HeadDim))
 	total := int(a.CuSeqlensQ[a.NumSeqs])
 	out = make([]float64, total*a.NumQHeads*a.HeadDim)
 	lse = make([]float64, total*a.NumQHeads)
