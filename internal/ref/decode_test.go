@@ -136,13 +136,7 @@ func TestPagedDecodePageTablePermutation(t *testing.T) {
 	)
 	kvLens := []int32{1, 4, 13, 16}
 	rng := rand.New(rand.NewPCG(7, 8))
-	random := func(n int) []float64 {
-		vals := make([]float64, n)
-		for i := range vals {
-			vals[i] = rng.NormFloat64()
-		}
-		return vals
-	}
+	random := func(n int) []float64 { return normals(rng, n) }
 	rowElems := numKVHeads * headDim
 	q := random(numSeqs * numQHeads * headDim)
 	// logical[s][j] is the K (V) row of token j of sequence s.
@@ -252,13 +246,7 @@ func relayout(flash []float64, l Layout, value bool, kvHeads, headDim, blockSize
 func TestPagedAttentionLayouts(t *testing.T) {
 	const numQHeads, numKVHeads, headDim, blockSize, numBlocks, maxBlocks = 8, 2, 32, 16, 9, 4
 	rng := rand.New(rand.NewPCG(21, 22))
-	random := func(n int) []float64 {
-		vals := make([]float64, n)
-		for i := range vals {
-			vals[i] = rng.NormFloat64()
-		}
-		return vals
-	}
+	random := func(n int) []float64 { return normals(rng, n) }
 	kc := random(numBlocks * blockSize * numKVHeads * headDim)
 	vc := random(len(kc))
 	tables := make([]int32, 2*maxBlocks)
@@ -300,4 +288,13 @@ func TestPagedAttentionLayouts(t *testing.T) {
 	assert.PanicsWithValue(t, "ref: PagedDecode: layout 2 with X=32, HeadDim=32, BlockSize=16", func() { PagedDecode(bad) })
 	bad.Layout = Layout(7)
 	assert.PanicsWithValue(t, "ref: PagedDecode: unknown layout 7", func() { PagedDecode(bad) })
+}
+
+// normals returns n standard normal values drawn from rng.
+func normals(rng *rand.Rand, n int) []float64 {
+	vals := make([]float64, n)
+	for i := range vals {
+		vals[i] = rng.NormFloat64()
+	}
+	return vals
 }

@@ -30,13 +30,7 @@ func randomVarlen(g *rand.Rand, seqs int, causal bool) Varlen {
 	for i, b := range g.Perm(numBlocks)[:len(a.BlockTables)] {
 		a.BlockTables[i] = int32(b)
 	}
-	fill := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = g.NormFloat64()
-		}
-		return x
-	}
+	fill := func(n int) []float64 { return normals(g, n) }
 	a.Q = fill(int(a.CuSeqlensQ[seqs]) * a.NumQHeads * a.HeadDim)
 	a.KeyCache = fill(numBlocks * a.BlockSize * a.NumKVHeads * a.HeadDim)
 	a.ValueCache = fill(len(a.KeyCache))
