@@ -512,20 +512,16 @@ func (b *bencher) row(shape string, bytes float64, fn func() error) error {
 	if err != nil {
 		return err
 	}
-	if err := b.s.BeginCapture(); err != nil {
-		return err
-	}
-	for range graphCalls {
-		if err = fn(); err != nil {
-			break
+	g, err := b.captureGraph(func() error {
+		for range graphCalls {
+			if err := fn(); err != nil {
+				return err
+			}
 		}
-	}
-	g, endErr := b.s.EndCapture()
-	if err != nil || endErr != nil {
-		if g != nil {
-			g.Close()
-		}
-		return fmt.Errorf("%s as a graph: %w", shape, errors.Join(err, endErr))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s as a graph: %w", shape, err)
 	}
 	defer g.Close()
 	graphUs, err := b.measure(func(int) error { return g.Launch(b.s) })
@@ -1038,20 +1034,30 @@ func (b *bencher) capture(sets []pagedkv.DecodeArgs) ([]*pagedkv.Graph, error) {
 		if err := b.r.ReserveDecode(b.s, &sets[i]); err != nil {
 			return graphs, err
 		}
-		if err := b.s.BeginCapture(); err != nil {
+		g, err := b.captureGraph(func() error { return b.r.Decode(b.s, &sets[i]) })
+		if err != nil {
 			return graphs, err
-		}
-		err := b.r.Decode(b.s, &sets[i])
-		g, endErr := b.s.EndCapture()
-		if err != nil || endErr != nil {
-			if g != nil {
-				g.Close()
-			}
-			return graphs, errors.Join(err, endErr)
 		}
 		graphs = append(graphs, g)
 	}
 	return graphs, nil
+}
+
+// captureGraph records what fn issues on the bench's stream as a graph; on
+// an error nothing is left captured or open.
+func (b *bencher) captureGraph(fn func() error) (*pagedkv.Graph, error) {
+	if err := b.s.BeginCapture(); err != nil {
+		return nil, err
+	}
+	err := fn()
+	g, endErr := b.s.EndCapture()
+	if err != nil || endErr != nil {
+		if g != nil {
+			g.Close()
+		}
+		return nil, errors.Join(err, endErr)
+	}
+	return g, nil
 }
 
 // withStages returns plan with a ring of b.stages stages.

@@ -126,8 +126,8 @@ func (c *pagedCache) row(dst []float64, value bool, slot, kvHead int) {
 	if value {
 		src = c.values
 	}
-	if c.layout == LayoutFlash {
-		copy(dst, src[(slot*c.numKVHeads+kvHead)*c.headDim:][:c.headDim])
+	if c.layout == LayoutFlash { // the head's elements are contiguous
+		copy(dst, src[CacheIndex(LayoutFlash, value, slot, kvHead, 0, c.numKVHeads, c.headDim, c.blockSize, c.x):][:c.headDim])
 		return
 	}
 	for d := range dst {
