@@ -25,6 +25,10 @@ func VarlenGeometry(kernel string) (rows, keys int, ok bool) {
 	return g.rows, g.keys, ok
 }
 
+// varlenStages is the ring depth of every varlen kernel
+// (VarlenConfig::kStages in kernels_src/varlen.cuh).
+const varlenStages = 2
+
 // varlenGeometry is what the planner and the launcher know of a varlen
 // kernel.
 type varlenGeometry struct{ headDim, cacheSize, rows, keys int }
@@ -184,7 +188,7 @@ func VarlenRowTiles(qLens func(s int) int, numSeqs, group, rows int) int {
 }
 
 // VarlenSharedBytes returns the dynamic shared memory of varlen kernel
-// (VarlenSmem in kernels_src/varlen.cuh): the q tile, two ring stages of
+// (VarlenSmem in kernels_src/varlen.cuh): the q tile, the ring's stages of
 // one K and one V tile as stored, and for fp8 one K and one V tile widened
 // to 16 bits; 0 for a kernel that is not a varlen kernel.
 func VarlenSharedBytes(kernel string) int {
@@ -192,7 +196,7 @@ func VarlenSharedBytes(kernel string) int {
 	if !ok {
 		return 0
 	}
-	n := g.rows*g.headDim*2 + 2*2*g.keys*g.headDim*g.cacheSize
+	n := g.rows*g.headDim*2 + varlenStages*2*g.keys*g.headDim*g.cacheSize
 	if g.cacheSize == 1 {
 		n += 2 * g.keys * g.headDim * 2
 	}

@@ -78,8 +78,8 @@ constexpr int kVarlenMaxSplits = 64;
 // tiles (16 rows each) per warp: a block holds kRows packed rows, and K/V
 // tiles hold kKeys positions. Two row tiles per warp let each K/V fragment
 // a warp reads from shared memory serve twice the rows; they fit the
-// register file with 32-key tiles (the 16 × 64 score tiles of two would
-// spill). The entries without a suffix are MT = 2 (MT = 1 at D = 256, whose
+// register file with 32-key tiles (with 64-key tiles they fill all 255
+// registers and ran 5% slower on the H200). The entries without a suffix are MT = 2 (MT = 1 at D = 256, whose
 // output alone takes 128 registers per row tile); the _r64 entries (D ≤
 // 128) are MT = 1 with 64-key tiles, for short query tiles: a row tile of
 // a one-token sequence or a 16-token verify step is mostly empty, and
@@ -91,6 +91,8 @@ struct VarlenConfig {
   static constexpr int kMTiles = MT;
   static constexpr int kKeys = MT == 2 || D > 128 ? 32 : 64;
   static constexpr int kRows = 16 * kVarlenWarps * kMTiles;
+  // Two stages: a third ran 3.6% slower at 8×2048 (docs/perf-notes.md).
+  static constexpr int kStages = 2;
 };
 
 // VarlenSmem describes a block's dynamic shared memory: the q tile
@@ -101,7 +103,7 @@ template <typename T, typename C, int D, int MT>
 struct VarlenSmem {
   static constexpr int kKeys = VarlenConfig<D, MT>::kKeys;
   static constexpr int kRows = VarlenConfig<D, MT>::kRows;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = VarlenConfig<D, MT>::kStages;
   static constexpr int kChunks = D / 8;                           // 16-byte chunks of a 16-bit row
   static constexpr int kCacheChunks = D * (int)sizeof(C) / 16;    // of a stored cache row
   static constexpr int kQBytes = kRows * D * 2;
@@ -201,35 +203,84 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
   }
 }
 
-// issue_kv_tile starts the copy of K/V positions kv0 … kv0+kKeys-1 (zeros at
-// and past kv_end) into the stage at dst (K tile, then V tile).
+// KVRow is one thread's share of loading a K/V tile: TPR consecutive
+// threads load one row (a KV position), CPT interleaved 16-byte chunks
+// each, so each K/V row needs one block-table lookup per tile, and TPR
+// threads cover TPR·16 contiguous bytes (whole 32-byte sectors).
 template <typename T, typename C, int D, int MT>
-__device__ __forceinline__ void issue_kv_tile(uint32_t dst, const C* k_head, const C* v_head, const int* table,
-                                              int kv0, int kv_end, int block_size_log2, int64_t num_blocks,
-                                              int64_t row_stride, int seq, unsigned long long* fault) {
+struct KVRow {
   using Smem = VarlenSmem<T, C, D, MT>;
-  constexpr int CCH = Smem::kCacheChunks;
-  const int bs_mask = (1 << block_size_log2) - 1;
-#pragma unroll
-  for (int j = 0; j < Smem::kKeys * CCH / kVarlenThreads; ++j) {
-    const int i = (int)threadIdx.x + j * kVarlenThreads;
-    const int r = i / CCH, c = i % CCH;
+  static constexpr int kTPR = kVarlenThreads / Smem::kKeys;  // threads per row
+  static constexpr int kCPT = Smem::kCacheChunks / kTPR;     // chunks per thread
+  static_assert(kTPR >= 1 && kCPT >= 1 && kTPR * Smem::kKeys == kVarlenThreads, "a K/V tile row per TPR threads");
+  int r, h;  // the row in the tile; the first chunk
+  __device__ __forceinline__ KVRow() : r((int)threadIdx.x / kTPR), h((int)threadIdx.x % kTPR) {}
+
+  // lookup returns the block-table entry of this thread's row of the tile
+  // at kv0 (0 past kv_end, where nothing is read).
+  __device__ __forceinline__ int lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
+    const int pos = kv0 + r;
+    return pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
+  }
+
+  // issue starts the copy of K/V positions kv0 … kv0+kKeys-1 (zeros at and
+  // past kv_end) into the stage at dst (K tile, then V tile); blk is
+  // lookup's entry for the row.
+  __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, int blk, int kv0, int kv_end,
+                                        int block_size_log2, int64_t num_blocks, int64_t row_stride, int seq,
+                                        unsigned long long* fault) const {
+    constexpr int CCH = Smem::kCacheChunks;
     const int pos = kv0 + r;
     const bool ok = pos < kv_end;
     int64_t off = 0;
     if (ok) {
-      int blk = __ldg(table + (pos >> block_size_log2));
       if (blk < 0 || blk >= num_blocks) {
-        if (c == 0) record_fault(fault, kFaultBlockBeyondPool, seq, pos >> block_size_log2, blk);
+        if (h == 0) record_fault(fault, kFaultBlockBeyondPool, seq, pos >> block_size_log2, blk);
         blk = 0;
       }
-      off = (((int64_t)blk << block_size_log2) | (pos & bs_mask)) * row_stride;
+      off = (((int64_t)blk << block_size_log2) | (pos & ((1 << block_size_log2) - 1))) * row_stride;
     }
-    const uint32_t at = swizzle<CCH>(r, c) * 16;
-    cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, ok ? 16 : 0);
-    cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16,
-               ok ? 16 : 0);
+    const unsigned char* k_src = reinterpret_cast<const unsigned char*>(k_head + off) + h * 16;
+    const unsigned char* v_src = reinterpret_cast<const unsigned char*>(v_head + off) + h * 16;
+    const int bytes = ok ? 16 : 0;
+#pragma unroll
+    for (int j = 0; j < kCPT; ++j) {
+      const uint32_t at = swizzle<CCH>(r, j * kTPR + h) * 16;
+      cp_async16(dst + at, k_src + j * kTPR * 16, bytes);
+      cp_async16(dst + Smem::kTileBytes + at, v_src + j * kTPR * 16, bytes);
+    }
   }
+};
+
+// LaneOffsets holds a lane's ldmatrix byte offsets into a swizzled tile of
+// CH 16-byte chunks per row, for the x4 loads whose lane reads row R + lr
+// and chunk 2ks + b (R a multiple of 16): at(R, ks) is the offset of
+// k-step ks. The swizzle moves chunks only within aligned groups of 8,
+// so 4 offsets serve every ks (ks & 3; ks >> 2 adds 8 chunks).
+template <int CH>
+struct LaneOffsets {
+  uint32_t off[4];
+  __device__ __forceinline__ LaneOffsets(int lr, int b) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) off[c] = swizzle<CH>(lr, 2 * c + b) * 16;
+  }
+  __device__ __forceinline__ uint32_t at(int R, int ks) const {
+    return off[ks & 3] + (uint32_t)(R * CH * 16 + (ks >> 2) * 128);
+  }
+};
+
+// a_offsets: the lanes of an A fragment (or of a transposed B fragment,
+// which reads the same way): row lane%8 + 8·((lane/8)%2), chunk bit lane/16.
+template <int CH>
+__device__ __forceinline__ LaneOffsets<CH> a_offsets(int lane) {
+  return LaneOffsets<CH>((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+}
+
+// b_offsets: the lanes of two B fragments (n-tiles 2np, 2np+1) of K: row
+// lane%8 + 8·(lane/16), chunk bit (lane/8)%2.
+template <int CH>
+__device__ __forceinline__ LaneOffsets<CH> b_offsets(int lane) {
+  return LaneOffsets<CH>((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
 }
 
 // widen_tile converts a stage's fp8 K and V tiles into 16-bit tiles at wide
@@ -239,7 +290,7 @@ template <typename T, int D, int MT>
 __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned char* stage) {
   using Smem = VarlenSmem<T, e4m3, D, MT>;
   constexpr int CH = Smem::kChunks, CCH = Smem::kCacheChunks;
-#pragma unroll
+#pragma unroll 4
   for (int j = 0; j < 2 * Smem::kKeys * CH / kVarlenThreads; ++j) {
     const int i = (int)threadIdx.x + j * kVarlenThreads;
     const int tile = i / (Smem::kKeys * CH);  // 0: K, 1: V
@@ -258,8 +309,8 @@ __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned c
 // fragments come from qa (registers, MT == 1) or from q_s.
 template <typename T, int D, int KEYS, int MT, bool Q_IN_REGS>
 __device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t (*qa)[4], uint32_t q_s,
-                                        uint32_t k_s, int warp, int lane) {
-  constexpr int CH = D / 8;
+                                        uint32_t k_s, const LaneOffsets<D / 8>& ao, const LaneOffsets<D / 8>& bo,
+                                        int warp) {
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -273,14 +324,13 @@ __device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t 
       if constexpr (Q_IN_REGS) {
         a[m][0] = qa[ks][0], a[m][1] = qa[ks][1], a[m][2] = qa[ks][2], a[m][3] = qa[ks][3];
       } else {
-        ldmatrix_x4(a[m], q_s + swizzle<CH>(16 * (MT * warp + m) + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                            2 * ks + (lane >> 4)) * 16);
+        ldmatrix_x4(a[m], q_s + ao.at(16 * (MT * warp + m), ks));
       }
     }
 #pragma unroll
     for (int np = 0; np < KEYS / 16; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(b, k_s + swizzle<CH>(16 * np + (lane & 7) + (lane >> 4) * 8, 2 * ks + ((lane >> 3) & 1)) * 16);
+      ldmatrix_x4(b, k_s + bo.at(16 * np, ks));
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         mma16816<T>(s[m][2 * np], a[m], b[0], b[1]);
@@ -360,8 +410,7 @@ __device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], flo
 // from shared memory serves all MT row tiles.
 template <typename T, int D, int KEYS, int MT>
 __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)[KEYS / 8][4], uint32_t v_s,
-                                        int lane) {
-  constexpr int CH = D / 8;
+                                        const LaneOffsets<D / 8>& ao) {
 #pragma unroll
   for (int kk = 0; kk < KEYS / 16; ++kk) {
     uint32_t a[MT][4];
@@ -375,7 +424,7 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, v_s + swizzle<CH>(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)) * 16);
+      ldmatrix_x4_trans(b, v_s + ao.at(16 * kk, dp));
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         mma16816<T>(acc[m][2 * dp], a[m], b[0], b[1]);
@@ -497,26 +546,30 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const C* k_head = k_cache + (int64_t)kvh * D;
   const C* v_head = v_cache + (int64_t)kvh * D;
   const uint32_t ring_s = smem_addr(ring);
-  auto issue = [&](int i) {
+  const KVRow<T, C, D, MT> kv_row;
+  // Tile i's rows are copied with block-table entries looked up one tile
+  // ahead (next_blk), so the lookup's latency hides behind a tile's math.
+  auto issue = [&](int i, int stage, int blk) {
     if (i < end_tile) {
-      issue_kv_tile<T, C, D, MT>(ring_s + ((i - first_tile) % STAGES) * Smem::kStageBytes, k_head, v_head, table,
-                             i * KEYS, kv_end, block_size_log2, num_blocks, row_stride, t.seq, fault);
+      kv_row.issue(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_end, block_size_log2,
+                   num_blocks, row_stride, t.seq, fault);
     }
     cp_async_commit();
   };
+  auto lookup = [&](int i) { return i < end_tile ? kv_row.lookup(table, i * KEYS, kv_end, block_size_log2) : 0; };
 
   load_q_tile<T, D, ROWS>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
 #pragma unroll
-  for (int j = 0; j < STAGES - 1; ++j) issue(first_tile + j);
+  for (int j = 0; j < STAGES - 1; ++j) issue(first_tile + j, j, lookup(first_tile + j));
+  int next_blk = lookup(first_tile + STAGES - 1);
   cp_async_wait<STAGES - 1>();  // q has landed
   __syncthreads();
+  const LaneOffsets<D / 8> ao = a_offsets<D / 8>(lane), bo = b_offsets<D / 8>(lane);
   uint32_t qa[kQInRegs ? D / 16 : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      ldmatrix_x4(qa[ks], q_s + swizzle<D / 8>(16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4)) * 16);
-    }
+    for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qa[ks], q_s + ao.at(16 * warp, ks));
   }
 
   // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
@@ -530,27 +583,30 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     for (int n = 0; n < NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
   }
 
+  int stage = 0;  // tile i's; tile i - 1's stage (free after the barrier) is the one before
   for (int i = first_tile; i < end_tile; ++i) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // tile i has landed for every thread; tile i-1's stage is free
-    issue(i + STAGES - 1);
-    uint32_t k_s = ring_s + ((i - first_tile) % STAGES) * Smem::kStageBytes;
+    issue(i + STAGES - 1, stage == 0 ? STAGES - 1 : stage - 1, next_blk);
+    next_blk = lookup(i + STAGES);
+    uint32_t k_s = ring_s + stage * Smem::kStageBytes;
     uint32_t v_s = k_s + Smem::kTileBytes;
     if constexpr (kFP8) {
-      widen_tile<T, D, MT>(wide, ring + ((i - first_tile) % STAGES) * Smem::kStageBytes);
+      widen_tile<T, D, MT>(wide, ring + stage * Smem::kStageBytes);
       __syncthreads();
       k_s = smem_addr(wide);
       v_s = k_s + Smem::kWideTileBytes;
     }
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
     if (!computes) continue;
     float s[MT][KEYS / 8][4];
-    qk_tile<T, D, KEYS, MT, kQInRegs>(s, qa, q_s, k_s, warp, lane);
+    qk_tile<T, D, KEYS, MT, kQInRegs>(s, qa, q_s, k_s, ao, bo, warp);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       if (i * KEYS + KEYS > mask_from) mask_scores<KEYS>(s[m], i * KEYS, lim[m][0], lim[m][1], lane);
       softmax_tile<KEYS, NT>(st[m], s[m], acc[m], q_mul);
     }
-    pv_tile<T, D, KEYS, MT>(acc, s, v_s, lane);
+    pv_tile<T, D, KEYS, MT>(acc, s, v_s, ao);
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
 #pragma unroll
