@@ -40,6 +40,15 @@ import (
 //     every offset is ≥ 0 and PosOffsets[s] + q_len ≤ MaxKVLen), and the
 //     planner counts the batch's real row tiles. Bad device values are
 //     clamped and reported through the stream's fault record instead.
+//     Given both, an eager Varlen of a mixed batch whose leading one-token
+//     sequences (decode rows, as chunked-prefill schedulers put first) are
+//     what make it short on average runs them as a batched decode, then
+//     the rest as a varlen (Plan.DecodePrefix; the decode part uses the
+//     decode's knobs): two kernels each fit for its part instead of one
+//     fit for neither. It needs no Workspace and Out token-major and
+//     contiguous; the device arrays must then agree with the host copies
+//     (disagreeing values stay memory-safe and faults are recorded, but
+//     the outputs are undefined).
 //   - KVCapacity: for a varlen captured into a graph, the largest KV length
 //     any replay will see (0: the runtime's KV_CAPACITY); the plan is made
 //     for it and for TotalQTokens, the most query tokens any replay may
@@ -276,9 +285,19 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 }
 
 // PlanVarlen returns the plan Varlen would follow for a on stream s right
-// now (during graph capture: the graph's plan, as PlanVarlenGraph).
+// now (during graph capture: the graph's plan, as PlanVarlenGraph). For a
+// mixed batch Varlen splits (see VarlenArgs.HostCuSeqlensQ) it is the plan
+// of the varlen after the decode, with DecodePrefix set; VarlenWithPlan
+// does not take it.
 func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
-	return r.planOn(s, a.Validate, func(capturing bool) (dispatch.Plan, error) { return r.planVarlenFor(a, capturing) })
+	return r.planOn(s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
+		if !capturing {
+			if m, ok := r.planMixed(s, a); ok {
+				return m.vplan, nil
+			}
+		}
+		return r.planVarlenFor(a, capturing)
+	})
 }
 
 // PlanVarlenGraph returns the plan a varlen of a captured into a graph
@@ -382,6 +401,11 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 		return err
 	}
 	return r.enqueue(s, func(capturing bool) error {
+		if !capturing {
+			if m, ok := r.planMixed(s, a); ok {
+				return r.launchMixed(s, a, &m)
+			}
+		}
 		plan, err := r.planVarlenFor(a, capturing)
 		if err != nil {
 			return err
@@ -392,7 +416,8 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 
 // VarlenWithPlan runs a on s following plan, which must be a plan for a's
 // shape from PlanVarlen, PlanVarlenWith or PlanVarlenGraph (any split count
-// the planner could give); another plan is an error, never a launch.
+// the planner could give) in one launch; another plan, or one with a
+// DecodePrefix, is an error, never a launch.
 func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) error {
 	if err := r.live(); err != nil {
 		return err
@@ -461,6 +486,9 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 // kernel, geometry and scratch layout for its split count (any count from 1
 // to VarlenMaxSplits; an eager plan, a forced one or a graph's).
 func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
+	if plan.DecodePrefix != 0 {
+		return errf("VarlenWithPlan: the plan runs the batch's first %d sequences as a decode before its launch (Plan.DecodePrefix), which only Varlen does; plan one launch with PlanVarlenWith", plan.DecodePrefix)
+	}
 	// Either kernel of the head dim will do (PlanVarlen picks by the queries'
 	// lengths).
 	kernel, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, false)
@@ -487,4 +515,196 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
 	}
 	return nil
+}
+
+// A mixed batch (decode rows beside prompt chunks, as chunked-prefill
+// schedulers send every step) runs badly as one varlen launch: one kernel
+// serves both, and the 64-row kernel the decode rows call for computes the
+// chunks a fifth slower than the 128-row one, while the 128-row kernel
+// gives each decode row a block with one computing warp (session 11:
+// 526 µs, or 554 with the 128-row kernel, against 379 µs for a Decode plus
+// a Varlen of the chunks). So when the host's lengths show a prefix of
+// one-token sequences that alone makes the batch take the 64-row kernel,
+// Varlen runs that prefix as a batched decode and the rest as a varlen
+// (Plan.DecodePrefix): a small kernel first writes the decode's KV lengths
+// and the rest's rebased query bounds from the device arrays, all three
+// launches sharing one lease of the stream's scratch.
+
+// mixedSplit is a valid VarlenArgs cut into a decode of its first d
+// sequences and a varlen of the rest; the device arrays the cut needs
+// (KVLens, the rest's CuSeqlensQ) and the workspaces are set at launch.
+type mixedSplit struct {
+	d      int
+	decode DecodeArgs
+	rest   VarlenArgs
+	dplan  dispatch.Plan
+	vplan  dispatch.Plan
+}
+
+// varlenDecodePrefixParams is the parameter list of varlen_decode_prefix
+// (kernels_src/partition.cu), in PTX order.
+type varlenDecodePrefixParams struct {
+	KVLens, CuRest, CuSeqlensQ, PosOffsets driver.DevicePtr
+	D, N                                   int32
+}
+
+// maxDecodeSeqs is DecodeArgs' largest NumSeqs (the decode grid's y).
+const maxDecodeSeqs = 65535
+
+// decodePrefix returns the number of leading one-token sequences of a
+// valid a that Varlen runs as a decode, or 0 for one varlen launch: it
+// needs the host's lengths, no Workspace of the engine's (sized for one
+// launch), Out token-major and contiguous (a decode writes [seqs, heads,
+// dim]), a prefix of at most 65535 sequences with the rest non-empty, and
+// the prefix to be what makes the batch take the 64-row kernel (the rest
+// alone takes the 128-row one).
+func (a *VarlenArgs) decodePrefix() int {
+	cu, pos, n := a.HostCuSeqlensQ, a.HostPosOffsets, a.NumSeqs
+	if len(cu) != n+1 || len(pos) != n || !a.Workspace.IsZero() {
+		return 0
+	}
+	contiguous := a.OutTokenStride == 0 && a.OutHeadStride == 0 ||
+		a.OutTokenStride == a.NumQHeads*a.HeadDim && a.OutHeadStride == a.HeadDim
+	if !contiguous {
+		return 0
+	}
+	d := 0
+	for d < n && cu[d+1]-cu[d] == 1 {
+		d++
+	}
+	if d == 0 || d == n || d > maxDecodeSeqs {
+		return 0
+	}
+	short, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, true)
+	if err != nil {
+		return 0
+	}
+	if long, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, false); long == short {
+		return 0
+	}
+	g := a.group()
+	if !dispatch.VarlenShortRows(a.TotalQTokens, n, g) || dispatch.VarlenShortRows(a.TotalQTokens-int(cu[d]), n-d, g) {
+		return 0
+	}
+	return d
+}
+
+// planMixed returns the split of a valid a, eager on s, and the plans of
+// both parts, or false when a runs as one launch (decodePrefix is 0, or a
+// part does not validate or plan).
+func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
+	d := a.decodePrefix()
+	if d == 0 {
+		return mixedSplit{}, false
+	}
+	m := mixedSplit{d: d}
+	cu, pos, n := a.HostCuSeqlensQ, a.HostPosOffsets, a.NumSeqs
+	kv := make([]int32, d)
+	maxKV := 0
+	for i := range d {
+		kv[i] = pos[i] + 1
+		maxKV = max(maxKV, int(kv[i]))
+	}
+	m.decode = DecodeArgs{
+		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables, Out: a.Out, LSE: a.LSE,
+		NumSeqs: d, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
+		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: maxKV,
+		QSeqStride: a.QTokenStride, HostKVLens: kv,
+		DType: a.DType, CacheDType: a.CacheDType, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+	}
+	base := int64(cu[d])
+	rest := *a
+	rest.NumSeqs, rest.TotalQTokens = n-d, a.TotalQTokens-int(base)
+	rest.HostCuSeqlensQ = make([]int32, n-d+1)
+	rest.MaxKVLen = 0
+	for i := range rest.HostCuSeqlensQ {
+		rest.HostCuSeqlensQ[i] = cu[d+i] - cu[d]
+	}
+	rest.HostPosOffsets = pos[d:]
+	for i, p := range rest.HostPosOffsets {
+		rest.MaxKVLen = max(rest.MaxKVLen, int(p)+int(rest.HostCuSeqlensQ[i+1]-rest.HostCuSeqlensQ[i]))
+	}
+	pa := a.paged()
+	size := int64(a.DType.Size())
+	rowBytes := int64(a.NumQHeads) * int64(a.HeadDim) * size
+	var err error
+	tail := func(b Buffer, off int64) Buffer {
+		if err != nil || b.IsZero() {
+			return b
+		}
+		var t Buffer
+		t, err = b.Slice(off, b.Bytes-off)
+		return t
+	}
+	rest.Q = tail(a.Q, base*pa.qStride(a.QTokenStride)*size)
+	rest.Out = tail(a.Out, base*rowBytes)
+	rest.LSE = tail(a.LSE, base*int64(a.NumQHeads)*4)
+	rest.PosOffsets = tail(a.PosOffsets, int64(d)*4)
+	rest.BlockTables = tail(a.BlockTables, int64(d)*int64(a.MaxBlocksPerSeq)*4)
+	// The device arrays launchMixed writes have these sizes; any buffer of
+	// the size serves to validate the parts here.
+	m.decode.KVLens, _ = a.PosOffsets.Slice(0, 4*int64(d))
+	rest.CuSeqlensQ, _ = a.CuSeqlensQ.Slice(0, 4*int64(n-d+1))
+	if err != nil || m.decode.Validate() != nil || rest.Validate() != nil {
+		return mixedSplit{}, false
+	}
+	m.rest = rest
+	if m.dplan, err = r.PlanDecode(s, &m.decode); err != nil {
+		return mixedSplit{}, false
+	}
+	if m.vplan, err = r.planVarlenFor(&m.rest, false); err != nil {
+		return mixedSplit{}, false
+	}
+	m.vplan.DecodePrefix = d
+	return m, true
+}
+
+// launchMixed enqueues m (from planMixed) on s, not capturing: the prefix
+// kernel, the decode and the varlen, in one lease of s's scratch laid out
+// as the decode's KV lengths and the rest's query bounds, then the
+// decode's workspace, then the varlen's (each 256-byte aligned). Call it
+// inside r.do (enqueue); the decode goes through DecodeWithPlan, whose
+// enqueue nests.
+func (r *Runtime) launchMixed(s *Stream, a *VarlenArgs, m *mixedSplit) error {
+	prefixFn, _, err := r.function(dispatch.VarlenDecodePrefixKernel)
+	if err != nil {
+		return err
+	}
+	align := func(n int64) int64 { return (n + 255) / 256 * 256 }
+	n := a.NumSeqs
+	lensBytes := align(4 * int64(n+1))
+	decBytes := align(m.dplan.WorkspaceBytes())
+	varBytes := m.vplan.WorkspaceBytes()
+	lease, err := r.scratch.Acquire(uintptr(s.s), (lensBytes+decBytes+varBytes+3)/4, false)
+	if err != nil {
+		return err
+	}
+	defer lease.Release()
+	at := driver.DevicePtr(lease.Ptr)
+	m.decode.KVLens = Buffer{Ptr: at, Bytes: 4 * int64(m.d)}
+	m.rest.CuSeqlensQ = Buffer{Ptr: at + driver.DevicePtr(4*m.d), Bytes: 4 * int64(n-m.d+1)}
+	if decBytes > 0 {
+		m.decode.Workspace = Buffer{Ptr: at + driver.DevicePtr(lensBytes), Bytes: decBytes}
+	}
+	if varBytes > 0 {
+		m.rest.Workspace = Buffer{Ptr: at + driver.DevicePtr(lensBytes+decBytes), Bytes: varBytes}
+	}
+	if m.dplan.Counters > 0 {
+		// A decode's workspace counters start zero; the pool's scratch is not.
+		if err := driver.MemsetD32Async(m.decode.Workspace.Ptr, 0, uint64(m.dplan.Counters), s.s); err != nil {
+			return err
+		}
+	}
+	p := varlenDecodePrefixParams{
+		KVLens: m.decode.KVLens.Ptr, CuRest: m.rest.CuSeqlensQ.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr,
+		D: int32(m.d), N: int32(n),
+	}
+	grid := driver.Dim3{X: uint32((n + 1 + 127) / 128), Y: 1, Z: 1}
+	if err := driver.Launch(prefixFn, grid, driver.Dim3{X: 128, Y: 1, Z: 1}, 0, s.s, &p); err != nil {
+		return err
+	}
+	if err := r.DecodeWithPlan(s, &m.decode, m.dplan); err != nil {
+		return err
+	}
+	return r.launchVarlen(s, &m.rest, &m.vplan, false)
 }

@@ -272,6 +272,12 @@ type Plan struct {
 	BalanceMinPages int
 	BalanceWave     int
 	WorkOffset      int64
+
+	// DecodePrefix > 0 marks a varlen plan for the rest of a mixed batch:
+	// the runtime's Varlen runs the batch's first DecodePrefix sequences
+	// (one query token each) as a batched decode first, and this plan for
+	// the sequences after them.
+	DecodePrefix int
 }
 
 // WorkspaceFloatsOffset is where a caller's workspace holds the plan's f32

@@ -10,7 +10,8 @@ import "fmt"
 //	paged_decode_f16_hd128_g8 grid(8,128,1) block 128 smem 102400 B, single-pass: auto: grid fills the GPU
 //	paged_decode_f16_hd128_g8 grid(8,524,1) block 128 smem 69632 B, balanced: 524 work items, up to 64 splits of ≥ 16 pages per sequence (…): auto: ragged batch, …
 //
-// A split count that was clamped adds "requested N". A plan without a split
+// A split count that was clamped adds "requested N"; a varlen plan after a
+// decode (DecodePrefix) ends "; after a decode of the first N sequences". A plan without a split
 // decision (Splits ≤ 1 and no Reason: cache writes, RoPE, QKV) ends after the
 // shared memory, and a block of more than one dimension prints as
 // block(x,y,z). String is for logs and tests, not for parsing.
@@ -20,8 +21,12 @@ func (p Plan) String() string {
 		block = fmt.Sprintf("(%d,%d,%d)", p.Block.X, p.Block.Y, p.Block.Z)
 	}
 	s := fmt.Sprintf("%s grid(%d,%d,%d) block%s smem %d B", p.Kernel, p.Grid.X, p.Grid.Y, p.Grid.Z, block, p.SharedBytes)
+	prefix := ""
+	if p.DecodePrefix > 0 {
+		prefix = fmt.Sprintf("; after a decode of the first %d sequences", p.DecodePrefix)
+	}
 	if p.Splits <= 1 && p.Reason == "" {
-		return s
+		return s + prefix
 	}
 
 	requested := ""
@@ -46,7 +51,7 @@ func (p Plan) String() string {
 	if p.Reason != "" {
 		s += ": " + p.Reason
 	}
-	return s
+	return s + prefix
 }
 
 // parenthesized returns " (s)", or "" for an empty s.

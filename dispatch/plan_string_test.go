@@ -31,6 +31,14 @@ func TestPlanString(t *testing.T) {
 			want: "paged_decode_f16_hd128 grid(8,1,32) block 128 smem 69632 B, 32 splits (global merge, 133120 scratch floats, 8 counters; requested 100): forced split count clamped to the number of pages",
 		},
 		{
+			name: "varlen after a decode",
+			plan: Plan{
+				Kernel: "paged_varlen_bf16_hd128", Grid: Dim3{34, 8, 1}, Block: Dim3{128, 1, 1}, SharedBytes: 65536,
+				Splits: 1, RequestedSplits: 1, Reason: ReasonGridFills, DecodePrefix: 64,
+			},
+			want: "paged_varlen_bf16_hd128 grid(34,8,1) block 128 smem 65536 B, single-pass: auto: grid fills the GPU; after a decode of the first 64 sequences",
+		},
+		{
 			name: "cluster",
 			plan: Plan{
 				Kernel: "paged_decode_f16_hd128_g8_cluster", Grid: Dim3{8, 8, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 69632,

@@ -452,9 +452,11 @@ func TestKernelNameLists(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidShape)
 
 	all := KernelNames()
-	// … decode_partition, the six _g8_sm90 fp8 kernels, and varlen: q dtype ×
-	// ((16-bit cache, e4m3 cache) × (three head dims + two _r64) + three merges).
-	assert.Len(t, all, 2*len(decode)+8+3+4+4+4+1+6+2*(2*5+3))
+	// … decode_partition, varlen_decode_prefix, the six _g8_sm90 fp8
+	// kernels, and varlen: q dtype × ((16-bit cache, e4m3 cache) × (three
+	// head dims + two _r64) + three merges).
+	assert.Len(t, all, 2*len(decode)+8+3+4+4+4+2+6+2*(2*5+3))
+	assert.Contains(t, all, VarlenDecodePrefixKernel)
 	assert.Contains(t, all, "paged_varlen_bf16_e4m3_hd128")
 	assert.Contains(t, all, "paged_varlen_merge_f16_hd256")
 	seen := map[string]bool{}

@@ -76,8 +76,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		return Plan{}, err
 	}
 	group := s.NumQHeads / s.NumKVHeads
-	short := int64(s.TotalQTokens)*int64(group) < 128*int64(s.NumSeqs)
-	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim, short)
+	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim, VarlenShortRows(s.TotalQTokens, s.NumSeqs, group))
 	if err != nil {
 		return Plan{}, err
 	}
@@ -115,6 +114,19 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	p.ScratchFloats, p.MaxOffset, p.SumOffset = VarlenPlanScratch(s.TotalQTokens, s.NumQHeads, s.HeadDim, splits)
 	return p, nil
 }
+
+// VarlenShortRows reports whether a batch of numSeqs sequences and totalQ
+// query tokens of GQA group group takes the _r64 kernel (PlanVarlen): its
+// sequences average fewer than 128 packed rows.
+func VarlenShortRows(totalQ, numSeqs, group int) bool {
+	return int64(totalQ)*int64(group) < 128*int64(numSeqs)
+}
+
+// VarlenDecodePrefixKernel writes the device arrays of a varlen batch
+// split into a decode of its leading one-token sequences and a varlen of
+// the rest (Plan.DecodePrefix; kernels_src/partition.cu). Grid: ⌈(n+1)/128⌉
+// blocks of 128 threads for n sequences.
+const VarlenDecodePrefixKernel = "varlen_decode_prefix"
 
 // VarlenPlanScratch returns the f32 scratch of a varlen plan with splits
 // splits and where its maxima and sums start (Plan.ScratchFloats,

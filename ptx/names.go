@@ -150,7 +150,8 @@ const (
 
 // Entry points of partition.ptx (kernels_src/partition.cu).
 const (
-	DecodePartition = "decode_partition"
+	DecodePartition    = "decode_partition"
+	VarlenDecodePrefix = "varlen_decode_prefix"
 )
 
 // Entry points of qkv.ptx (kernels_src/qkv.cu).

@@ -357,3 +357,86 @@ func TestVarlenWorkspace(t *testing.T) {
 	assert.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
 	assert.ErrorContains(t, err, "VarlenArgs.Workspace has")
 }
+
+// TestVarlenMixedBatch runs mixed batches whose leading one-token
+// sequences make the batch take the 64-row kernel while the chunks after
+// them alone take the 128-row one: Varlen runs them as a decode of the
+// prefix and a varlen of the rest (Plan.DecodePrefix). Against float64,
+// and against the same batch as one launch (PlanVarlenWith, which never
+// splits), with and without LSE, fp8 caches, both masks, a decode row after
+// the chunks (not part of the prefix), and the forms that must not split
+// (no host lengths, head-major Out).
+func TestVarlenMixedBatch(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for _, c := range []struct {
+		shape         check.VarlenShape
+		decodes, tail int // leading one-token sequences; one-token sequences after the chunks
+		chunk         int // query tokens per chunk
+		chunks        int
+		noLSE         bool
+	}{
+		{shape: check.VarlenShape{QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxKV: 1500, Causal: true}, decodes: 40, chunk: 200, chunks: 3},
+		{shape: check.VarlenShape{QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxKV: 700, Causal: true}, decodes: 70, chunk: 90, chunks: 2, tail: 3},
+		{shape: check.VarlenShape{QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxKV: 2100, Causal: false}, decodes: 25, chunk: 150, chunks: 2, noLSE: true},
+		{shape: check.VarlenShape{QHeads: 12, KVHeads: 3, HeadDim: 64, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxKV: 5000, Causal: true}, decodes: 33, chunk: 64, chunks: 4},
+	} {
+		shape := c.shape
+		shape.Seqs = c.decodes + c.chunks + c.tail
+		shape.MaxQLen = c.chunk
+		t.Run(shape.String(), func(t *testing.T) {
+			cu := make([]int32, shape.Seqs+1)
+			pos := make([]int32, shape.Seqs)
+			for i := range shape.Seqs {
+				q := 1
+				if i >= c.decodes && i < c.decodes+c.chunks {
+					q = c.chunk
+				}
+				cu[i+1] = cu[i] + int32(q)
+				pos[i] = int32(g.IntN(shape.MaxKV - q + 1))
+			}
+			p, err := check.NewVarlenProblemWith(r, s, g, shape, cu, pos)
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+			if c.noLSE {
+				p.Args.LSE = pagedkv.Buffer{}
+			}
+			plan, err := r.PlanVarlen(s, &p.Args)
+			require.NoError(t, err)
+			require.Equal(t, c.decodes, plan.DecodePrefix, "the leading one-token sequences run as a decode: %s", plan)
+			t.Logf("plan: %s", plan)
+			want, wantLSE := p.Reference()
+			out, lse, err := p.Run(r, s)
+			require.NoError(t, err)
+			require.NoError(t, p.CheckReference(out, lse, want, wantLSE), "decode + varlen")
+
+			one, err := r.PlanVarlenWith(&p.Args, dispatch.DefaultKnobs())
+			require.NoError(t, err)
+			require.Zero(t, one.DecodePrefix)
+			o1, l1, err := p.RunWithPlan(r, s, one)
+			require.NoError(t, err)
+			require.NoError(t, p.CheckReference(o1, l1, want, wantLSE), "one launch")
+			assert.LessOrEqual(t, ref.RelL2(out, o1), check.Tolerance(shape.DType)/2, "decode + varlen vs one launch")
+			if !c.noLSE {
+				assertSameLSE(t, l1, lse, "decode + varlen vs one launch")
+			}
+
+			err = r.VarlenWithPlan(s, &p.Args, plan)
+			assert.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
+			assert.ErrorContains(t, err, "Plan.DecodePrefix")
+
+			// Without the host's lengths, or with head-major Out, one launch.
+			a := p.Args
+			a.HostCuSeqlensQ, a.HostPosOffsets = nil, nil
+			plan, err = r.PlanVarlen(s, &a)
+			require.NoError(t, err)
+			assert.Zero(t, plan.DecodePrefix, "no host lengths")
+			a = p.Args
+			a.OutTokenStride, a.OutHeadStride = shape.HeadDim, p.Args.TotalQTokens*shape.HeadDim
+			plan, err = r.PlanVarlen(s, &a)
+			require.NoError(t, err)
+			assert.Zero(t, plan.DecodePrefix, "head-major Out")
+		})
+	}
+}

@@ -293,10 +293,15 @@ func (b *bencher) varlenRow(c varlenCase, dtype, shape, plan string, splits int,
 	return res
 }
 
-// varlenPlanText describes a varlen plan: its kernel and split count.
+// varlenPlanText describes a varlen plan: its kernel and split count, and
+// the decode of a mixed batch's prefix that runs before it.
 func varlenPlanText(p dispatch.Plan) string {
+	text := fmt.Sprintf("%s split-K x%d", p.Kernel, p.Splits)
 	if p.Splits == 1 {
-		return p.Kernel + " single-pass"
+		text = p.Kernel + " single-pass"
 	}
-	return fmt.Sprintf("%s split-K x%d", p.Kernel, p.Splits)
+	if p.DecodePrefix > 0 {
+		text = fmt.Sprintf("decode x%d + %s", p.DecodePrefix, text)
+	}
+	return text
 }
