@@ -78,7 +78,7 @@ func (a *DecodeArgs) Validate() error {
 	if err := p.types(); err != nil {
 		return err
 	}
-	if err := inRange(decodeArg, "NumSeqs", a.NumSeqs, 1, 65535); err != nil {
+	if err := inRange(decodeArg, "NumSeqs", a.NumSeqs, 1, maxDecodeSeqs); err != nil {
 		return err
 	}
 	if err := p.heads(); err != nil {

@@ -51,6 +51,10 @@ const maxElems = int64(1) << 56
 // spans) no such address, in bytes, comes near 2^63.
 const maxStride = int64(1) << 31
 
+// maxDecodeSeqs is DecodeArgs' largest NumSeqs (the decode grid's y); a
+// mixed Varlen runs at most this many leading sequences as a decode.
+const maxDecodeSeqs = 65535
+
 // mul64 returns a·b of two non-negative values, and false when it does not
 // fit in int64 (or an operand is negative).
 func mul64(a, b int64) (int64, bool) {

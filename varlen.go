@@ -1,6 +1,8 @@
 package pagedkv
 
 import (
+	"sync"
+
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
 )
@@ -293,6 +295,7 @@ func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
 	return r.planOn(s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
 		if !capturing {
 			if m, ok := r.planMixed(s, a); ok {
+				m.release()
 				return m.vplan, nil
 			}
 		}
@@ -403,6 +406,7 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 	return r.enqueue(s, func(capturing bool) error {
 		if !capturing {
 			if m, ok := r.planMixed(s, a); ok {
+				defer m.release()
 				return r.launchMixed(s, a, &m)
 			}
 		}
@@ -539,6 +543,33 @@ type mixedSplit struct {
 	rest   VarlenArgs
 	dplan  dispatch.Plan
 	vplan  dispatch.Plan
+	host   *[]int32 // the decode's HostKVLens and the rest's HostCuSeqlensQ, from mixedHost
+}
+
+// mixedHost holds the host lengths planMixed derives ([n+1] int32 per
+// batch of n sequences), so that a mixed Varlen, an every-step call,
+// allocates nothing in steady state.
+var mixedHost = sync.Pool{New: func() any { return new([]int32) }}
+
+// release returns m's host lengths to mixedHost; m is not used after.
+func (m *mixedSplit) release() { mixedHost.Put(m.host) }
+
+// mixedLengths fills buf ([n+1]) with the decode's KV lengths (pos + 1 of
+// the first d sequences) and the rest's query bounds (cu from d on, less
+// cu[d]) and returns both views and the largest KV length of each part.
+func mixedLengths(buf, cu, pos []int32, d int) (kv, restCu []int32, maxKV, restMaxKV int) {
+	kv, restCu = buf[:d], buf[d:]
+	for i := range kv {
+		kv[i] = pos[i] + 1
+		maxKV = max(maxKV, int(kv[i]))
+	}
+	for i := range restCu {
+		restCu[i] = cu[d+i] - cu[d]
+	}
+	for i, p := range pos[d:] {
+		restMaxKV = max(restMaxKV, int(p)+int(restCu[i+1]-restCu[i]))
+	}
+	return kv, restCu, maxKV, restMaxKV
 }
 
 // varlenDecodePrefixParams is the parameter list of varlen_decode_prefix
@@ -548,16 +579,13 @@ type varlenDecodePrefixParams struct {
 	D, N                                   int32
 }
 
-// maxDecodeSeqs is DecodeArgs' largest NumSeqs (the decode grid's y).
-const maxDecodeSeqs = 65535
-
 // decodePrefix returns the number of leading one-token sequences of a
 // valid a that Varlen runs as a decode, or 0 for one varlen launch: it
 // needs the host's lengths, no Workspace of the engine's (sized for one
 // launch), Out token-major and contiguous (a decode writes [seqs, heads,
-// dim]), a prefix of at most 65535 sequences with the rest non-empty, and
-// the prefix to be what makes the batch take the 64-row kernel (the rest
-// alone takes the 128-row one).
+// dim]), a prefix of at most maxDecodeSeqs sequences with the rest
+// non-empty, and the prefix to be what makes the batch take the 64-row
+// kernel (the rest alone takes the 128-row one).
 func (a *VarlenArgs) decodePrefix() int {
 	cu, pos, n := a.HostCuSeqlensQ, a.HostPosOffsets, a.NumSeqs
 	if len(cu) != n+1 || len(pos) != n || !a.Workspace.IsZero() {
@@ -591,20 +619,18 @@ func (a *VarlenArgs) decodePrefix() int {
 
 // planMixed returns the split of a valid a, eager on s, and the plans of
 // both parts, or false when a runs as one launch (decodePrefix is 0, or a
-// part does not validate or plan).
+// part does not validate or plan). Release a split it returns.
 func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	d := a.decodePrefix()
 	if d == 0 {
 		return mixedSplit{}, false
 	}
-	m := mixedSplit{d: d}
+	m := mixedSplit{d: d, host: mixedHost.Get().(*[]int32)}
 	cu, pos, n := a.HostCuSeqlensQ, a.HostPosOffsets, a.NumSeqs
-	kv := make([]int32, d)
-	maxKV := 0
-	for i := range d {
-		kv[i] = pos[i] + 1
-		maxKV = max(maxKV, int(kv[i]))
+	if cap(*m.host) < n+1 {
+		*m.host = make([]int32, n+1)
 	}
+	kv, restCu, maxKV, restMaxKV := mixedLengths((*m.host)[:n+1], cu, pos, d)
 	m.decode = DecodeArgs{
 		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables, Out: a.Out, LSE: a.LSE,
 		NumSeqs: d, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
@@ -614,16 +640,8 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	}
 	base := int64(cu[d])
 	rest := *a
-	rest.NumSeqs, rest.TotalQTokens = n-d, a.TotalQTokens-int(base)
-	rest.HostCuSeqlensQ = make([]int32, n-d+1)
-	rest.MaxKVLen = 0
-	for i := range rest.HostCuSeqlensQ {
-		rest.HostCuSeqlensQ[i] = cu[d+i] - cu[d]
-	}
-	rest.HostPosOffsets = pos[d:]
-	for i, p := range rest.HostPosOffsets {
-		rest.MaxKVLen = max(rest.MaxKVLen, int(p)+int(rest.HostCuSeqlensQ[i+1]-rest.HostCuSeqlensQ[i]))
-	}
+	rest.NumSeqs, rest.TotalQTokens, rest.MaxKVLen = n-d, a.TotalQTokens-int(base), restMaxKV
+	rest.HostCuSeqlensQ, rest.HostPosOffsets = restCu, pos[d:]
 	pa := a.paged()
 	size := int64(a.DType.Size())
 	rowBytes := int64(a.NumQHeads) * int64(a.HeadDim) * size
@@ -642,17 +660,21 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	rest.PosOffsets = tail(a.PosOffsets, int64(d)*4)
 	rest.BlockTables = tail(a.BlockTables, int64(d)*int64(a.MaxBlocksPerSeq)*4)
 	// The device arrays launchMixed writes have these sizes; any buffer of
-	// the size serves to validate the parts here.
+	// the size serves to validate the parts here (the decode's in
+	// PlanDecode).
 	m.decode.KVLens, _ = a.PosOffsets.Slice(0, 4*int64(d))
 	rest.CuSeqlensQ, _ = a.CuSeqlensQ.Slice(0, 4*int64(n-d+1))
-	if err != nil || m.decode.Validate() != nil || rest.Validate() != nil {
+	m.rest = rest
+	if err != nil || m.rest.Validate() != nil {
+		m.release()
 		return mixedSplit{}, false
 	}
-	m.rest = rest
 	if m.dplan, err = r.PlanDecode(s, &m.decode); err != nil {
+		m.release()
 		return mixedSplit{}, false
 	}
 	if m.vplan, err = r.planVarlenFor(&m.rest, false); err != nil {
+		m.release()
 		return mixedSplit{}, false
 	}
 	m.vplan.DecodePrefix = d

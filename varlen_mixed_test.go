@@ -81,3 +81,18 @@ func TestDecodePrefix(t *testing.T) {
 		assert.Zero(t, b.decodePrefix(), c.name)
 	}
 }
+
+// TestMixedLengths checks the host lengths of a split: the decode's KV
+// lengths (pos + 1) and the rest's bounds rebased to 0, with each part's
+// longest KV, written into one buffer of n+1 values.
+func TestMixedLengths(t *testing.T) {
+	cu := []int32{0, 1, 2, 3, 103, 353, 354}
+	pos := []int32{9, 0, 4095, 7, 100, 3}
+	buf := make([]int32, len(cu))
+	kv, restCu, maxKV, restMaxKV := mixedLengths(buf, cu, pos, 3)
+	assert.Equal(t, []int32{10, 1, 4096}, kv)
+	assert.Equal(t, []int32{0, 100, 350, 351}, restCu)
+	assert.Equal(t, 4096, maxKV)
+	assert.Equal(t, 350, restMaxKV, "100 + 250 over 7 + 100 and 3 + 1")
+	assert.Equal(t, []int32{10, 1, 4096, 0, 100, 350, 351}, buf, "one buffer holds both")
+}
