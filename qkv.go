@@ -16,8 +16,8 @@ const (
 )
 
 // QKVNormRopeArgs splits a fused QKV activation, RMSNorms q and k per head,
-// applies RoPE, writes q token-major and K/V into the flash-layout paged
-// cache, for one sequence or a batch of them (varlen).
+// applies RoPE, writes q token-major and K/V into the paged cache (any
+// CacheLayout), for one sequence or a batch of them (varlen).
 //
 //   - QKV: [NumTokens, (NumQHeads+2·NumKVHeads)·HeadDim] of DType starting
 //     QKVOffset bytes into the buffer, token stride QKVTokenStride elements
@@ -34,11 +34,16 @@ const (
 //     cosines then RotDim sines); NeoX as in RopeCacheArgs.
 //   - QOut: [NumTokens, NumQHeads, HeadDim] of DType starting QOutOffset bytes
 //     into the buffer.
-//   - KeyCache, ValueCache: flash layout [NumBlocks, BlockSize, NumKVHeads,
-//     HeadDim] of CacheDType (DType or E4M3 with KScale, VScale); position p
-//     of sequence s goes to block BlockTables[s][p/BlockSize] (int32
-//     [NumSeqs, MaxBlocksPerSeq]), row p%BlockSize. Device-side values out of
-//     range are recorded in the stream's fault record and not written.
+//   - KeyCache, ValueCache: in Layout (LayoutFlash, the default: [NumBlocks,
+//     BlockSize, NumKVHeads, HeadDim]; LayoutXSplit and LayoutShuffle as
+//     CacheLayout describes, with their limits on HeadDim and BlockSize) of
+//     CacheDType (DType or E4M3 with KScale, VScale); position p of
+//     sequence s goes to block BlockTables[s][p/BlockSize] (int32 [NumSeqs,
+//     MaxBlocksPerSeq]), row p%BlockSize. Device-side values out of range
+//     are recorded in the stream's fault record and not written. In the
+//     x-split and shuffle layouts V is token-minor and each token's V is
+//     written element by element (2 bytes per store): correct, and slower
+//     than the flash layout's 16-byte rows.
 //
 // Aliasing: QOut, KeyCache and ValueCache must not overlap each other or any
 // input (QKV, CuSeqlensQ, PosOffsets, BlockTables, Cos, Sin, QNormWeight,
@@ -70,6 +75,7 @@ type QKVNormRopeArgs struct {
 	NeoX                                  bool
 	DType, CacheDType                     DType
 	KScale, VScale                        float32
+	Layout                                CacheLayout
 }
 
 const qkvArg = "QKVNormRopeArgs"
@@ -108,9 +114,9 @@ func (a *QKVNormRopeArgs) Validate() error {
 	if err := inRange(qkvArg, "NumQHeads", a.NumQHeads, 1, 1<<12); err != nil {
 		return err
 	}
-	// The cache target: flash layout, one slot per token.
+	// The cache target: one slot per token.
 	t := cacheTarget{a.KeyCache, a.ValueCache, Buffer{}, Buffer{}, "NumTokens", 0, a.NumKVHeads, a.HeadDim, a.BlockSize, a.NumBlocks,
-		a.DType, a.CacheDType, a.KScale, a.VScale, LayoutFlash}
+		a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
 	if err := t.check(qkvArg); err != nil {
 		return err
 	}
@@ -207,7 +213,7 @@ type qkvNormRopeParams struct {
 	NumBlocks                                                           int64
 	Norm                                                                int32
 	Eps, KScale, VScale                                                 float32
-	NeoX                                                                int32
+	NeoX, Layout                                                        int32
 }
 
 // QKVNormRope runs the split + norm + RoPE + cache write on stream s.
@@ -239,6 +245,7 @@ func (a *QKVNormRopeArgs) params(fault driver.DevicePtr) qkvNormRopeParams {
 		NumTokens: int32(a.NumTokens), NumSeqs: int32(a.NumSeqs), NumQHeads: int32(a.NumQHeads), NumKVHeads: int32(a.NumKVHeads),
 		HeadDim: int32(a.HeadDim), QKVTokenStride: ts, MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks), Norm: int32(a.Norm), Eps: a.Eps,
+		Layout: int32(a.Layout),
 	}
 	p.KScale, p.VScale = cacheTarget{cache: a.CacheDType, kScale: a.KScale, vScale: a.VScale}.scales()
 	if a.NeoX {

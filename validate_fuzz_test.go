@@ -538,6 +538,7 @@ type qkvSpec struct {
 	NeoX                                  bool
 	DType, CacheDType                     uint8
 	KScale, VScale                        float32
+	Layout                                int64
 	QKVSize, QOutSize                     int64
 	KeyCacheSize, ValueCacheSize          int64
 	BlockTablesSize                       int64
@@ -571,6 +572,10 @@ func randQKVSpec(g gen) qkvSpec {
 	s.CacheDType = s.DType
 	if g.r.IntN(3) == 0 {
 		s.CacheDType, s.KScale, s.VScale = uint8(E4M3), 1, 1
+	}
+	s.Layout = g.wild(g.pick(0, 1, 2))
+	if s.Layout == 2 && s.BlockSize < 16 {
+		s.BlockSize = 16
 	}
 	if g.r.IntN(2) == 0 {
 		s.Norm, s.Eps = int64(NormQK), 1e-5

@@ -507,7 +507,7 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 			"NumSeqs": bi(int64(a.NumSeqs)), "NumQHeads": bi(int64(a.NumQHeads)), "NumKVHeads": bi(int64(a.NumKVHeads)),
 			"HeadDim": bi(int64(a.HeadDim)), "MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)),
 			"BlockSizeLog2": bitsLog2(a.BlockSize), "NumBlocks": bi(int64(a.NumBlocks)), "Norm": bi(int64(a.Norm)),
-			"NeoX": bi(neoxWant),
+			"NeoX": bi(neoxWant), "Layout": bi(int64(a.Layout)),
 		},
 		free: []string{"QKVTokenStride"},
 		int32s: map[string]*big.Int{
@@ -527,10 +527,17 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 	if upr > 0 {
 		qoLo, qoHi = strided(in, 0, headReach, ax{bi(T), bmul(bi(HQ), bi(D))}, axi(HQ, D))
 	}
-	slots := new(big.Int).Lsh(bi(p.NumBlocks), uint(max(p.BlockSizeLog2, 0)))
-	cLo, cHi := empty()
+	// K and V pieces d and D/2+d of every head of every slot, in the layout.
+	slots := clampInt64(new(big.Int).Lsh(bi(p.NumBlocks), uint(max(p.BlockSizeLog2, 0))))
+	kLo, kHi := empty()
+	vLo, vHi := empty()
 	if upr > 0 && T > 0 {
-		cLo, cHi = strided(cs, 0, headReach, ax{slots, bmul(bi(HK), bi(D))}, axi(HK, D))
+		kLo, kHi = cacheRange(int64(p.Layout), false, slots, HK, D, headReach, int64(p.BlockSizeLog2), cs)
+		vLo, vHi = cacheRange(int64(p.Layout), true, slots, HK, D, headReach, int64(p.BlockSizeLog2), cs)
+	}
+	vAlign := 8 * cs // 16-byte pieces, or element by element where V is token-minor
+	if a.Layout != LayoutFlash {
+		vAlign = cs
 	}
 	// Cos and sin rows: rot floats at pos·rot, pos < MaxPos.
 	tLo, tHi := empty()
@@ -557,8 +564,8 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 	m.regions = []region{
 		{param: "QKV", field: "QKV", buf: a.QKV, at: qkvAt, lo: qkvLo, hi: qkvHi, align: 16},
 		{param: "QOut", field: "QOut", buf: a.QOut, at: qOutAt, lo: qoLo, hi: qoHi, align: 16},
-		reg("KeyCache", "KeyCache", a.KeyCache, cLo, cHi, 8*cs),
-		reg("ValueCache", "ValueCache", a.ValueCache, cLo, cHi, 8*cs),
+		reg("KeyCache", "KeyCache", a.KeyCache, kLo, kHi, 8*cs),
+		reg("ValueCache", "ValueCache", a.ValueCache, vLo, vHi, vAlign),
 		opt(reg("CuSeqlens", "CuSeqlensQ", a.CuSeqlensQ, cuLo, cuHi, 4)),
 		reg("PosOffsets", "PosOffsets", a.PosOffsets, poLo, poHi, 8),
 		reg("BlockTables", "BlockTables", a.BlockTables, btLo, btHi, 4),

@@ -516,8 +516,18 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 0.5
 	fp8.KeyCache.Bytes, fp8.ValueCache.Bytes = fp8.KeyCache.Bytes/2, fp8.ValueCache.Bytes/2
 	require.NoError(t, fp8.Validate())
+	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle} {
+		laid := goodQKV()
+		laid.Layout = l
+		require.NoError(t, laid.Validate(), l)
+	}
 
 	cases := []badCase[QKVNormRopeArgs]{
+		{"layout", func(a *QKVNormRopeArgs) { a.Layout = 3 }, "QKVNormRopeArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"shuffle block size", func(a *QKVNormRopeArgs) {
+			a.CacheDType, a.KScale, a.VScale, a.Layout = E4M3, 1, 1, LayoutShuffle
+			a.BlockSize, a.NumBlocks = 8, 64
+		}, "QKVNormRopeArgs.BlockSize=8 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
 		{"q heads", func(a *QKVNormRopeArgs) { a.NumQHeads = 1<<12 + 2 }, "QKVNormRopeArgs.NumQHeads=4098 is out of range; allowed: 1..4096"},
 		{"gqa", func(a *QKVNormRopeArgs) { a.NumQHeads = 7 }, "QKVNormRopeArgs.NumQHeads=7 is not a multiple of NumKVHeads=2"},
 		{"kv heads", func(a *QKVNormRopeArgs) { a.NumKVHeads = 0 }, "QKVNormRopeArgs.NumKVHeads=0 is out of range"},

@@ -192,14 +192,15 @@ __device__ __forceinline__ uint4 pack8(const float f[8]) {
   return v;
 }
 
-// store_cache8 writes 8 contiguous elements (packed In) to a cache at element
-// index at: as they are, or as fp8 e4m3 of value / scale.
+// store_cache8 writes 8 elements (packed In) to a cache at element index at,
+// stride elements apart (cache_place's): as they are, or as fp8 e4m3 of
+// value / scale.
 template <typename In, bool FP8>
-__device__ __forceinline__ void store_cache8(void* cache, int64_t at, uint4 v, float scale) {
+__device__ __forceinline__ void store_cache8(void* cache, int64_t at, int stride, uint4 v, float scale) {
   if constexpr (FP8) {
-    store8<1>(cache, at, 1, to_e4m3x8<In>(v, scale));
+    store8<1>(cache, at, stride, to_e4m3x8<In>(v, scale));
   } else {
-    store8<2>(cache, at, 1, v);
+    store8<2>(cache, at, stride, v);
   }
 }
 

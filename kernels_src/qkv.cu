@@ -1,5 +1,5 @@
 // qkv.cu: split a fused QKV activation, RMSNorm q and k per head, apply RoPE,
-// write q token-major and K/V into the flash-layout paged cache.
+// write q token-major and K/V into the paged cache in any layout (cache.cuh).
 //
 // qkv_norm_rope_<in>[_e4m3]
 //   qkv          [num_tokens, (num_q_heads + 2·num_kv_heads)·head_dim] of <in>,
@@ -15,8 +15,11 @@
 //   cos, sin     f32 [max_pos, rot] with rot = head_dim (one per element) or
 //                head_dim/2 (one per pair); neox as rope.cuh.
 //   q_out        [num_tokens, num_q_heads, head_dim] of <in>.
-//   key_cache,   flash layout [num_blocks, block_size, num_kv_heads, head_dim],
-//   value_cache  <in> or fp8 e4m3 (/ k_scale, v_scale). The slot of position p
+//   key_cache,   in layout (cache.cuh: flash [num_blocks, block_size,
+//   value_cache  num_kv_heads, head_dim], x-split or shuffle), <in> or fp8 e4m3
+//                (/ k_scale, v_scale). K's pieces are contiguous in every
+//                layout; V's are written element by element in the x-split
+//                and shuffle layouts (stride block_size or x). The slot of position p
 //                is block_tables[s][p / block_size]·block_size + p % block_size.
 //                A position outside the cos/sin table is recorded in fault and
 //                nothing of that token is written; a position beyond the block
@@ -122,8 +125,9 @@ __device__ __forceinline__ void qkv_norm_rope(
     const float* __restrict__ sin_t, int64_t max_pos, int rot, unsigned long long* fault,
     int num_tokens, int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
     int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
-    int norm, float eps, float k_scale, float v_scale, int neox) {
+    int norm, float eps, float k_scale, float v_scale, int neox, int layout) {
   constexpr int U = kQKVUnits;
+  constexpr int X = FP8 ? 16 : 8;  // cache elements per 16 bytes
   extern __shared__ __align__(128) unsigned char smem[];
   const QKVStage geo{(int)(blockDim.x * blockDim.y), (int)blockDim.y, rot};
   int stages;
@@ -297,9 +301,12 @@ __device__ __forceinline__ void qkv_norm_rope(
       const int hh = u >> upr_log2;
       if (hh >= normed) {  // V: copied (or quantized) as given
         if (slot >= 0) {
-          const int64_t at = (slot * num_kv_heads + (hh - normed)) * head_dim + d;
-          store_cache8<In, FP8>(value_cache, at, ra[j], v_scale);
-          store_cache8<In, FP8>(value_cache, at + half, rb[j], v_scale);
+          const int h = hh - normed;
+          int st;
+          const int64_t va = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+          store_cache8<In, FP8>(value_cache, va, st, ra[j], v_scale);
+          const int64_t vb = cache_place<X>(layout, true, slot, h, d + half, num_kv_heads, head_dim, block_size_log2, &st);
+          store_cache8<In, FP8>(value_cache, vb, st, rb[j], v_scale);
         }
         continue;
       }
@@ -343,9 +350,12 @@ __device__ __forceinline__ void qkv_norm_rope(
         *reinterpret_cast<uint4*>(dst) = pa;
         *reinterpret_cast<uint4*>(dst + half) = pb;
       } else {
-        const int64_t at = (slot * num_kv_heads + (hh - num_q_heads)) * head_dim + d;
-        store_cache8<In, FP8>(key_cache, at, pa, k_scale);
-        store_cache8<In, FP8>(key_cache, at + half, pb, k_scale);
+        const int h = hh - num_q_heads;
+        int st;
+        const int64_t ka = cache_place<X>(layout, false, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+        store_cache8<In, FP8>(key_cache, ka, st, pa, k_scale);
+        const int64_t kb = cache_place<X>(layout, false, slot, h, d + half, num_kv_heads, head_dim, block_size_log2, &st);
+        store_cache8<In, FP8>(key_cache, kb, st, pb, k_scale);
       }
     }
   };
@@ -382,12 +392,13 @@ __device__ __forceinline__ void qkv_norm_rope(
       const In* k_weight, const float* cos_t, const float* sin_t, int64_t max_pos, int rot,       \
       unsigned long long* fault, int num_tokens, int num_seqs, int num_q_heads, int num_kv_heads, \
       int head_dim, int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2,        \
-      int64_t num_blocks, int norm, float eps, float k_scale, float v_scale, int neox) {          \
+      int64_t num_blocks, int norm, float eps, float k_scale, float v_scale, int neox,            \
+      int layout) {                                                                               \
     pkv::qkv_norm_rope<In, FP8>(qkv, q_out, key_cache, value_cache, cu_seqlens, pos_offsets,      \
                                 block_tables, q_weight, k_weight, cos_t, sin_t, max_pos, rot,     \
                                 fault, num_tokens, num_seqs, num_q_heads, num_kv_heads, head_dim, \
                                 qkv_token_stride, max_blocks_per_seq, block_size_log2,            \
-                                num_blocks, norm, eps, k_scale, v_scale, neox);                   \
+                                num_blocks, norm, eps, k_scale, v_scale, neox, layout);           \
   }
 
 PKV_QKV(qkv_norm_rope_f16, __half, false)

@@ -90,9 +90,11 @@ __device__ __forceinline__ void rope_cache(
       } else if (slot >= 0) {
         // The cache holds what k_out holds: the rotation rounded to <in>.
         int st;
-        store_cache8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, ea, num_kv_heads, head_dim, block_size_log2, &st), va, k_scale);
+        const int64_t ka = cache_place<X>(layout, false, slot, h, ea, num_kv_heads, head_dim, block_size_log2, &st);
+        store_cache8<In, FP8>(key_cache, ka, st, va, k_scale);
         if (eb >= 0) {
-          store_cache8<In, FP8>(key_cache, cache_place<X>(layout, false, slot, h, eb, num_kv_heads, head_dim, block_size_log2, &st), vb, k_scale);
+          const int64_t kb = cache_place<X>(layout, false, slot, h, eb, num_kv_heads, head_dim, block_size_log2, &st);
+          store_cache8<In, FP8>(key_cache, kb, st, vb, k_scale);
         }
       }
     }
@@ -107,19 +109,11 @@ __device__ __forceinline__ void rope_cache(
     int st;
     const uint4 vv = load8(v + t * v_token_stride + h * v_head_stride + d);
     const int64_t va = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
-    if constexpr (FP8) {
-      store8<1>(value_cache, va, st, to_e4m3x8<In>(vv, v_scale));
-    } else {
-      store8<2>(value_cache, va, st, vv);
-    }
+    store_cache8<In, FP8>(value_cache, va, st, vv, v_scale);
     if (!rotate) {
       const uint4 kk = load8(k + t * k_token_stride + h * k_head_stride + d);
       const int64_t ka = cache_place<X>(layout, false, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
-      if constexpr (FP8) {
-        store8<1>(key_cache, ka, st, to_e4m3x8<In>(kk, k_scale));
-      } else {
-        store8<2>(key_cache, ka, st, kk);
-      }
+      store_cache8<In, FP8>(key_cache, ka, st, kk, k_scale);
     }
   }
 }

@@ -44,6 +44,13 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 		{Seqs: 3, MaxLen: 6000, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true, Varlen: true},
 		{Seqs: 2, MaxLen: 1500, QHeads: 128, KVHeads: 16, HeadDim: 128, BlockSize: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true},
 		{Seqs: 1, MaxLen: 9000, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, TableOffset: 4},
+		// The x-split and shuffle layouts (K by x-groups, V token-minor),
+		// 16-bit and fp8 (x = 16), one sequence and varlen.
+		{Seqs: 3, MaxLen: 300, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, NeoX: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 1, MaxLen: 70, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, HalfRot: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 4, MaxLen: 90, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 2, MaxLen: 40, QHeads: 4, KVHeads: 2, HeadDim: 256, BlockSize: 1, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, NeoX: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 1, MaxLen: 2000, QHeads: 8, KVHeads: 8, HeadDim: 16, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, HalfRot: true, Layout: pagedkv.LayoutXSplit},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomQKVShape(g))
@@ -68,6 +75,10 @@ func TestQKVNormRopeFaults(t *testing.T) {
 		// Long runs per block, with the bad sequence inside them.
 		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, Fault: check.QKVPositionFault},
 		{Seqs: 3, MaxLen: 5000, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, HalfRot: true, Varlen: true, Fault: check.QKVBlockFault},
+		// A bad block in the x-split and shuffle layouts: no byte of the
+		// pool outside the good rows changes.
+		{Seqs: 3, MaxLen: 60, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, Varlen: true, Layout: pagedkv.LayoutXSplit, Fault: check.QKVBlockFault},
+		{Seqs: 2, MaxLen: 60, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, NeoX: true, Varlen: true, Layout: pagedkv.LayoutShuffle, Fault: check.QKVBlockFault},
 	}
 	for _, checking := range []bool{false, true} {
 		t.Run(fmt.Sprintf("check=%v", checking), func(t *testing.T) {

@@ -349,7 +349,6 @@ func (b *bencher) benchAppend() error {
 	if err != nil {
 		return err
 	}
-	allLayouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
 	for _, tokens := range []int{1, 64, 4096, 65536} {
 		b.status(fmt.Sprintf("append f16 T=%d", tokens))
 		elems := tokens * kvHeads * headDim
@@ -534,9 +533,12 @@ func (b *bencher) row(shape string, bytes float64, fn func() error) error {
 	return nil
 }
 
+// allLayouts are the cache layouts the cache-op rows measure, flash first.
+var allLayouts = []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+
 // benchQKV measures split QKV + RMSNorm + RoPE + cache write (32 q / 8 KV
-// heads, head dim 128, NeoX, half-width tables, flash f16 cache, one
-// sequence): bytes are the QKV rows and the tokens' cos and sin rows read
+// heads, head dim 128, NeoX, half-width tables, f16 cache in the flash
+// layout, and in every layout at T = 65536, one sequence): bytes are the QKV rows and the tokens' cos and sin rows read
 // (one sequence, so every token has its own position and rows: 2·64 floats,
 // 2% of the total) plus q_out and both cache rows written.
 func (b *bencher) benchQKV() error {
@@ -572,8 +574,18 @@ func (b *bencher) benchQKV() error {
 		set.To(&args.QNormWeight)(check.Upload(a, b.s, wRaw, 1))
 		set.To(&args.KNormWeight)(check.Upload(a, b.s, wRaw, 1))
 		err := set.Err
-		if err == nil {
-			err = b.row(fmt.Sprintf("qkv+norm+rope T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
+		// Every layout at T = 65536 (the x-split and shuffle layouts write V
+		// element by element), the flash layout at every T.
+		layouts := allLayouts[:1]
+		if tokens == 65536 {
+			layouts = allLayouts
+		}
+		for _, layout := range layouts {
+			if err != nil {
+				break
+			}
+			args.Layout = layout
+			err = b.row(fmt.Sprintf("qkv+norm+rope T=%d QH=%d KH=%d D=%d bs=%d %s", tokens, qHeads, kvHeads, headDim, blockSize, layout),
 				float64(tokens*headDim*2*(qHeads+2*kvHeads+qHeads+2*kvHeads)+tokens*2*args.RotDim*4), func() error { return b.r.QKVNormRope(b.s, &args) })
 		}
 		if ferr := a.Free(); err == nil {

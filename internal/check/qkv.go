@@ -20,6 +20,7 @@ type QKVShape struct {
 	PadToken                    int   // extra QKV token stride, a multiple of 8
 	QKVOffset, QOutOffset       int64 // byte offsets, multiples of 16
 	TableOffset                 int64 // where Cos and Sin start in their buffers, a multiple of 4 bytes
+	Layout                      pagedkv.CacheLayout
 	Fault                       QKVFault
 }
 
@@ -40,6 +41,9 @@ const (
 func (c QKVShape) String() string {
 	s := fmt.Sprintf("S%d_len%d_QH%d_KH%d_D%d_bs%d_%s_%s_norm%v_neox%v_half%v_varlen%v_tab%d", c.Seqs, c.MaxLen, c.QHeads, c.KVHeads,
 		c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.Norm, c.NeoX, c.HalfRot, c.Varlen, c.TableOffset)
+	if c.Layout != pagedkv.LayoutFlash {
+		s += "_" + c.Layout.String()
+	}
 	switch c.Fault {
 	case QKVPositionFault:
 		s += "_positionfault"
@@ -68,6 +72,12 @@ func RandomQKVShape(g *rand.Rand) QKVShape {
 	c.CacheDType = c.DType
 	if g.IntN(3) == 0 {
 		c.CacheDType = pagedkv.E4M3
+	}
+	// Every layout; the shuffle layout needs whole x-groups of rows per
+	// block (x = 16 bytes of cache elements), else x-split.
+	c.Layout = pagedkv.CacheLayout(g.IntN(3))
+	if c.Layout == pagedkv.LayoutShuffle && c.BlockSize%(16/c.CacheDType.Size()) != 0 {
+		c.Layout = pagedkv.LayoutXSplit
 	}
 	return c
 }
@@ -132,7 +142,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		QKVOffset: c.QKVOffset, QKVTokenStride: stride, QOutOffset: c.QOutOffset,
 		NumTokens: tokens, NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: hd,
 		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: maxBlocks, MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX,
-		DType: c.DType, CacheDType: c.CacheDType,
+		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout,
 	}
 	if c.CacheDType == pagedkv.E4M3 {
 		args.KScale, args.VScale = 0.05+g.Float32(), 0.05+g.Float32()
@@ -266,7 +276,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	for _, t := range kvTok {
 		slot := slots[t]
 		for e := range kvElems {
-			at := (int(slot)*kvElems + e) * cs
+			at := ref.CacheIndex(ref.Layout(c.Layout), false, int(slot), e/hd, e%hd, c.KVHeads, hd, c.BlockSize, 16/cs) * cs
 			v := ref.DecodeAt(ref.DType(c.CacheDType), gotK[at:at+cs], 0)
 			if c.CacheDType == pagedkv.E4M3 {
 				v *= float64(args.KScale)
@@ -288,7 +298,8 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	ref.CacheAppendFlash(ref.CacheAppend{Key: vRaw, Value: vRaw, KeyCache: make([]byte, cacheBytes), ValueCache: vc, SlotMapping: slots,
 		NumTokens: tokens, NumKVHeads: c.KVHeads, HeadDim: hd, BlockSize: c.BlockSize, NumBlocks: numBlocks,
 		KeyTokenStride: kvElems, ValueTokenStride: kvElems, KeyHeadStride: hd, ValueHeadStride: hd,
-		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: args.VScale, VScale: args.VScale})
+		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: args.VScale, VScale: args.VScale,
+		Layout: ref.Layout(c.Layout)})
 	if i := FirstDiff(vc, gotV); i >= 0 {
 		return errorf("%v: value cache byte %d is %#x, want %#x", c, i, gotV[i], vc[i])
 	}
