@@ -11,8 +11,8 @@
 # loads with every SASS, then the PTX JIT cold and again with the driver's
 # JIT cache warm), and sass and ptx (the GPU tests and the bench with every
 # module's SASS, and with the PTX only, for an A/B in one call). sanitize-all
-# runs every GPU test under memcheck and racecheck, group by group (TOOLS and
-# SAN_GROUPS narrow it; the whole of it takes longer than one device call).
+# runs every GPU test under memcheck and racecheck, every group in its own
+# process at once (TOOLS and SAN_GROUPS narrow it; about 8 minutes).
 # profile runs Nsight Compute on single bench rows (PROFILE, see below).
 set -u
 OUT=${OUT:-./gpu-out}
@@ -63,16 +63,34 @@ for step in $STEPS; do
     ;;
   sanitize-all)
     # Every GPU test under each tool in TOOLS (default: memcheck racecheck),
-    # one process per group with its own time limit (racecheck runs the
-    # suite several times slower than memcheck); SAN_GROUPS picks groups by
-    # name (default: all of them, see names above).
+    # every (tool, group) in its own process, all at once (session 12: 16
+    # processes on one H200 took 8 minutes; racecheck's decode group is cut
+    # in three, as its graph and concurrent-stream tests alone take 4
+    # minutes under it); SAN_GROUPS picks groups by name (default: all of
+    # them, see names above), SAN_LIMIT is each process's time limit.
+    dsplit='TestDecodeMatchesReference|TestDecodeGraphReplay|TestDecodeConcurrentStreams'
     for tool in ${TOOLS:-memcheck racecheck}; do
       for i in "${!groups[@]}"; do
         case " ${SAN_GROUPS:-${names[*]}} " in *" ${names[$i]} "*) ;; *) continue ;; esac
-        PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run "$tool-${names[$i]}" 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-          .gpu/tests.test -test.v -test.run "${groups[$i]}" -test.skip "${skips[$i]}" -test.timeout 295s
+        sg=("${groups[$i]}") ss=("${skips[$i]}") sn=("${names[$i]}")
+        if [ "${names[$i]}" = TestDecode ]; then
+          sg=(TestDecodeMatchesReference 'TestDecodeGraphReplay|TestDecodeConcurrentStreams' TestDecode)
+          ss=('^$' '^$' "${skips[$i]}|$dsplit")
+          sn=(TestDecode-ref TestDecode-graph TestDecode-rest)
+        fi
+        for j in "${!sg[@]}"; do
+          (
+            start=$SECONDS
+            PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} timeout "${SAN_LIMIT:-560}" compute-sanitizer --tool "$tool" \
+              --error-exitcode 9 .gpu/tests.test -test.v -test.run "${sg[$j]}" -test.skip "${ss[$j]}" \
+              -test.timeout "$((${SAN_LIMIT:-560} - 5))s" >"$OUT/$tool-${sn[$j]}.log" 2>&1
+            printf '%-10s rc=%-3s %4ss\n' "$tool-${sn[$j]}" "$?" $((SECONDS - start)) >>"$OUT/sanitize-all.txt"
+          ) &
+        done
       done
     done
+    wait
+    mapfile -t -O "${#summary[@]}" summary <"$OUT/sanitize-all.txt"
     ;;
   profile)
     # Nsight Compute on single bench rows, one process per row: PROFILE holds
