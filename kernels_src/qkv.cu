@@ -19,8 +19,9 @@
 //   value_cache  num_kv_heads, head_dim], x-split or shuffle), <in> or fp8 e4m3
 //                (/ k_scale, v_scale). K's pieces are contiguous in every
 //                layout; V's are written element by element in the x-split
-//                and shuffle layouts (stride block_size or x). The slot of position p
-//                is block_tables[s][p / block_size]·block_size + p % block_size.
+//                and shuffle layouts (stride block_size or x). The slot of
+//                position p is block_tables[s][p / block_size]·block_size +
+//                p % block_size.
 //                A position outside the cos/sin table is recorded in fault and
 //                nothing of that token is written; a position beyond the block
 //                table or a block id outside the pool is recorded and that
@@ -224,6 +225,15 @@ __device__ __forceinline__ void qkv_norm_rope(
   };
 
   // process computes step k from stage st.
+  // store_pieces writes this thread's two pieces of head h of slot (elements
+  // d… and half+d…) to the K (value false) or V cache, in the layout.
+  auto store_pieces = [&](void* cache, bool value, int64_t slot, int h, uint4 a, uint4 b, float scale) {
+    int st;
+    const int64_t at = cache_place<X>(layout, value, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+    store_cache8<In, FP8>(cache, at, st, a, scale);
+    const int64_t bt = cache_place<X>(layout, value, slot, h, d + half, num_kv_heads, head_dim, block_size_log2, &st);
+    store_cache8<In, FP8>(cache, bt, st, b, scale);
+  };
   auto process = [&](int k, int st) {
     const int64_t t = token_of(k);
     if (t >= num_tokens) return;  // the token's whole warps: no shuffle is left waiting
@@ -300,14 +310,7 @@ __device__ __forceinline__ void qkv_norm_rope(
       if (u >= units) continue;
       const int hh = u >> upr_log2;
       if (hh >= normed) {  // V: copied (or quantized) as given
-        if (slot >= 0) {
-          const int h = hh - normed;
-          int st;
-          const int64_t va = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
-          store_cache8<In, FP8>(value_cache, va, st, ra[j], v_scale);
-          const int64_t vb = cache_place<X>(layout, true, slot, h, d + half, num_kv_heads, head_dim, block_size_log2, &st);
-          store_cache8<In, FP8>(value_cache, vb, st, rb[j], v_scale);
-        }
+        if (slot >= 0) store_pieces(value_cache, true, slot, hh - normed, ra[j], rb[j], v_scale);
         continue;
       }
       const bool is_q = hh < num_q_heads;
@@ -350,12 +353,7 @@ __device__ __forceinline__ void qkv_norm_rope(
         *reinterpret_cast<uint4*>(dst) = pa;
         *reinterpret_cast<uint4*>(dst + half) = pb;
       } else {
-        const int h = hh - num_q_heads;
-        int st;
-        const int64_t ka = cache_place<X>(layout, false, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
-        store_cache8<In, FP8>(key_cache, ka, st, pa, k_scale);
-        const int64_t kb = cache_place<X>(layout, false, slot, h, d + half, num_kv_heads, head_dim, block_size_log2, &st);
-        store_cache8<In, FP8>(key_cache, kb, st, pb, k_scale);
+        store_pieces(key_cache, false, slot, hh - num_q_heads, pa, pb, k_scale);
       }
     }
   };

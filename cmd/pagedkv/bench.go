@@ -537,10 +537,11 @@ func (b *bencher) row(shape string, bytes float64, fn func() error) error {
 var allLayouts = []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
 
 // benchQKV measures split QKV + RMSNorm + RoPE + cache write (32 q / 8 KV
-// heads, head dim 128, NeoX, half-width tables, f16 cache in the flash
-// layout, and in every layout at T = 65536, one sequence): bytes are the QKV rows and the tokens' cos and sin rows read
-// (one sequence, so every token has its own position and rows: 2·64 floats,
-// 2% of the total) plus q_out and both cache rows written.
+// heads, head dim 128, NeoX, half-width tables, one sequence, f16 cache in
+// the flash layout, and in every layout at T = 65536): bytes are the QKV
+// rows and the tokens' cos and sin rows read (one sequence, so every token
+// has its own position and rows: 2·64 floats, 2% of the total) plus q_out
+// and both cache rows written.
 func (b *bencher) benchQKV() error {
 	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
 	for _, tokens := range []int{1, 64, 4096, 65536} {
