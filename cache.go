@@ -97,7 +97,19 @@ type cacheAppendParams struct {
 	Layout, BlockSizeLog2             int32
 }
 
-// Append writes the tokens of a into the paged caches on stream s.
+// cacheClaimParams is the parameter list of the cache_claim_* kernels (the
+// page path's first launch), in PTX order (kernels_src/append.cuh).
+type cacheClaimParams struct {
+	KeyCache, SlotMapping, SlotRemap, Fault               driver.DevicePtr
+	NumSlots, NumRemap                                    int64
+	NumTokens, NumKVHeads, HeadDim, Layout, BlockSizeLog2 int32
+}
+
+// Append writes the tokens of a into the paged caches on stream s. An
+// append into the x-split or shuffle layout whose tokens cover much of the
+// cache runs as two launches (dispatch.AppendPagesMinCover): the first
+// writes each token's index into its slot's K row, the second overwrites
+// it page by page with the tokens' K and V.
 func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 	if err := r.live(); err != nil {
 		return err
@@ -108,11 +120,30 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 	plan, err := dispatch.PlanAppend(dispatch.AppendShape{
 		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
 		SM90: r.info.computeCapability() >= 90, Flash: a.Layout == LayoutFlash,
+		BlockSize: a.BlockSize, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
 	})
 	if err != nil {
 		return err
 	}
 	p := a.params(s.fault)
+	if plan.AppendClaim != "" {
+		// The claims go first, without the CHECK_BOUNDS check: a fault there
+		// must not stop the page launch, which overwrites every claim.
+		fn, _, err := r.function(plan.AppendClaim)
+		if err != nil {
+			return err
+		}
+		cp := cacheClaimParams{KeyCache: p.KeyCache, SlotMapping: p.SlotMapping, SlotRemap: p.SlotRemap, Fault: p.Fault,
+			NumSlots: p.NumSlots, NumRemap: p.NumRemap, NumTokens: p.NumTokens, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim,
+			Layout: p.Layout, BlockSizeLog2: p.BlockSizeLog2}
+		grid := driver.Dim3{X: uint32((a.NumTokens + dispatch.AppendThreads - 1) / dispatch.AppendThreads), Y: 1, Z: 1}
+		err = r.do(func() error {
+			return driver.Launch(fn, grid, driver.Dim3{X: dispatch.AppendThreads, Y: 1, Z: 1}, 0, s.s, &cp)
+		})
+		if err != nil {
+			return err
+		}
+	}
 	return launchPlan(r, s, &plan, &p)
 }
 

@@ -19,6 +19,7 @@ import (
 var paramStructs = map[string]reflect.Type{
 	"cache_append_":        reflect.TypeFor[cacheAppendParams](),
 	"cache_gather_":        reflect.TypeFor[cacheGatherParams](),
+	"cache_claim_":         reflect.TypeFor[cacheClaimParams](),
 	"paged_decode_":        reflect.TypeFor[pagedDecodeParams](),
 	"rope_cache_":          reflect.TypeFor[ropeCacheParams](),
 	"mla_rope_quant_":      reflect.TypeFor[mlaRopeQuantParams](),

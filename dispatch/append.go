@@ -30,7 +30,23 @@ type AppendShape struct {
 	// token moves on its own in that layout; the x-split and shuffle page
 	// runs need AppendGroupTokens).
 	Flash bool
+	// BlockSize and NumSlots (NumBlocks·BlockSize) are the cache's; with
+	// them a dense append into the x-split or shuffle layout takes the page
+	// path (see AppendPagesMinCover). Zero keeps the token path.
+	BlockSize int
+	NumSlots  int64
 }
+
+// AppendPagesMinCover: an append into the x-split or shuffle layout whose
+// tokens could fill at least 1/AppendPagesMinCover of the cache's slots
+// (NumTokens·AppendPagesMinCover ≥ NumSlots), with BlockSize ≥ x (16 bytes
+// of cache elements), takes the page path: cache_claim_* writes each
+// token's index into its slot, then cache_append_pages_* writes one page
+// per block in whole 16-byte pieces (kernels_src/append.cuh). A sparser
+// append keeps the token path, whose cost does not grow with the cache.
+// Not yet measured (issue 14): set it before planning starts; 0 turns the
+// page path off.
+var AppendPagesMinCover int64 = 4
 
 // AppendFlashFP8Tokens is how many tokens one thread of an fp8 append into
 // the flash layout moves on a compute_90 device (the _t2_sm90 kernels): its
@@ -50,6 +66,9 @@ func PlanAppend(a AppendShape) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	if p, ok := planAppendPages(a); ok {
+		return p, nil
+	}
 	tokens := AppendGroupTokens
 	if a.SM90 && a.CacheDType == E4M3 {
 		ii, _ := activationIndex(a.DType)
@@ -59,6 +78,36 @@ func PlanAppend(a AppendShape) (Plan, error) {
 		}
 	}
 	return planRows(a, kernel, tokens)
+}
+
+// planAppendPages returns the page path's plan for a, and whether a takes
+// it (see AppendPagesMinCover): Kernel writes one page per block
+// (Grid.X = NumSlots/BlockSize), after AppendClaim, one thread per token.
+// a's dtypes are valid (PlanAppend checked them).
+func planAppendPages(a AppendShape) (Plan, bool) {
+	x := 16 / max(a.CacheDType.Size(), 1)
+	if a.Flash || AppendPagesMinCover <= 0 || a.BlockSize < x || a.NumTokens == 0 || a.NumSlots <= 0 ||
+		int64(a.NumTokens)*AppendPagesMinCover < a.NumSlots {
+		return Plan{}, false
+	}
+	ii, _ := activationIndex(a.DType)
+	ci := 0
+	if a.CacheDType == E4M3 {
+		ci = 1
+	}
+	pages := a.NumSlots / int64(a.BlockSize)
+	if pages > maxGridX {
+		return Plan{}, false
+	}
+	names := tables.appendPages[ii][ci]
+	return Plan{
+		Kernel:          names[1],
+		AppendClaim:     names[0],
+		Grid:            Dim3{uint32(pages), 1, 1},
+		Block:           Dim3{AppendThreads, 1, 1},
+		Splits:          1,
+		RequestedSplits: 1,
+	}, true
 }
 
 // PlanGather plans a cache gather launch (the inverse of an append, reading

@@ -278,6 +278,11 @@ type Plan struct {
 	// (one query token each) as a batched decode first, and this plan for
 	// the sequences after them.
 	DecodePrefix int
+
+	// AppendClaim names the page path's first launch for an append plan
+	// (see AppendPagesMinCover): one thread per token, blocks of
+	// AppendThreads, before Kernel.
+	AppendClaim string
 }
 
 // WorkspaceFloatsOffset is where a caller's workspace holds the plan's f32

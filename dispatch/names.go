@@ -52,10 +52,12 @@ type nameTables struct {
 	// tokens per thread.
 	appendSM90      [len(activationTypes)]string
 	appendSM90Flash [len(activationTypes)]string
-	gather          [3]string // by cache dtype: f16, bf16, e4m3
-	rope            [len(activationTypes)][2]string
-	mla             [len(activationTypes)][2]string // rope+quant, concat
-	qkv             [len(activationTypes)][2]string
+	// appendPages: the page path's claim and page kernels, [input][fp8].
+	appendPages [len(activationTypes)][2][2]string
+	gather      [3]string // by cache dtype: f16, bf16, e4m3
+	rope        [len(activationTypes)][2]string
+	mla         [len(activationTypes)][2]string // rope+quant, concat
+	qkv         [len(activationTypes)][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
 	// (1: the _r64 kernels; the 128-row ones at index 0; both the same at
 	// head dim 256, which has only 64-row blocks); varlenMerge: by
@@ -84,6 +86,7 @@ func buildNames() *nameTables {
 				cache = "_" + E4M3.String()
 			}
 			t.append[qi][fp8] = "cache_append_" + q.String() + cache
+			t.appendPages[qi][fp8] = [2]string{"cache_claim_" + q.String() + cache, "cache_append_pages_" + q.String() + cache}
 			if fp8 == 1 {
 				t.appendSM90[qi] = t.append[qi][fp8] + "_sm90"
 				t.appendSM90Flash[qi] = t.append[qi][fp8] + "_t" + strconv.Itoa(AppendFlashFP8Tokens) + "_sm90"
@@ -379,6 +382,9 @@ func AppendKernelNames() []string {
 	for qi := range tables.append {
 		names = append(names, tables.append[qi][:]...)
 		names = append(names, tables.appendSM90[qi], tables.appendSM90Flash[qi])
+		for ci := range tables.appendPages[qi] {
+			names = append(names, tables.appendPages[qi][ci][:]...)
+		}
 	}
 	return names
 }

@@ -25,6 +25,9 @@ func (p Plan) String() string {
 	if p.DecodePrefix > 0 {
 		prefix = fmt.Sprintf("; after a decode of the first %d sequences", p.DecodePrefix)
 	}
+	if p.AppendClaim != "" {
+		prefix = "; after " + p.AppendClaim + " (one thread per token)"
+	}
 	if p.Splits <= 1 && p.Reason == "" {
 		return s + prefix
 	}

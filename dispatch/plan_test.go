@@ -432,7 +432,9 @@ func TestKernelNameLists(t *testing.T) {
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd128_g8")
 	assert.Equal(t, []string{
 		"cache_append_f16", "cache_append_f16_e4m3", "cache_append_f16_e4m3_sm90", "cache_append_f16_e4m3_t2_sm90",
+		"cache_claim_f16", "cache_append_pages_f16", "cache_claim_f16_e4m3", "cache_append_pages_f16_e4m3",
 		"cache_append_bf16", "cache_append_bf16_e4m3", "cache_append_bf16_e4m3_sm90", "cache_append_bf16_e4m3_t2_sm90",
+		"cache_claim_bf16", "cache_append_pages_bf16", "cache_claim_bf16_e4m3", "cache_append_pages_bf16_e4m3",
 	}, AppendKernelNames())
 
 	cluster := ClusterDecodeKernelNames()
@@ -453,9 +455,12 @@ func TestKernelNameLists(t *testing.T) {
 
 	all := KernelNames()
 	// … decode_partition, varlen_decode_prefix, the six _g8_sm90 fp8
-	// kernels, and varlen: q dtype × ((16-bit cache, e4m3 cache) × (three
-	// head dims + two _r64) + three merges).
-	assert.Len(t, all, 2*len(decode)+8+3+4+4+4+2+6+2*(2*5+3))
+	// kernels, varlen: q dtype × ((16-bit cache, e4m3 cache) × (three
+	// head dims + two _r64) + three merges); the 16 appends include the
+	// page path's claim and page kernels.
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+2+6+2*(2*5+3))
+	assert.Contains(t, all, "cache_claim_bf16_e4m3")
+	assert.Contains(t, all, "cache_append_pages_f16")
 	assert.Contains(t, all, VarlenDecodePrefixKernel)
 	assert.Contains(t, all, "paged_varlen_bf16_e4m3_hd128")
 	assert.Contains(t, all, "paged_varlen_merge_f16_hd256")
@@ -592,6 +597,54 @@ func TestPlanAppend(t *testing.T) {
 			assert.Zero(t, p.ScratchFloats)
 		})
 	}
+}
+
+// TestPlanAppendPages checks when an append takes the page path: the
+// x-split or shuffle layout, BlockSize ≥ x, and tokens that could fill
+// 1/AppendPagesMinCover of the slots; one block per page after the claims.
+func TestPlanAppendPages(t *testing.T) {
+	dense := AppendShape{NumTokens: 65536, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16, BlockSize: 16, NumSlots: 65536}
+	p, err := PlanAppend(dense)
+	require.NoError(t, err)
+	assert.Equal(t, "cache_append_pages_f16", p.Kernel)
+	assert.Equal(t, "cache_claim_f16", p.AppendClaim)
+	assert.Equal(t, Dim3{4096, 1, 1}, p.Grid)
+	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
+	assert.Equal(t, "cache_append_pages_f16 grid(4096,1,1) block 128 smem 0 B; after cache_claim_f16 (one thread per token)", p.String())
+
+	fp8 := dense
+	fp8.DType, fp8.CacheDType, fp8.SM90 = BF16, E4M3, true
+	p, err = PlanAppend(fp8)
+	require.NoError(t, err)
+	assert.Equal(t, "cache_append_pages_bf16_e4m3", p.Kernel)
+	assert.Equal(t, "cache_claim_bf16_e4m3", p.AppendClaim)
+
+	// The token path: the flash layout, a block smaller than x (8 rows of a
+	// 16-bit cache, 16 of fp8), a sparse append (a decode step's tokens in
+	// a large cache), no cache facts, or the rule turned off.
+	token := func(mod func(*AppendShape)) {
+		a := dense
+		mod(&a)
+		p, err := PlanAppend(a)
+		require.NoError(t, err)
+		assert.Empty(t, p.AppendClaim, "%+v", a)
+		assert.NotContains(t, p.Kernel, "pages", "%+v", a)
+	}
+	token(func(a *AppendShape) { a.Flash = true })
+	token(func(a *AppendShape) { a.BlockSize = 4 })
+	token(func(a *AppendShape) { a.CacheDType, a.BlockSize = E4M3, 8 })
+	token(func(a *AppendShape) { a.NumTokens = 128 })
+	token(func(a *AppendShape) { a.NumTokens = 16383 }) // 16383·4 < 65536
+	token(func(a *AppendShape) { a.BlockSize, a.NumSlots = 0, 0 })
+	was := AppendPagesMinCover
+	AppendPagesMinCover = 0
+	token(func(*AppendShape) {})
+	AppendPagesMinCover = was
+	edge := dense
+	edge.NumTokens = 16384 // 16384·4 = 65536: the page path
+	p, err = PlanAppend(edge)
+	require.NoError(t, err)
+	assert.Equal(t, "cache_claim_f16", p.AppendClaim)
 }
 
 func TestPlanAppendErrors(t *testing.T) {

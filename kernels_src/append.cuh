@@ -337,6 +337,164 @@ __device__ __forceinline__ void cache_append(
   }
 }
 
+// The page path (x-split and shuffle layouts, block_size ≥ x, appends that
+// cover much of the cache: dispatch.PlanAppend). Tokens with scattered
+// slots (decode steps, or a batch's tokens in shuffled pages) share pages
+// with tokens far from them in the batch, so no thread or block sees a
+// page's rows together, and token-minor V leaves 2 bytes per 32-byte
+// sector. Two launches group them by page without scratch memory:
+// cache_claim_slots writes each token's index into the first 4 bytes of
+// its slot's K piece (head 0, elements 0 …), which the second launch
+// overwrites anyway; cache_append_pages then takes one page per block,
+// reads the page's claims, keeps those whose token really resolves to that
+// slot (a slot nobody claimed holds old K bytes, which cannot pass: a token
+// that resolves there would have claimed it), and writes the page's tiles
+// of every head in whole 16-byte pieces, K straight from the tokens' rows
+// and V through shared memory (a store is x consecutive rows of one
+// element). Rows nobody claims keep their bytes. Two tokens with one slot:
+// one of them is written, as in the token path.
+
+// cache_claim_slots: thread t claims token t's slot (faults recorded here).
+template <int SIZE>
+__device__ __forceinline__ void cache_claim_slots(void* __restrict__ key_cache, const int64_t* __restrict__ slot_mapping,
+                                                  const int64_t* __restrict__ slot_remap, unsigned long long* fault,
+                                                  int64_t num_slots, int64_t num_remap, int num_tokens,
+                                                  int num_kv_heads, int head_dim, int layout, int block_size_log2) {
+  constexpr int X = 16 / SIZE;
+  const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= num_tokens) return;
+  const int64_t slot = resolve_slot(t, slot_mapping, slot_remap, num_remap, num_slots, fault);
+  if (slot < 0) return;
+  int st;
+  const int64_t at = cache_place<X>(layout, false, slot, 0, 0, num_kv_heads, head_dim, block_size_log2, &st);
+  *reinterpret_cast<int*>(static_cast<unsigned char*>(key_cache) + at * SIZE) = (int)t;
+}
+
+// kPageVBytes bounds the shared V rows of one head a page block stages at
+// once (rows × head_dim of 16-bit input).
+constexpr int kPageVBytes = 16384;
+
+// cache_append_pages: block b writes page b (see above).
+template <typename In, bool FP8>
+__device__ __forceinline__ void cache_append_pages(
+    const In* __restrict__ key, const In* __restrict__ value, void* __restrict__ key_cache,
+    void* __restrict__ value_cache, const int64_t* __restrict__ slot_mapping,
+    const int64_t* __restrict__ slot_remap, int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads,
+    int head_dim, int64_t key_token_stride, int64_t key_head_stride, int64_t value_token_stride,
+    int64_t value_head_stride, float k_scale, float v_scale, int layout, int block_size_log2) {
+  constexpr int X = FP8 ? 16 : 8;  // cache elements per 16-byte piece
+  constexpr int SIZE = FP8 ? 1 : 2;
+  __shared__ int owner[256];  // block_size ≤ 256
+  __shared__ __align__(16) uint16_t vrows[kPageVBytes / 2];
+  const int bs = 1 << block_size_log2;
+  const int64_t first = (int64_t)blockIdx.x << block_size_log2;
+  const int tid = threadIdx.x;
+  bool mine = false;
+  for (int o = tid; o < bs; o += blockDim.x) {
+    int st;
+    const int64_t at = cache_place<X>(layout, false, first + o, 0, 0, num_kv_heads, head_dim, block_size_log2, &st);
+    const int c = *reinterpret_cast<const int*>(static_cast<const unsigned char*>(key_cache) + at * SIZE);
+    const bool ok = c >= 0 && c < num_tokens &&
+                    resolve_slot(c, slot_mapping, slot_remap, num_remap, num_slots, nullptr) == first + o;
+    owner[o] = ok ? c : -1;
+    mine |= ok;
+  }
+  if (!__syncthreads_or(mine)) return;  // every claim is read before any K is written
+  const E4M3Divisor kdiv = e4m3_divisor(k_scale), vdiv = e4m3_divisor(v_scale);  // fp8 only
+  int st;
+
+  // K: piece (h, c, o), o fastest: a head's tile [head_dim/X][bs][X] is
+  // written in order, 16 bytes per thread.
+  const int kpieces = head_dim / X;
+  const int kitems = num_kv_heads * kpieces << block_size_log2;
+  for (int i = tid; i < kitems; i += blockDim.x) {
+    const int o = i & (bs - 1);
+    const int rest = i >> block_size_log2;
+    const int c = rest % kpieces, h = rest / kpieces;
+    const int t = owner[o];
+    if (t < 0) continue;
+    const In* src = key + (int64_t)t * key_token_stride + (int64_t)h * key_head_stride + c * X;
+    uint4 out;
+    if constexpr (FP8) {
+      const uint2 a = to_cache<In, true>(load8(src), kdiv), b = to_cache<In, true>(load8(src + 8), kdiv);
+      out = make_uint4(a.x, a.y, b.x, b.y);
+    } else {
+      out = load8(src);
+    }
+    const int64_t at = cache_place<X>(layout, false, first + o, h, c * X, num_kv_heads, head_dim, block_size_log2, &st);
+    *reinterpret_cast<uint4*>(static_cast<unsigned char*>(key_cache) + at * SIZE) = out;
+  }
+
+  // V, one head and R rows at a time: the rows' 16-bit input staged as
+  // [R][head_dim], then piece (og, d), d fastest: rows og·X … og·X+X-1 of
+  // element d, contiguous in both layouts (x-split: [head_dim][bs];
+  // shuffle: [bs/X][head_dim][X]).
+  // R: a power of two (so a multiple of X and a divisor of bs, both powers
+  // of two with bs ≥ X) whose rows fit the stage; head_dim ≤ 256 gives ≥ 32.
+  const int fit = kPageVBytes / 2 / head_dim;
+  const int rows = min(bs, 1 << (31 - __clz(fit)));
+  const int vin = head_dim / 8;                            // 16-byte input pieces of a row
+  for (int h = 0; h < num_kv_heads; ++h) {
+    for (int r0 = 0; r0 < bs; r0 += rows) {
+      for (int i = tid; i < rows * vin; i += blockDim.x) {
+        const int r = i / vin, c = i - r * vin;
+        const int t = owner[r0 + r];
+        if (t < 0) continue;
+        *reinterpret_cast<uint4*>(vrows + r * head_dim + c * 8) =
+            load8(value + (int64_t)t * value_token_stride + (int64_t)h * value_head_stride + c * 8);
+      }
+      __syncthreads();
+      for (int i = tid; i < rows / X * head_dim; i += blockDim.x) {
+        const int og = i / head_dim, d = i - og * head_dim;
+        const int o0 = r0 + og * X;
+        bool all = true, any = false;
+        uint16_t e[X];
+#pragma unroll
+        for (int j = 0; j < X; ++j) {
+          const bool has = owner[o0 + j] >= 0;
+          all &= has;
+          any |= has;
+          e[j] = vrows[(og * X + j) * head_dim + d];
+        }
+        if (!any) continue;
+        const int64_t at = cache_place<X>(layout, true, first + o0, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+        unsigned char* dst = static_cast<unsigned char*>(value_cache) + at * SIZE;
+        // The X rows of element d: a uint4 of 16-bit elements, or two
+        // converted to fp8.
+        uint4 lo, hi;
+        uint16_t* l = reinterpret_cast<uint16_t*>(&lo);
+        uint16_t* u = reinterpret_cast<uint16_t*>(&hi);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          l[j] = e[j];
+          u[j] = e[(j + 8) % X];
+        }
+        uint4 out;
+        if constexpr (FP8) {
+          const uint2 a = to_cache<In, true>(lo, vdiv), b = to_cache<In, true>(hi, vdiv);
+          out = make_uint4(a.x, a.y, b.x, b.y);
+        } else {
+          out = lo;
+        }
+        if (all) {
+          *reinterpret_cast<uint4*>(dst) = out;
+          continue;
+        }
+        // Some rows of the group keep their bytes: the claimed ones alone.
+        const unsigned char* b = reinterpret_cast<const unsigned char*>(&out);
+#pragma unroll
+        for (int j = 0; j < X; ++j) {
+          if (owner[o0 + j] >= 0) {
+#pragma unroll
+            for (int k = 0; k < SIZE; ++k) dst[j * SIZE + k] = b[j * SIZE + k];
+          }
+        }
+      }
+      __syncthreads();  // the staged rows are read before the next rows land
+    }
+  }
+}
+
 template <int SIZE>
 __device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* __restrict__ value_out,
                                              const void* __restrict__ key_cache,
@@ -418,4 +576,27 @@ __device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* _
       int num_kv_heads, int head_dim, int layout, int block_size_log2) {                        \
     pkv::cache_gather<SIZE>(key_out, value_out, key_cache, value_cache, slots, fault, num_slots, \
                             num_tokens, num_kv_heads, head_dim, layout, block_size_log2);       \
+  }
+
+// PKV_CACHE_PAGES defines the page path's two entries for one input and
+// cache dtype: <claim> (one thread per token, blocks of kAppendThreads) and
+// <pages> (one block of kAppendThreads per page).
+#define PKV_CACHE_PAGES(claim, pages, In, FP8)                                                      \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) claim(                        \
+      void* key_cache, const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault, \
+      int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim, int layout, \
+      int block_size_log2) {                                                                         \
+    pkv::cache_claim_slots<FP8 ? 1 : 2>(key_cache, slot_mapping, slot_remap, fault, num_slots, num_remap, \
+                                        num_tokens, num_kv_heads, head_dim, layout, block_size_log2);  \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) pages(                        \
+      const In* key, const In* value, void* key_cache, void* value_cache,                           \
+      const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault,            \
+      int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim,         \
+      int64_t key_token_stride, int64_t key_head_stride, int64_t value_token_stride,                \
+      int64_t value_head_stride, float k_scale, float v_scale, int layout, int block_size_log2) {   \
+    pkv::cache_append_pages<In, FP8>(key, value, key_cache, value_cache, slot_mapping, slot_remap,   \
+                                     num_slots, num_remap, num_tokens, num_kv_heads, head_dim,       \
+                                     key_token_stride, key_head_stride, value_token_stride,          \
+                                     value_head_stride, k_scale, v_scale, layout, block_size_log2);  \
   }

@@ -37,13 +37,21 @@ var moduleComputeCapability = map[string]int{
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
 const (
-	CacheAppendBf16     = "cache_append_bf16"
-	CacheAppendBf16E4m3 = "cache_append_bf16_e4m3"
-	CacheAppendF16      = "cache_append_f16"
-	CacheAppendF16E4m3  = "cache_append_f16_e4m3"
-	CacheGatherBf16     = "cache_gather_bf16"
-	CacheGatherE4m3     = "cache_gather_e4m3"
-	CacheGatherF16      = "cache_gather_f16"
+	CacheAppendBf16          = "cache_append_bf16"
+	CacheAppendBf16E4m3      = "cache_append_bf16_e4m3"
+	CacheAppendF16           = "cache_append_f16"
+	CacheAppendF16E4m3       = "cache_append_f16_e4m3"
+	CacheAppendPagesBf16     = "cache_append_pages_bf16"
+	CacheAppendPagesBf16E4m3 = "cache_append_pages_bf16_e4m3"
+	CacheAppendPagesF16      = "cache_append_pages_f16"
+	CacheAppendPagesF16E4m3  = "cache_append_pages_f16_e4m3"
+	CacheClaimBf16           = "cache_claim_bf16"
+	CacheClaimBf16E4m3       = "cache_claim_bf16_e4m3"
+	CacheClaimF16            = "cache_claim_f16"
+	CacheClaimF16E4m3        = "cache_claim_f16_e4m3"
+	CacheGatherBf16          = "cache_gather_bf16"
+	CacheGatherE4m3          = "cache_gather_e4m3"
+	CacheGatherF16           = "cache_gather_f16"
 )
 
 // Entry points of cache_sm90.ptx (kernels_src/cache_sm90.cu).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pagedkv/pagedkv"
 	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/internal/check"
 	"github.com/pagedkv/pagedkv/internal/ref"
 )
@@ -63,17 +64,46 @@ func TestAppendMatchesReference(t *testing.T) {
 		{Tokens: 5, KVHeads: 3, HeadDim: 40, BlockSize: 8, NumBlocks: 6, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Remap: true},
 		{Tokens: 66, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, PageRuns: true, PadToken: 8},
 	}
+	// Dense random slots in the x-split and shuffle layouts: every slot of
+	// the cache, or most of it, written by tokens in random order (the page
+	// path's case), with skipped slots, remaps, fp8, block sizes x … 256.
+	shapes = append(shapes,
+		check.AppendShape{Tokens: 2048, KVHeads: 8, HeadDim: 128, BlockSize: 16, NumBlocks: 128, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit},
+		check.AppendShape{Tokens: 1500, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 64, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PadToken: 8},
+		check.AppendShape{Tokens: 1024, KVHeads: 4, HeadDim: 256, BlockSize: 256, NumBlocks: 4, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit, Remap: true},
+		check.AppendShape{Tokens: 600, KVHeads: 3, HeadDim: 48, BlockSize: 16, NumBlocks: 50, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, PadHead: 8},
+		check.AppendShape{Tokens: 512, KVHeads: 1, HeadDim: 16, BlockSize: 8, NumBlocks: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutXSplit},
+	)
 	for range 12 {
 		shapes = append(shapes, check.RandomAppendShape(g))
 	}
 	for _, c := range shapes {
-		t.Run(c.String(), func(t *testing.T) {
-			p, err := check.NewAppendProblem(r, r.Stream(), g, c)
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, p.Arena.Free()) })
-			require.NoError(t, p.RunAndCheck(r, r.Stream()))
-		})
+		// The x-split and shuffle layouts run both paths: token by token
+		// and, where the planner allows it, by page.
+		for _, pages := range []bool{false, true} {
+			if pages && c.Layout == pagedkv.LayoutFlash {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s_pages%v", c, pages), func(t *testing.T) {
+				defer appendPages(pages)()
+				p, err := check.NewAppendProblem(r, r.Stream(), g, c)
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, p.Arena.Free()) })
+				require.NoError(t, p.RunAndCheck(r, r.Stream()))
+			})
+		}
 	}
+}
+
+// appendPages makes every eligible append take the page path (pages) or
+// none, and returns the function that restores the planner's rule.
+func appendPages(pages bool) func() {
+	was := dispatch.AppendPagesMinCover
+	dispatch.AppendPagesMinCover = 0
+	if pages {
+		dispatch.AppendPagesMinCover = 1 << 30 // NumTokens ≤ 2^30: the product cannot overflow
+	}
+	return func() { dispatch.AppendPagesMinCover = was }
 }
 
 // TestAppendFP8RoundTrip checks that values written to an e4m3 cache decode,
@@ -181,44 +211,74 @@ func TestAppendFP8SpecialValues(t *testing.T) {
 // TestAppendFaults checks that a slot beyond the cache is reported and not
 // written, with and without the checking mode.
 func TestAppendFaults(t *testing.T) {
-	for _, checking := range []bool{false, true} {
-		t.Run(fmt.Sprintf("check=%v", checking), func(t *testing.T) {
-			r := open(t, config.Options{CheckBounds: ptr(checking)})
-			g := rng(t)
-			s := r.Stream()
-			a := arena(t, r)
-			const tokens, heads, dim, bs, blocks = 8, 2, 64, 4, 2
-			keyRaw, _ := check.RandomTensor(g, pagedkv.F16, tokens*heads*dim, 1)
-			key, err := check.Upload(a, s, keyRaw, 1)
-			require.NoError(t, err)
-			slots, err := check.Upload(a, s, []int64{0, 1, 2, 3, 4, 5, 6, 1 << 40}, 8)
-			require.NoError(t, err)
-			cacheBytes := int64(blocks * bs * heads * dim * 2)
-			// The caches sit inside one allocation with a guard region behind them.
-			guarded, err := a.Alloc(3 * cacheBytes)
-			require.NoError(t, err)
-			require.NoError(t, s.Fill(guarded, 0x5A))
-			kc, _ := guarded.Slice(0, cacheBytes)
-			vc, _ := guarded.Slice(cacheBytes, cacheBytes)
-			args := &pagedkv.AppendArgs{
-				Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slots,
-				NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
-				DType: pagedkv.F16, CacheDType: pagedkv.F16,
+	// The flash layout, and the x-split layout by page (8 tokens over 8
+	// slots: the page path), where the bad token's slot must keep its bytes.
+	for _, layout := range []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit} {
+		for _, checking := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s_check=%v", layout, checking), func(t *testing.T) {
+				appendFault(t, layout, checking)
+			})
+		}
+	}
+}
+
+func appendFault(t *testing.T, layout pagedkv.CacheLayout, checking bool) {
+	r := open(t, config.Options{CheckBounds: ptr(checking)})
+	g := rng(t)
+	s := r.Stream()
+	a := arena(t, r)
+	const tokens, heads, dim = 8, 2, 64
+	bs, blocks := 4, 2
+	if layout != pagedkv.LayoutFlash {
+		bs, blocks = 8, 1
+	}
+	keyRaw, _ := check.RandomTensor(g, pagedkv.F16, tokens*heads*dim, 1)
+	key, err := check.Upload(a, s, keyRaw, 1)
+	require.NoError(t, err)
+	slots, err := check.Upload(a, s, []int64{0, 1, 2, 3, 4, 5, 6, 1 << 40}, 8)
+	require.NoError(t, err)
+	cacheBytes := int64(blocks * bs * heads * dim * 2)
+	// The caches sit inside one allocation with a guard region behind them.
+	guarded, err := a.Alloc(3 * cacheBytes)
+	require.NoError(t, err)
+	require.NoError(t, s.Fill(guarded, 0x5A))
+	kc, _ := guarded.Slice(0, cacheBytes)
+	vc, _ := guarded.Slice(cacheBytes, cacheBytes)
+	args := &pagedkv.AppendArgs{
+		Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slots,
+		NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
+		DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: layout,
+	}
+	err = r.Append(s, args)
+	if !checking {
+		require.NoError(t, err)
+		err = s.Fault()
+	}
+	var fe *pagedkv.FaultError
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Equal(t, int64(7), fe.A)
+	assert.Contains(t, fe.Error(), "SlotMapping[7]")
+	require.NoError(t, s.Fault(), "the record is cleared once read")
+	all := download[byte](t, s, guarded, int(3*cacheBytes))
+	for i, b := range all[2*cacheBytes:] {
+		require.Equal(t, byte(0x5A), b, "byte %d behind the caches was written", i)
+	}
+	// Slot 7 (the bad token's would-be neighbour, claimed by nobody)
+	// keeps its bytes in both caches; slots 0..6 hold their tokens' K.
+	for h := range heads {
+		for d := range dim {
+			for _, value := range []bool{false, true} {
+				at := ref.CacheIndex(ref.Layout(layout), value, 7, h, d, heads, dim, bs, 8) * 2
+				if value {
+					at += int(cacheBytes)
+				}
+				require.Equal(t, []byte{0x5A, 0x5A}, all[at:at+2], "slot 7 head %d element %d (value %v) was written", h, d, value)
 			}
-			err = r.Append(s, args)
-			if !checking {
-				require.NoError(t, err)
-				err = s.Fault()
+			for slot := range 7 {
+				at := ref.CacheIndex(ref.Layout(layout), false, slot, h, d, heads, dim, bs, 8) * 2
+				want := keyRaw[((slot*heads+h)*dim+d)*2:][:2]
+				require.Equal(t, want, all[at:at+2], "slot %d head %d element %d of K", slot, h, d)
 			}
-			var fe *pagedkv.FaultError
-			require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
-			assert.Equal(t, int64(7), fe.A)
-			assert.Contains(t, fe.Error(), "SlotMapping[7]")
-			require.NoError(t, s.Fault(), "the record is cleared once read")
-			guard := download[byte](t, s, guarded, int(3*cacheBytes))[2*cacheBytes:]
-			for i, b := range guard {
-				require.Equal(t, byte(0x5A), b, "byte %d behind the caches was written", i)
-			}
-		})
+		}
 	}
 }

@@ -438,6 +438,22 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 		if err != nil {
 			return err
 		}
+		// Where the planner takes the page path (dispatch.AppendPagesMinCover),
+		// the token path beside it, for the A/B that sets the rule.
+		pages, err := dispatch.PlanAppend(dispatch.AppendShape{NumTokens: sets[0].NumTokens, NumKVHeads: sets[0].NumKVHeads,
+			HeadDim: sets[0].HeadDim, DType: sets[0].DType, CacheDType: sets[0].CacheDType, Flash: layout == pagedkv.LayoutFlash,
+			BlockSize: sets[0].BlockSize, NumSlots: int64(sets[0].NumBlocks) * int64(sets[0].BlockSize)})
+		if err != nil || pages.AppendClaim == "" {
+			continue
+		}
+		was := dispatch.AppendPagesMinCover
+		dispatch.AppendPagesMinCover = 0
+		err = b.row(fmt.Sprintf("%s %s %s, token path", shape, layout, slots), float64(bytes),
+			func() error { call++; return b.r.Append(b.s, &sets[call%len(sets)]) })
+		dispatch.AppendPagesMinCover = was
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
