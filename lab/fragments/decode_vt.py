@@ -1,3 +1,4 @@
+import random
 # Emulates ldmatrix (x4, b16, plain and .trans) over a shared-memory image and
 # checks the decode kernel's V operand fragments, flash tile (control) and
 # transposed tile (branch wip/decode-layouts), against the mma.m16n8k16 layouts.
@@ -74,3 +75,31 @@ def check(D):
     assert seen == {(d, h) for d in range(D) for h in range(2)}, ('loader', D)
     print('ok', D)
 for D in (64, 128, 256): check(D)
+
+# The loader's global offsets (issue, LAID) against the layouts' definition
+# (internal/ref CacheIndex): K chunks of x-split and shuffle, V chunks of 8
+# tokens of one element.
+def cache_index(l, value, slot, h, d, H, D, bs, x):
+    b, o = slot // bs, slot % bs
+    if l == 0: return (slot*H + h)*D + d
+    if not value: return (((b*H+h)*(D//x) + d//x)*bs + o)*x + d % x
+    if l == 1: return ((b*H+h)*D + d)*bs + o
+    return (((b*H+h)*(bs//x) + o//x)*D + d)*x + o % x
+for _ in range(20000):
+    D = random.choice([64,128,256]); H = random.randint(1,8); lg = random.randint(3,8); bs = 1 << lg
+    blk = random.randint(0,1000); kvh = random.randrange(H); CH = D//8
+    o = random.randrange(bs); chunk = random.randrange(CH)
+    t_mask = o
+    koff = ((((blk*H + kvh)*CH + chunk) << lg) | t_mask) * 8
+    slot = blk*bs + o
+    for e in range(8):
+        assert koff + e == cache_index(1, False, slot, kvh, chunk*8 + e, H, D, bs, 8)
+        assert koff + e == cache_index(2, False, slot, kvh, chunk*8 + e, H, D, bs, 8)
+    o8 = (o // 8) * 8; d = random.randrange(D); bh = blk*H + kvh
+    vx = ((bh*D + d) << lg) + o8
+    vs = ((bh*bs//8 + (o8 >> 3))*D + d)*8
+    for e in range(8):
+        s2 = blk*bs + o8 + e
+        assert vx + e == cache_index(1, True, s2, kvh, d, H, D, bs, 8)
+        assert vs + e == cache_index(2, True, s2, kvh, d, H, D, bs, 8)
+print("ok")
