@@ -13,9 +13,12 @@ import (
 //   - Q: [NumSeqs, NumQHeads, HeadDim] of DType (f16 or bf16); QSeqStride is
 //     the element stride between sequences (0 = NumQHeads·HeadDim; else a
 //     multiple of 8, and Q 16-byte aligned: q rows are read in 16-byte pieces).
-//   - KeyCache, ValueCache: flash layout [NumBlocks, BlockSize, NumKVHeads,
-//     HeadDim] of CacheDType: DType, or E4M3 with real value = stored · KScale
-//     (VScale).
+//   - KeyCache, ValueCache: in Layout, [NumBlocks, BlockSize, NumKVHeads,
+//     HeadDim] by default (LayoutFlash), of CacheDType: DType, or E4M3 with
+//     real value = stored · KScale (VScale). LayoutXSplit and LayoutShuffle
+//     (see CacheLayout) take 16-bit caches and BlockSize ≥ 8: their V holds
+//     8 consecutive tokens of one element per 16 bytes, which the kernels
+//     load as they are and read transposed.
 //   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs]
 //     (0 allowed: that sequence's output is zeros and its LSE is -inf). Both
 //     live on the device; see the package doc for what kernels do with bad
@@ -67,6 +70,7 @@ type DecodeArgs struct {
 
 	DType, CacheDType     DType
 	Scale, KScale, VScale float32
+	Layout                CacheLayout
 }
 
 const decodeArg = "DecodeArgs"
@@ -85,6 +89,9 @@ func (a *DecodeArgs) Validate() error {
 		return err
 	}
 	if err := p.pages(); err != nil {
+		return err
+	}
+	if err := checkAttentionLayout(decodeArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
 		return err
 	}
 	if len(a.HostKVLens) != 0 && len(a.HostKVLens) != a.NumSeqs {
@@ -168,6 +175,7 @@ type pagedDecodeParams struct {
 	NumBlocks                                    int64
 	Scale, KScale, VScale                        float32
 	Work                                         driver.DevicePtr
+	Layout                                       int32
 }
 
 // params returns the kernel parameters of a valid a that do not depend on
@@ -181,7 +189,7 @@ func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
 		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: fault,
 		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Scale: scale, KScale: kScale, VScale: vScale,
+		Scale: scale, KScale: kScale, VScale: vScale, Layout: int32(a.Layout),
 	}
 }
 

@@ -54,6 +54,23 @@ func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int)
 	return errf("%s.Layout=%d is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle", arg, int(l))
 }
 
+// checkAttentionLayout checks the cache layout of an attention op: every
+// layout checkLayout allows, the x-split and shuffle ones with a 16-bit
+// cache and BlockSize ≥ 8 (a 16-byte piece of their V is 8 tokens of one
+// element, which the kernels load whole).
+func checkAttentionLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {
+	if err := checkLayout(arg, l, cache, headDim, blockSize); err != nil || l == LayoutFlash {
+		return err
+	}
+	if cache == E4M3 {
+		return errf("%s.Layout=%s is not supported with an e4m3 cache yet; allowed: LayoutFlash", arg, l)
+	}
+	if blockSize < 8 {
+		return errf("%s.BlockSize=%d is not allowed with the %s layout; allowed: 8 to 256", arg, blockSize, l)
+	}
+	return nil
+}
+
 // tokenRows is a token-major input [tokens, heads, dim] at element strides,
 // as an argument struct names it: field is the buffer, the other names are
 // the fields that set each number (for errors).

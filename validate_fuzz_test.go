@@ -248,6 +248,7 @@ type decodeSpec struct {
 	MaxKVLen, QSeqStride, KVCapacity        int64
 	DType, CacheDType                       uint8
 	Scale, KScale, VScale                   float32
+	Layout                                  int64
 	QSize, KeyCacheSize, ValueCacheSize     int64
 	BlockTablesSize, KVLensSize             int64
 	OutSize, LSESize                        int64
@@ -277,6 +278,7 @@ func randDecodeSpec(g gen) decodeSpec {
 	s.QSize, s.KeyCacheSize, s.ValueCacheSize, s.BlockTablesSize, s.KVLensSize, s.OutSize, s.LSESize = sz[0], sz[1], sz[2], sz[3], sz[4], sz[5], sz[6]
 	s.Absent = uint16(g.r.IntN(2)) << 6 // LSE is optional
 	s.Abs, s.Misalign = g.rare(7, 100), g.rare(7, 100)
+	s.Layout = g.wild(g.pick(0, 0, 1, 2))
 	return s
 }
 

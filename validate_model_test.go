@@ -692,6 +692,7 @@ func decodeModel(a *DecodeArgs) kernelModel {
 		want: map[string]*big.Int{
 			"NumQHeads": bi(int64(a.NumQHeads)), "MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)),
 			"BlockSizeLog2": bitsLog2(a.BlockSize), "NumBlocks": bi(int64(a.NumBlocks)),
+			"Layout": bi(int64(a.Layout)),
 		},
 		free:   []string{"QSeqStride"},
 		int32s: map[string]*big.Int{"kvh·G+g": bmul(bi(HK), bi(G)), "G·HeadDim": bmul(bi(G), bi(D))},
@@ -708,8 +709,10 @@ func decodeModel(a *DecodeArgs) kernelModel {
 		}
 	}
 	qLo, qHi := strided(in, 0, HK*G*D, axi(S, p.QSeqStride))
-	slots := bmul(bi(p.NumBlocks), new(big.Int).Lsh(bi(1), uint(max(bsLog, 0))))
-	cLo, cHi := strided(cs, 0, D, ax{slots, bmul(bi(HK), bi(D))}, axi(HK, D))
+	// Every element of every head of every slot, in the layout.
+	slots := clampInt64(bmul(bi(p.NumBlocks), new(big.Int).Lsh(bi(1), uint(max(bsLog, 0)))))
+	kLo, kHi := cacheRange(int64(p.Layout), false, slots, HK, D, D, bsLog, cs)
+	vLo, vHi := cacheRange(int64(p.Layout), true, slots, HK, D, D, bsLog, cs)
 	tLo, tHi := span(4, bi(0), bmul(bi(S), bi(mbps)))
 	lLo, lHi := span(4, bi(0), bi(S))
 	rows := func(esize, row int64) (*big.Int, *big.Int) {
@@ -719,8 +722,8 @@ func decodeModel(a *DecodeArgs) kernelModel {
 	seLo, seHi := rows(4, 1)
 	m.regions = []region{
 		reg("Q", "Q", a.Q, qLo, qHi, 16),
-		reg("KeyCache", "KeyCache", a.KeyCache, cLo, cHi, 16),
-		reg("ValueCache", "ValueCache", a.ValueCache, cLo, cHi, 16),
+		reg("KeyCache", "KeyCache", a.KeyCache, kLo, kHi, 16),
+		reg("ValueCache", "ValueCache", a.ValueCache, vLo, vHi, 16),
 		reg("BlockTables", "BlockTables", a.BlockTables, tLo, tHi, 4),
 		reg("KVLens", "KVLens", a.KVLens, lLo, lHi, 4),
 		reg("Out", "Out", a.Out, oLo, oHi, in),

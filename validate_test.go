@@ -127,7 +127,18 @@ func goodDecode() DecodeArgs {
 func TestDecodeArgsValidate(t *testing.T) {
 	good := goodDecode()
 	require.NoError(t, good.Validate())
+	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle} {
+		laid := goodDecode()
+		laid.Layout = l
+		require.NoError(t, laid.Validate(), l)
+	}
 	cases := []badCase[DecodeArgs]{
+		{"layout", func(a *DecodeArgs) { a.Layout = 3 }, "DecodeArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"layout fp8", func(a *DecodeArgs) { a.Layout, a.CacheDType, a.KScale, a.VScale = LayoutXSplit, E4M3, 1, 1 },
+			"DecodeArgs.Layout=x-split is not supported with an e4m3 cache yet; allowed: LayoutFlash"},
+		{"layout block", func(a *DecodeArgs) {
+			a.Layout, a.BlockSize, a.MaxBlocksPerSeq, a.NumBlocks = LayoutXSplit, 4, 4*a.MaxBlocksPerSeq, 4*a.NumBlocks
+		}, "DecodeArgs.BlockSize=4 is not allowed with the x-split layout; allowed: 8 to 256"},
 		{"heads", func(a *DecodeArgs) { a.NumQHeads = 30 }, "DecodeArgs.NumQHeads=30 is not a multiple of NumKVHeads=8"},
 		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
 		{"head dim", func(a *DecodeArgs) { a.HeadDim = 96 }, "DecodeArgs.HeadDim=96 is not supported; allowed: 64, 128, 256"},

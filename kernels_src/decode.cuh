@@ -57,7 +57,7 @@
 // for P·V a lane gets 2 bytes (d = 2n, 2n+1) of two tokens, so each 16-byte
 // chunk of V feeds two n-tiles, the even and the odd d.
 #pragma once
-#include "common.cuh"
+#include "cache.cuh"
 #include "mma.cuh"
 
 // PKV_TRACE(point) marks a moment of a block's life for the timeline harness
@@ -82,6 +82,19 @@ constexpr int kTileRows = 16;    // query-head rows of the mma tile: G ≤ 16
 // The largest split count: the fused merge keeps kTileRows·kMaxSplits
 // weights and sums in shared memory.
 constexpr int kMaxSplits = 64;
+
+// BoolC carries a bool as a type, so a generic lambda can be instantiated
+// once per value (the decode's main loop, per cache layout family).
+template <bool B>
+struct BoolC {
+  static constexpr bool value = B;
+};
+
+// vt_chunk returns the position, in 16-byte chunks, of chunk h (tokens
+// 8h … 8h+7) of row d of a transposed V tile (the x-split and shuffle
+// layouts, see paged_decode): two chunks a row, swapped every 4 rows so
+// that the 8 rows an ldmatrix matrix reads hit distinct banks.
+__device__ __forceinline__ int vt_chunk(int d, int h) { return 2 * d + (h ^ ((d >> 2) & 1)); }
 
 // DecodeSmem describes the dynamic shared memory of a block: q as <q>
 // (kTileRows × D, 16-bit), then a ring of 2 to 4 cp.async stages, as many as
@@ -281,7 +294,7 @@ __device__ __forceinline__ void paged_decode(
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
     int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
-    const int4* __restrict__ work) {
+    const int4* __restrict__ work, int layout) {
   PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
@@ -417,8 +430,19 @@ __device__ __forceinline__ void paged_decode(
   };
   // issue starts the copy of this warp's tile i into stage st; ids holds the
   // tile's block ids as checked_id returned them. Tokens past end are zeros.
+  //
+  // In the x-split and shuffle layouts (LAID, 16-bit caches) K's chunks are
+  // 16 contiguous bytes of one token as in the flash layout, from another
+  // place, and land in the same tile; V's are 8 consecutive tokens of one
+  // element d, so the V tile lands transposed: row d holds the tile's 16
+  // tokens as two chunks, chunk h at vt_chunk(d, h), which P·V reads with
+  // plain (not transposing) ldmatrix. A chunk with tokens past end is read
+  // whole from its page (block_size ≥ 8 keeps it in one) and those tokens
+  // are zeroed once it has landed (zero_tail), as the flash tile's rows past
+  // end are zero-filled.
   const int chunk = lane % CH;
-  auto issue = [&](int i, int ids, int st) {
+  auto issue = [&](auto laid, int i, int ids, int st) {
+    constexpr bool LAID = decltype(laid)::value;
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
     unsigned char* kt = ring + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kdst = smem_addr(kt);
@@ -429,10 +453,41 @@ __device__ __forceinline__ void paged_decode(
       const int t = base + r;
       const int blk = __shfl_sync(0xffffffffu, ids, r);
       const bool ok = t < end;
-      const int64_t off = ok ? (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride : 0;
       const int at = swizzle<CH>(r, chunk) * 16;
-      cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + chunk * 16, ok ? 16 : 0);
-      cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + chunk * 16, ok ? 16 : 0);
+      if constexpr (!LAID) {
+        const int64_t off = ok ? (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride : 0;
+        cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + chunk * 16, ok ? 16 : 0);
+        cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + chunk * 16, ok ? 16 : 0);
+      } else {
+        // K [blocks, heads, D/8, bs, 8] in both layouts.
+        const int64_t koff =
+            ok ? (((((int64_t)blk * num_kv_heads + kvh) * CH + chunk) << block_size_log2) | (t & bs_mask)) * 8 : 0;
+        cp_async16(kdst + at, k_cache + koff, ok ? 16 : 0);
+        // V chunk k = lane + 32j of the Vᵀ tile: element d = k/2, tokens
+        // 8h … 8h+7 of the tile (h = k%2).
+        const int k = lane + 32 * j;
+        const int d = k >> 1, h = k & 1;
+        const int tv = base + 8 * h;
+        const int vblk = __shfl_sync(0xffffffffu, ids, 8 * h);
+        const bool vok = tv < end;
+        const int o = tv & bs_mask;  // a multiple of 8
+        const int64_t bh = (int64_t)vblk * num_kv_heads + kvh;
+        int64_t voff = 0;
+        if (vok) {
+          voff = layout == kLayoutXSplit ? ((bh * D + d) << block_size_log2) + o  // [blocks, heads, D, bs]
+                                         : ((bh * (bs_mask + 1) / 8 + (o >> 3)) * D + d) * 8;  // [.., bs/8, D, 8]
+        }
+        cp_async16(vdst + vt_chunk(d, h) * 16, v_cache + voff, vok ? 16 : 0);
+      }
+    }
+  };
+  // zero_tail zeroes the Vᵀ tile's tokens from valid on (LAID, a tile that
+  // reaches past end): they hold whatever their page holds, and P·V must see
+  // zeros there (0·NaN is NaN).
+  auto zero_tail = [&](unsigned char* vtile, int valid) {
+    uint16_t* v16 = reinterpret_cast<uint16_t*>(vtile);
+    for (int d = lane; d < D; d += 32) {
+      for (int c = valid; c < kTileTokens; ++c) v16[vt_chunk(d, c >> 3) * 8 + (c & 7)] = 0;
     }
   };
 
@@ -451,10 +506,14 @@ __device__ __forceinline__ void paged_decode(
   const uint32_t q_base = smem_addr(q_s);
   const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix x4 rows: 0-7, 8-15, 0-7, 8-15
 
+  // The issues, the loads of q's fragments and the main loop, once per
+  // cache layout family (LAID: x-split or shuffle, 16-bit caches).
+  auto main_loop = [&](auto laid) {
+    constexpr bool LAID = decltype(laid)::value;
   // Tile j is issued with id_cur = its raw ids and id_next = tile j+1's;
   // tile j+2's are read then, two issues ahead of their use.
   for (int j = 0; j < stages - 1; ++j) {
-    if (j < mine) issue(j, checked_id(id_cur, j), j);
+    if (j < mine) issue(laid, j, checked_id(id_cur, j), j);
     cp_async_commit();
     id_cur = id_next;
     id_next = raw_id(start, j + 2);
@@ -483,7 +542,7 @@ __device__ __forceinline__ void paged_decode(
   for (int i = 0; i < mine; ++i) {
     {
       const int j = i + stages - 1;
-      if (j < mine) issue(j, checked_id(id_cur, j), j % stages);
+      if (j < mine) issue(laid, j, checked_id(id_cur, j), j % stages);
       cp_async_commit();
       id_cur = id_next;
       id_next = raw_id(start, j + 2);
@@ -498,10 +557,16 @@ __device__ __forceinline__ void paged_decode(
     }
     if (i == 0) PKV_TRACE(1);
     __syncwarp();
-    const unsigned char* kt = ring + ((i % stages) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    unsigned char* kt = ring + ((i % stages) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kbase = smem_addr(kt);
     const uint32_t vbase = kbase + Smem::kTileBytes;
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
+    if constexpr (LAID) {
+      if (base + kTileTokens > end) {
+        zero_tail(kt + Smem::kTileBytes, end - base);
+        __syncwarp();
+      }
+    }
 
     if constexpr (NARROW) {
       // Sᵀ = K·Qᵀ: rows are the tile's 16 tokens (A = K rows as stored),
@@ -569,7 +634,17 @@ __device__ __forceinline__ void paged_decode(
       }
       // A = Vᵀ, m-tile m (d 16m..16m+15): x4.trans of tokens 0-7 and 8-15,
       // d chunks 2m and 2m+1.
-      if constexpr (!kFP8) {
+      if constexpr (LAID) {
+        // Vᵀ as stored: m-tile m is rows 16m … 16m+15, chunk 0 (tokens 0-7)
+        // then 1; lane l reads row 16m + x4_row, chunk l/16.
+        const int vt_lane = 2 * x4_row + ((lane >> 4) ^ ((x4_row >> 2) & 1));
+#pragma unroll
+        for (int m = 0; m < ACC; ++m) {
+          uint32_t a[4];
+          ldmatrix_x4(a, vbase + (32 * m + vt_lane) * 16);
+          mma16816<T>(acc[m], a, b0, b1);
+        }
+      } else if constexpr (!kFP8) {
         const int v_row = (lane & 7) + (lane >> 4) * 8;
 #pragma unroll
         for (int m = 0; m < ACC; ++m) {
@@ -672,7 +747,19 @@ __device__ __forceinline__ void paged_decode(
       }
 
       // O += P·V: one x4.trans load gives the B fragments of two n-tiles.
-      if constexpr (!kFP8) {
+      if constexpr (LAID) {
+        // Vᵀ as stored: n-tile n is rows 8n … 8n+7; lane l reads row
+        // 8n + l%8 + 8·(l/16) (n-tiles n, n+1), chunk (l/8)%2.
+        const int vt_row = (lane & 7) + (lane >> 4) * 8;
+        const int vt_lane = 2 * vt_row + (((lane >> 3) & 1) ^ ((vt_row >> 2) & 1));
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, vbase + (16 * n + vt_lane) * 16);
+          mma16816<T>(acc[n], p, b[0], b[1]);
+          mma16816<T>(acc[n + 1], p, b[2], b[3]);
+        }
+      } else if constexpr (!kFP8) {
 #pragma unroll
         for (int n = 0; n < NT; n += 2) {
           uint32_t b[4];
@@ -696,6 +783,16 @@ __device__ __forceinline__ void paged_decode(
       }
     }
     __syncwarp();  // this stage is refilled next iteration
+  }
+  };
+  if constexpr (!kFP8) {
+    if (layout != kLayoutFlash) {
+      main_loop(BoolC<true>{});
+    } else {
+      main_loop(BoolC<false>{});
+    }
+  } else {
+    main_loop(BoolC<false>{});  // fp8 caches: the flash layout only (the host checks)
   }
   cp_async_wait<0>();
   PKV_TRACE(2);
@@ -890,11 +987,11 @@ __device__ __forceinline__ void paged_decode(
       unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                         \
       const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
-      float scale, float k_scale, float v_scale, const int4* work) {                                  \
+      float scale, float k_scale, float v_scale, const int4* work, int layout) {                      \
     pkv::paged_decode<T, C, D, CLUSTER, NARROW>(                                                      \
         out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
         kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
-        scale, k_scale, v_scale, work);                                                               \
+        scale, k_scale, v_scale, work, layout);                                                       \
   }
 
 // PKV_DECODE_ALL defines the entries <prefix>_hd<D> for every head dim.

@@ -33,6 +33,14 @@ func TestDecodeMatchesReference(t *testing.T) {
 		{Seqs: 3, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, MaxBlocksPerSeq: 300, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 300},
 		{Seqs: 2, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 2100},
 		{Seqs: 5, QHeads: 5, KVHeads: 5, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 256},
+		// The x-split and shuffle layouts (V read transposed): narrow and
+		// wide kernels, every head dim, block sizes 8 (a tile spans two
+		// pages) to 256, lengths that end inside a tile's chunk.
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1000, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 3, QHeads: 48, KVHeads: 4, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 100, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 797, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2100, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 6, QHeads: 12, KVHeads: 2, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 20, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 613, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 5, QHeads: 16, KVHeads: 16, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 637, Layout: pagedkv.LayoutXSplit},
 	}
 	for range 10 {
 		shapes = append(shapes, check.RandomDecodeShape(g))

@@ -70,6 +70,9 @@ type bencher struct {
 	// stages, when not 0, gives every decode launch a ring of that many
 	// stages instead of the planner's (an experiment knob: -stages).
 	stages int
+	// layouts, when set, also times every uniform 16-bit decode row of the
+	// grid in the x-split and shuffle layouts (-layouts).
+	layouts bool
 	// expBalance, when set, also times variants of each balanced A/B plan
 	// (an experiment knob: -exp-balance), printed to stderr.
 	expBalance bool
@@ -93,6 +96,7 @@ type benchOptions struct {
 	Sweep      bool
 	Stages     int // 0 for the planner's
 	ExpBalance bool
+	Layouts    bool
 	Shape      *regexp.Regexp // nil: every row
 	Caches     []pagedkv.DType
 	Device     int
@@ -112,6 +116,7 @@ func parseBench(args []string) (benchOptions, error) {
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
 	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan (wave ×1..3 at every ring depth) on the uniform rows and the ragged eager rows (stderr)")
+	layouts := fs.Bool("layouts", false, "also time the uniform 16-bit decode rows in the x-split and shuffle layouts (rows end in the layout's name)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	shape := fs.String("shape", "", "measure only the rows whose \"<dtype> <shape>\" matches this regular expression (e.g. 'e4m3 seqs=8 kv=8192$'; for profilers)")
@@ -123,7 +128,7 @@ func parseBench(args []string) (benchOptions, error) {
 		return benchOptions{}, err
 	}
 	o := benchOptions{Op: *op, JSONPath: *jsonPath, Reps: *reps, Quick: *quick, Sweep: !*noSweep,
-		Stages: *stages, ExpBalance: *expBalance, Device: *device}
+		Stages: *stages, ExpBalance: *expBalance, Layouts: *layouts, Device: *device}
 	if o.Op == "cache" { // the issue tracker's name for the cache-op table
 		o.Op = "append"
 	}
@@ -195,7 +200,7 @@ func runBench(args []string) error {
 	}
 	defer r.Close()
 	b := &bencher{r: r, s: r.Stream(), reps: o.Reps, g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
-		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance, shape: o.Shape}
+		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance, layouts: o.Layouts, shape: o.Shape}
 	defer b.arena.Free()
 	if b.timer, err = b.s.NewTimer(); err != nil {
 		return err
@@ -747,6 +752,21 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 					return err
 				}
 				b.rep.Results = append(b.rep.Results, res)
+				if !b.layouts || cache == pagedkv.E4M3 {
+					continue
+				}
+				for _, layout := range allLayouts[1:] {
+					lc := decodeCase{q: q, cache: cache, lens: c.lens, shape: c.shape + " " + layout.String(), layout: layout}
+					if !b.wants(cache.String(), lc.shape) {
+						continue
+					}
+					b.status(fmt.Sprintf("decode %s %s", cache, lc.shape))
+					res, err := b.decodeShape(pool, lc)
+					if err != nil {
+						return err
+					}
+					b.rep.Results = append(b.rep.Results, res)
+				}
 			}
 		}
 		if cache != pagedkv.F16 {
@@ -852,6 +872,7 @@ type decodeCase struct {
 	// qHeads and kvHeads: the row's heads (0: 32 and benchKVHeads); kvHeads
 	// divides benchKVHeads, so the pool's pages hold whole pages of it.
 	qHeads, kvHeads int
+	layout          pagedkv.CacheLayout // the caches' layout (the pool's random pages read as it)
 }
 
 const benchKVHeads, benchHeadDim, benchBlockSize = 8, 128, 16
@@ -899,7 +920,7 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 		KeyCache: pool.k, ValueCache: pool.v,
 		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
 		NumBlocks: blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxLen, DType: c.q, CacheDType: c.cache,
-		KVCapacity: pagesPerSeq * blockSize,
+		KVCapacity: pagesPerSeq * blockSize, Layout: c.layout,
 	}
 	if c.cache == pagedkv.E4M3 {
 		base.KScale, base.VScale = 0.05, 0.05

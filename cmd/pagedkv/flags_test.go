@@ -154,7 +154,7 @@ func TestHelp(t *testing.T) {
 		parse func([]string) error
 		flags []string
 	}{
-		{"bench", func(a []string) error { _, err := parseBench(a); return err }, []string{"-op", "-json", "-reps", "-quick", "-nosweep", "-stages", "-exp-balance", "-cache", "-shape", "-device"}},
+		{"bench", func(a []string) error { _, err := parseBench(a); return err }, []string{"-op", "-json", "-reps", "-quick", "-nosweep", "-stages", "-exp-balance", "-layouts", "-cache", "-shape", "-device"}},
 		{"verify", func(a []string) error { _, err := parseVerify(a); return err }, []string{"-n", "-seed", "-device"}},
 		{"info", func(a []string) error { _, err := parseInfo(a); return err }, []string{"-device"}},
 	} {

@@ -17,10 +17,15 @@ type DecodeShape struct {
 	NumBlocks                                                  int // 0 = just enough for every table entry, plus 3
 	DType, CacheDType                                          pagedkv.DType
 	MaxLen                                                     int
+	Layout                                                     pagedkv.CacheLayout
 }
 
 func (c DecodeShape) String() string {
-	return fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_len%d", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.MaxLen)
+	s := fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_len%d", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.MaxLen)
+	if c.Layout != pagedkv.LayoutFlash {
+		s += "_" + c.Layout.String()
+	}
+	return s
 }
 
 // RandomDecodeShape draws a small random decode shape covering every head
@@ -40,6 +45,10 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	}
 	c.MaxLen = 1 + g.IntN(3000)
 	c.MaxBlocksPerSeq = (c.MaxLen+c.BlockSize-1)/c.BlockSize + g.IntN(3)
+	// The x-split and shuffle layouts: 16-bit caches, blocks of 8 or more.
+	if c.CacheDType != pagedkv.E4M3 && c.BlockSize >= 8 && g.IntN(3) == 0 {
+		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
+	}
 	return c
 }
 
@@ -107,7 +116,7 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq,
 		MaxKVLen: maxLen(p.Lens), QSeqStride: qStride,
-		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale,
+		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale, Layout: c.Layout,
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
@@ -165,6 +174,7 @@ func (p *DecodeProblem) Reference() ([]float64, []float64) {
 		Q: p.Q, KeyCache: p.K, ValueCache: p.V, BlockTables: p.Tables, KVLens: p.Lens,
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, MaxBlocksPerSeq: c.MaxBlocksPerSeq, Scale: scale,
+		Layout: ref.Layout(c.Layout), X: 16 / c.CacheDType.Size(),
 	})
 }
 

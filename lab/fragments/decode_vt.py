@@ -1,0 +1,105 @@
+import random
+# Emulates ldmatrix (x4, b16, plain and .trans) over a shared-memory image and
+# checks the decode kernel's V operand fragments, flash tile (control) and
+# transposed tile (branch wip/decode-layouts), against the mma.m16n8k16 layouts.
+def swizzle(CH, r, c):
+    mask = 7 if CH >= 8 else CH - 1
+    shift = 0 if CH >= 8 else (1 if CH == 4 else 2)
+    return r * CH + (c ^ ((r >> shift) & mask))
+def vt_chunk(d, h): return 2 * d + (h ^ ((d >> 2) & 1))
+
+def ldmatrix(smem, addrs, trans):
+    # addrs[lane] = byte address of row (lane%8) of matrix lane//8
+    regs = [[None]*4 for _ in range(32)]
+    for j in range(4):
+        rows = [[smem[(addrs[8*j+r] + 2*e)] for e in range(8)] for r in range(8)]
+        for lane in range(32):
+            g, c = lane // 4, lane % 4
+            if not trans: regs[lane][j] = (rows[g][2*c], rows[g][2*c+1])
+            else: regs[lane][j] = (rows[2*c][g], rows[2*c+1][g])
+    return regs
+
+def check(D):
+    CH = D // 8
+    V = {(t, d): ('V', t, d) for t in range(16) for d in range(D)}
+    flash, vt = {}, {}
+    for (t, d), v in V.items():
+        flash[swizzle(CH, t, d // 8) * 16 + (d % 8) * 2] = v
+        vt[vt_chunk(d, t // 8) * 16 + (t % 8) * 2] = v
+    # bank conflicts of the transposed tile: 8 rows of one matrix
+    bad = 0
+    # wide: B = V (k = token, n = d)
+    for n in range(0, D // 8, 2):
+        x4_row = [(l & 7) + ((l >> 3) & 1) * 8 for l in range(32)]
+        a_f = [swizzle(CH, x4_row[l], n + (l >> 4)) * 16 for l in range(32)]
+        vt_row = [(l & 7) + (l >> 4) * 8 for l in range(32)]
+        vt_lane = [2 * vt_row[l] + (((l >> 3) & 1) ^ ((vt_row[l] >> 2) & 1)) for l in range(32)]
+        a_t = [(16 * n + vt_lane[l]) * 16 for l in range(32)]
+        rf = ldmatrix(flash, a_f, True); rt = ldmatrix(vt, a_t, False)
+        for l in range(32):
+            g, c = l // 4, l % 4
+            want = [(V[(2*c, 8*n+g)], V[(2*c+1, 8*n+g)]), (V[(8+2*c, 8*n+g)], V[(9+2*c, 8*n+g)]),
+                    (V[(2*c, 8*n+8+g)], V[(2*c+1, 8*n+8+g)]), (V[(8+2*c, 8*n+8+g)], V[(9+2*c, 8*n+8+g)])]
+            assert rf[l] == want, ('wide flash', D, n, l)
+            assert rt[l] == want, ('wide vt', D, n, l, rt[l], want)
+        for j in range(4):
+            banks = set()
+            for r in range(8):
+                b = (a_t[8*j+r] // 16) % 8
+                assert b not in banks, ('conflict wide', D, n, j); banks.add(b)
+    # narrow: A = Vᵀ (rows d, cols tokens), m-tile m = d 16m..16m+15
+    for m in range(D // 16):
+        x4_row = [(l & 7) + ((l >> 3) & 1) * 8 for l in range(32)]
+        v_row = [(l & 7) + (l >> 4) * 8 for l in range(32)]
+        a_f = [swizzle(CH, v_row[l], 2 * m + ((l >> 3) & 1)) * 16 for l in range(32)]
+        vt_lane = [2 * x4_row[l] + ((l >> 4) ^ ((x4_row[l] >> 2) & 1)) for l in range(32)]
+        a_t = [(32 * m + vt_lane[l]) * 16 for l in range(32)]
+        rf = ldmatrix(flash, a_f, True); rt = ldmatrix(vt, a_t, False)
+        for l in range(32):
+            g, c = l // 4, l % 4
+            want = [(V[(2*c, 16*m+g)], V[(2*c+1, 16*m+g)]), (V[(2*c, 16*m+g+8)], V[(2*c+1, 16*m+g+8)]),
+                    (V[(8+2*c, 16*m+g)], V[(9+2*c, 16*m+g)]), (V[(8+2*c, 16*m+g+8)], V[(9+2*c, 16*m+g+8)])]
+            assert rf[l] == want, ('narrow flash', D, m, l)
+            assert rt[l] == want, ('narrow vt', D, m, l, rt[l], want)
+        for j in range(4):
+            banks = set()
+            for r in range(8):
+                b = (a_t[8*j+r] // 16) % 8
+                assert b not in banks, ('conflict narrow', D, m, j); banks.add(b)
+    # the loader: chunk k = lane + 32j covers every (d, h) once
+    seen = set()
+    ISSUES = 16 // (1 if CH >= 32 else 32 // CH)
+    for j in range(ISSUES):
+        for lane in range(32):
+            k = lane + 32 * j; seen.add((k >> 1, k & 1))
+    assert seen == {(d, h) for d in range(D) for h in range(2)}, ('loader', D)
+    print('ok', D)
+for D in (64, 128, 256): check(D)
+
+# The loader's global offsets (issue, LAID) against the layouts' definition
+# (internal/ref CacheIndex): K chunks of x-split and shuffle, V chunks of 8
+# tokens of one element.
+def cache_index(l, value, slot, h, d, H, D, bs, x):
+    b, o = slot // bs, slot % bs
+    if l == 0: return (slot*H + h)*D + d
+    if not value: return (((b*H+h)*(D//x) + d//x)*bs + o)*x + d % x
+    if l == 1: return ((b*H+h)*D + d)*bs + o
+    return (((b*H+h)*(bs//x) + o//x)*D + d)*x + o % x
+for _ in range(20000):
+    D = random.choice([64,128,256]); H = random.randint(1,8); lg = random.randint(3,8); bs = 1 << lg
+    blk = random.randint(0,1000); kvh = random.randrange(H); CH = D//8
+    o = random.randrange(bs); chunk = random.randrange(CH)
+    t_mask = o
+    koff = ((((blk*H + kvh)*CH + chunk) << lg) | t_mask) * 8
+    slot = blk*bs + o
+    for e in range(8):
+        assert koff + e == cache_index(1, False, slot, kvh, chunk*8 + e, H, D, bs, 8)
+        assert koff + e == cache_index(2, False, slot, kvh, chunk*8 + e, H, D, bs, 8)
+    o8 = (o // 8) * 8; d = random.randrange(D); bh = blk*H + kvh
+    vx = ((bh*D + d) << lg) + o8
+    vs = ((bh*bs//8 + (o8 >> 3))*D + d)*8
+    for e in range(8):
+        s2 = blk*bs + o8 + e
+        assert vx + e == cache_index(1, True, s2, kvh, d, H, D, bs, 8)
+        assert vs + e == cache_index(2, True, s2, kvh, d, H, D, bs, 8)
+print("ok")
