@@ -600,7 +600,7 @@ func TestPlanAppend(t *testing.T) {
 }
 
 // TestPlanAppendPages checks when an append takes the page path: the
-// x-split or shuffle layout, BlockSize ≥ x, and tokens that could fill
+// x-split or shuffle layout, BlockSize ≥ x, a power-of-two HeadDim, and tokens that could fill
 // 1/AppendPagesMinCover of the slots; one block per page after the claims.
 func TestPlanAppendPages(t *testing.T) {
 	dense := AppendShape{NumTokens: 65536, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: F16, BlockSize: 16, NumSlots: 65536}
@@ -621,7 +621,8 @@ func TestPlanAppendPages(t *testing.T) {
 
 	// The token path: the flash layout, a block smaller than x (8 rows of a
 	// 16-bit cache, 16 of fp8), a sparse append (a decode step's tokens in
-	// a large cache), no cache facts, or the rule turned off.
+	// a large cache), a head_dim not a power of two (the page kernel's
+	// places are shifts), no cache facts, or the rule turned off.
 	token := func(mod func(*AppendShape)) {
 		a := dense
 		mod(&a)
@@ -634,6 +635,7 @@ func TestPlanAppendPages(t *testing.T) {
 	token(func(a *AppendShape) { a.BlockSize = 4 })
 	token(func(a *AppendShape) { a.CacheDType, a.BlockSize = E4M3, 8 })
 	token(func(a *AppendShape) { a.NumTokens = 128 })
+	token(func(a *AppendShape) { a.HeadDim = 96 })
 	token(func(a *AppendShape) { a.NumTokens = 16383 }) // 16383·4 < 65536
 	token(func(a *AppendShape) { a.BlockSize, a.NumSlots = 0, 0 })
 	was := AppendPagesMinCover

@@ -370,11 +370,18 @@ __device__ __forceinline__ void cache_claim_slots(void* __restrict__ key_cache, 
   *reinterpret_cast<int*>(static_cast<unsigned char*>(key_cache) + at * SIZE) = (int)t;
 }
 
-// kPageVBytes bounds the shared V rows of one head a page block stages at
-// once (rows × head_dim of 16-bit input).
-constexpr int kPageVBytes = 16384;
+// kPageUnroll: how many 16-byte K pieces a page-block thread loads before
+// it stores them (more loads in flight per thread).
+constexpr int kPageUnroll = 8;
 
-// cache_append_pages: block b writes page b (see above).
+// cache_append_pages: block b writes page b (see above). In both layouts a
+// page's tiles, head by head, are NumKVHeads·head_dim·bs contiguous
+// elements from first·NumKVHeads·head_dim (first: the page's first slot),
+// so every place is that base plus an offset made of shifts (head_dim, bs
+// and X are powers of two). No shared memory but the claims: a thread
+// loads the X rows of one 8-element column of V (16 bytes of X tokens'
+// input rows), transposes them in registers and stores 8 pieces of X rows
+// of one element each.
 template <typename In, bool FP8>
 __device__ __forceinline__ void cache_append_pages(
     const In* __restrict__ key, const In* __restrict__ value, void* __restrict__ key_cache,
@@ -382,15 +389,16 @@ __device__ __forceinline__ void cache_append_pages(
     const int64_t* __restrict__ slot_remap, int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads,
     int head_dim, int64_t key_token_stride, int64_t key_head_stride, int64_t value_token_stride,
     int64_t value_head_stride, float k_scale, float v_scale, int layout, int block_size_log2) {
-  constexpr int X = FP8 ? 16 : 8;  // cache elements per 16-byte piece
+  constexpr int X = FP8 ? 16 : 8;  // cache elements (V: rows) per 16-byte piece
+  constexpr int XL = FP8 ? 4 : 3;  // log2(X)
   constexpr int SIZE = FP8 ? 1 : 2;
+  constexpr int U = kPageUnroll;
   __shared__ int owner[256];  // block_size ≤ 256
-  __shared__ __align__(16) uint16_t vrows[kPageVBytes / 2];
   const int bs = 1 << block_size_log2;
   const int64_t first = (int64_t)blockIdx.x << block_size_log2;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, nt = blockDim.x;
   bool mine = false;
-  for (int o = tid; o < bs; o += blockDim.x) {
+  for (int o = tid; o < bs; o += nt) {
     int st;
     const int64_t at = cache_place<X>(layout, false, first + o, 0, 0, num_kv_heads, head_dim, block_size_log2, &st);
     const int c = *reinterpret_cast<const int*>(static_cast<const unsigned char*>(key_cache) + at * SIZE);
@@ -401,97 +409,129 @@ __device__ __forceinline__ void cache_append_pages(
   }
   if (!__syncthreads_or(mine)) return;  // every claim is read before any K is written
   const E4M3Divisor kdiv = e4m3_divisor(k_scale), vdiv = e4m3_divisor(v_scale);  // fp8 only
-  int st;
+  const int dl = 31 - __clz(head_dim);  // log2(head_dim)
+  const int64_t page = first * num_kv_heads * head_dim;
+  unsigned char* kc = static_cast<unsigned char*>(key_cache) + page * SIZE;
+  unsigned char* vc = static_cast<unsigned char*>(value_cache) + page * SIZE;
 
-  // K: piece (h, c, o), o fastest: a head's tile [head_dim/X][bs][X] is
-  // written in order, 16 bytes per thread.
-  const int kpieces = head_dim / X;
-  const int kitems = num_kv_heads * kpieces << block_size_log2;
-  for (int i = tid; i < kitems; i += blockDim.x) {
-    const int o = i & (bs - 1);
-    const int rest = i >> block_size_log2;
-    const int c = rest % kpieces, h = rest / kpieces;
-    const int t = owner[o];
-    if (t < 0) continue;
-    const In* src = key + (int64_t)t * key_token_stride + (int64_t)h * key_head_stride + c * X;
-    uint4 out;
-    if constexpr (FP8) {
-      const uint2 a = to_cache<In, true>(load8(src), kdiv), b = to_cache<In, true>(load8(src + 8), kdiv);
-      out = make_uint4(a.x, a.y, b.x, b.y);
-    } else {
-      out = load8(src);
+  // K: piece q of the page in memory order, [heads][head_dim/X][bs] (X
+  // elements each): o = q % bs, c = q / bs % (head_dim/X), h the rest. U
+  // pieces are loaded before any is stored; an fp8 piece is two 16-byte
+  // pieces of input.
+  const int kcl = dl - XL;  // log2(head_dim/X)
+  const int kitems = num_kv_heads << (kcl + block_size_log2);
+  for (int q0 = tid; q0 < kitems; q0 += U * nt) {
+    uint4 in[U], in2[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int q = q0 + u * nt;
+      const int t = q < kitems ? owner[q & (bs - 1)] : -1;
+      if (t < 0) continue;
+      const int c = (q >> block_size_log2) & ((1 << kcl) - 1), h = q >> (kcl + block_size_log2);
+      const In* src = key + (int64_t)t * key_token_stride + (int64_t)h * key_head_stride + c * X;
+      in[u] = load8(src);
+      if constexpr (FP8) in2[u] = load8(src + 8);
     }
-    const int64_t at = cache_place<X>(layout, false, first + o, h, c * X, num_kv_heads, head_dim, block_size_log2, &st);
-    *reinterpret_cast<uint4*>(static_cast<unsigned char*>(key_cache) + at * SIZE) = out;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int q = q0 + u * nt;
+      if (q >= kitems || owner[q & (bs - 1)] < 0) continue;
+      uint4 out = in[u];
+      if constexpr (FP8) {
+        const uint2 a = to_cache<In, true>(in[u], kdiv), b = to_cache<In, true>(in2[u], kdiv);
+        out = make_uint4(a.x, a.y, b.x, b.y);
+      }
+      *reinterpret_cast<uint4*>(kc + (int64_t)q * 16) = out;
+    }
   }
 
-  // V, one head and R rows at a time: the rows' 16-bit input staged as
-  // [R][head_dim], then piece (og, d), d fastest: rows og·X … og·X+X-1 of
-  // element d, contiguous in both layouts (x-split: [head_dim][bs];
-  // shuffle: [bs/X][head_dim][X]).
-  // R: a power of two (so a multiple of X and a divisor of bs, both powers
-  // of two with bs ≥ X) whose rows fit the stage; head_dim ≤ 256 gives ≥ 32.
-  const int fit = kPageVBytes / 2 / head_dim;
-  const int rows = min(bs, 1 << (31 - __clz(fit)));
-  const int vin = head_dim / 8;                            // 16-byte input pieces of a row
-  for (int h = 0; h < num_kv_heads; ++h) {
-    for (int r0 = 0; r0 < bs; r0 += rows) {
-      for (int i = tid; i < rows * vin; i += blockDim.x) {
-        const int r = i / vin, c = i - r * vin;
-        const int t = owner[r0 + r];
-        if (t < 0) continue;
-        *reinterpret_cast<uint4*>(vrows + r * head_dim + c * 8) =
-            load8(value + (int64_t)t * value_token_stride + (int64_t)h * value_head_stride + c * 8);
-      }
-      __syncthreads();
-      for (int i = tid; i < rows / X * head_dim; i += blockDim.x) {
-        const int og = i / head_dim, d = i - og * head_dim;
-        const int o0 = r0 + og * X;
-        bool all = true, any = false;
-        uint16_t e[X];
+  // V: item (h, og, c), c fastest (the lanes of a row group read 16-byte
+  // pieces of the same input rows): rows og·X … og·X+X-1, elements 8c …
+  // 8c+7, transposed in registers into 8 pieces, element 8c+e's X rows
+  // each. Piece (h, og, d) is at x-split [heads][head_dim][bs] (h·head_dim
+  // + d)·bs + og·X, shuffle [heads][bs/X][head_dim][X] ((h·bs/X + og)·
+  // head_dim + d)·X. A lane's 8 pieces are 8 places apart (x-split) or
+  // adjacent (shuffle), so a warp stores through shared memory: its 256
+  // pieces land lane-major, then store k writes pieces 32k … 32k+31 of
+  // the warp's pieces in memory order (shuffle: lane-major; x-split: og
+  // fastest, then e, c, head), whole sectors in runs of 32 pieces or of
+  // the og groups a warp holds. A group with unclaimed rows writes its
+  // claimed rows alone, element by element.
+  __shared__ uint4 vstage[kAppendWarps][32 * 8];
+  const int vcl = dl - 3;               // log2(head_dim/8)
+  const int gl = block_size_log2 - XL;  // log2(bs/X)
+  const int vitems = num_kv_heads << (vcl + gl);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int wl = 5 - vcl;            // log2 of the (h, og) groups a warp holds (vcl ≤ 5)
+  const int opl = min(wl, gl);       // log2 of the og groups of one head a warp holds
+  for (int v0 = warp * 32; v0 < vitems; v0 += nt) {  // whole warps (nt is a multiple of 32)
+    const int v = v0 + lane;
+    const int c = v & ((1 << vcl) - 1), og = (v >> vcl) & ((1 << gl) - 1), h = v >> (vcl + gl);
+    int t[X];
+    bool all = v < vitems, any = false;
 #pragma unroll
-        for (int j = 0; j < X; ++j) {
-          const bool has = owner[o0 + j] >= 0;
-          all &= has;
-          any |= has;
-          e[j] = vrows[(og * X + j) * head_dim + d];
-        }
-        if (!any) continue;
-        const int64_t at = cache_place<X>(layout, true, first + o0, h, d, num_kv_heads, head_dim, block_size_log2, &st);
-        unsigned char* dst = static_cast<unsigned char*>(value_cache) + at * SIZE;
-        // The X rows of element d: a uint4 of 16-bit elements, or two
-        // converted to fp8.
-        uint4 lo, hi;
-        uint16_t* l = reinterpret_cast<uint16_t*>(&lo);
-        uint16_t* u = reinterpret_cast<uint16_t*>(&hi);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          l[j] = e[j];
-          u[j] = e[(j + 8) % X];
-        }
-        uint4 out;
-        if constexpr (FP8) {
-          const uint2 a = to_cache<In, true>(lo, vdiv), b = to_cache<In, true>(hi, vdiv);
-          out = make_uint4(a.x, a.y, b.x, b.y);
-        } else {
-          out = lo;
-        }
-        if (all) {
-          *reinterpret_cast<uint4*>(dst) = out;
-          continue;
-        }
-        // Some rows of the group keep their bytes: the claimed ones alone.
-        const unsigned char* b = reinterpret_cast<const unsigned char*>(&out);
-#pragma unroll
-        for (int j = 0; j < X; ++j) {
-          if (owner[o0 + j] >= 0) {
-#pragma unroll
-            for (int k = 0; k < SIZE; ++k) dst[j * SIZE + k] = b[j * SIZE + k];
-          }
-        }
-      }
-      __syncthreads();  // the staged rows are read before the next rows land
+    for (int j = 0; j < X; ++j) {
+      t[j] = v < vitems ? owner[og * X + j] : -1;
+      all &= t[j] >= 0;
+      any |= t[j] >= 0;
     }
+    uint4 rows[X];
+#pragma unroll
+    for (int j = 0; j < X; ++j) {
+      rows[j] = make_uint4(0u, 0u, 0u, 0u);
+      if (t[j] >= 0) rows[j] = load8(value + (int64_t)t[j] * value_token_stride + (int64_t)h * value_head_stride + c * 8);
+    }
+    // col[e]: rows 0-7 of element 8c+e (fp8: and colb[e], rows 8-15).
+    uint4 col[8], colb[8];
+    transpose8x8(reinterpret_cast<const uint4(&)[8]>(rows[0]), col);
+    if constexpr (FP8) transpose8x8(reinterpret_cast<const uint4(&)[8]>(rows[8]), colb);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      uint4 out = col[e];
+      if constexpr (FP8) {
+        const uint2 a = to_cache<In, true>(col[e], vdiv), b = to_cache<In, true>(colb[e], vdiv);
+        out = make_uint4(a.x, a.y, b.x, b.y);
+      }
+      vstage[warp][stage_index(8 * lane + e)] = out;
+    }
+    const int state = any ? (all ? 2 : 1) : 0;  // rows this lane's group writes: none, some, all
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int m = 32 * k + lane;  // in memory order
+      int sl, e;                    // the piece's lane and element
+      if (layout == kLayoutXSplit) {
+        const int ol = m & ((1 << opl) - 1), rest = m >> opl;
+        e = rest & 7;
+        const int cl = (rest >> 3) & ((1 << vcl) - 1), hl = rest >> (3 + vcl);
+        sl = (((hl << opl) + ol) << vcl) + cl;
+      } else {
+        sl = m >> 3;
+        e = m & 7;
+      }
+      const int st = __shfl_sync(0xffffffffu, state, sl);
+      if (st == 0) continue;
+      const int sv = v0 + sl;
+      const int sc = sv & ((1 << vcl) - 1), sog = (sv >> vcl) & ((1 << gl) - 1), sh = sv >> (vcl + gl);
+      const int d = 8 * sc + e;
+      const int64_t at = layout == kLayoutXSplit ? (((int64_t)sh << dl) + d) * bs + sog * X
+                                                 : ((((int64_t)sh << gl) + sog) * head_dim + d) * X;
+      unsigned char* dst = vc + at * SIZE;
+      const uint4 out = vstage[warp][stage_index(8 * sl + e)];
+      if (st == 2) {
+        *reinterpret_cast<uint4*>(dst) = out;
+        continue;
+      }
+      const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&out);
+#pragma unroll
+      for (int j = 0; j < X; ++j) {
+        if (owner[sog * X + j] >= 0) {
+#pragma unroll
+          for (int k2 = 0; k2 < SIZE; ++k2) dst[j * SIZE + k2] = bytes[j * SIZE + k2];
+        }
+      }
+    }
+    __syncwarp();  // the stage is read before the next items land
   }
 }
 

@@ -447,37 +447,49 @@ __device__ __forceinline__ void paged_decode(
     unsigned char* kt = ring + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     const uint32_t kdst = smem_addr(kt);
     const uint32_t vdst = kdst + Smem::kTileBytes;
+    if constexpr (!LAID) {
 #pragma unroll
-    for (int j = 0; j < ISSUES; ++j) {
-      const int r = lane / CH + ROWS_PER_ISSUE * j;
-      const int t = base + r;
-      const int blk = __shfl_sync(0xffffffffu, ids, r);
-      const bool ok = t < end;
-      const int at = swizzle<CH>(r, chunk) * 16;
-      if constexpr (!LAID) {
+      for (int j = 0; j < ISSUES; ++j) {
+        const int r = lane / CH + ROWS_PER_ISSUE * j;
+        const int t = base + r;
+        const int blk = __shfl_sync(0xffffffffu, ids, r);
+        const bool ok = t < end;
+        const int at = swizzle<CH>(r, chunk) * 16;
         const int64_t off = ok ? (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride : 0;
         cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + chunk * 16, ok ? 16 : 0);
         cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + chunk * 16, ok ? 16 : 0);
-      } else {
-        // K [blocks, heads, D/8, bs, 8] in both layouts.
-        const int64_t koff =
-            ok ? (((((int64_t)blk * num_kv_heads + kvh) * CH + chunk) << block_size_log2) | (t & bs_mask)) * 8 : 0;
-        cp_async16(kdst + at, k_cache + koff, ok ? 16 : 0);
-        // V chunk k = lane + 32j of the Vᵀ tile: element d = k/2, tokens
-        // 8h … 8h+7 of the tile (h = k%2).
-        const int k = lane + 32 * j;
-        const int d = k >> 1, h = k & 1;
-        const int tv = base + 8 * h;
-        const int vblk = __shfl_sync(0xffffffffu, ids, 8 * h);
-        const bool vok = tv < end;
-        const int o = tv & bs_mask;  // a multiple of 8
-        const int64_t bh = (int64_t)vblk * num_kv_heads + kvh;
-        int64_t voff = 0;
-        if (vok) {
-          voff = layout == kLayoutXSplit ? ((bh * D + d) << block_size_log2) + o  // [blocks, heads, D, bs]
-                                         : ((bh * (bs_mask + 1) / 8 + (o >> 3)) * D + d) * 8;  // [.., bs/8, D, 8]
-        }
-        cp_async16(vdst + vt_chunk(d, h) * 16, v_cache + voff, vok ? 16 : 0);
+      }
+    } else {
+      // Each lane keeps one token (K) and one token half (V) for the whole
+      // tile, so its source steps by a constant and one instruction reads
+      // contiguous bytes: K [blocks, heads, D/8, bs, 8] (both layouts), lane
+      // l reads token l%16 of pieces l/16 + 2j (ISSUES = CH/2); V chunk
+      // l + 32j of the Vᵀ tile is element d = l/2 + 16j, tokens 8h … 8h+7
+      // (h = l%2), a step of 16 elements a row (x-split [blocks, heads, D,
+      // bs]: 16·bs; shuffle [blocks, heads, bs/8, D, 8]: 128).
+      static_assert(2 * ISSUES == CH && kTileTokens == 16, "a lane's K pieces are l/16 + 2j");
+      const int r = lane & 15;
+      const int blk = __shfl_sync(0xffffffffu, ids, r);
+      const bool ok = base + r < end;
+      const C* kp = k_cache + ((((((int64_t)blk * num_kv_heads + kvh) * CH + (lane >> 4)) << block_size_log2) |
+                                ((base + r) & bs_mask)) *
+                               8);
+      const int64_t kstep = (int64_t)16 << block_size_log2;  // two pieces
+      const int h = lane & 1, d0 = lane >> 1;
+      const int tv = base + 8 * h;
+      const int vblk = __shfl_sync(0xffffffffu, ids, 8 * h);
+      const bool vok = tv < end;
+      const int o = tv & bs_mask;  // a multiple of 8
+      const int64_t bh = (int64_t)vblk * num_kv_heads + kvh;
+      const bool xsplit = layout == kLayoutXSplit;
+      const C* vp = v_cache + (xsplit ? ((bh * D + d0) << block_size_log2) + o
+                                      : ((bh << (block_size_log2 - 3)) + (o >> 3)) * (D * 8) + d0 * 8);
+      const int64_t vstep = xsplit ? (int64_t)16 << block_size_log2 : 16 * 8;
+      const uint32_t vat = vdst + vt_chunk(d0, h) * 16;  // + 512 bytes a step (vt_chunk's swap is d0's)
+#pragma unroll
+      for (int j = 0; j < ISSUES; ++j) {
+        cp_async16(kdst + swizzle<CH>(r, (lane >> 4) + 2 * j) * 16, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
+        cp_async16(vat + 512 * j, vok ? vp + j * vstep : v_cache, vok ? 16 : 0);
       }
     }
   };

@@ -739,28 +739,23 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				n++
 				c := decodeCase{q: q, cache: cache, lens: uniformLens(seqs, kv), shape: fmt.Sprintf("seqs=%d kv=%d", seqs, kv),
 					sweep: doSweep && cache != pagedkv.E4M3, balancedAB: cache != pagedkv.E4M3}
-				if !b.wants(cache.String(), c.shape) {
-					continue
-				}
 				if float64(c.kvBytes()) > limit {
 					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", cache, seqs, kv, float64(c.kvBytes())/1e9))
 					continue
 				}
-				b.status(fmt.Sprintf("decode %s seqs=%d kv=%d (%d/%d)", cache, seqs, kv, n, total))
-				res, err := b.decodeShape(pool, c)
-				if err != nil {
-					return err
+				// The row in each layout -layouts asks for (16-bit caches),
+				// each as -shape selects it.
+				cases := []decodeCase{c}
+				if b.layouts && cache != pagedkv.E4M3 {
+					for _, layout := range allLayouts[1:] {
+						cases = append(cases, decodeCase{q: q, cache: cache, lens: c.lens, shape: c.shape + " " + layout.String(), layout: layout})
+					}
 				}
-				b.rep.Results = append(b.rep.Results, res)
-				if !b.layouts || cache == pagedkv.E4M3 {
-					continue
-				}
-				for _, layout := range allLayouts[1:] {
-					lc := decodeCase{q: q, cache: cache, lens: c.lens, shape: c.shape + " " + layout.String(), layout: layout}
+				for _, lc := range cases {
 					if !b.wants(cache.String(), lc.shape) {
 						continue
 					}
-					b.status(fmt.Sprintf("decode %s %s", cache, lc.shape))
+					b.status(fmt.Sprintf("decode %s %s (%d/%d)", cache, lc.shape, n, total))
 					res, err := b.decodeShape(pool, lc)
 					if err != nil {
 						return err

@@ -66,13 +66,26 @@ def check(D):
             for r in range(8):
                 b = (a_t[8*j+r] // 16) % 8
                 assert b not in banks, ('conflict narrow', D, m, j); banks.add(b)
-    # the loader: chunk k = lane + 32j covers every (d, h) once
-    seen = set()
-    ISSUES = 16 // (1 if CH >= 32 else 32 // CH)
+    # the loader (LAID): lane l keeps token l%16 (K pieces l/16 + 2j) and V
+    # chunk (d0 = l/2, h = l%2), d = d0 + 16j, landing at vt_chunk(d0, h)
+    # + 32j chunks; every K (token, piece) and V (d, h) once, and each
+    # quarter-warp's 16-byte smem writes in 8 distinct bank groups.
+    ISSUES = CH // 2
+    kseen, vseen = set(), set()
     for j in range(ISSUES):
+        kat, vat = [], []
         for lane in range(32):
-            k = lane + 32 * j; seen.add((k >> 1, k & 1))
-    assert seen == {(d, h) for d in range(D) for h in range(2)}, ('loader', D)
+            r, c = lane & 15, (lane >> 4) + 2 * j
+            kseen.add((r, c)); kat.append(swizzle(CH, r, c))
+            d0, h = lane >> 1, lane & 1
+            vseen.add((d0 + 16 * j, h))
+            assert vt_chunk(d0, h) + 32 * j == vt_chunk(d0 + 16 * j, h), ('vt step', D)
+            vat.append(vt_chunk(d0, h) + 32 * j)
+        for q in range(4):
+            for at in (kat, vat):
+                assert len({a % 8 for a in at[8*q:8*q+8]}) == 8, ('smem write conflict', D, j, q)
+    assert kseen == {(r, c) for r in range(16) for c in range(CH)}, ('K loader', D)
+    assert vseen == {(d, h) for d in range(D) for h in range(2)}, ('V loader', D)
     print('ok', D)
 for D in (64, 128, 256): check(D)
 
@@ -88,16 +101,16 @@ def cache_index(l, value, slot, h, d, H, D, bs, x):
 for _ in range(20000):
     D = random.choice([64,128,256]); H = random.randint(1,8); lg = random.randint(3,8); bs = 1 << lg
     blk = random.randint(0,1000); kvh = random.randrange(H); CH = D//8
-    o = random.randrange(bs); chunk = random.randrange(CH)
-    t_mask = o
-    koff = ((((blk*H + kvh)*CH + chunk) << lg) | t_mask) * 8
+    o = random.randrange(bs); lane = random.randrange(32); j = random.randrange(CH // 2)
+    chunk = (lane >> 4) + 2 * j
+    koff = ((((blk*H + kvh)*CH + (lane >> 4)) << lg) | o) * 8 + j * (16 << lg)
     slot = blk*bs + o
     for e in range(8):
         assert koff + e == cache_index(1, False, slot, kvh, chunk*8 + e, H, D, bs, 8)
         assert koff + e == cache_index(2, False, slot, kvh, chunk*8 + e, H, D, bs, 8)
-    o8 = (o // 8) * 8; d = random.randrange(D); bh = blk*H + kvh
-    vx = ((bh*D + d) << lg) + o8
-    vs = ((bh*bs//8 + (o8 >> 3))*D + d)*8
+    o8 = (o // 8) * 8; d0 = lane >> 1; d = d0 + 16 * j; bh = blk*H + kvh
+    vx = ((bh*D + d0) << lg) + o8 + j * (16 << lg)
+    vs = ((bh << (lg - 3)) + (o8 >> 3))*(D*8) + d0*8 + j * 128
     for e in range(8):
         s2 = blk*bs + o8 + e
         assert vx + e == cache_index(1, True, s2, kvh, d, H, D, bs, 8)
