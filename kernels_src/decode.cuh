@@ -91,10 +91,20 @@ struct BoolC {
 };
 
 // vt_chunk returns the position, in 16-byte chunks, of chunk h (tokens
-// 8h … 8h+7) of row d of a transposed V tile (the x-split and shuffle
-// layouts, see paged_decode): two chunks a row, swapped every 4 rows so
-// that the 8 rows an ldmatrix matrix reads hit distinct banks.
+// 8h … 8h+7) of row d of a transposed V tile in the x-split layout (see
+// paged_decode): two chunks a row, swapped every 4 rows so that the 8 rows
+// an ldmatrix matrix reads hit distinct banks. vt_at<D> returns it for
+// either layout: the shuffle layout's tile is h-major, chunk h·D + d.
+// Either way the two 16-byte halves of a 32-byte sector of the cache land
+// side by side: cp.async splits a sector whose halves land apart into two
+// requests (Nsight Compute, session 13: a lane-per-row K tile read 32
+// sectors and wrote 32 shared wavefronts per instruction instead of 16
+// and 4, and decode ran at 77% of copy).
 __device__ __forceinline__ int vt_chunk(int d, int h) { return 2 * d + (h ^ ((d >> 2) & 1)); }
+template <int D>
+__device__ __forceinline__ int vt_at(bool xsplit, int d, int h) {
+  return xsplit ? vt_chunk(d, h) : h * D + d;
+}
 
 // DecodeSmem describes the dynamic shared memory of a block: q as <q>
 // (kTileRows × D, 16-bit), then a ring of 2 to 4 cp.async stages, as many as
@@ -433,10 +443,12 @@ __device__ __forceinline__ void paged_decode(
   //
   // In the x-split and shuffle layouts (LAID, 16-bit caches) K's chunks are
   // 16 contiguous bytes of one token as in the flash layout, from another
-  // place, and land in the same tile; V's are 8 consecutive tokens of one
-  // element d, so the V tile lands transposed: row d holds the tile's 16
-  // tokens as two chunks, chunk h at vt_chunk(d, h), which P·V reads with
-  // plain (not transposing) ldmatrix. A chunk with tokens past end is read
+  // place, and land piece-major (chunk c of token r at c·16 + r, as the
+  // cache holds them: ldmatrix reads 8 tokens of one chunk, 128 contiguous
+  // bytes); V's are 8 consecutive tokens of one element d, so the V tile
+  // lands transposed: row d holds the tile's 16 tokens as two chunks, chunk
+  // h at vt_at<D>(xsplit, d, h), which P·V reads with plain (not
+  // transposing) ldmatrix. A chunk with tokens past end is read
   // whole from its page (block_size ≥ 8 keeps it in one) and those tokens
   // are zeroed once it has landed (zero_tail), as the flash tile's rows past
   // end are zero-filled.
@@ -485,11 +497,13 @@ __device__ __forceinline__ void paged_decode(
       const C* vp = v_cache + (xsplit ? ((bh * D + d0) << block_size_log2) + o
                                       : ((bh << (block_size_log2 - 3)) + (o >> 3)) * (D * 8) + d0 * 8);
       const int64_t vstep = xsplit ? (int64_t)16 << block_size_log2 : 16 * 8;
-      const uint32_t vat = vdst + vt_chunk(d0, h) * 16;  // + 512 bytes a step (vt_chunk's swap is d0's)
+      const uint32_t vat = vdst + vt_at<D>(xsplit, d0, h) * 16;
+      const int vat_step = xsplit ? 512 : 256;  // 16 elements d (vt_chunk's swap is d0's)
+      const uint32_t kat = kdst + lane * 16;     // piece-major: piece l/16 + 2j, token l%16
 #pragma unroll
       for (int j = 0; j < ISSUES; ++j) {
-        cp_async16(kdst + swizzle<CH>(r, (lane >> 4) + 2 * j) * 16, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
-        cp_async16(vat + 512 * j, vok ? vp + j * vstep : v_cache, vok ? 16 : 0);
+        cp_async16(kat + 512 * j, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
+        cp_async16(vat + vat_step * j, vok ? vp + j * vstep : v_cache, vok ? 16 : 0);
       }
     }
   };
@@ -498,8 +512,9 @@ __device__ __forceinline__ void paged_decode(
   // zeros there (0·NaN is NaN).
   auto zero_tail = [&](unsigned char* vtile, int valid) {
     uint16_t* v16 = reinterpret_cast<uint16_t*>(vtile);
+    const bool xsplit = layout == kLayoutXSplit;
     for (int d = lane; d < D; d += 32) {
-      for (int c = valid; c < kTileTokens; ++c) v16[vt_chunk(d, c >> 3) * 8 + (c & 7)] = 0;
+      for (int c = valid; c < kTileTokens; ++c) v16[vt_at<D>(xsplit, d, c >> 3) * 8 + (c & 7)] = 0;
     }
   };
 
@@ -588,7 +603,8 @@ __device__ __forceinline__ void paged_decode(
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {
           uint32_t a[4];
-          ldmatrix_x4(a, kbase + swizzle<CH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+          const int c = 2 * ks + (lane >> 4);
+          ldmatrix_x4(a, kbase + (LAID ? c * 16 + x4_row : swizzle<CH>(x4_row, c)) * 16);
           mma16816<T>(ks & 1 ? st_odd : st, a, qb[ks][0], qb[ks][1]);
         }
       } else {
@@ -649,11 +665,13 @@ __device__ __forceinline__ void paged_decode(
       if constexpr (LAID) {
         // Vᵀ as stored: m-tile m is rows 16m … 16m+15, chunk 0 (tokens 0-7)
         // then 1; lane l reads row 16m + x4_row, chunk l/16.
-        const int vt_lane = 2 * x4_row + ((lane >> 4) ^ ((x4_row >> 2) & 1));
+        const bool xsplit = layout == kLayoutXSplit;
+        const uint32_t vt_lane = vbase + vt_at<D>(xsplit, x4_row, lane >> 4) * 16;
+        const int vt_m = xsplit ? 32 * 16 : 16 * 16;  // bytes from m-tile m to m+1
 #pragma unroll
         for (int m = 0; m < ACC; ++m) {
           uint32_t a[4];
-          ldmatrix_x4(a, vbase + (32 * m + vt_lane) * 16);
+          ldmatrix_x4(a, vt_lane + m * vt_m);
           mma16816<T>(acc[m], a, b0, b1);
         }
       } else if constexpr (!kFP8) {
@@ -695,7 +713,8 @@ __device__ __forceinline__ void paged_decode(
           } else {
             ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
           }
-          ldmatrix_x4(b, kbase + swizzle<CH>(k_row, 2 * ks + ((lane >> 3) & 1)) * 16);
+          const int c = 2 * ks + ((lane >> 3) & 1);
+          ldmatrix_x4(b, kbase + (LAID ? c * 16 + k_row : swizzle<CH>(k_row, c)) * 16);
           mma16816<T>(s[0], a, b[0], b[1]);
           mma16816<T>(s[1], a, b[2], b[3]);
         }
@@ -763,11 +782,13 @@ __device__ __forceinline__ void paged_decode(
         // Vᵀ as stored: n-tile n is rows 8n … 8n+7; lane l reads row
         // 8n + l%8 + 8·(l/16) (n-tiles n, n+1), chunk (l/8)%2.
         const int vt_row = (lane & 7) + (lane >> 4) * 8;
-        const int vt_lane = 2 * vt_row + (((lane >> 3) & 1) ^ ((vt_row >> 2) & 1));
+        const bool xsplit = layout == kLayoutXSplit;
+        const uint32_t vt_lane = vbase + vt_at<D>(xsplit, vt_row, (lane >> 3) & 1) * 16;
+        const int vt_n = xsplit ? 16 * 16 : 8 * 16;  // bytes from n-tile n to n+1
 #pragma unroll
         for (int n = 0; n < NT; n += 2) {
           uint32_t b[4];
-          ldmatrix_x4(b, vbase + (16 * n + vt_lane) * 16);
+          ldmatrix_x4(b, vt_lane + n * vt_n);
           mma16816<T>(acc[n], p, b[0], b[1]);
           mma16816<T>(acc[n + 1], p, b[2], b[3]);
         }

@@ -7,6 +7,7 @@ def swizzle(CH, r, c):
     shift = 0 if CH >= 8 else (1 if CH == 4 else 2)
     return r * CH + (c ^ ((r >> shift) & mask))
 def vt_chunk(d, h): return 2 * d + (h ^ ((d >> 2) & 1))
+def vt_at(xs, D, d, h): return vt_chunk(d, h) if xs else h * D + d
 
 def ldmatrix(smem, addrs, trans):
     # addrs[lane] = byte address of row (lane%8) of matrix lane//8
@@ -20,73 +21,84 @@ def ldmatrix(smem, addrs, trans):
     return regs
 
 def check(D):
+  for xs in (True, False):
     CH = D // 8
     V = {(t, d): ('V', t, d) for t in range(16) for d in range(D)}
-    flash, vt = {}, {}
+    K = {(t, d): ('K', t, d) for t in range(16) for d in range(D)}
+    flash, vt, kf, kp = {}, {}, {}, {}
     for (t, d), v in V.items():
         flash[swizzle(CH, t, d // 8) * 16 + (d % 8) * 2] = v
-        vt[vt_chunk(d, t // 8) * 16 + (t % 8) * 2] = v
-    # bank conflicts of the transposed tile: 8 rows of one matrix
-    bad = 0
+        vt[vt_at(xs, D, d, t // 8) * 16 + (t % 8) * 2] = v
+        kf[swizzle(CH, t, d // 8) * 16 + (d % 8) * 2] = K[(t, d)]
+        kp[((d // 8) * 16 + t) * 16 + (d % 8) * 2] = K[(t, d)]
+    def banks(a_t, what):
+        for j in range(4):
+            bs = {(a_t[8*j+r] // 16) % 8 for r in range(8)}
+            assert len(bs) == 8, (what, D, xs, j)
+    # K, piece-major against the flash tile: narrow A (x4_row, chunk 2ks + l/16),
+    # wide B (k_row, chunk 2ks + (l/8)%2)
+    x4_row = [(l & 7) + ((l >> 3) & 1) * 8 for l in range(32)]
+    k_row = [(l & 7) + (l >> 4) * 8 for l in range(32)]
+    for ks in range(D // 16):
+        for rows, cb in ((x4_row, [l >> 4 for l in range(32)]), (k_row, [(l >> 3) & 1 for l in range(32)])):
+            af = [swizzle(CH, rows[l], 2 * ks + cb[l]) * 16 for l in range(32)]
+            ap = [((2 * ks + cb[l]) * 16 + rows[l]) * 16 for l in range(32)]
+            assert ldmatrix(kf, af, False) == ldmatrix(kp, ap, False), ('K', D, ks)
+            banks(ap, 'K conflict')
     # wide: B = V (k = token, n = d)
     for n in range(0, D // 8, 2):
-        x4_row = [(l & 7) + ((l >> 3) & 1) * 8 for l in range(32)]
         a_f = [swizzle(CH, x4_row[l], n + (l >> 4)) * 16 for l in range(32)]
         vt_row = [(l & 7) + (l >> 4) * 8 for l in range(32)]
-        vt_lane = [2 * vt_row[l] + (((l >> 3) & 1) ^ ((vt_row[l] >> 2) & 1)) for l in range(32)]
-        a_t = [(16 * n + vt_lane[l]) * 16 for l in range(32)]
+        step = 16 * 16 if xs else 8 * 16
+        a_t = [vt_at(xs, D, vt_row[l], (l >> 3) & 1) * 16 + n * step for l in range(32)]
         rf = ldmatrix(flash, a_f, True); rt = ldmatrix(vt, a_t, False)
         for l in range(32):
             g, c = l // 4, l % 4
             want = [(V[(2*c, 8*n+g)], V[(2*c+1, 8*n+g)]), (V[(8+2*c, 8*n+g)], V[(9+2*c, 8*n+g)]),
                     (V[(2*c, 8*n+8+g)], V[(2*c+1, 8*n+8+g)]), (V[(8+2*c, 8*n+8+g)], V[(9+2*c, 8*n+8+g)])]
             assert rf[l] == want, ('wide flash', D, n, l)
-            assert rt[l] == want, ('wide vt', D, n, l, rt[l], want)
-        for j in range(4):
-            banks = set()
-            for r in range(8):
-                b = (a_t[8*j+r] // 16) % 8
-                assert b not in banks, ('conflict wide', D, n, j); banks.add(b)
+            assert rt[l] == want, ('wide vt', D, xs, n, l, rt[l], want)
+        banks(a_t, 'conflict wide')
     # narrow: A = Vᵀ (rows d, cols tokens), m-tile m = d 16m..16m+15
     for m in range(D // 16):
-        x4_row = [(l & 7) + ((l >> 3) & 1) * 8 for l in range(32)]
         v_row = [(l & 7) + (l >> 4) * 8 for l in range(32)]
         a_f = [swizzle(CH, v_row[l], 2 * m + ((l >> 3) & 1)) * 16 for l in range(32)]
-        vt_lane = [2 * x4_row[l] + ((l >> 4) ^ ((x4_row[l] >> 2) & 1)) for l in range(32)]
-        a_t = [(32 * m + vt_lane[l]) * 16 for l in range(32)]
+        step = 32 * 16 if xs else 16 * 16
+        a_t = [vt_at(xs, D, x4_row[l], l >> 4) * 16 + m * step for l in range(32)]
         rf = ldmatrix(flash, a_f, True); rt = ldmatrix(vt, a_t, False)
         for l in range(32):
             g, c = l // 4, l % 4
             want = [(V[(2*c, 16*m+g)], V[(2*c+1, 16*m+g)]), (V[(2*c, 16*m+g+8)], V[(2*c+1, 16*m+g+8)]),
                     (V[(8+2*c, 16*m+g)], V[(9+2*c, 16*m+g)]), (V[(8+2*c, 16*m+g+8)], V[(9+2*c, 16*m+g+8)])]
             assert rf[l] == want, ('narrow flash', D, m, l)
-            assert rt[l] == want, ('narrow vt', D, m, l, rt[l], want)
-        for j in range(4):
-            banks = set()
-            for r in range(8):
-                b = (a_t[8*j+r] // 16) % 8
-                assert b not in banks, ('conflict narrow', D, m, j); banks.add(b)
-    # the loader (LAID): lane l keeps token l%16 (K pieces l/16 + 2j) and V
-    # chunk (d0 = l/2, h = l%2), d = d0 + 16j, landing at vt_chunk(d0, h)
-    # + 32j chunks; every K (token, piece) and V (d, h) once, and each
-    # quarter-warp's 16-byte smem writes in 8 distinct bank groups.
+            assert rt[l] == want, ('narrow vt', D, xs, m, l, rt[l], want)
+        banks(a_t, 'conflict narrow')
+    # the loader (LAID): lane l keeps token l%16 (K pieces l/16 + 2j, at
+    # chunk l + 32j of the piece-major tile) and V chunk (d0 = l/2, h = l%2),
+    # d = d0 + 16j, at vt_at(d0, h) + j·(32 x-split, 16 shuffle) chunks;
+    # every K (token, piece) and V (d, h) once, and the two lanes of each
+    # 32-byte sector of the cache (lanes 2i, 2i+1 for K and x-split V; 2i+h,
+    # 2i+2+h for shuffle V) land side by side.
     ISSUES = CH // 2
     kseen, vseen = set(), set()
     for j in range(ISSUES):
         kat, vat = [], []
         for lane in range(32):
             r, c = lane & 15, (lane >> 4) + 2 * j
-            kseen.add((r, c)); kat.append(swizzle(CH, r, c))
+            kseen.add((r, c)); kat.append(lane + 32 * j); assert kat[-1] == c * 16 + r
             d0, h = lane >> 1, lane & 1
             vseen.add((d0 + 16 * j, h))
-            assert vt_chunk(d0, h) + 32 * j == vt_chunk(d0 + 16 * j, h), ('vt step', D)
-            vat.append(vt_chunk(d0, h) + 32 * j)
-        for q in range(4):
-            for at in (kat, vat):
-                assert len({a % 8 for a in at[8*q:8*q+8]}) == 8, ('smem write conflict', D, j, q)
+            a = vt_at(xs, D, d0, h) + (32 if xs else 16) * j
+            assert a == vt_at(xs, D, d0 + 16 * j, h), ('vt step', D)
+            vat.append(a)
+        for i in range(16):
+            assert abs(kat[2*i] - kat[2*i+1]) == 1 and min(kat[2*i], kat[2*i+1]) % 2 == 0
+            pair = (2*i, 2*i+1) if xs else (4*(i//2) + (i % 2), 4*(i//2) + (i % 2) + 2)
+            a, b = vat[pair[0]], vat[pair[1]]
+            assert abs(a - b) == 1 and min(a, b) % 2 == 0, ('V sector', D, xs, j, i, a, b)
     assert kseen == {(r, c) for r in range(16) for c in range(CH)}, ('K loader', D)
     assert vseen == {(d, h) for d in range(D) for h in range(2)}, ('V loader', D)
-    print('ok', D)
+  print('ok', D)
 for D in (64, 128, 256): check(D)
 
 # The loader's global offsets (issue, LAID) against the layouts' definition
