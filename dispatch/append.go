@@ -44,8 +44,11 @@ type AppendShape struct {
 // token's index into its slot, then cache_append_pages_* writes one page
 // per block in whole 16-byte pieces (kernels_src/append.cuh). A sparser
 // append keeps the token path, whose cost does not grow with the cache.
-// Not yet measured (issue 14): set it before planning starts; 0 turns the
-// page path off.
+// H200, session 13, T = 65536 into a cache of 65536 slots: random slots
+// 86–87% of copy on the page path against 4–5% on the token path, prefill
+// slots 84% against 89–90% (the planner cannot tell them apart; the
+// cover of 4 itself is not tuned). Set it before planning starts; 0 turns
+// the page path off.
 var AppendPagesMinCover int64 = 4
 
 // AppendFlashFP8Tokens is how many tokens one thread of an fp8 append into
