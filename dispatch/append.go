@@ -39,10 +39,11 @@ type AppendShape struct {
 
 // AppendPagesMinCover: an append into the x-split or shuffle layout whose
 // tokens could fill at least 1/AppendPagesMinCover of the cache's slots
-// (NumTokens·AppendPagesMinCover ≥ NumSlots), with BlockSize ≥ x (16 bytes
-// of cache elements) and HeadDim a power of two, takes the page path: cache_claim_* writes each
-// token's index into its slot, then cache_append_pages_* writes one page
-// per block in whole 16-byte pieces (kernels_src/append.cuh). A sparser
+// (NumTokens·AppendPagesMinCover ≥ NumSlots), with BlockSize ≥ x (16
+// bytes of cache elements) and HeadDim a power of two, takes the page
+// path: cache_claim_* writes each token's index into its slot, then
+// cache_append_pages_* writes one page per block in whole 16-byte pieces
+// (kernels_src/append.cuh). A sparser
 // append keeps the token path, whose cost does not grow with the cache.
 // H200, session 13, T = 65536 into a cache of 65536 slots: random slots
 // 86–87% of copy on the page path against 4–5% on the token path, prefill
@@ -89,8 +90,8 @@ func PlanAppend(a AppendShape) (Plan, error) {
 // a's dtypes are valid (PlanAppend checked them).
 func planAppendPages(a AppendShape) (Plan, bool) {
 	x := 16 / max(a.CacheDType.Size(), 1)
-	if a.Flash || AppendPagesMinCover <= 0 || a.BlockSize < x || a.HeadDim&(a.HeadDim-1) != 0 || a.NumTokens == 0 || a.NumSlots <= 0 ||
-		int64(a.NumTokens)*AppendPagesMinCover < a.NumSlots {
+	if a.Flash || AppendPagesMinCover <= 0 || a.BlockSize < x || a.HeadDim&(a.HeadDim-1) != 0 ||
+		a.NumTokens == 0 || a.NumSlots <= 0 || int64(a.NumTokens)*AppendPagesMinCover < a.NumSlots {
 		return Plan{}, false
 	}
 	ii, _ := activationIndex(a.DType)

@@ -592,17 +592,22 @@ __device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* _
 
 }  // namespace pkv
 
+// PKV_APPEND_PARAMS is the parameter list of an append entry, token path
+// or page path (cacheAppendParams in cache.go).
+#define PKV_APPEND_PARAMS(In)                                                                        \
+  const In* key, const In* value, void* key_cache, void* value_cache, const int64_t* slot_mapping,  \
+      const int64_t* slot_remap, unsigned long long* fault, int64_t num_slots, int64_t num_remap,   \
+      int num_tokens, int num_kv_heads, int head_dim, int64_t key_token_stride,                     \
+      int64_t key_head_stride, int64_t value_token_stride, int64_t value_head_stride, float k_scale, \
+      float v_scale, int layout, int block_size_log2
+
 // PKV_CACHE_APPEND_TOKENS defines an append entry whose threads move N
 // tokens each; the host plans its grid for N (dispatch.PlanAppend) and
 // launches N < kGroupTokens only for the flash layout.
 #define PKV_CACHE_APPEND(name, In, FP8) PKV_CACHE_APPEND_TOKENS(name, In, FP8, pkv::kGroupTokens)
 #define PKV_CACHE_APPEND_TOKENS(name, In, FP8, N)                                                \
   extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                      \
-      const In* key, const In* value, void* key_cache, void* value_cache,                        \
-      const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault,         \
-      int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim,      \
-      int64_t key_token_stride, int64_t key_head_stride, int64_t value_token_stride,             \
-      int64_t value_head_stride, float k_scale, float v_scale, int layout, int block_size_log2) { \
+      PKV_APPEND_PARAMS(In)) {                                                                   \
     pkv::cache_append<In, FP8, N>(key, value, key_cache, value_cache, slot_mapping, slot_remap,  \
                                fault, num_slots, num_remap, num_tokens, num_kv_heads, head_dim,  \
                                key_token_stride, key_head_stride, value_token_stride,            \
@@ -630,11 +635,7 @@ __device__ __forceinline__ void cache_gather(void* __restrict__ key_out, void* _
                                         num_tokens, num_kv_heads, head_dim, layout, block_size_log2);  \
   }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) pages(                        \
-      const In* key, const In* value, void* key_cache, void* value_cache,                           \
-      const int64_t* slot_mapping, const int64_t* slot_remap, unsigned long long* fault,            \
-      int64_t num_slots, int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim,         \
-      int64_t key_token_stride, int64_t key_head_stride, int64_t value_token_stride,                \
-      int64_t value_head_stride, float k_scale, float v_scale, int layout, int block_size_log2) {   \
+      PKV_APPEND_PARAMS(In)) {                                                                      \
     pkv::cache_append_pages<In, FP8>(key, value, key_cache, value_cache, slot_mapping, slot_remap,   \
                                      num_slots, num_remap, num_tokens, num_kv_heads, head_dim,       \
                                      key_token_stride, key_head_stride, value_token_stride,          \

@@ -1,7 +1,7 @@
 import random
 # Emulates ldmatrix (x4, b16, plain and .trans) over a shared-memory image and
-# checks the decode kernel's V operand fragments, flash tile (control) and
-# transposed tile (branch wip/decode-layouts), against the mma.m16n8k16 layouts.
+# checks the decode kernel's K and V operand fragments, flash tiles (control) and
+# the x-split and shuffle tiles, against the mma.m16n8k16 layouts.
 def swizzle(CH, r, c):
     mask = 7 if CH >= 8 else CH - 1
     shift = 0 if CH >= 8 else (1 if CH == 4 else 2)
