@@ -117,11 +117,19 @@ func TestPlanDecodeBalancedRing(t *testing.T) {
 	assert.Greater(t, pl.SharedBytes, ps.SharedBytes)
 	assert.Equal(t, 132*3/8, ps.BalanceWave, "the one-wave ring's 3 blocks per SM")
 	assert.Equal(t, ps.BalanceWave, pl.BalanceWave)
-	// A graph plan has no host lengths: the one-wave ring.
+	// A graph plan has no host lengths: its capacity decides, the deep ring
+	// above ShallowRingMaxTokens, else the one-wave ring.
 	graph := llama(64, 32768)
 	graph.Graph = true
 	pg, err := PlanDecode(graph, dev, DefaultKnobs())
 	require.NoError(t, err)
+	assert.Equal(t, pl.SharedBytes, pg.SharedBytes)
+	assert.Equal(t, pl.BalanceWave, pg.BalanceWave)
+	short := llama(64, ShallowRingMaxTokens)
+	short.Graph = true
+	pg, err = PlanDecode(short, dev, DefaultKnobs())
+	require.NoError(t, err)
+	require.True(t, pg.Balanced())
 	assert.Equal(t, ps.SharedBytes, pg.SharedBytes)
 }
 

@@ -325,6 +325,11 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 
 	clusterKernel := tables.cluster[qi][vi][hi]
 	ragged, long := s.hostStats()
+	if s.Graph && len(s.HostKVLens) == 0 {
+		// A graph replays lengths its capture never sees: its capacity
+		// stands in for their mean (see planBalanced).
+		long = s.MaxKVLen > ShallowRingMaxTokens
+	}
 	if reason, ok := chooseBalanced(&s, &k, ragged); ok {
 		// A balanced plan over the scratch limit falls back to the usual one.
 		if p := planBalanced(&s, &dev, kernel, clusterKernel, shared, reason, long); k.ScratchLimitBytes <= 0 || p.ScratchFloats*4 <= k.ScratchLimitBytes {
@@ -501,7 +506,9 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 	// so the items outnumber the resident blocks and the longest-first
 	// order evens out the rounds (64 × rand(1..4000): 154.5 µs against 168.8
 	// with the shallow ring, 1x32768+127x512 (mean 764): 116.9 against
-	// 108.6; session 9 run 2, docs/perf-notes.md).
+	// 108.6; session 9 run 2, docs/perf-notes.md). A graph has no host
+	// lengths; one captured for a capacity above ShallowRingMaxTokens takes
+	// the deep ring (session 14: see docs/perf-notes.md).
 	if shallow := shallowOccupancy(dev, kernel, twin); shallow > occ {
 		occ = shallow
 		if !long {
