@@ -16,7 +16,7 @@ import (
 //   - Q: [NumSeqs·QLen, NumQHeads, HeadDim] of DType, token-major
 //     (QTokenStride as VarlenArgs'; 0 = contiguous).
 //   - KeyCache, ValueCache, BlockTables ([NumSeqs, MaxBlocksPerSeq]):
-//     as for DecodeArgs. The cache already holds the new tokens.
+//     as for DecodeArgs (in Layout). The cache already holds the new tokens.
 //   - KVLens: int32 [NumSeqs] on the device, each sequence's KV length, the
 //     new tokens included; HostKVLens: the host's copy (required: it picks
 //     the path and gives the varlen its position offset).
@@ -47,6 +47,7 @@ type SequenceArgs struct {
 	BlockSize, NumBlocks, MaxBlocksPerSeq int
 	QTokenStride                          int
 	DType, CacheDType                     DType
+	Layout                                CacheLayout
 	Scale, KScale, VScale                 float32
 }
 
@@ -130,7 +131,7 @@ func (a *SequenceArgs) decode() DecodeArgs {
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
 		MaxKVLen: maxKV, QSeqStride: a.QTokenStride, HostKVLens: a.HostKVLens,
-		DType: a.DType, CacheDType: a.CacheDType, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
 	}
 }
 
@@ -148,7 +149,7 @@ func (a *SequenceArgs) varlen(args driver.DevicePtr) VarlenArgs {
 		// No host copies of the lengths: Validate checked them, and for one
 		// sequence the planner's tile count is exact without them (slices
 		// here would cost two allocations a call).
-		DType: a.DType, CacheDType: a.CacheDType, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
 	}
 }
 

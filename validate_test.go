@@ -726,7 +726,15 @@ func TestVarlenArgsValidate(t *testing.T) {
 	require.NoError(t, most.Validate())
 
 	const outStrides = "are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ 2147483648 whose rows never overlap: OutHeadStride ≥ HeadDim=128 and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ TotalQTokens·OutTokenStride"
+	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle} {
+		laid := goodVarlen()
+		laid.Layout = l
+		require.NoError(t, laid.Validate(), l)
+	}
 	cases := []badCase[VarlenArgs]{
+		{"layout", func(a *VarlenArgs) { a.Layout = 3 }, "VarlenArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"layout fp8", func(a *VarlenArgs) { a.Layout, a.CacheDType, a.KScale, a.VScale = LayoutShuffle, E4M3, 1, 1 },
+			"VarlenArgs.Layout=shuffle is not supported with an e4m3 cache yet; allowed: LayoutFlash"},
 		{"dtype", func(a *VarlenArgs) { a.DType = E4M3 }, "VarlenArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
 		{"dtype zero", func(a *VarlenArgs) { a.DType = 0 }, "VarlenArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
 		{"cache dtype", func(a *VarlenArgs) { a.CacheDType = F16 }, "VarlenArgs.CacheDType=f16 is not supported with DType=bf16; allowed: bf16, e4m3"},

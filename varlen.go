@@ -20,8 +20,9 @@ import (
 //     tokens CuSeqlensQ[s] … CuSeqlensQ[s+1]-1 (q_len 0 and 1 allowed).
 //     PosOffsets: int32 [NumSeqs] on the device, the KV position of each
 //     sequence's first query token: its KV length is PosOffsets[s] + q_len.
-//   - KeyCache, ValueCache, BlockTables: as for DecodeArgs (flash layout,
-//     CacheDType DType or E4M3 with KScale / VScale).
+//   - KeyCache, ValueCache, BlockTables: as for DecodeArgs (in Layout,
+//     flash by default; CacheDType DType or E4M3 with KScale / VScale; the
+//     x-split and shuffle layouts take 16-bit caches and BlockSize ≥ 8).
 //   - Out: of DType, the row of (token t, head h) at t·OutTokenStride +
 //     h·OutHeadStride elements; both 0 (the default) mean token-major
 //     [TotalQTokens, NumQHeads, HeadDim], contiguous. Strides are even, and
@@ -84,6 +85,7 @@ type VarlenArgs struct {
 	HostCuSeqlensQ, HostPosOffsets                        []int32
 
 	DType, CacheDType     DType
+	Layout                CacheLayout
 	Scale, KScale, VScale float32
 }
 
@@ -126,6 +128,9 @@ func (a *VarlenArgs) Validate() error {
 		return err
 	}
 	if _, err := p.qRows(a.Q, a.TotalQTokens, a.QTokenStride, "TotalQTokens", "QTokenStride"); err != nil {
+		return err
+	}
+	if err := checkAttentionLayout(varlenArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
 		return err
 	}
 	if err := p.caches(); err != nil {
@@ -233,6 +238,7 @@ func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
 	s := dispatch.VarlenShape{
 		NumSeqs: a.NumSeqs, TotalQTokens: a.TotalQTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
 		HeadDim: a.HeadDim, MaxKVLen: a.MaxKVLen, DType: a.DType, CacheDType: a.CacheDType,
+		Layout: dispatch.Layout(a.Layout),
 	}
 	if graph {
 		s.MaxKVLen = kvCapacity
@@ -495,11 +501,12 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 	}
 	// Either kernel of the head dim will do (PlanVarlen picks by the queries'
 	// lengths).
-	kernel, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, false)
+	layout := dispatch.Layout(a.Layout)
+	kernel, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, false)
 	if err != nil {
 		return err
 	}
-	if short, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, true); plan.Kernel == short {
+	if short, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, true); plan.Kernel == short {
 		kernel = short
 	}
 	rows, _, _ := dispatch.VarlenGeometry(kernel)
@@ -603,11 +610,12 @@ func (a *VarlenArgs) decodePrefix() int {
 	if d == 0 || d == n || d > maxDecodeSeqs {
 		return 0
 	}
-	short, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, true)
+	layout := dispatch.Layout(a.Layout)
+	short, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, true)
 	if err != nil {
 		return 0
 	}
-	if long, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, a.HeadDim, false); long == short {
+	if long, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, false); long == short {
 		return 0
 	}
 	g := a.group()
@@ -636,7 +644,7 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 		NumSeqs: d, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: maxKV,
 		QSeqStride: a.QTokenStride, HostKVLens: kv,
-		DType: a.DType, CacheDType: a.CacheDType, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
 	}
 	base := int64(cu[d])
 	rest := *a

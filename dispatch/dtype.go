@@ -53,3 +53,27 @@ func ParseDType(s string) (DType, error) {
 	}
 	return 0, fmt.Errorf("dispatch: dtype %q is not supported; supported: f16, bf16, e4m3", s)
 }
+
+// Layout is the memory layout of a paged K/V cache, as the attention
+// planners name kernels by it; its values are pagedkv.CacheLayout's.
+type Layout uint8
+
+// The cache layouts (see pagedkv.CacheLayout).
+const (
+	LayoutFlash   Layout = iota // K, V [blocks, block_size, kv_heads, head_dim]
+	LayoutXSplit                // vLLM's: K [blocks, kv_heads, head_dim/x, block_size, x], V [blocks, kv_heads, head_dim, block_size]
+	LayoutShuffle               // K as LayoutXSplit, V [blocks, kv_heads, block_size/x, head_dim, x]
+)
+
+// String returns "flash", "x-split" or "shuffle".
+func (l Layout) String() string {
+	switch l {
+	case LayoutFlash:
+		return "flash"
+	case LayoutXSplit:
+		return "x-split"
+	case LayoutShuffle:
+		return "shuffle"
+	}
+	return "Layout(" + strconv.Itoa(int(l)) + ")"
+}

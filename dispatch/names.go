@@ -62,9 +62,27 @@ type nameTables struct {
 	// (1: the _r64 kernels; the 128-row ones at index 0; both the same at
 	// head dim 256, which has only 64-row blocks); varlenMerge: by
 	// activation dtype and head dim.
-	varlen      [len(activationTypes)][2][len(headDims)][2]string
+	varlen [len(activationTypes)][2][len(headDims)][2]string
+	// varlenLaid: the same over 16-bit caches in the x-split (index 0) and
+	// shuffle (1) layouts.
+	varlenLaid  [len(activationTypes)][2][len(headDims)][2]string
 	varlenMerge [len(activationTypes)][len(headDims)]string
 	varlenShape map[string]varlenGeometry
+}
+
+// addVarlen records the geometry of the varlen kernels named base (and
+// base_r64 below head dim 256), each name ending in suffix, and returns
+// them as the varlen tables hold them: the 128-row kernel, the short-tile
+// one (the same at head dim 256, which has only 64-row blocks). The
+// geometry is VarlenConfig's in kernels_src/varlen.cuh.
+func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]string {
+	if headDim > 128 {
+		t.varlenShape[base+suffix] = varlenGeometry{headDim, cacheSize, 64, 32}
+		return [2]string{base + suffix, base + suffix}
+	}
+	t.varlenShape[base+suffix] = varlenGeometry{headDim, cacheSize, 128, 32}
+	t.varlenShape[base+"_r64"+suffix] = varlenGeometry{headDim, cacheSize, 64, 64}
+	return [2]string{base + suffix, base + "_r64" + suffix}
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -105,13 +123,11 @@ func buildNames() *nameTables {
 				}
 				t.shape[name] = [2]int{d, size}
 				// VarlenConfig in kernels_src/varlen.cuh.
-				if d > 128 {
-					t.varlen[qi][fp8][hi] = [2]string{vname, vname}
-					t.varlenShape[vname] = varlenGeometry{d, size, 64, 32}
-				} else {
-					t.varlen[qi][fp8][hi] = [2]string{vname, vname + "_r64"}
-					t.varlenShape[vname] = varlenGeometry{d, size, 128, 32}
-					t.varlenShape[vname+"_r64"] = varlenGeometry{d, size, 64, 64}
+				t.varlen[qi][fp8][hi] = t.addVarlen(vname, "", d, size)
+				if fp8 == 0 {
+					for li, l := range [...]string{"_xsplit", "_shuffle"} {
+						t.varlenLaid[qi][li][hi] = t.addVarlen(vname, l, d, size)
+					}
 				}
 				t.shape[name+"_cluster"] = [2]int{d, size}
 				narrow := variantNarrow
@@ -480,10 +496,11 @@ func QKVKernelName(dtype, cacheDType DType) (string, error) {
 }
 
 // VarlenKernelName returns the varlen attention kernel for q of type dtype,
-// a cache of type cacheDType (dtype or E4M3) and head dimension headDim:
-// with short set, the one for short query tiles (_r64 below head dim 256;
-// see PlanVarlen).
-func VarlenKernelName(dtype, cacheDType DType, headDim int, short bool) (string, error) {
+// a cache of type cacheDType (dtype or E4M3) in layout and head dimension
+// headDim: with short set, the one for short query tiles (_r64 below head
+// dim 256; see PlanVarlen). The x-split and shuffle layouts take 16-bit
+// caches.
+func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short bool) (string, error) {
 	qi, ok := activationIndex(dtype)
 	if !ok {
 		return "", errf("dispatch: VarlenShape.DType=%v is not supported; supported: f16, bf16", dtype)
@@ -496,16 +513,26 @@ func VarlenKernelName(dtype, cacheDType DType, headDim int, short bool) (string,
 	if !ok {
 		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: 64, 128, 256", headDim)
 	}
-	if short {
-		return tables.varlen[qi][ci][hi][1], nil
+	pair := tables.varlen[qi][ci][hi]
+	switch {
+	case layout == LayoutFlash:
+	case layout != LayoutXSplit && layout != LayoutShuffle:
+		return "", errf("dispatch: VarlenShape.Layout=%d is not supported; supported: %v, %v, %v", int(layout), LayoutFlash, LayoutXSplit, LayoutShuffle)
+	case ci != 0:
+		return "", errf("dispatch: VarlenShape.Layout=%v is not supported with CacheDType=%v; supported: %v", layout, cacheDType, LayoutFlash)
+	default:
+		pair = tables.varlenLaid[qi][layout-LayoutXSplit][hi]
 	}
-	return tables.varlen[qi][ci][hi][0], nil
+	if short {
+		return pair[1], nil
+	}
+	return pair[0], nil
 }
 
 // VarlenMergeKernelName returns the kernel that merges the split-K partials
 // of a varlen launch with output of type dtype and head dimension headDim.
 func VarlenMergeKernelName(dtype DType, headDim int) (string, error) {
-	if _, err := VarlenKernelName(dtype, dtype, headDim, false); err != nil {
+	if _, err := VarlenKernelName(dtype, dtype, LayoutFlash, headDim, false); err != nil {
 		return "", err
 	}
 	qi, _ := activationIndex(dtype)
@@ -516,14 +543,20 @@ func VarlenMergeKernelName(dtype DType, headDim int) (string, error) {
 // VarlenKernelNames returns every varlen attention and merge kernel name.
 func VarlenKernelNames() []string {
 	var names []string
+	add := func(pairs [len(headDims)][2]string) {
+		for _, pair := range pairs {
+			names = append(names, pair[0])
+			if pair[1] != pair[0] {
+				names = append(names, pair[1])
+			}
+		}
+	}
 	for qi := range tables.varlen {
 		for ci := range tables.varlen[qi] {
-			for _, pair := range tables.varlen[qi][ci] {
-				names = append(names, pair[0])
-				if pair[1] != pair[0] {
-					names = append(names, pair[1])
-				}
-			}
+			add(tables.varlen[qi][ci])
+		}
+		for li := range tables.varlenLaid[qi] {
+			add(tables.varlenLaid[qi][li])
 		}
 		names = append(names, tables.varlenMerge[qi][:]...)
 	}

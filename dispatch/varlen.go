@@ -44,6 +44,7 @@ type VarlenShape struct {
 	MaxKVLen     int // the largest KV length (pos_offset + q_len) of the batch, or a graph's capacity
 	DType        DType
 	CacheDType   DType
+	Layout       Layout // the caches' layout (the x-split and shuffle ones: 16-bit caches)
 	// HostCuSeqlensQ (optional): the host's copy of the batch's query
 	// bounds ([NumSeqs+1], checked by the caller), so the planner counts the
 	// row tiles the batch really has; without it, it plans for the grid.
@@ -76,7 +77,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		return Plan{}, err
 	}
 	group := s.NumQHeads / s.NumKVHeads
-	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim, VarlenShortRows(s.TotalQTokens, s.NumSeqs, group))
+	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.Layout, s.HeadDim, VarlenShortRows(s.TotalQTokens, s.NumSeqs, group))
 	if err != nil {
 		return Plan{}, err
 	}
@@ -217,7 +218,7 @@ func VarlenSharedBytes(kernel string) int {
 
 // validateVarlen checks what PlanVarlen relies on.
 func validateVarlen(s *VarlenShape, dev *DeviceFacts, k *Knobs) error {
-	if _, err := VarlenKernelName(s.DType, s.CacheDType, s.HeadDim, false); err != nil {
+	if _, err := VarlenKernelName(s.DType, s.CacheDType, s.Layout, s.HeadDim, false); err != nil {
 		return err
 	}
 	switch {

@@ -136,3 +136,38 @@ func BenchmarkPlanVarlen(b *testing.B) {
 		}
 	}
 }
+
+// TestPlanVarlenLayouts pins the kernels of the x-split and shuffle layouts:
+// the flash plan's kernel with the layout's suffix, the same geometry and
+// shared memory, and no e4m3 cache in them.
+func TestPlanVarlenLayouts(t *testing.T) {
+	dev := varlenDev()
+	for _, c := range []struct {
+		s      VarlenShape
+		suffix string
+	}{{prefill(8, 2048, 2048), ""}, {prefill(8, 16, 8192), "_r64"}} {
+		flash, err := PlanVarlen(c.s, dev, DefaultKnobs())
+		require.NoError(t, err)
+		for l, name := range map[Layout]string{LayoutXSplit: "xsplit", LayoutShuffle: "shuffle"} {
+			s := c.s
+			s.Layout = l
+			p, err := PlanVarlen(s, dev, DefaultKnobs())
+			require.NoError(t, err)
+			assert.Equal(t, "paged_varlen_bf16_hd128"+c.suffix+"_"+name, p.Kernel)
+			assert.Equal(t, flash.Kernel+"_"+name, p.Kernel)
+			assert.Equal(t, flash.Grid, p.Grid)
+			assert.Equal(t, flash.SharedBytes, p.SharedBytes)
+			assert.Equal(t, flash.Splits, p.Splits)
+		}
+	}
+	s := prefill(2, 64, 512)
+	s.Layout, s.CacheDType = LayoutXSplit, E4M3
+	_, err := PlanVarlen(s, dev, DefaultKnobs())
+	assert.ErrorContains(t, err, "VarlenShape.Layout=x-split is not supported with CacheDType=e4m3")
+	s.Layout, s.CacheDType = 9, BF16
+	_, err = PlanVarlen(s, dev, DefaultKnobs())
+	assert.ErrorContains(t, err, "VarlenShape.Layout=9 is not supported")
+	name, err := VarlenKernelName(F16, F16, LayoutShuffle, 256, true)
+	require.NoError(t, err)
+	assert.Equal(t, "paged_varlen_f16_hd256_shuffle", name, "head dim 256 has one kernel")
+}

@@ -65,6 +65,7 @@
 //   cu_seqlens_q[num_seqs] tokens (clamped to rows / num_q_heads), writing
 //   out and, when lse != null, lse. Grid: ⌈rows/4⌉, block 128.
 #pragma once
+#include "cache.cuh"
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -252,6 +253,120 @@ struct KVRow {
   }
 };
 
+// LaidKV is one thread's share of loading a K/V tile from the x-split or
+// shuffle layout (LAYOUT; 16-bit caches, block_size ≥ 8). The tiles land as
+// the caches hold them, so that each 32-byte cache sector lands whole in one
+// 32-byte piece of shared memory (cp.async splits a sector whose halves land
+// apart: docs/perf-notes.md, session 13):
+//   K piece-major: 16-byte piece c (elements 8c … 8c+7) of tile row r at
+//     c·kKeys + r (ldmatrix reads 8 rows of one piece, 128 contiguous
+//     bytes);
+//   V transposed, 16-byte piece (element d, tokens 8g … 8g+7): x-split
+//     d-major, swizzle<kKeys/8>(d, g) (a row d is 64 or 128 bytes; the
+//     swizzle keeps g and g^1 in one 32-byte piece); shuffle g-major,
+//     g·D + d. P·V reads them with plain (not transposing) ldmatrix.
+// Thread t keeps tile row r = t % kKeys for K and token group r/8 for V
+// (the same page, block_size ≥ 8): one block-table lookup per tile. Its K
+// pieces are t/kKeys + j·(128/kKeys); its V elements d = r%8 + 8·(t/kKeys
+// + j·(128/kKeys)). A group that reaches past kv_end is read whole from its
+// page and its tokens from kv_end on are zeroed once it has landed
+// (zero_tail): P is 0 there, and 0·NaN is NaN.
+template <int D, int KEYS, int LAYOUT>
+struct LaidKV {
+  static constexpr int kCH = D / 8;                 // 16-byte pieces of a row of K
+  static constexpr int kVCH = KEYS / 8;             // token groups of a tile
+  static constexpr int kU = kVarlenThreads / KEYS;  // threads per tile row
+  static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
+  static_assert(kU * KEYS == kVarlenThreads && kJ * kU == kCH, "a tile row per kU threads");
+  int r, u;
+  __device__ __forceinline__ LaidKV() : r((int)threadIdx.x % KEYS), u((int)threadIdx.x / KEYS) {}
+
+  // lookup returns the block-table entry of this thread's token group of
+  // the tile at kv0 (0 past kv_end, where nothing is read).
+  __device__ __forceinline__ int lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
+    const int pos = kv0 + (r & ~7);
+    return pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
+  }
+
+  // vt_at is the byte offset of V piece (element d, token group g) in the
+  // V tile.
+  __device__ __forceinline__ static uint32_t vt_at(int d, int g) {
+    return (LAYOUT == kLayoutXSplit ? swizzle<kVCH>(d, g) : g * D + d) * 16;
+  }
+
+  template <typename C>
+  __device__ __forceinline__ void issue(uint32_t dst, const C* k_cache, const C* v_cache, int blk, int kv0,
+                                        int kv_end, int kvh, int num_kv_heads, int block_size_log2,
+                                        int64_t num_blocks, int seq, unsigned long long* fault) const {
+    static_assert(sizeof(C) == 2, "16-bit caches");
+    const int gpos = kv0 + (r & ~7);  // the thread's token group
+    const bool gok = gpos < kv_end;
+    const bool ok = kv0 + r < kv_end;
+    if (gok && (blk < 0 || blk >= num_blocks)) {
+      if ((r & 7) == 0 && u == 0) record_fault(fault, kFaultBlockBeyondPool, seq, gpos >> block_size_log2, blk);
+      blk = 0;
+    }
+    const int bs_mask = (1 << block_size_log2) - 1;
+    const int64_t bh = (int64_t)blk * num_kv_heads + kvh;
+    const C* kp = k_cache + ((((bh * kCH + u) << block_size_log2) | ((kv0 + r) & bs_mask)) * 8);
+    const int64_t kstep = (int64_t)(kU * 8) << block_size_log2;
+    const int d0 = (r & 7) + 8 * u;
+    const int o = gpos & bs_mask;  // a multiple of 8
+    const C* vp;
+    int64_t vstep;
+    if constexpr (LAYOUT == kLayoutXSplit) {
+      vp = v_cache + (((bh * D + d0) << block_size_log2) | o);
+      vstep = (int64_t)(8 * kU) << block_size_log2;
+    } else {
+      vp = v_cache + ((bh << (block_size_log2 - 3)) + (o >> 3)) * (D * 8) + d0 * 8;
+      vstep = 8 * kU * 8;
+    }
+    const uint32_t kat = dst + (u * KEYS + r) * 16;
+    const uint32_t vat = dst + KEYS * D * 2 + vt_at(d0, r >> 3);  // the V tile follows K's
+    // d steps by 8·kU, a multiple of 8: the swizzle (which reads d's low
+    // bits) does not move, so the V place steps by a constant.
+    constexpr uint32_t vat_step = (LAYOUT == kLayoutXSplit ? 8 * kU * kVCH : 8 * kU) * 16;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
+      cp_async16(vat + j * vat_step, gok ? vp + j * vstep : v_cache, gok ? 16 : 0);
+    }
+  }
+
+  // zero_tail zeroes the V tile's tokens valid … the end of their group
+  // (valid = kv_end − kv0, not a multiple of 8: the group read whole past
+  // kv_end). Every thread calls it; a barrier must follow.
+  __device__ __forceinline__ static void zero_tail(unsigned char* vtile, int valid) {
+    const int g = valid >> 3;
+    for (int d = (int)threadIdx.x; d < D; d += kVarlenThreads) {
+      uint16_t* piece = reinterpret_cast<uint16_t*>(vtile + vt_at(d, g));
+      for (int c = valid & 7; c < 8; ++c) piece[c] = 0;
+    }
+  }
+};
+
+// LaidOffsets holds a lane's ldmatrix byte offsets into LaidKV's tiles,
+// for the x4 loads whose lane reads tile row (K) or element d (V) lane%8 +
+// 8·(lane/16) and piece or token group bit (lane/8)%2, as b_offsets: K at
+// k_at(np, ks) (rows 16np…, pieces 2ks, 2ks+1), V at v_at(kk, dp)
+// (elements 16dp…, groups 2kk, 2kk+1). The x-split swizzle reads only d's
+// low 3 bits, so one offset per kk serves every dp.
+template <int D, int KEYS, int LAYOUT>
+struct LaidOffsets {
+  static constexpr int kVCH = KEYS / 8;
+  uint32_t k, v[KEYS / 16];
+  __device__ __forceinline__ LaidOffsets(int lane) {
+    const int row = (lane & 7) + (lane >> 4) * 8, b = (lane >> 3) & 1;
+    k = (b * KEYS + row) * 16;
+#pragma unroll
+    for (int kk = 0; kk < KEYS / 16; ++kk) v[kk] = LaidKV<D, KEYS, LAYOUT>::vt_at(row, 2 * kk + b);
+  }
+  __device__ __forceinline__ uint32_t k_at(int np, int ks) const { return k + (uint32_t)(ks * 2 * KEYS * 16 + np * 256); }
+  __device__ __forceinline__ uint32_t v_at(int kk, int dp) const {
+    return v[kk] + (uint32_t)(dp * (LAYOUT == kLayoutXSplit ? 16 * kVCH * 16 : 16 * 16));
+  }
+};
+
 // LaneOffsets holds a lane's ldmatrix byte offsets into a swizzled tile of
 // CH 16-byte chunks per row, for the x4 loads whose lane reads row R + lr
 // and chunk 2ks + b (R a multiple of 16): at(R, ks) is the offset of
@@ -307,10 +422,11 @@ __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned c
 // tiles of 16 × KEYS positions; s[m][n] is n-tile n in the mma C layout).
 // Each K fragment read from shared memory serves all MT row tiles. q's A
 // fragments come from qa (registers, MT == 1) or from q_s.
-template <typename T, int D, int KEYS, int MT, bool Q_IN_REGS>
+// LAID: K in LaidKV's piece-major tile, at lo's offsets (else bo's).
+template <typename T, int D, int KEYS, int MT, bool Q_IN_REGS, int LAYOUT>
 __device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t (*qa)[4], uint32_t q_s,
                                         uint32_t k_s, const LaneOffsets<D / 8>& ao, const LaneOffsets<D / 8>& bo,
-                                        int warp) {
+                                        const LaidOffsets<D, KEYS, LAYOUT>& lo, int warp) {
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -330,7 +446,7 @@ __device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t 
 #pragma unroll
     for (int np = 0; np < KEYS / 16; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(b, k_s + bo.at(16 * np, ks));
+      ldmatrix_x4(b, k_s + (LAYOUT == kLayoutFlash ? bo.at(16 * np, ks) : lo.k_at(np, ks)));
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         mma16816<T>(s[m][2 * np], a[m], b[0], b[1]);
@@ -407,10 +523,12 @@ __device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], flo
 
 // pv_tile accumulates acc[m] += P[m]·V for one V tile, P (this warp's
 // probabilities, in the mma C layout) rounded to T. Each V fragment read
-// from shared memory serves all MT row tiles.
-template <typename T, int D, int KEYS, int MT>
+// from shared memory serves all MT row tiles. The flash layout's V tile is
+// token-major (read transposing, at ao's offsets); LaidKV's is transposed
+// already (read plain, at lo's).
+template <typename T, int D, int KEYS, int MT, int LAYOUT>
 __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)[KEYS / 8][4], uint32_t v_s,
-                                        const LaneOffsets<D / 8>& ao) {
+                                        const LaneOffsets<D / 8>& ao, const LaidOffsets<D, KEYS, LAYOUT>& lo) {
 #pragma unroll
   for (int kk = 0; kk < KEYS / 16; ++kk) {
     uint32_t a[MT][4];
@@ -424,7 +542,11 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, v_s + ao.at(16 * kk, dp));
+      if constexpr (LAYOUT == kLayoutFlash) {
+        ldmatrix_x4_trans(b, v_s + ao.at(16 * kk, dp));
+      } else {
+        ldmatrix_x4(b, v_s + lo.v_at(kk, dp));
+      }
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         mma16816<T>(acc[m][2 * dp], a[m], b[0], b[1]);
@@ -478,7 +600,7 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
   }
 }
 
-template <typename T, typename C, int D, int MT>
+template <typename T, typename C, int D, int MT, int LAYOUT>
 __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
                                              float* __restrict__ partial_out, float* __restrict__ partial_max,
                                              float* __restrict__ partial_sum, const T* __restrict__ q,
@@ -496,6 +618,8 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   constexpr int STAGES = Smem::kStages;
   constexpr int NT = D / 8;
   constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr bool LAID = LAYOUT != kLayoutFlash;
+  static_assert(!LAID || !kFP8, "the x-split and shuffle layouts: 16-bit caches");
   // q's A fragments stay in registers with one row tile per warp below D =
   // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
   // outputs need the room and q is read from shared memory per tile.
@@ -547,16 +671,26 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const C* v_head = v_cache + (int64_t)kvh * D;
   const uint32_t ring_s = smem_addr(ring);
   const KVRow<T, C, D, MT> kv_row;
+  const LaidKV<D, KEYS, LAYOUT> laid_row;
   // Tile i's rows are copied with block-table entries looked up one tile
   // ahead (next_blk), so the lookup's latency hides behind a tile's math.
   auto issue = [&](int i, int stage, int blk) {
     if (i < end_tile) {
-      kv_row.issue(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_end, block_size_log2,
-                   num_blocks, row_stride, t.seq, fault);
+      if constexpr (LAID) {
+        laid_row.issue(ring_s + stage * Smem::kStageBytes, k_cache, v_cache, blk, i * KEYS, kv_end, kvh,
+                       num_kv_heads, block_size_log2, num_blocks, t.seq, fault);
+      } else {
+        kv_row.issue(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_end, block_size_log2,
+                     num_blocks, row_stride, t.seq, fault);
+      }
     }
     cp_async_commit();
   };
-  auto lookup = [&](int i) { return i < end_tile ? kv_row.lookup(table, i * KEYS, kv_end, block_size_log2) : 0; };
+  auto lookup = [&](int i) {
+    if (i >= end_tile) return 0;
+    return LAID ? laid_row.lookup(table, i * KEYS, kv_end, block_size_log2)
+                : kv_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+  };
 
   load_q_tile<T, D, ROWS>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
@@ -566,6 +700,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   cp_async_wait<STAGES - 1>();  // q has landed
   __syncthreads();
   const LaneOffsets<D / 8> ao = a_offsets<D / 8>(lane), bo = b_offsets<D / 8>(lane);
+  const LaidOffsets<D, KEYS, LAYOUT> lo(lane);
   uint32_t qa[kQInRegs ? D / 16 : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
@@ -591,6 +726,12 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     next_blk = lookup(i + STAGES);
     uint32_t k_s = ring_s + stage * Smem::kStageBytes;
     uint32_t v_s = k_s + Smem::kTileBytes;
+    if constexpr (LAID) {
+      if (i * KEYS + KEYS > kv_end && (kv_end & 7) != 0) {
+        LaidKV<D, KEYS, LAYOUT>::zero_tail(ring + stage * Smem::kStageBytes + Smem::kTileBytes, kv_end - i * KEYS);
+        __syncthreads();
+      }
+    }
     if constexpr (kFP8) {
       widen_tile<T, D, MT>(wide, ring + stage * Smem::kStageBytes);
       __syncthreads();
@@ -600,13 +741,13 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     stage = stage == STAGES - 1 ? 0 : stage + 1;
     if (!computes) continue;
     float s[MT][KEYS / 8][4];
-    qk_tile<T, D, KEYS, MT, kQInRegs>(s, qa, q_s, k_s, ao, bo, warp);
+    qk_tile<T, D, KEYS, MT, kQInRegs, LAYOUT>(s, qa, q_s, k_s, ao, bo, lo, warp);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       if (i * KEYS + KEYS > mask_from) mask_scores<KEYS>(s[m], i * KEYS, lim[m][0], lim[m][1], lane);
       softmax_tile<KEYS, NT>(st[m], s[m], acc[m], q_mul);
     }
-    pv_tile<T, D, KEYS, MT>(acc, s, v_s, ao);
+    pv_tile<T, D, KEYS, MT, LAYOUT>(acc, s, v_s, ao, lo);
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
 #pragma unroll
@@ -662,8 +803,8 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 
 }  // namespace pkv
 
-// PKV_VARLEN defines one varlen entry.
-#define PKV_VARLEN(name, T, C, D, MT)                                                                         \
+// PKV_VARLEN defines one varlen entry (LAYOUT: the caches' layout).
+#define PKV_VARLEN(name, T, C, D, MT, LAYOUT)                                                                 \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
@@ -671,7 +812,7 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
       float scale, float k_scale, float v_scale) {                                                          \
-    pkv::paged_varlen<T, C, D, MT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
+    pkv::paged_varlen<T, C, D, MT, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
@@ -690,12 +831,25 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 
 // PKV_VARLEN_ALL defines <prefix>_hd<D> for every head dim and
 // <prefix>_hd<D>_r64 below 256 (see VarlenConfig).
-#define PKV_VARLEN_ALL(prefix, T, C)          \
-  PKV_VARLEN(prefix##_hd64, T, C, 64, 2)       \
-  PKV_VARLEN(prefix##_hd128, T, C, 128, 2)     \
-  PKV_VARLEN(prefix##_hd256, T, C, 256, 1)     \
-  PKV_VARLEN(prefix##_hd64_r64, T, C, 64, 1)   \
-  PKV_VARLEN(prefix##_hd128_r64, T, C, 128, 1)
+#define PKV_VARLEN_ALL(prefix, T, C)                                  \
+  PKV_VARLEN(prefix##_hd64, T, C, 64, 2, pkv::kLayoutFlash)            \
+  PKV_VARLEN(prefix##_hd128, T, C, 128, 2, pkv::kLayoutFlash)          \
+  PKV_VARLEN(prefix##_hd256, T, C, 256, 1, pkv::kLayoutFlash)          \
+  PKV_VARLEN(prefix##_hd64_r64, T, C, 64, 1, pkv::kLayoutFlash)        \
+  PKV_VARLEN(prefix##_hd128_r64, T, C, 128, 1, pkv::kLayoutFlash)
+
+// PKV_VARLEN_LAYOUT_ALL defines the entries of PKV_VARLEN_ALL over a 16-bit
+// cache of type T in the x-split and shuffle layouts, each name ending in
+// _<layout>.
+#define PKV_VARLEN_LAYOUT(prefix, T, L, LAYOUT)                   \
+  PKV_VARLEN(prefix##_hd64_##L, T, T, 64, 2, LAYOUT)              \
+  PKV_VARLEN(prefix##_hd128_##L, T, T, 128, 2, LAYOUT)            \
+  PKV_VARLEN(prefix##_hd256_##L, T, T, 256, 1, LAYOUT)            \
+  PKV_VARLEN(prefix##_hd64_r64_##L, T, T, 64, 1, LAYOUT)          \
+  PKV_VARLEN(prefix##_hd128_r64_##L, T, T, 128, 1, LAYOUT)
+#define PKV_VARLEN_LAYOUT_ALL(prefix, T)                        \
+  PKV_VARLEN_LAYOUT(prefix, T, xsplit, pkv::kLayoutXSplit)      \
+  PKV_VARLEN_LAYOUT(prefix, T, shuffle, pkv::kLayoutShuffle)
 
 // PKV_VARLEN_MERGE_ALL defines <prefix>_hd<D> for every head dim.
 #define PKV_VARLEN_MERGE_ALL(prefix, T) \

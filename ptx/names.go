@@ -20,8 +20,10 @@ const (
 	ModuleRope               = "rope"
 	ModuleVarlenBf16         = "varlen_bf16"
 	ModuleVarlenBf16E4m3     = "varlen_bf16_e4m3"
+	ModuleVarlenBf16Layouts  = "varlen_bf16_layouts"
 	ModuleVarlenF16          = "varlen_f16"
 	ModuleVarlenF16E4m3      = "varlen_f16_e4m3"
+	ModuleVarlenF16Layouts   = "varlen_f16_layouts"
 )
 
 // moduleComputeCapability maps each module whose PTX needs more than
@@ -199,6 +201,20 @@ const (
 	PagedVarlenBf16E4m3Hd64R64  = "paged_varlen_bf16_e4m3_hd64_r64"
 )
 
+// Entry points of varlen_bf16_layouts.ptx (kernels_src/varlen_bf16_layouts.cu).
+const (
+	PagedVarlenBf16Hd128R64Shuffle = "paged_varlen_bf16_hd128_r64_shuffle"
+	PagedVarlenBf16Hd128R64Xsplit  = "paged_varlen_bf16_hd128_r64_xsplit"
+	PagedVarlenBf16Hd128Shuffle    = "paged_varlen_bf16_hd128_shuffle"
+	PagedVarlenBf16Hd128Xsplit     = "paged_varlen_bf16_hd128_xsplit"
+	PagedVarlenBf16Hd256Shuffle    = "paged_varlen_bf16_hd256_shuffle"
+	PagedVarlenBf16Hd256Xsplit     = "paged_varlen_bf16_hd256_xsplit"
+	PagedVarlenBf16Hd64R64Shuffle  = "paged_varlen_bf16_hd64_r64_shuffle"
+	PagedVarlenBf16Hd64R64Xsplit   = "paged_varlen_bf16_hd64_r64_xsplit"
+	PagedVarlenBf16Hd64Shuffle     = "paged_varlen_bf16_hd64_shuffle"
+	PagedVarlenBf16Hd64Xsplit      = "paged_varlen_bf16_hd64_xsplit"
+)
+
 // Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
 const (
 	PagedVarlenF16Hd128      = "paged_varlen_f16_hd128"
@@ -218,4 +234,18 @@ const (
 	PagedVarlenF16E4m3Hd256    = "paged_varlen_f16_e4m3_hd256"
 	PagedVarlenF16E4m3Hd64     = "paged_varlen_f16_e4m3_hd64"
 	PagedVarlenF16E4m3Hd64R64  = "paged_varlen_f16_e4m3_hd64_r64"
+)
+
+// Entry points of varlen_f16_layouts.ptx (kernels_src/varlen_f16_layouts.cu).
+const (
+	PagedVarlenF16Hd128R64Shuffle = "paged_varlen_f16_hd128_r64_shuffle"
+	PagedVarlenF16Hd128R64Xsplit  = "paged_varlen_f16_hd128_r64_xsplit"
+	PagedVarlenF16Hd128Shuffle    = "paged_varlen_f16_hd128_shuffle"
+	PagedVarlenF16Hd128Xsplit     = "paged_varlen_f16_hd128_xsplit"
+	PagedVarlenF16Hd256Shuffle    = "paged_varlen_f16_hd256_shuffle"
+	PagedVarlenF16Hd256Xsplit     = "paged_varlen_f16_hd256_xsplit"
+	PagedVarlenF16Hd64R64Shuffle  = "paged_varlen_f16_hd64_r64_shuffle"
+	PagedVarlenF16Hd64R64Xsplit   = "paged_varlen_f16_hd64_r64_xsplit"
+	PagedVarlenF16Hd64Shuffle     = "paged_varlen_f16_hd64_shuffle"
+	PagedVarlenF16Hd64Xsplit      = "paged_varlen_f16_hd64_xsplit"
 )

@@ -53,6 +53,15 @@ func TestVarlenMatchesReference(t *testing.T) {
 		{Seqs: 5, QHeads: 5, KVHeads: 5, HeadDim: 128, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 40, MaxKV: 256, Causal: false},
 		{Seqs: 1, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 512, MaxKV: 512, Causal: true},
 		{Seqs: 6, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 1, MaxKV: 900, Causal: true},
+		// The x-split and shuffle layouts (K piece-major, V transposed in
+		// shared memory): both kernels of each head dim, blocks of 8 to 256.
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 200, MaxKV: 700, Causal: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 200, MaxKV: 700, Causal: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 6, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 1, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 5, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 9, MaxKV: 611, Causal: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 100, MaxKV: 1500, Causal: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 4, QHeads: 16, KVHeads: 16, HeadDim: 64, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 150, MaxKV: 603, Causal: false, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 2, QHeads: 48, KVHeads: 3, HeadDim: 256, BlockSize: 64, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 37, MaxKV: 999, Causal: true, Layout: pagedkv.LayoutShuffle},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomVarlenShape(g))
@@ -92,6 +101,79 @@ func TestVarlenMatchesReference(t *testing.T) {
 			o0, _, err = p.Run(single, single.Stream())
 			require.NoError(t, err)
 			assert.Equal(t, o1, o0, "single-pass without LSE")
+		})
+	}
+}
+
+// TestVarlenLayoutsAgree writes the same tokens into caches of every layout
+// (Gather of a flash cache's every slot, then Append of those rows into an
+// x-split and a shuffle cache) and checks that Varlen (single-pass, split-K,
+// and the decode that runs a batch's leading one-token sequences) sees the
+// same cache in each: the outputs agree far more tightly than any of them
+// agrees with float64.
+func TestVarlenLayoutsAgree(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for _, c := range []check.VarlenShape{
+		{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 180, MaxKV: 900, Causal: true},
+		{Seqs: 7, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 3, MaxKV: 1333, Causal: true},
+		{Seqs: 2, QHeads: 4, KVHeads: 2, HeadDim: 256, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 77, MaxKV: 500, Causal: false},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			p := varlenProblem(t, r, s, g, c)
+			want, wantLSE, err := p.Run(r, s)
+			require.NoError(t, err)
+			require.NoError(t, p.Check(want, wantLSE))
+			k := dispatch.DefaultKnobs()
+			k.ForcedSplits = 3
+			split, err := r.PlanVarlenWith(&p.Args, k)
+			require.NoError(t, err)
+			wantSplit, _, err := p.RunWithPlan(r, s, split)
+			require.NoError(t, err)
+
+			// Every slot of the flash cache, as token rows.
+			a := p.Args
+			slots := make([]int64, a.NumBlocks*a.BlockSize)
+			for i := range slots {
+				slots[i] = int64(i)
+			}
+			rowBytes := int64(len(slots) * c.KVHeads * c.HeadDim * c.DType.Size())
+			arena := check.NewArena(r)
+			t.Cleanup(func() { assert.NoError(t, arena.Free()) })
+			gather := pagedkv.GatherArgs{
+				KeyCache: a.KeyCache, ValueCache: a.ValueCache, NumTokens: len(slots), NumKVHeads: c.KVHeads,
+				HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: a.NumBlocks, CacheDType: c.CacheDType,
+			}
+			var set check.Setter
+			set.To(&gather.SlotMapping)(check.Upload(arena, s, slots, 8))
+			set.To(&gather.KeyOut)(arena.Alloc(rowBytes))
+			set.To(&gather.ValueOut)(arena.Alloc(rowBytes))
+			require.NoError(t, set.Err)
+			require.NoError(t, r.Gather(s, &gather))
+			for _, layout := range []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle} {
+				app := pagedkv.AppendArgs{
+					Key: gather.KeyOut, Value: gather.ValueOut, SlotMapping: gather.SlotMapping,
+					NumTokens: len(slots), NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
+					NumBlocks: a.NumBlocks, DType: c.DType, CacheDType: c.CacheDType, Layout: layout,
+				}
+				set.To(&app.KeyCache)(arena.Alloc(a.KeyCache.Bytes))
+				set.To(&app.ValueCache)(arena.Alloc(a.ValueCache.Bytes))
+				require.NoError(t, set.Err)
+				require.NoError(t, r.Append(s, &app))
+				p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = app.KeyCache, app.ValueCache, layout
+				got, lse, err := p.Run(r, s)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/64, "%v against flash", layout)
+				assertSameLSE(t, wantLSE, lse, layout.String()+" against flash")
+				splitL, err := r.PlanVarlenWith(&p.Args, k)
+				require.NoError(t, err)
+				require.Equal(t, split.Splits, splitL.Splits)
+				gotSplit, _, err := p.RunWithPlan(r, s, splitL)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ref.RelL2(gotSplit, wantSplit), check.Tolerance(c.DType)/64, "%v against flash, %d splits", layout, split.Splits)
+				p.Args = a
+			}
 		})
 	}
 }

@@ -116,7 +116,7 @@ func parseBench(args []string) (benchOptions, error) {
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
 	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan (wave ×1..3 at every ring depth) on the uniform rows and the ragged eager rows (stderr)")
-	layouts := fs.Bool("layouts", false, "also time the uniform 16-bit decode rows in the x-split and shuffle layouts (rows end in the layout's name)")
+	layouts := fs.Bool("layouts", false, "also time the uniform 16-bit decode rows and the 16-bit varlen rows in the x-split and shuffle layouts (rows end in the layout's name)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	shape := fs.String("shape", "", "measure only the rows whose \"<dtype> <shape>\" matches this regular expression (e.g. 'e4m3 seqs=8 kv=8192$'; for profilers)")

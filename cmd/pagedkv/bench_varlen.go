@@ -196,6 +196,24 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads), varlenBytes(&bt, qHeads, q, cache)
 	dtype := varlenDType(q, cache)
 	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
+	if b.layouts && cache != pagedkv.E4M3 {
+		// The same batch over the same pages read as the other layouts.
+		for _, layout := range allLayouts[1:] {
+			laid := slices.Clone(sets)
+			for i := range laid {
+				laid[i].Layout = layout
+			}
+			lp, err := b.r.PlanVarlen(b.s, &laid[0])
+			if err != nil {
+				return nil, err
+			}
+			lus, err := b.measure(func(i int) error { return b.r.Varlen(b.s, &laid[i%rot]) })
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, b.varlenRow(c, dtype, c.shape+" "+layout.String(), varlenPlanText(lp), lp.Splits, lus, flops, bytes))
+		}
+	}
 	if doSweep && c.memoryBound && len(c.runs) == 1 {
 		for _, n := range []int{1, 2, 3, 4, 6, 8, 12, 16} {
 			k := dispatch.DefaultKnobs()

@@ -18,6 +18,7 @@ type VarlenShape struct {
 	DType, CacheDType                         pagedkv.DType
 	MaxQLen, MaxKV                            int
 	Causal                                    bool
+	Layout                                    pagedkv.CacheLayout
 }
 
 func (c VarlenShape) String() string {
@@ -25,13 +26,18 @@ func (c VarlenShape) String() string {
 	if c.Causal {
 		mask = "causal"
 	}
-	return fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_q%d_kv%d_%s", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize,
+	s := fmt.Sprintf("S%d_QH%d_KH%d_D%d_bs%d_%s_%s_q%d_kv%d_%s", c.Seqs, c.QHeads, c.KVHeads, c.HeadDim, c.BlockSize,
 		c.DType, c.CacheDType, c.MaxQLen, c.MaxKV, mask)
+	if c.Layout != pagedkv.LayoutFlash {
+		s += "_" + c.Layout.String()
+	}
+	return s
 }
 
 // RandomVarlenShape draws a small random varlen shape covering every head
-// dim, groups 1..16, block sizes 1..256, both dtypes, fp8 caches and both
-// masks.
+// dim, groups 1..16, block sizes 1..256, both dtypes, fp8 caches, both
+// masks and (16-bit caches, blocks of 8 or more) the x-split and shuffle
+// layouts.
 func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	c := VarlenShape{
 		Seqs:      1 + g.IntN(6),
@@ -48,6 +54,9 @@ func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	}
 	c.MaxQLen = 1 + g.IntN(300)
 	c.MaxKV = c.MaxQLen + g.IntN(2000)
+	if c.CacheDType != pagedkv.E4M3 && c.BlockSize >= 8 && g.IntN(3) == 0 {
+		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
+	}
 	return c
 }
 
@@ -131,7 +140,7 @@ func NewVarlenProblemWith(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c
 		NumSeqs: c.Seqs, TotalQTokens: total, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: mbps, MaxKVLen: maxKV,
 		QTokenStride: qStride, Causal: c.Causal, HostCuSeqlensQ: cu, HostPosOffsets: pos,
-		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale,
+		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale, Layout: c.Layout,
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
@@ -172,6 +181,7 @@ func (p *VarlenProblem) Reference() ([]float64, []float64) {
 		CuSeqlensQ: p.CuSeqlensQ, PosOffsets: p.PosOffsets,
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, MaxBlocksPerSeq: p.Args.MaxBlocksPerSeq, Causal: c.Causal, Scale: scale,
+		Layout: ref.Layout(c.Layout), X: 16 / c.CacheDType.Size(),
 	})
 }
 
@@ -252,7 +262,7 @@ func (p *VarlenProblem) SequenceArgs(kvLens pagedkv.Buffer) pagedkv.SequenceArgs
 		Out: a.Out, LSE: a.LSE, NumSeqs: 1, QLen: qLen, HostKVLens: []int32{p.PosOffsets[0] + int32(qLen)},
 		NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
 		NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, QTokenStride: a.QTokenStride,
-		DType: c.DType, CacheDType: c.CacheDType, KScale: a.KScale, VScale: a.VScale,
+		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout, KScale: a.KScale, VScale: a.VScale,
 	}
 }
 
