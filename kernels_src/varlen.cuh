@@ -115,6 +115,16 @@ struct VarlenSmem {
   static constexpr int kBytes = kQBytes + kStages * kStageBytes + kWideBytes;
 };
 
+// Pick<B, X, Y>::type is X when B holds, else Y.
+template <bool B, typename X, typename Y>
+struct Pick {
+  using type = X;
+};
+template <typename X, typename Y>
+struct Pick<false, X, Y> {
+  using type = Y;
+};
+
 // VarlenTile is the work of one block: sequence seq's query tokens q_begin …
 // q_begin+q_len-1 and their KV (kv_len positions from pos_offset − …), packed
 // rows row0 … row0+ROWS-1 of the sequence's q_len·G.
@@ -253,18 +263,88 @@ struct KVRow {
   }
 };
 
+// KVLines is KVRow's alternative for the one-row-tile kernels (MT = 1: the
+// _r64 ones and head dim 256), which serve short queries over long KV and
+// are bound by memory: CCH consecutive threads load one whole row (CCH
+// 16-byte chunks) per instruction, so a warp's cp.async reads whole 128-byte
+// lines, each landing in one 128-byte piece of shared memory. cp.async
+// writes shared memory one wavefront per global line it reads (Nsight
+// Compute, session 14: KVRow's two threads per row made 16 wavefronts per
+// instruction where 4 carry the bytes, and the kernel ran at 60% of copy
+// where the shuffle layout's loader, which lands whole lines, ran at 79%).
+// A thread loads rows r0 + kRP·j, j < kPasses, chunk c of each; lane l
+// looks up the block of tile row l (and l + 32 for 64-key tiles), which the
+// loading lanes take by shuffle.
+template <typename T, typename C, int D, int MT>
+struct KVLines {
+  using Smem = VarlenSmem<T, C, D, MT>;
+  static constexpr int kCCH = Smem::kCacheChunks;
+  static constexpr int kRP = kVarlenThreads / kCCH;  // rows per pass
+  static constexpr int kPasses = Smem::kKeys / kRP;
+  static constexpr int kIds = Smem::kKeys / 32;      // rows a lane looks up
+  static_assert(kRP >= 1 && 32 % kRP == 0 && kPasses * kRP == Smem::kKeys && kIds * 32 == Smem::kKeys,
+                "whole rows per pass, a tile row per lane");
+  struct Ids {
+    int v[kIds];
+  };
+  int r0, c, lane;
+  __device__ __forceinline__ KVLines()
+      : r0((int)threadIdx.x / kCCH), c((int)threadIdx.x % kCCH), lane((int)threadIdx.x & 31) {}
+
+  // lookup returns the block-table entries of tile rows lane (+ 32) of the
+  // tile at kv0 (0 past kv_end, where nothing is read).
+  __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
+    Ids ids;
+#pragma unroll
+    for (int i = 0; i < kIds; ++i) {
+      const int pos = kv0 + lane + 32 * i;
+      ids.v[i] = pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
+    }
+    return ids;
+  }
+
+  __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0, int kv_end,
+                                        int block_size_log2, int64_t num_blocks, int64_t row_stride, int seq,
+                                        unsigned long long* fault) const {
+    const int bs_mask = (1 << block_size_log2) - 1;
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      const int r = r0 + kRP * j;  // r ≥ 32 exactly when kRP·j ≥ 32 (r0 < kRP, which divides 32)
+      int blk = __shfl_sync(0xffffffffu, ids.v[kRP * j >= 32 ? 1 % kIds : 0], r & 31);
+      const int pos = kv0 + r;
+      const bool ok = pos < kv_end;
+      int64_t off = 0;
+      if (ok) {
+        if (blk < 0 || blk >= num_blocks) {
+          if (c == 0) record_fault(fault, kFaultBlockBeyondPool, seq, pos >> block_size_log2, blk);
+          blk = 0;
+        }
+        off = (((int64_t)blk << block_size_log2) | (pos & bs_mask)) * row_stride;
+      }
+      const uint32_t at = swizzle<kCCH>(r, c) * 16;
+      cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, ok ? 16 : 0);
+      cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16,
+                 ok ? 16 : 0);
+    }
+  }
+};
+
 // LaidKV is one thread's share of loading a K/V tile from the x-split or
 // shuffle layout (LAYOUT; 16-bit caches, block_size ≥ 8). The tiles land as
 // the caches hold them, so that each 32-byte cache sector lands whole in one
 // 32-byte piece of shared memory (cp.async splits a sector whose halves land
-// apart: docs/perf-notes.md, session 13):
+// apart: docs/perf-notes.md, session 13) and, for blocks of 16, each
+// 128-byte line in one 128-byte piece (cp.async writes shared memory a
+// wavefront per line it reads, at best: session 14):
 //   K piece-major: 16-byte piece c (elements 8c … 8c+7) of tile row r at
 //     c·kKeys + r (ldmatrix reads 8 rows of one piece, 128 contiguous
 //     bytes);
-//   V transposed, 16-byte piece (element d, tokens 8g … 8g+7): x-split
-//     d-major, swizzle<kKeys/8>(d, g) (a row d is 64 or 128 bytes; the
-//     swizzle keeps g and g^1 in one 32-byte piece); shuffle g-major,
-//     g·D + d. P·V reads them with plain (not transposing) ldmatrix.
+//   V transposed, 16-byte piece (element d, tokens 8g … 8g+7): x-split in
+//     slabs of 16 tokens, g/2·2D + 2d + (g%2 ^ bit 2 of d) (element d's 16
+//     tokens of a slab are one 32-byte sector of the cache, 4 elements of
+//     a block of 16 one line; the swap keeps ldmatrix's 8 elements in 8
+//     bank groups); shuffle g-major, g·D + d (8 elements, one line). P·V
+//     reads them with plain (not transposing) ldmatrix.
 // Thread t keeps tile row r = t % kKeys for K and token group r/8 for V
 // (the same page, block_size ≥ 8): one block-table lookup per tile. Its K
 // pieces are t/kKeys + j·(128/kKeys); its V elements d = r%8 + 8·(t/kKeys
@@ -274,7 +354,6 @@ struct KVRow {
 template <int D, int KEYS, int LAYOUT>
 struct LaidKV {
   static constexpr int kCH = D / 8;                 // 16-byte pieces of a row of K
-  static constexpr int kVCH = KEYS / 8;             // token groups of a tile
   static constexpr int kU = kVarlenThreads / KEYS;  // threads per tile row
   static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
   static_assert(kU * KEYS == kVarlenThreads && kJ * kU == kCH, "a tile row per kU threads");
@@ -291,8 +370,11 @@ struct LaidKV {
   // vt_at is the byte offset of V piece (element d, token group g) in the
   // V tile.
   __device__ __forceinline__ static uint32_t vt_at(int d, int g) {
-    return (LAYOUT == kLayoutXSplit ? swizzle<kVCH>(d, g) : g * D + d) * 16;
+    return (LAYOUT == kLayoutXSplit ? (g >> 1) * 2 * D + 2 * d + ((g & 1) ^ ((d >> 2) & 1)) : g * D + d) * 16;
   }
+  // kVtStep is the byte distance between the V pieces of elements d and
+  // d + 8 of one group.
+  static constexpr uint32_t kVtStep = (LAYOUT == kLayoutXSplit ? 16 : 8) * 16;
 
   template <typename C>
   __device__ __forceinline__ void issue(uint32_t dst, const C* k_cache, const C* v_cache, int blk, int kv0,
@@ -323,9 +405,9 @@ struct LaidKV {
     }
     const uint32_t kat = dst + (u * KEYS + r) * 16;
     const uint32_t vat = dst + KEYS * D * 2 + vt_at(d0, r >> 3);  // the V tile follows K's
-    // d steps by 8·kU, a multiple of 8: the swizzle (which reads d's low
-    // bits) does not move, so the V place steps by a constant.
-    constexpr uint32_t vat_step = (LAYOUT == kLayoutXSplit ? 8 * kU * kVCH : 8 * kU) * 16;
+    // d steps by 8·kU, a multiple of 8: the x-split swap (which reads bit
+    // 2 of d) does not move, so the V place steps by a constant.
+    constexpr uint32_t vat_step = kU * kVtStep;
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
@@ -349,11 +431,10 @@ struct LaidKV {
 // for the x4 loads whose lane reads tile row (K) or element d (V) lane%8 +
 // 8·(lane/16) and piece or token group bit (lane/8)%2, as b_offsets: K at
 // k_at(np, ks) (rows 16np…, pieces 2ks, 2ks+1), V at v_at(kk, dp)
-// (elements 16dp…, groups 2kk, 2kk+1). The x-split swizzle reads only d's
-// low 3 bits, so one offset per kk serves every dp.
+// (elements 16dp…, groups 2kk, 2kk+1). The x-split swap reads only bit 2
+// of d, so one offset per kk serves every dp.
 template <int D, int KEYS, int LAYOUT>
 struct LaidOffsets {
-  static constexpr int kVCH = KEYS / 8;
   uint32_t k, v[KEYS / 16];
   __device__ __forceinline__ LaidOffsets(int lane) {
     const int row = (lane & 7) + (lane >> 4) * 8, b = (lane >> 3) & 1;
@@ -363,7 +444,7 @@ struct LaidOffsets {
   }
   __device__ __forceinline__ uint32_t k_at(int np, int ks) const { return k + (uint32_t)(ks * 2 * KEYS * 16 + np * 256); }
   __device__ __forceinline__ uint32_t v_at(int kk, int dp) const {
-    return v[kk] + (uint32_t)(dp * (LAYOUT == kLayoutXSplit ? 16 * kVCH * 16 : 16 * 16));
+    return v[kk] + (uint32_t)(dp * 2 * LaidKV<D, KEYS, LAYOUT>::kVtStep);
   }
 };
 
@@ -670,11 +751,16 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const C* k_head = k_cache + (int64_t)kvh * D;
   const C* v_head = v_cache + (int64_t)kvh * D;
   const uint32_t ring_s = smem_addr(ring);
-  const KVRow<T, C, D, MT> kv_row;
+  // The flash layout's loader: whole rows per instruction for the
+  // one-row-tile kernels (KVLines), a row per 128/KEYS threads for the
+  // two-row-tile ones (KVRow: one block-table lookup per thread and tile;
+  // they are bound by their math, not by memory).
+  using FlashRows = typename Pick<MT == 1, KVLines<T, C, D, MT>, KVRow<T, C, D, MT>>::type;
+  const FlashRows kv_row;
   const LaidKV<D, KEYS, LAYOUT> laid_row;
   // Tile i's rows are copied with block-table entries looked up one tile
   // ahead (next_blk), so the lookup's latency hides behind a tile's math.
-  auto issue = [&](int i, int stage, int blk) {
+  auto issue = [&](int i, int stage, auto blk) {
     if (i < end_tile) {
       if constexpr (LAID) {
         laid_row.issue(ring_s + stage * Smem::kStageBytes, k_cache, v_cache, blk, i * KEYS, kv_end, kvh,
@@ -687,16 +773,23 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     cp_async_commit();
   };
   auto lookup = [&](int i) {
-    if (i >= end_tile) return 0;
-    return LAID ? laid_row.lookup(table, i * KEYS, kv_end, block_size_log2)
-                : kv_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+    if constexpr (LAID) {
+      if (i >= end_tile) return 0;
+      return laid_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+    } else if constexpr (MT == 1) {
+      if (i >= end_tile) return typename FlashRows::Ids{};
+      return kv_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+    } else {
+      if (i >= end_tile) return 0;
+      return kv_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+    }
   };
 
   load_q_tile<T, D, ROWS>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
 #pragma unroll
   for (int j = 0; j < STAGES - 1; ++j) issue(first_tile + j, j, lookup(first_tile + j));
-  int next_blk = lookup(first_tile + STAGES - 1);
+  auto next_blk = lookup(first_tile + STAGES - 1);
   cp_async_wait<STAGES - 1>();  // q has landed
   __syncthreads();
   const LaneOffsets<D / 8> ao = a_offsets<D / 8>(lane), bo = b_offsets<D / 8>(lane);

@@ -319,7 +319,12 @@ func TestVarlenPlans(t *testing.T) {
 	r := open(t, config.Options{})
 	off := open(t, config.Options{SplitKAttn: ptr(config.SplitOff)})
 	g := rng(t)
-	small := varlenProblem(t, r, r.Stream(), g, check.VarlenShape{Seqs: 2, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: 8192, Causal: true})
+	// 16 query tokens each over 8192 and 6000 KV positions (fixed lengths: a
+	// random draw may make both KVs too short to split).
+	small, err := check.NewVarlenProblemWith(r, r.Stream(), g, check.VarlenShape{Seqs: 2, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: 8192, Causal: true},
+		[]int32{0, 16, 32}, []int32{8192 - 16, 6000 - 16})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, small.Arena.Free()) })
 	plan, err := r.PlanVarlen(r.Stream(), &small.Args)
 	require.NoError(t, err)
 	assert.Greater(t, plan.Splits, 1, "small query over long KV: %s", plan.Reason)
