@@ -104,3 +104,15 @@ func TestRingSharedMemoryAligned(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, checked, 9, "decode and qkv modules with dynamic shared memory")
 }
+
+// TestCacheLayoutValues pins CacheLayout to the planner's Layout, which the
+// varlen kernel names follow, value for value.
+func TestCacheLayoutValues(t *testing.T) {
+	for l, want := range map[CacheLayout]dispatch.Layout{
+		LayoutFlash: dispatch.LayoutFlash, LayoutXSplit: dispatch.LayoutXSplit, LayoutShuffle: dispatch.LayoutShuffle,
+	} {
+		assert.Equal(t, want, dispatch.Layout(l))
+		assert.Equal(t, want.String(), l.String())
+	}
+	assert.Equal(t, "CacheLayout(7)", CacheLayout(7).String())
+}

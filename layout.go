@@ -1,6 +1,10 @@
 package pagedkv
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/pagedkv/pagedkv/dispatch"
+)
 
 // Cache layouts and token-major row layouts, shared by the op files: the
 // layout of a paged K/V cache (CacheLayout, checkLayout), a token-major input
@@ -24,14 +28,10 @@ const (
 	LayoutShuffle
 )
 
+// String returns "flash", "x-split" or "shuffle" (dispatch.Layout's names).
 func (l CacheLayout) String() string {
-	switch l {
-	case LayoutFlash:
-		return "flash"
-	case LayoutXSplit:
-		return "x-split"
-	case LayoutShuffle:
-		return "shuffle"
+	if l >= LayoutFlash && l <= LayoutShuffle {
+		return dispatch.Layout(l).String()
 	}
 	return "CacheLayout(" + itoa(int(l)) + ")"
 }

@@ -60,6 +60,9 @@ func TestAppendArgsValidate(t *testing.T) {
 	fp8 := goodAppend()
 	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 2
 	require.NoError(t, fp8.Validate())
+	host := goodAppend()
+	host.HostSlotMapping = make([]int64, host.NumTokens)
+	require.NoError(t, host.Validate())
 
 	cases := []badCase[AppendArgs]{
 		{"dtype", func(a *AppendArgs) { a.DType = E4M3 }, "AppendArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
@@ -74,6 +77,7 @@ func TestAppendArgsValidate(t *testing.T) {
 		{"value missing", func(a *AppendArgs) { a.Value = Buffer{} }, "AppendArgs.Value is missing"},
 		{"cache small", func(a *AppendArgs) { a.ValueCache.Bytes -= 2 }, "AppendArgs.ValueCache holds"},
 		{"slots small", func(a *AppendArgs) { a.SlotMapping.Bytes = 72 }, "AppendArgs.SlotMapping holds 72 bytes; the shapes need 80"},
+		{"host slots", func(a *AppendArgs) { a.HostSlotMapping = make([]int64, 9) }, "AppendArgs.HostSlotMapping has 9 values; allowed: none, or NumTokens=10"},
 		{"misaligned", func(a *AppendArgs) { a.Key.Ptr += 8 }, "AppendArgs.Key pointer 0x7f0000000008 is not 16-byte aligned"},
 		{"token stride", func(a *AppendArgs) { a.KeyTokenStride = 100 }, "AppendArgs.KeyTokenStride=100 is not allowed"},
 		{"token stride short", func(a *AppendArgs) { a.KeyTokenStride = 256 }, "AppendArgs.KeyTokenStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512"},
@@ -955,4 +959,28 @@ func TestValidateAllocatesNothing(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = d.Validate() }), "DecodeArgs.Validate")
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = v.Validate() }), "VarlenArgs.Validate")
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = q.Validate() }), "SequenceArgs.Validate")
+}
+
+// TestSlotRuns pins what makes an append's host slots a prefill's: at least
+// 7 in 8 tokens after the first take the slot after their predecessor's.
+func TestSlotRuns(t *testing.T) {
+	run := func(starts ...int64) []int64 { // runs of 16 slots from each start
+		var s []int64
+		for _, b := range starts {
+			for i := range int64(16) {
+				s = append(s, b+i)
+			}
+		}
+		return s
+	}
+	assert.True(t, slotRuns(run(32, 96, 0, 512)), "a prefill's pages, in any order")
+	assert.True(t, slotRuns(run(5)), "one run from inside a page")
+	assert.False(t, slotRuns([]int64{7, 3, 90, 12, 13, 40}), "random slots")
+	assert.False(t, slotRuns([]int64{4}), "one token")
+	assert.False(t, slotRuns(nil))
+	half := run(0, 64)
+	for i := 0; i < len(half); i += 2 {
+		half[i] = -1 // every other token skipped
+	}
+	assert.False(t, slotRuns(half))
 }

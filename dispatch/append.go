@@ -35,6 +35,11 @@ type AppendShape struct {
 	// path (see AppendPagesMinCover). Zero keeps the token path.
 	BlockSize int
 	NumSlots  int64
+	// SlotRuns: the host's copy of the slots says the tokens come in runs
+	// of consecutive slots (a prefill's: almost every token takes the slot
+	// after its predecessor's), which the token path writes in whole
+	// sectors; such an append keeps the token path.
+	SlotRuns bool
 }
 
 // AppendPagesMinCover: an append into the x-split or shuffle layout whose
@@ -47,9 +52,10 @@ type AppendShape struct {
 // append keeps the token path, whose cost does not grow with the cache.
 // H200, session 13, T = 65536 into a cache of 65536 slots: random slots
 // 86–87% of copy on the page path against 4–5% on the token path, prefill
-// slots 84% against 89–90% (the planner cannot tell them apart; the
-// cover of 4 itself is not tuned). Set it before planning starts; 0 turns
-// the page path off.
+// slots 84% against 89–90% (without the host's slots the planner cannot
+// tell them apart; with them, AppendShape.SlotRuns keeps a prefill's
+// append on the token path; the cover of 4 itself is not tuned). Set it
+// before planning starts; 0 turns the page path off.
 var AppendPagesMinCover int64 = 4
 
 // AppendFlashFP8Tokens is how many tokens one thread of an fp8 append into
@@ -90,7 +96,7 @@ func PlanAppend(a AppendShape) (Plan, error) {
 // a's dtypes are valid (PlanAppend checked them).
 func planAppendPages(a AppendShape) (Plan, bool) {
 	x := 16 / max(a.CacheDType.Size(), 1)
-	if a.Flash || AppendPagesMinCover <= 0 || a.BlockSize < x || a.HeadDim&(a.HeadDim-1) != 0 ||
+	if a.Flash || a.SlotRuns || AppendPagesMinCover <= 0 || a.BlockSize < x || a.HeadDim&(a.HeadDim-1) != 0 ||
 		a.NumTokens == 0 || a.NumSlots <= 0 || int64(a.NumTokens)*AppendPagesMinCover < a.NumSlots {
 		return Plan{}, false
 	}

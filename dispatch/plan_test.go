@@ -620,7 +620,7 @@ func TestPlanAppendPages(t *testing.T) {
 	assert.Equal(t, "cache_append_pages_bf16_e4m3", p.Kernel)
 	assert.Equal(t, "cache_claim_bf16_e4m3", p.AppendClaim)
 
-	// The token path: the flash layout, a block smaller than x (8 rows of a
+	// The token path: the flash layout, slots in runs, a block smaller than x (8 rows of a
 	// 16-bit cache, 16 of fp8), a sparse append (a decode step's tokens in
 	// a large cache), a head_dim not a power of two (the page kernel's
 	// places are shifts), no cache facts, or the rule turned off.
@@ -633,6 +633,7 @@ func TestPlanAppendPages(t *testing.T) {
 		assert.NotContains(t, p.Kernel, "pages", "%+v", a)
 	}
 	token(func(a *AppendShape) { a.Flash = true })
+	token(func(a *AppendShape) { a.SlotRuns = true }) // a prefill's slots, as the host sees them
 	token(func(a *AppendShape) { a.BlockSize = 4 })
 	token(func(a *AppendShape) { a.CacheDType, a.BlockSize = E4M3, 8 })
 	token(func(a *AppendShape) { a.NumTokens = 128 })

@@ -381,6 +381,7 @@ func (b *bencher) benchAppend() error {
 			if a.SlotMapping, err = check.Upload(b.arena, b.s, slots, 8); err != nil {
 				return err
 			}
+			a.HostSlotMapping = slots // an engine has them (AppendArgs.HostSlotMapping)
 			sets[i] = a
 		}
 		shape := fmt.Sprintf("T=%d KH=%d D=%d bs=%d", tokens, kvHeads, headDim, blockSize)
@@ -419,6 +420,7 @@ func (b *bencher) benchAppend() error {
 			if randomSets[i].SlotMapping, err = check.Upload(b.arena, b.s, random, 8); err != nil {
 				return err
 			}
+			randomSets[i].HostSlotMapping = random
 		}
 		if err := b.appendRows(shape, "random slots", bytes, randomSets, allLayouts); err != nil {
 			return err
@@ -443,12 +445,28 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 		if err != nil {
 			return err
 		}
-		// Where the planner takes the page path (dispatch.AppendPagesMinCover),
-		// the token path beside it, for the A/B that sets the rule.
+		// Where the planner would take the page path without the host's
+		// slots (dispatch.AppendPagesMinCover), the other path beside it, for
+		// the A/B that sets the rule: the page path when the host's slots
+		// keep the token path (a prefill's), else the token path.
 		pages, err := dispatch.PlanAppend(dispatch.AppendShape{NumTokens: sets[0].NumTokens, NumKVHeads: sets[0].NumKVHeads,
 			HeadDim: sets[0].HeadDim, DType: sets[0].DType, CacheDType: sets[0].CacheDType, Flash: layout == pagedkv.LayoutFlash,
 			BlockSize: sets[0].BlockSize, NumSlots: int64(sets[0].NumBlocks) * int64(sets[0].BlockSize)})
 		if err != nil || pages.AppendClaim == "" {
+			continue
+		}
+		if plan, err := b.r.PlanAppend(&sets[0]); err != nil {
+			return err
+		} else if plan.AppendClaim == "" {
+			bare := slices.Clone(sets)
+			for i := range bare {
+				bare[i].HostSlotMapping = nil
+			}
+			err = b.row(fmt.Sprintf("%s %s %s, page path (no host slots)", shape, layout, slots), float64(bytes),
+				func() error { call++; return b.r.Append(b.s, &bare[call%len(bare)]) })
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		was := dispatch.AppendPagesMinCover
