@@ -3,6 +3,7 @@ package pagedkv
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -983,4 +984,16 @@ func TestSlotRuns(t *testing.T) {
 		half[i] = -1 // every other token skipped
 	}
 	assert.False(t, slotRuns(half))
+	// A large batch is sampled, not scanned: a prefill of 65536 tokens in
+	// pages of 16 in random order, and the same slots shuffled.
+	g := rand.New(rand.NewPCG(1, 2))
+	pages := g.Perm(4096)
+	prefill := make([]int64, 65536)
+	for t := range prefill {
+		prefill[t] = int64(pages[t/16]*16 + t%16)
+	}
+	assert.True(t, slotRuns(prefill))
+	g.Shuffle(len(prefill), func(i, j int) { prefill[i], prefill[j] = prefill[j], prefill[i] })
+	assert.False(t, slotRuns(prefill))
+	assert.Zero(t, testing.AllocsPerRun(10, func() { _ = slotRuns(prefill) }))
 }

@@ -319,8 +319,9 @@ func TestVarlenPlans(t *testing.T) {
 	r := open(t, config.Options{})
 	off := open(t, config.Options{SplitKAttn: ptr(config.SplitOff)})
 	g := rng(t)
-	// 16 query tokens each over 8192 and 6000 KV positions (fixed lengths: a
-	// random draw may make both KVs too short to split).
+	// Fixed lengths (random ones may make both KVs too short to split, or
+	// the prefill's queries too short to fill the GPU): 16 query tokens
+	// each over 8192 and 6000 KV positions, then 4 prompts of 2048.
 	small, err := check.NewVarlenProblemWith(r, r.Stream(), g, check.VarlenShape{Seqs: 2, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: 8192, Causal: true},
 		[]int32{0, 16, 32}, []int32{8192 - 16, 6000 - 16})
 	require.NoError(t, err)
@@ -332,7 +333,10 @@ func TestVarlenPlans(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, plan.Splits)
 	assert.Equal(t, dispatch.ReasonSplitKOff, plan.Reason)
-	big := varlenProblem(t, r, r.Stream(), g, check.VarlenShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 2048, MaxKV: 2048, Causal: true})
+	big, err := check.NewVarlenProblemWith(r, r.Stream(), g, check.VarlenShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 2048, MaxKV: 2048, Causal: true},
+		[]int32{0, 2048, 4096, 6144, 8192}, []int32{0, 0, 0, 0})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, big.Arena.Free()) })
 	plan, err = r.PlanVarlen(r.Stream(), &big.Args)
 	require.NoError(t, err)
 	assert.Equal(t, 1, plan.Splits, "long prefill: %s", plan.Reason)
