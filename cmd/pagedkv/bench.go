@@ -449,10 +449,13 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 		// slots (dispatch.AppendPagesMinCover), the other path beside it, for
 		// the A/B that sets the rule: the page path when the host's slots
 		// keep the token path (a prefill's), else the token path.
-		pages, err := dispatch.PlanAppend(dispatch.AppendShape{NumTokens: sets[0].NumTokens, NumKVHeads: sets[0].NumKVHeads,
-			HeadDim: sets[0].HeadDim, DType: sets[0].DType, CacheDType: sets[0].CacheDType, Flash: layout == pagedkv.LayoutFlash,
-			BlockSize: sets[0].BlockSize, NumSlots: int64(sets[0].NumBlocks) * int64(sets[0].BlockSize)})
-		if err != nil || pages.AppendClaim == "" {
+		bare0 := sets[0]
+		bare0.HostSlotMapping = nil
+		pages, err := b.r.PlanAppend(&bare0)
+		if err != nil {
+			return err
+		}
+		if pages.AppendClaim == "" {
 			continue
 		}
 		if plan, err := b.r.PlanAppend(&sets[0]); err != nil {
@@ -770,15 +773,9 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 					}
 				}
 				for _, lc := range cases {
-					if !b.wants(cache.String(), lc.shape) {
-						continue
-					}
-					b.status(fmt.Sprintf("decode %s %s (%d/%d)", cache, lc.shape, n, total))
-					res, err := b.decodeShape(pool, lc)
-					if err != nil {
+					if err := b.decodeRow(pool, lc, fmt.Sprintf(" (%d/%d)", n, total)); err != nil {
 						return err
 					}
-					b.rep.Results = append(b.rep.Results, res)
 				}
 			}
 		}
@@ -789,26 +786,15 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		// does not know its lengths), against their eager rows above.
 		for _, sk := range [][2]int{{1, 512}, {8, 2048}, {32, 8192}} {
 			c := decodeCase{q: q, cache: cache, lens: uniformLens(sk[0], sk[1]), shape: fmt.Sprintf("seqs=%d kv=%d graph", sk[0], sk[1]), graph: true}
-			if !b.wants(cache.String(), c.shape) {
-				continue
-			}
-			b.status(fmt.Sprintf("decode %s %s", cache, c.shape))
-			res, err := b.decodeShape(pool, c)
-			if err != nil {
+			if err := b.decodeRow(pool, c, ""); err != nil {
 				return err
 			}
-			b.rep.Results = append(b.rep.Results, res)
 		}
 		// GQA group 16 (64 query / 4 KV heads), where few (sequence, KV
 		// head) items meet the cluster plan's one-wave rule (issue 11).
 		g16 := decodeCase{q: q, cache: cache, lens: uniformLens(8, 8192), shape: "seqs=8 kv=8192 64/4 heads", qHeads: 64, kvHeads: 4, sweep: doSweep}
-		if b.wants(cache.String(), g16.shape) {
-			b.status(fmt.Sprintf("decode %s %s", cache, g16.shape))
-			res, err := b.decodeShape(pool, g16)
-			if err != nil {
-				return err
-			}
-			b.rep.Results = append(b.rep.Results, res)
+		if err := b.decodeRow(pool, g16, ""); err != nil {
+			return err
 		}
 		// Ragged batches, f16: eager without the host's lengths (the plan
 		// sees only MaxKVLen), eager with them, and graph replays.
@@ -822,15 +808,9 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 					n++
 				}
 				c := decodeCase{q: q, cache: cache, lens: rc.lens, shape: rc.name + mode.suffix, hostLens: mode.host, graph: mode.graph}
-				if !b.wants(cache.String(), c.shape) {
-					continue
-				}
-				b.status(fmt.Sprintf("decode %s %s (%d/%d)", cache, c.shape, n, total))
-				res, err := b.decodeShape(pool, c)
-				if err != nil {
+				if err := b.decodeRow(pool, c, fmt.Sprintf(" (%d/%d)", n, total)); err != nil {
 					return err
 				}
-				b.rep.Results = append(b.rep.Results, res)
 			}
 		}
 	}
@@ -913,6 +893,21 @@ func kvBytes(lens []int32, cache pagedkv.DType) int64 {
 		tokens += int64(l)
 	}
 	return tokens * benchKVHeads * benchHeadDim * 2 * int64(cache.Size())
+}
+
+// decodeRow measures c when -shape selects it and adds its row; progress
+// follows the row's name in the status line.
+func (b *bencher) decodeRow(pool *pagePool, c decodeCase, progress string) error {
+	if !b.wants(c.cache.String(), c.shape) {
+		return nil
+	}
+	b.status(fmt.Sprintf("decode %s %s%s", c.cache, c.shape, progress))
+	res, err := b.decodeShape(pool, c)
+	if err != nil {
+		return err
+	}
+	b.rep.Results = append(b.rep.Results, res)
+	return nil
 }
 
 func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error) {
