@@ -16,9 +16,9 @@ import (
 //   - KeyCache, ValueCache: in Layout, [NumBlocks, BlockSize, NumKVHeads,
 //     HeadDim] by default (LayoutFlash), of CacheDType: DType, or E4M3 with
 //     real value = stored · KScale (VScale). LayoutXSplit and LayoutShuffle
-//     (see CacheLayout) take 16-bit caches and BlockSize ≥ 8: their V holds
-//     8 consecutive tokens of one element per 16 bytes, which the kernels
-//     load as they are and read transposed.
+//     (see CacheLayout) take BlockSize ≥ x (8 for 16-bit caches, 16 for
+//     e4m3): their V holds x consecutive tokens of one element per 16
+//     bytes, which the kernels load as they are and read transposed.
 //   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs]
 //     (0 allowed: that sequence's output is zeros and its LSE is -inf). Both
 //     live on the device; see the package doc for what kernels do with bad

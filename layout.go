@@ -55,18 +55,15 @@ func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int)
 }
 
 // checkAttentionLayout checks the cache layout of an attention op: every
-// layout checkLayout allows, the x-split and shuffle ones with a 16-bit
-// cache and BlockSize ≥ 8 (a 16-byte piece of their V is 8 tokens of one
-// element, which the kernels load whole).
+// layout checkLayout allows, the x-split and shuffle ones with BlockSize ≥
+// x (a 16-byte piece of their V is x tokens of one element, which the
+// kernels load whole: 8 for 16-bit caches, 16 for e4m3).
 func checkAttentionLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {
 	if err := checkLayout(arg, l, cache, headDim, blockSize); err != nil || l == LayoutFlash {
 		return err
 	}
-	if cache == E4M3 {
-		return errf("%s.Layout=%s is not supported with an e4m3 cache yet; allowed: LayoutFlash", arg, l)
-	}
-	if blockSize < 8 {
-		return errf("%s.BlockSize=%d is not allowed with the %s layout; allowed: 8 to 256", arg, blockSize, l)
+	if x := 16 / cache.Size(); blockSize < x {
+		return errf("%s.BlockSize=%d is not allowed with the %s layout and a %s cache; allowed: %d to 256", arg, blockSize, l, cache, x)
 	}
 	return nil
 }

@@ -136,14 +136,20 @@ func TestDecodeArgsValidate(t *testing.T) {
 		laid := goodDecode()
 		laid.Layout = l
 		require.NoError(t, laid.Validate(), l)
+		laid.CacheDType, laid.KScale, laid.VScale = E4M3, 1, 1
+		require.NoError(t, laid.Validate(), "%v e4m3", l)
 	}
 	cases := []badCase[DecodeArgs]{
 		{"layout", func(a *DecodeArgs) { a.Layout = 3 }, "DecodeArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
-		{"layout fp8", func(a *DecodeArgs) { a.Layout, a.CacheDType, a.KScale, a.VScale = LayoutXSplit, E4M3, 1, 1 },
-			"DecodeArgs.Layout=x-split is not supported with an e4m3 cache yet; allowed: LayoutFlash"},
+		{"layout fp8 block", func(a *DecodeArgs) {
+			a.Layout, a.CacheDType, a.KScale, a.VScale, a.BlockSize, a.MaxBlocksPerSeq, a.NumBlocks = LayoutShuffle, E4M3, 1, 1, 8, 2*a.MaxBlocksPerSeq, 2*a.NumBlocks
+		}, "DecodeArgs.BlockSize=8 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
+		{"layout fp8 block x-split", func(a *DecodeArgs) {
+			a.Layout, a.CacheDType, a.KScale, a.VScale, a.BlockSize, a.MaxBlocksPerSeq, a.NumBlocks = LayoutXSplit, E4M3, 1, 1, 8, 2*a.MaxBlocksPerSeq, 2*a.NumBlocks
+		}, "DecodeArgs.BlockSize=8 is not allowed with the x-split layout and a e4m3 cache; allowed: 16 to 256"},
 		{"layout block", func(a *DecodeArgs) {
 			a.Layout, a.BlockSize, a.MaxBlocksPerSeq, a.NumBlocks = LayoutXSplit, 4, 4*a.MaxBlocksPerSeq, 4*a.NumBlocks
-		}, "DecodeArgs.BlockSize=4 is not allowed with the x-split layout; allowed: 8 to 256"},
+		}, "DecodeArgs.BlockSize=4 is not allowed with the x-split layout and a f16 cache; allowed: 8 to 256"},
 		{"heads", func(a *DecodeArgs) { a.NumQHeads = 30 }, "DecodeArgs.NumQHeads=30 is not a multiple of NumKVHeads=8"},
 		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
 		{"head dim", func(a *DecodeArgs) { a.HeadDim = 96 }, "DecodeArgs.HeadDim=96 is not supported; allowed: 64, 128, 256"},
@@ -536,6 +542,8 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 		laid := goodQKV()
 		laid.Layout = l
 		require.NoError(t, laid.Validate(), l)
+		laid.CacheDType, laid.KScale, laid.VScale = E4M3, 1, 1
+		require.NoError(t, laid.Validate(), "%v e4m3", l)
 	}
 
 	cases := []badCase[QKVNormRopeArgs]{
@@ -735,11 +743,14 @@ func TestVarlenArgsValidate(t *testing.T) {
 		laid := goodVarlen()
 		laid.Layout = l
 		require.NoError(t, laid.Validate(), l)
+		laid.CacheDType, laid.KScale, laid.VScale = E4M3, 1, 1
+		require.NoError(t, laid.Validate(), "%v e4m3", l)
 	}
 	cases := []badCase[VarlenArgs]{
 		{"layout", func(a *VarlenArgs) { a.Layout = 3 }, "VarlenArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
-		{"layout fp8", func(a *VarlenArgs) { a.Layout, a.CacheDType, a.KScale, a.VScale = LayoutShuffle, E4M3, 1, 1 },
-			"VarlenArgs.Layout=shuffle is not supported with an e4m3 cache yet; allowed: LayoutFlash"},
+		{"layout fp8 block", func(a *VarlenArgs) {
+			a.Layout, a.CacheDType, a.KScale, a.VScale, a.BlockSize, a.MaxBlocksPerSeq = LayoutXSplit, E4M3, 1, 1, 8, 2*a.MaxBlocksPerSeq
+		}, "VarlenArgs.BlockSize=8 is not allowed with the x-split layout and a e4m3 cache; allowed: 16 to 256"},
 		{"dtype", func(a *VarlenArgs) { a.DType = E4M3 }, "VarlenArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
 		{"dtype zero", func(a *VarlenArgs) { a.DType = 0 }, "VarlenArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
 		{"cache dtype", func(a *VarlenArgs) { a.CacheDType = F16 }, "VarlenArgs.CacheDType=f16 is not supported with DType=bf16; allowed: bf16, e4m3"},

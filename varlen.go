@@ -22,7 +22,8 @@ import (
 //     sequence's first query token: its KV length is PosOffsets[s] + q_len.
 //   - KeyCache, ValueCache, BlockTables: as for DecodeArgs (in Layout,
 //     flash by default; CacheDType DType or E4M3 with KScale / VScale; the
-//     x-split and shuffle layouts take 16-bit caches and BlockSize ≥ 8).
+//     x-split and shuffle layouts take BlockSize ≥ 8 with 16-bit caches, ≥
+//     16 with e4m3 ones).
 //   - Out: of DType, the row of (token t, head h) at t·OutTokenStride +
 //     h·OutHeadStride elements; both 0 (the default) mean token-major
 //     [TotalQTokens, NumQHeads, HeadDim], contiguous. Strides are even, and

@@ -63,9 +63,9 @@ type nameTables struct {
 	// head dim 256, which has only 64-row blocks); varlenMerge: by
 	// activation dtype and head dim.
 	varlen [len(activationTypes)][2][len(headDims)][2]string
-	// varlenLaid: the same over 16-bit caches in the x-split (index 0) and
-	// shuffle (1) layouts.
-	varlenLaid  [len(activationTypes)][2][len(headDims)][2]string
+	// varlenLaid: the same in the x-split (index 0) and shuffle (1)
+	// layouts, by activation dtype, fp8 cache, layout, head dim.
+	varlenLaid  [len(activationTypes)][2][2][len(headDims)][2]string
 	varlenMerge [len(activationTypes)][len(headDims)]string
 	varlenShape map[string]varlenGeometry
 }
@@ -124,10 +124,8 @@ func buildNames() *nameTables {
 				t.shape[name] = [2]int{d, size}
 				// VarlenConfig in kernels_src/varlen.cuh.
 				t.varlen[qi][fp8][hi] = t.addVarlen(vname, "", d, size)
-				if fp8 == 0 {
-					for li, l := range [...]string{"_xsplit", "_shuffle"} {
-						t.varlenLaid[qi][li][hi] = t.addVarlen(vname, l, d, size)
-					}
+				for li, l := range [...]string{"_xsplit", "_shuffle"} {
+					t.varlenLaid[qi][fp8][li][hi] = t.addVarlen(vname, l, d, size)
 				}
 				t.shape[name+"_cluster"] = [2]int{d, size}
 				narrow := variantNarrow
@@ -498,8 +496,7 @@ func QKVKernelName(dtype, cacheDType DType) (string, error) {
 // VarlenKernelName returns the varlen attention kernel for q of type dtype,
 // a cache of type cacheDType (dtype or E4M3) in layout and head dimension
 // headDim: with short set, the one for short query tiles (_r64 below head
-// dim 256; see PlanVarlen). The x-split and shuffle layouts take 16-bit
-// caches.
+// dim 256; see PlanVarlen).
 func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short bool) (string, error) {
 	qi, ok := activationIndex(dtype)
 	if !ok {
@@ -518,10 +515,8 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 	case layout == LayoutFlash:
 	case layout != LayoutXSplit && layout != LayoutShuffle:
 		return "", errf("dispatch: VarlenShape.Layout=%d is not supported; supported: %v, %v, %v", int(layout), LayoutFlash, LayoutXSplit, LayoutShuffle)
-	case ci != 0:
-		return "", errf("dispatch: VarlenShape.Layout=%v is not supported with CacheDType=%v; supported: %v", layout, cacheDType, LayoutFlash)
 	default:
-		pair = tables.varlenLaid[qi][layout-LayoutXSplit][hi]
+		pair = tables.varlenLaid[qi][ci][layout-LayoutXSplit][hi]
 	}
 	if short {
 		return pair[1], nil
@@ -555,8 +550,10 @@ func VarlenKernelNames() []string {
 		for ci := range tables.varlen[qi] {
 			add(tables.varlen[qi][ci])
 		}
-		for li := range tables.varlenLaid[qi] {
-			add(tables.varlenLaid[qi][li])
+		for ci := range tables.varlenLaid[qi] {
+			for li := range tables.varlenLaid[qi][ci] {
+				add(tables.varlenLaid[qi][ci][li])
+			}
 		}
 		names = append(names, tables.varlenMerge[qi][:]...)
 	}

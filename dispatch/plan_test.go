@@ -455,10 +455,10 @@ func TestKernelNameLists(t *testing.T) {
 
 	all := KernelNames()
 	// … decode_partition, varlen_decode_prefix, the six _g8_sm90 fp8
-	// kernels, varlen: q dtype × ((16-bit cache in three layouts, e4m3
-	// cache) × (three head dims + two _r64) + three merges); the 16
+	// kernels, varlen: q dtype × ((16-bit and e4m3 caches in three
+	// layouts) × (three head dims + two _r64) + three merges); the 16
 	// appends include the page path's claim and page kernels.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+2+6+2*(4*5+3))
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+2+6+2*(6*5+3))
 	assert.Contains(t, all, "cache_claim_bf16_e4m3")
 	assert.Contains(t, all, "paged_varlen_f16_hd128_r64_shuffle")
 	assert.Contains(t, all, "cache_append_pages_f16")

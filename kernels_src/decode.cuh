@@ -106,6 +106,17 @@ __device__ __forceinline__ int vt_at(bool xsplit, int d, int h) {
   return xsplit ? vt_chunk(d, h) : h * D + d;
 }
 
+// fp8 caches in the x-split and shuffle layouts land V transposed too, one
+// 16-byte row per element d (the tile's 16 tokens), read by plain
+// ldmatrix: lane (g, c) gets tokens 4c … 4c+3 of a row, where an mma k
+// step wants k slots 2c, 2c+1 (bytes 0-1) and 2c+8, 2c+9 (bytes 2-3). So
+// k slot ρ holds token fp8_token(ρ) (4c+e for ρ = 2c+e, 4c+2+e for ρ =
+// 8+2c+e), and K's rows land in that order too: token t in tile row
+// fp8_row(t), which keeps the two tokens of a 32-byte sector side by side
+// (lab/fragments/decode_fp8_laid.py checks the pairing).
+__device__ __forceinline__ int fp8_token(int rho) { return ((rho & 6) << 1) | (rho & 1) | ((rho >> 2) & 2); }
+__device__ __forceinline__ int fp8_row(int t) { return ((t & 2) << 2) | ((t >> 1) & 6) | (t & 1); }
+
 // DecodeSmem describes the dynamic shared memory of a block: q as <q>
 // (kTileRows × D, 16-bit), then a ring of 2 to 4 cp.async stages, as many as
 // the launch's dynamic shared memory holds (dispatch.DecodeSharedBytes picks
@@ -441,7 +452,7 @@ __device__ __forceinline__ void paged_decode(
   // issue starts the copy of this warp's tile i into stage st; ids holds the
   // tile's block ids as checked_id returned them. Tokens past end are zeros.
   //
-  // In the x-split and shuffle layouts (LAID, 16-bit caches) K's chunks are
+  // In the x-split and shuffle layouts (LAID) K's chunks are
   // 16 contiguous bytes of one token as in the flash layout, from another
   // place, and land piece-major (chunk c of token r at c·16 + r, as the
   // cache holds them: ldmatrix reads 8 tokens of one chunk, 128 contiguous
@@ -479,27 +490,39 @@ __device__ __forceinline__ void paged_decode(
       // l + 32j of the Vᵀ tile is element d = l/2 + 16j, tokens 8h … 8h+7
       // (h = l%2), a step of 16 elements a row (x-split [blocks, heads, D,
       // bs]: 16·bs; shuffle [blocks, heads, bs/8, D, 8]: 128).
+      //
+      // fp8 (x = 16): a piece is 16 elements of one token, and lane l
+      // lands K's token l%16 in row fp8_row (see there); a V piece is the
+      // tile's 16 tokens of one element (block_size ≥ 16 keeps them in one
+      // page), so lane l reads element d = l + 32j into row d of the Vᵀ
+      // tile (16 bytes a row), 512 contiguous bytes an instruction in the
+      // shuffle layout and for blocks of 16 in the x-split one.
       static_assert(2 * ISSUES == CH && kTileTokens == 16, "a lane's K pieces are l/16 + 2j");
+      constexpr int X = 16 / (int)sizeof(C);  // elements a piece
       const int r = lane & 15;
       const int blk = __shfl_sync(0xffffffffu, ids, r);
       const bool ok = base + r < end;
       const C* kp = k_cache + ((((((int64_t)blk * num_kv_heads + kvh) * CH + (lane >> 4)) << block_size_log2) |
                                 ((base + r) & bs_mask)) *
-                               8);
-      const int64_t kstep = (int64_t)16 << block_size_log2;  // two pieces
-      const int h = lane & 1, d0 = lane >> 1;
+                               X);
+      const int64_t kstep = (int64_t)(2 * X) << block_size_log2;  // two pieces
+      const int h = kFP8 ? 0 : lane & 1, d0 = kFP8 ? lane : lane >> 1;
       const int tv = base + 8 * h;
       const int vblk = __shfl_sync(0xffffffffu, ids, 8 * h);
       const bool vok = tv < end;
-      const int o = tv & bs_mask;  // a multiple of 8
+      const int o = tv & bs_mask;  // a multiple of x
       const int64_t bh = (int64_t)vblk * num_kv_heads + kvh;
       const bool xsplit = layout == kLayoutXSplit;
+      constexpr int XLOG2 = kFP8 ? 4 : 3;
       const C* vp = v_cache + (xsplit ? ((bh * D + d0) << block_size_log2) + o
-                                      : ((bh << (block_size_log2 - 3)) + (o >> 3)) * (D * 8) + d0 * 8);
-      const int64_t vstep = xsplit ? (int64_t)16 << block_size_log2 : 16 * 8;
-      const uint32_t vat = vdst + vt_at<D>(xsplit, d0, h) * 16;
-      const int vat_step = xsplit ? 512 : 256;  // 16 elements d (vt_chunk's swap is d0's)
-      const uint32_t kat = kdst + lane * 16;     // piece-major: piece l/16 + 2j, token l%16
+                                      : ((bh << (block_size_log2 - XLOG2)) + (o >> XLOG2)) * (D * X) + d0 * X);
+      // 32 lanes cover 16 elements d (16-bit: two token halves each) or 32 (fp8).
+      constexpr int DSTEP = kFP8 ? 32 : 16;
+      const int64_t vstep = xsplit ? (int64_t)DSTEP << block_size_log2 : DSTEP * X;
+      const uint32_t vat = vdst + (kFP8 ? d0 : vt_at<D>(xsplit, d0, h)) * 16;
+      const int vat_step = kFP8 || xsplit ? 512 : 256;  // DSTEP elements d (vt_chunk's swap is d0's)
+      // piece-major: piece l/16 + 2j, token l%16 (fp8: in row fp8_row)
+      const uint32_t kat = kdst + (kFP8 ? (lane >> 4) * 16 + fp8_row(r) : lane) * 16;
 #pragma unroll
       for (int j = 0; j < ISSUES; ++j) {
         cp_async16(kat + 512 * j, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
@@ -511,6 +534,20 @@ __device__ __forceinline__ void paged_decode(
   // reaches past end): they hold whatever their page holds, and P·V must see
   // zeros there (0·NaN is NaN).
   auto zero_tail = [&](unsigned char* vtile, int valid) {
+    if constexpr (kFP8) {  // row d: 16 bytes, token t in byte t
+      uint32_t keep[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int n = min(max(valid - 4 * w, 0), 4);
+        keep[w] = n == 4 ? 0xffffffffu : (1u << (8 * n)) - 1u;
+      }
+      for (int d = lane; d < D; d += 32) {
+        uint4* row = reinterpret_cast<uint4*>(vtile + d * 16);
+        const uint4 x = *row;
+        *row = make_uint4(x.x & keep[0], x.y & keep[1], x.z & keep[2], x.w & keep[3]);
+      }
+      return;
+    }
     uint16_t* v16 = reinterpret_cast<uint16_t*>(vtile);
     const bool xsplit = layout == kLayoutXSplit;
     for (int d = lane; d < D; d += 32) {
@@ -534,7 +571,7 @@ __device__ __forceinline__ void paged_decode(
   const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix x4 rows: 0-7, 8-15, 0-7, 8-15
 
   // The issues, the loads of q's fragments and the main loop, once per
-  // cache layout family (LAID: x-split or shuffle, 16-bit caches).
+  // cache layout family (LAID: x-split or shuffle).
   auto main_loop = [&](auto laid) {
     constexpr bool LAID = decltype(laid)::value;
   // Tile j is issued with id_cur = its raw ids and id_next = tile j+1's;
@@ -614,7 +651,8 @@ __device__ __forceinline__ void paged_decode(
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ks += 2) {
           uint32_t r[4];
-          ldmatrix_x4(r, kbase + swizzle<CH>(x4_row, ks + (lane >> 4)) * 16);
+          const int c = ks + (lane >> 4);
+          ldmatrix_x4(r, kbase + (LAID ? c * 16 + x4_row : swizzle<CH>(x4_row, c)) * 16);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
@@ -625,10 +663,12 @@ __device__ __forceinline__ void paged_decode(
       }
       // Lane (g, c) = (lane/4, lane%4) holds tokens g (st[0..1]) and g+8
       // (st[2..3]) of heads 2c (st[0], st[2]) and 2c+1 (st[1], st[3]).
+      // (LAID fp8: row ρ is token fp8_token(ρ).)
       const int g = lane >> 2;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int t = base + g + 8 * (e >> 1);
+        const int rho = g + 8 * (e >> 1);
+        const int t = base + (LAID && kFP8 ? fp8_token(rho) : rho);
         st[e] = t < end ? (st[e] + st_odd[e]) * q_mul : -INFINITY;
       }
       // Online softmax of heads 2c and 2c+1 over the tile's tokens (the 8
@@ -662,7 +702,22 @@ __device__ __forceinline__ void paged_decode(
       }
       // A = Vᵀ, m-tile m (d 16m..16m+15): x4.trans of tokens 0-7 and 8-15,
       // d chunks 2m and 2m+1.
-      if constexpr (LAID) {
+      if constexpr (LAID && kFP8) {
+        // Vᵀ rows of 16 tokens: one x4 load is m-tiles m and m+1 (rows
+        // 16m + l); bytes 0-1 of a word are k slots 2c, 2c+1, bytes 2-3
+        // slots 2c+8, 2c+9 (see fp8_token).
+#pragma unroll
+        for (int m = 0; m < ACC; m += 2) {
+          uint32_t r[4];
+          ldmatrix_x4(r, vbase + (16 * m + lane) * 16);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
+                                   e4m3_pair<T>(r[2 * h], 0x3424), e4m3_pair<T>(r[2 * h + 1], 0x3424)};
+            mma16816<T>(acc[m + h], a, b0, b1);
+          }
+        }
+      } else if constexpr (LAID) {
         // Vᵀ as stored: m-tile m is rows 16m … 16m+15, chunk 0 (tokens 0-7)
         // then 1; lane l reads row 16m + x4_row, chunk l/16.
         const bool xsplit = layout == kLayoutXSplit;
@@ -723,7 +778,8 @@ __device__ __forceinline__ void paged_decode(
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ks += 2) {
           uint32_t b[4];
-          ldmatrix_x4(b, kbase + swizzle<CH>(x4_row, ks + (lane >> 4)) * 16);
+          const int c = ks + (lane >> 4);
+          ldmatrix_x4(b, kbase + (LAID ? c * 16 + x4_row : swizzle<CH>(x4_row, c)) * 16);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             uint32_t a[4];
@@ -741,7 +797,8 @@ __device__ __forceinline__ void paged_decode(
       for (int n = 0; n < 2; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int t = base + 8 * n + 2 * (lane & 3) + (e & 1);
+          const int col = 8 * n + 2 * (lane & 3) + (e & 1);  // LAID fp8: token fp8_token(col)
+          const int t = base + (LAID && kFP8 ? fp8_token(col) : col);
           s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
         }
         mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
@@ -778,7 +835,17 @@ __device__ __forceinline__ void paged_decode(
       }
 
       // O += P·V: one x4.trans load gives the B fragments of two n-tiles.
-      if constexpr (LAID) {
+      if constexpr (LAID && kFP8) {
+        // Vᵀ rows of 16 tokens: one x4 load is n-tiles n … n+3 (rows 8n +
+        // l), each a whole k step (see fp8_token).
+#pragma unroll
+        for (int n = 0; n < NT; n += 4) {
+          uint32_t b[4];
+          ldmatrix_x4(b, vbase + (8 * n + lane) * 16);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) mma16816<T>(acc[n + u], p, e4m3_pair<T>(b[u], 0x1404), e4m3_pair<T>(b[u], 0x3424));
+        }
+      } else if constexpr (LAID) {
         // Vᵀ as stored: n-tile n is rows 8n … 8n+7; lane l reads row
         // 8n + l%8 + 8·(l/16) (n-tiles n, n+1), chunk (l/8)%2.
         const int vt_row = (lane & 7) + (lane >> 4) * 8;
@@ -818,15 +885,14 @@ __device__ __forceinline__ void paged_decode(
     __syncwarp();  // this stage is refilled next iteration
   }
   };
-  if constexpr (!kFP8) {
-    if (layout != kLayoutFlash) {
-      main_loop(BoolC<true>{});
-    } else {
-      main_loop(BoolC<false>{});
-    }
+  if (layout != kLayoutFlash) {
+    main_loop(BoolC<true>{});
   } else {
-    main_loop(BoolC<false>{});  // fp8 caches: the flash layout only (the host checks)
+    main_loop(BoolC<false>{});
   }
+  // fp8 caches in the flash layout give each lane other d than 16-bit ones
+  // (see the top); in the other layouts the same as 16-bit ones.
+  const bool fp8_d = kFP8 && layout == kLayoutFlash;
   cp_async_wait<0>();
   PKV_TRACE(2);
 
@@ -847,7 +913,7 @@ __device__ __forceinline__ void paged_decode(
       for (int e = 0; e < 4; ++e) {
         const int h = h0 + (e & 1);
         // Row g (g+8) of m-tile m is d = 16m+g (16m+g+8); for fp8 16m+2g (+1).
-        const int d = kFP8 ? 16 * m + 2 * g + (e >> 1) : 16 * m + g + 8 * (e >> 1);
+        const int d = fp8_d ? 16 * m + 2 * g + (e >> 1) : 16 * m + g + 8 * (e >> 1);
         if (h < G) o_s[(warp * kTileRows + h) * D + d] = acc[m][e];
       }
     }
@@ -866,7 +932,7 @@ __device__ __forceinline__ void paged_decode(
         const int r = r0 + 8 * (e >> 1);
         const int col = 2 * (lane & 3) + (e & 1);
         // The d of column col of n-tile n (see the top for fp8).
-        const int d = kFP8 ? 16 * (n >> 1) + 2 * col + (n & 1) : 8 * n + col;
+        const int d = fp8_d ? 16 * (n >> 1) + 2 * col + (n & 1) : 8 * n + col;
         if (r < G) o_s[(warp * kTileRows + r) * D + d] = acc[n][e];
       }
     }

@@ -448,6 +448,111 @@ struct LaidOffsets {
   }
 };
 
+// widen8 converts 8 e4m3 bytes (lo: elements 0-3, hi: 4-7) to 8 elements
+// of T, in order, as e4m3_pair gives them (see mma_scale).
+template <typename T>
+__device__ __forceinline__ uint4 widen8(uint32_t lo, uint32_t hi) {
+  return make_uint4(e4m3_pair<T>(lo, 0x1404), e4m3_pair<T>(lo, 0x3424), e4m3_pair<T>(hi, 0x1404),
+                    e4m3_pair<T>(hi, 0x3424));
+}
+
+// LaidFP8KV is LaidKV for fp8 e4m3 caches (x = 16 elements a 16-byte
+// piece; block_size ≥ 16). The stage holds the tiles as loaded: K
+// piece-major (piece c, elements 16c … 16c+15, of tile row r at c·kKeys +
+// r), V as pieces of 16 tokens of one element in token-group-major order
+// (group q, element d at q·D + d: for blocks of 16, 16 elements of a page
+// are 256 contiguous bytes of the cache and land as such). widen then
+// writes K as the flash layout's 16-bit tile (swizzled rows: the products
+// read it as they read a flash tile) and V as LaidKV's transposed one,
+// zeroing the tokens from valid on. Thread t keeps tile row r = t % kKeys
+// for K and token group r/16 for V (one page): one block-table lookup per
+// tile.
+template <int D, int KEYS, int LAYOUT>
+struct LaidFP8KV {
+  static constexpr int kCH = D / 16;                // 16-byte pieces of a row of K
+  static constexpr int kU = kVarlenThreads / KEYS;  // threads per tile row
+  static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
+  static constexpr int kTileBytes = KEYS * D;       // one stage tile, as stored
+  static_assert(kU * KEYS == kVarlenThreads && kJ * kU == kCH && kJ >= 1, "a tile row per kU threads");
+  int r, u;
+  __device__ __forceinline__ LaidFP8KV() : r((int)threadIdx.x % KEYS), u((int)threadIdx.x / KEYS) {}
+
+  __device__ __forceinline__ int lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
+    const int pos = kv0 + (r & ~15);
+    return pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
+  }
+
+  __device__ __forceinline__ void issue(uint32_t dst, const e4m3* k_cache, const e4m3* v_cache, int blk, int kv0,
+                                        int kv_end, int kvh, int num_kv_heads, int block_size_log2,
+                                        int64_t num_blocks, int seq, unsigned long long* fault) const {
+    const int gpos = kv0 + (r & ~15);  // the thread's token group
+    const bool gok = gpos < kv_end;
+    const bool ok = kv0 + r < kv_end;
+    if (gok && (blk < 0 || blk >= num_blocks)) {
+      if ((r & 15) == 0 && u == 0) record_fault(fault, kFaultBlockBeyondPool, seq, gpos >> block_size_log2, blk);
+      blk = 0;
+    }
+    const int bs_mask = (1 << block_size_log2) - 1;
+    const int64_t bh = (int64_t)blk * num_kv_heads + kvh;
+    const unsigned char* kb = reinterpret_cast<const unsigned char*>(k_cache);
+    const unsigned char* vb = reinterpret_cast<const unsigned char*>(v_cache);
+    const unsigned char* kp = kb + ((((bh * kCH + u) << block_size_log2) | ((kv0 + r) & bs_mask)) * 16);
+    const int64_t kstep = (int64_t)(kU * 16) << block_size_log2;
+    const int d0 = (r & 15) + 16 * u;
+    const int o = gpos & bs_mask;  // a multiple of 16
+    const unsigned char* vp;
+    int64_t vstep;
+    if constexpr (LAYOUT == kLayoutXSplit) {
+      vp = vb + (((bh * D + d0) << block_size_log2) | o);
+      vstep = (int64_t)(16 * kU) << block_size_log2;
+    } else {
+      vp = vb + ((bh << (block_size_log2 - 4)) + (o >> 4)) * (D * 16) + d0 * 16;
+      vstep = 16 * kU * 16;
+    }
+    const uint32_t kat = dst + (u * KEYS + r) * 16;
+    const uint32_t vat = dst + kTileBytes + ((r >> 4) * D + d0) * 16;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : kb, ok ? 16 : 0);
+      cp_async16(vat + j * 16 * kU * 16, gok ? vp + j * vstep : vb, gok ? 16 : 0);
+    }
+  }
+
+  // widen converts the stage's tiles (see above) into the 16-bit K tile at
+  // wide (the flash layout's, D/8 chunks a row, swizzled) and V tile at
+  // wide + KEYS·D·2 (LaidKV's), exactly; tokens from valid on (< KEYS only
+  // for the tile that holds kv_end) come out 0 in V. Every thread calls
+  // it; a barrier must follow.
+  template <typename T>
+  __device__ __forceinline__ static void widen(unsigned char* wide, const unsigned char* stage, int valid) {
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int i = (int)threadIdx.x + j * kVarlenThreads;
+      const int r = i % KEYS, c = i / KEYS;
+      const uint4 x = *reinterpret_cast<const uint4*>(stage + (c * KEYS + r) * 16);
+      *reinterpret_cast<uint4*>(wide + swizzle<D / 8>(r, 2 * c) * 16) = widen8<T>(x.x, x.y);
+      *reinterpret_cast<uint4*>(wide + swizzle<D / 8>(r, 2 * c + 1) * 16) = widen8<T>(x.z, x.w);
+    }
+    unsigned char* vwide = wide + KEYS * D * 2;
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int i = (int)threadIdx.x + j * kVarlenThreads;
+      const int d = i % D, q = i / D;
+      uint4 x = *reinterpret_cast<const uint4*>(stage + kTileBytes + (q * D + d) * 16);
+      if (16 * q + 16 > valid) {  // the group that holds kv_end: zero its tokens from valid on
+        uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int e = 0; e < 16; ++e) {
+          if (16 * q + e >= valid) w[e >> 2] &= ~(0xffu << (8 * (e & 3)));
+        }
+        x = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+      *reinterpret_cast<uint4*>(vwide + LaidKV<D, KEYS, LAYOUT>::vt_at(d, 2 * q)) = widen8<T>(x.x, x.y);
+      *reinterpret_cast<uint4*>(vwide + LaidKV<D, KEYS, LAYOUT>::vt_at(d, 2 * q + 1)) = widen8<T>(x.z, x.w);
+    }
+  }
+};
+
 // LaneOffsets holds a lane's ldmatrix byte offsets into a swizzled tile of
 // CH 16-byte chunks per row, for the x4 loads whose lane reads row R + lr
 // and chunk 2ks + b (R a multiple of 16): at(R, ks) is the offset of
@@ -493,9 +598,7 @@ __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned c
     const int r = (i / CH) % Smem::kKeys, c = i % CH;
     const uint2 x = *reinterpret_cast<const uint2*>(stage + tile * Smem::kTileBytes +
                                                     swizzle<CCH>(r, c >> 1) * 16 + (c & 1) * 8);
-    const uint4 y = make_uint4(e4m3_pair<T>(x.x, 0x1404), e4m3_pair<T>(x.x, 0x3424), e4m3_pair<T>(x.y, 0x1404),
-                               e4m3_pair<T>(x.y, 0x3424));
-    *reinterpret_cast<uint4*>(wide + tile * Smem::kWideTileBytes + swizzle<CH>(r, c) * 16) = y;
+    *reinterpret_cast<uint4*>(wide + tile * Smem::kWideTileBytes + swizzle<CH>(r, c) * 16) = widen8<T>(x.x, x.y);
   }
 }
 
@@ -503,8 +606,9 @@ __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned c
 // tiles of 16 × KEYS positions; s[m][n] is n-tile n in the mma C layout).
 // Each K fragment read from shared memory serves all MT row tiles. q's A
 // fragments come from qa (registers, MT == 1) or from q_s.
-// LAID: K in LaidKV's piece-major tile, at lo's offsets (else bo's).
-template <typename T, int D, int KEYS, int MT, bool Q_IN_REGS, int LAYOUT>
+// K_PIECES: K in LaidKV's piece-major tile, at lo's offsets (else a flash
+// tile, at bo's).
+template <typename T, int D, int KEYS, int MT, bool Q_IN_REGS, bool K_PIECES, int LAYOUT>
 __device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t (*qa)[4], uint32_t q_s,
                                         uint32_t k_s, const LaneOffsets<D / 8>& ao, const LaneOffsets<D / 8>& bo,
                                         const LaidOffsets<D, KEYS, LAYOUT>& lo, int warp) {
@@ -527,7 +631,7 @@ __device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t 
 #pragma unroll
     for (int np = 0; np < KEYS / 16; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(b, k_s + (LAYOUT == kLayoutFlash ? bo.at(16 * np, ks) : lo.k_at(np, ks)));
+      ldmatrix_x4(b, k_s + (K_PIECES ? lo.k_at(np, ks) : bo.at(16 * np, ks)));
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         mma16816<T>(s[m][2 * np], a[m], b[0], b[1]);
@@ -700,7 +804,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   constexpr int NT = D / 8;
   constexpr bool kFP8 = sizeof(C) == 1;
   constexpr bool LAID = LAYOUT != kLayoutFlash;
-  static_assert(!LAID || !kFP8, "the x-split and shuffle layouts: 16-bit caches");
+  // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
+  // into a flash tile (LaidFP8KV).
+  constexpr bool K_PIECES = LAID && !kFP8;
   // q's A fragments stay in registers with one row tile per warp below D =
   // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
   // outputs need the room and q is read from shared memory per tile.
@@ -757,7 +863,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // they are bound by their math, not by memory).
   using FlashRows = typename Pick<MT == 1, KVLines<T, C, D, MT>, KVRow<T, C, D, MT>>::type;
   const FlashRows kv_row;
-  const LaidKV<D, KEYS, LAYOUT> laid_row;
+  // The x-split and shuffle layouts' loader (Pick: an fp8 cache's).
+  using LaidRows = typename Pick<kFP8, LaidFP8KV<D, KEYS, LAYOUT>, LaidKV<D, KEYS, LAYOUT>>::type;
+  const LaidRows laid_row;
   // Tile i's rows are copied with block-table entries looked up one tile
   // ahead (next_blk), so the lookup's latency hides behind a tile's math.
   auto issue = [&](int i, int stage, auto blk) {
@@ -819,14 +927,19 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     next_blk = lookup(i + STAGES);
     uint32_t k_s = ring_s + stage * Smem::kStageBytes;
     uint32_t v_s = k_s + Smem::kTileBytes;
-    if constexpr (LAID) {
+    if constexpr (LAID && !kFP8) {
       if (i * KEYS + KEYS > kv_end && (kv_end & 7) != 0) {
         LaidKV<D, KEYS, LAYOUT>::zero_tail(ring + stage * Smem::kStageBytes + Smem::kTileBytes, kv_end - i * KEYS);
         __syncthreads();
       }
     }
     if constexpr (kFP8) {
-      widen_tile<T, D, MT>(wide, ring + stage * Smem::kStageBytes);
+      if constexpr (LAID) {
+        LaidFP8KV<D, KEYS, LAYOUT>::template widen<T>(wide, ring + stage * Smem::kStageBytes,
+                                                      min(kv_end - i * KEYS, KEYS));
+      } else {
+        widen_tile<T, D, MT>(wide, ring + stage * Smem::kStageBytes);
+      }
       __syncthreads();
       k_s = smem_addr(wide);
       v_s = k_s + Smem::kWideTileBytes;
@@ -834,7 +947,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     stage = stage == STAGES - 1 ? 0 : stage + 1;
     if (!computes) continue;
     float s[MT][KEYS / 8][4];
-    qk_tile<T, D, KEYS, MT, kQInRegs, LAYOUT>(s, qa, q_s, k_s, ao, bo, lo, warp);
+    qk_tile<T, D, KEYS, MT, kQInRegs, K_PIECES, LAYOUT>(s, qa, q_s, k_s, ao, bo, lo, warp);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       if (i * KEYS + KEYS > mask_from) mask_scores<KEYS>(s[m], i * KEYS, lim[m][0], lim[m][1], lane);
@@ -931,18 +1044,18 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   PKV_VARLEN(prefix##_hd64_r64, T, C, 64, 1, pkv::kLayoutFlash)        \
   PKV_VARLEN(prefix##_hd128_r64, T, C, 128, 1, pkv::kLayoutFlash)
 
-// PKV_VARLEN_LAYOUT_ALL defines the entries of PKV_VARLEN_ALL over a 16-bit
-// cache of type T in the x-split and shuffle layouts, each name ending in
-// _<layout>.
-#define PKV_VARLEN_LAYOUT(prefix, T, L, LAYOUT)                   \
-  PKV_VARLEN(prefix##_hd64_##L, T, T, 64, 2, LAYOUT)              \
-  PKV_VARLEN(prefix##_hd128_##L, T, T, 128, 2, LAYOUT)            \
-  PKV_VARLEN(prefix##_hd256_##L, T, T, 256, 1, LAYOUT)            \
-  PKV_VARLEN(prefix##_hd64_r64_##L, T, T, 64, 1, LAYOUT)          \
-  PKV_VARLEN(prefix##_hd128_r64_##L, T, T, 128, 1, LAYOUT)
-#define PKV_VARLEN_LAYOUT_ALL(prefix, T)                        \
-  PKV_VARLEN_LAYOUT(prefix, T, xsplit, pkv::kLayoutXSplit)      \
-  PKV_VARLEN_LAYOUT(prefix, T, shuffle, pkv::kLayoutShuffle)
+// PKV_VARLEN_LAYOUT_ALL defines the entries of PKV_VARLEN_ALL over a cache
+// of type C (T or e4m3) in the x-split and shuffle layouts, each name
+// ending in _<layout>.
+#define PKV_VARLEN_LAYOUT(prefix, T, C, L, LAYOUT)                \
+  PKV_VARLEN(prefix##_hd64_##L, T, C, 64, 2, LAYOUT)              \
+  PKV_VARLEN(prefix##_hd128_##L, T, C, 128, 2, LAYOUT)            \
+  PKV_VARLEN(prefix##_hd256_##L, T, C, 256, 1, LAYOUT)            \
+  PKV_VARLEN(prefix##_hd64_r64_##L, T, C, 64, 1, LAYOUT)          \
+  PKV_VARLEN(prefix##_hd128_r64_##L, T, C, 128, 1, LAYOUT)
+#define PKV_VARLEN_LAYOUT_ALL(prefix, T, C)                        \
+  PKV_VARLEN_LAYOUT(prefix, T, C, xsplit, pkv::kLayoutXSplit)      \
+  PKV_VARLEN_LAYOUT(prefix, T, C, shuffle, pkv::kLayoutShuffle)
 
 // PKV_VARLEN_MERGE_ALL defines <prefix>_hd<D> for every head dim.
 #define PKV_VARLEN_MERGE_ALL(prefix, T) \

@@ -41,6 +41,15 @@ func TestDecodeMatchesReference(t *testing.T) {
 		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2100, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 6, QHeads: 12, KVHeads: 2, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 20, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 613, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 5, QHeads: 16, KVHeads: 16, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 637, Layout: pagedkv.LayoutXSplit},
+		// e4m3 caches in those layouts (blocks of 16 or more; K's tokens
+		// land in the order the transposed V's bytes give the mma): narrow
+		// (groups ≤ 8) and wide kernels, every head dim.
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 1000, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 3, QHeads: 48, KVHeads: 4, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: 30, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 901, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 2100, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 6, QHeads: 12, KVHeads: 1, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 613, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 5, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 64, MaxBlocksPerSeq: 12, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 637, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 3, QHeads: 64, KVHeads: 4, HeadDim: 256, BlockSize: 16, MaxBlocksPerSeq: 50, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 777, Layout: pagedkv.LayoutXSplit},
 	}
 	for range 10 {
 		shapes = append(shapes, check.RandomDecodeShape(g))

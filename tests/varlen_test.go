@@ -62,6 +62,12 @@ func TestVarlenMatchesReference(t *testing.T) {
 		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 100, MaxKV: 1500, Causal: true, Layout: pagedkv.LayoutXSplit},
 		{Seqs: 4, QHeads: 16, KVHeads: 16, HeadDim: 64, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 150, MaxKV: 603, Causal: false, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 2, QHeads: 48, KVHeads: 3, HeadDim: 256, BlockSize: 64, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 37, MaxKV: 999, Causal: true, Layout: pagedkv.LayoutShuffle},
+		// fp8 caches in those layouts (blocks of 16 or more): widened into
+		// a flash K tile and a transposed V tile.
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 200, MaxKV: 700, Causal: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: 64, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 1, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 128, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 90, MaxKV: 1111, Causal: false, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 9, MaxKV: 777, Causal: true, Layout: pagedkv.LayoutShuffle},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomVarlenShape(g))
@@ -119,6 +125,8 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 		{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 180, MaxKV: 900, Causal: true},
 		{Seqs: 7, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 3, MaxKV: 1333, Causal: true},
 		{Seqs: 2, QHeads: 4, KVHeads: 2, HeadDim: 256, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 77, MaxKV: 500, Causal: false},
+		{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 150, MaxKV: 800, Causal: true},
+		{Seqs: 6, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 5, MaxKV: 1400, Causal: true},
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			p := varlenProblem(t, r, s, g, c)
@@ -151,11 +159,25 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 			set.To(&gather.ValueOut)(arena.Alloc(rowBytes))
 			require.NoError(t, set.Err)
 			require.NoError(t, r.Gather(s, &gather))
+			rows := gather
+			var inDType pagedkv.DType = c.CacheDType
+			if c.CacheDType == pagedkv.E4M3 {
+				// Append takes 16-bit rows: widen the gathered bytes on the
+				// host (exact in f16) and append them with scale 1, which
+				// writes the same bytes back.
+				inDType = pagedkv.F16
+				set.To(&rows.KeyOut)(widenE4M3(arena, s, gather.KeyOut, len(slots)*c.KVHeads*c.HeadDim))
+				set.To(&rows.ValueOut)(widenE4M3(arena, s, gather.ValueOut, len(slots)*c.KVHeads*c.HeadDim))
+				require.NoError(t, set.Err)
+			}
 			for _, layout := range []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle} {
 				app := pagedkv.AppendArgs{
-					Key: gather.KeyOut, Value: gather.ValueOut, SlotMapping: gather.SlotMapping,
+					Key: rows.KeyOut, Value: rows.ValueOut, SlotMapping: gather.SlotMapping,
 					NumTokens: len(slots), NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
-					NumBlocks: a.NumBlocks, DType: c.DType, CacheDType: c.CacheDType, Layout: layout,
+					NumBlocks: a.NumBlocks, DType: inDType, CacheDType: c.CacheDType, Layout: layout,
+				}
+				if c.CacheDType == pagedkv.E4M3 {
+					app.KScale, app.VScale = 1, 1
 				}
 				set.To(&app.KeyCache)(arena.Alloc(a.KeyCache.Bytes))
 				set.To(&app.ValueCache)(arena.Alloc(a.ValueCache.Bytes))
@@ -164,7 +186,9 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 				p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = app.KeyCache, app.ValueCache, layout
 				got, lse, err := p.Run(r, s)
 				require.NoError(t, err)
-				assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/64, "%v against flash", layout)
+				if !assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/64, "%v against flash", layout) {
+					logDisagreement(t, p, want, got)
+				}
 				assertSameLSE(t, wantLSE, lse, layout.String()+" against flash")
 				splitL, err := r.PlanVarlenWith(&p.Args, k)
 				require.NoError(t, err)
@@ -176,6 +200,42 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// logDisagreement logs how two varlen outputs of p that should agree
+// differ: each one's error against float64 and the element where they
+// differ most.
+func logDisagreement(t *testing.T, p *check.VarlenProblem, a, b []float64) {
+	t.Helper()
+	wantOut, _ := p.Reference()
+	c := p.Shape
+	worst := 0
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > math.Abs(a[worst]-b[worst]) {
+			worst = i
+		}
+	}
+	row := worst / c.HeadDim
+	t.Logf("against float64: %.3g and %.3g; most apart at token %d head %d dim %d: %g and %g (float64 %g)",
+		ref.RelL2(a, wantOut), ref.RelL2(b, wantOut), row/c.QHeads, row%c.QHeads, worst%c.HeadDim, a[worst], b[worst], wantOut[worst])
+}
+
+// widenE4M3 returns a device copy of n e4m3 bytes of src as f16 values
+// (every e4m3 value is exact in f16).
+func widenE4M3(arena *check.Arena, s *pagedkv.Stream, src pagedkv.Buffer, n int) (pagedkv.Buffer, error) {
+	raw := make([]uint8, n)
+	if err := pagedkv.Download(s, raw, src); err != nil {
+		return pagedkv.Buffer{}, err
+	}
+	vals := make([]float32, n)
+	if err := pagedkv.Float32FromE4M3(vals, raw, 1); err != nil {
+		return pagedkv.Buffer{}, err
+	}
+	half := make([]uint16, n)
+	if err := pagedkv.F16FromFloat32(half, vals); err != nil {
+		return pagedkv.Buffer{}, err
+	}
+	return check.Upload(arena, s, half, 2)
 }
 
 // TestVarlenEqualsDecode checks that one query token per sequence through

@@ -70,7 +70,7 @@ type bencher struct {
 	// stages, when not 0, gives every decode launch a ring of that many
 	// stages instead of the planner's (an experiment knob: -stages).
 	stages int
-	// layouts, when set, also times every uniform 16-bit decode row of the
+	// layouts, when set, also times every uniform decode row of the
 	// grid in the x-split and shuffle layouts (-layouts).
 	layouts bool
 	// expBalance, when set, also times variants of each balanced A/B plan
@@ -116,7 +116,7 @@ func parseBench(args []string) (benchOptions, error) {
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
 	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan (wave ×1..3 at every ring depth) on the uniform rows and the ragged eager rows (stderr)")
-	layouts := fs.Bool("layouts", false, "also time the uniform 16-bit decode rows and the 16-bit varlen rows in the x-split and shuffle layouts (rows end in the layout's name)")
+	layouts := fs.Bool("layouts", false, "also time the uniform decode rows and the varlen rows in the x-split and shuffle layouts (rows end in the layout's name)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	shape := fs.String("shape", "", "measure only the rows whose \"<dtype> <shape>\" matches this regular expression (e.g. 'e4m3 seqs=8 kv=8192$'; for profilers)")
@@ -764,10 +764,10 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", cache, seqs, kv, float64(c.kvBytes())/1e9))
 					continue
 				}
-				// The row in each layout -layouts asks for (16-bit caches),
-				// each as -shape selects it.
+				// The row in each layout -layouts asks for, each as -shape
+				// selects it.
 				cases := []decodeCase{c}
-				if b.layouts && cache != pagedkv.E4M3 {
+				if b.layouts {
 					for _, layout := range allLayouts[1:] {
 						cases = append(cases, decodeCase{q: q, cache: cache, lens: c.lens, shape: c.shape + " " + layout.String(), layout: layout})
 					}

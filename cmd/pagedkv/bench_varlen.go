@@ -196,7 +196,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads), varlenBytes(&bt, qHeads, q, cache)
 	dtype := varlenDType(q, cache)
 	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
-	if b.layouts && cache != pagedkv.E4M3 {
+	if b.layouts {
 		// The same batch over the same pages read as the other layouts.
 		for _, layout := range allLayouts[1:] {
 			laid := slices.Clone(sets)

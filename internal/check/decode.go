@@ -45,8 +45,9 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	}
 	c.MaxLen = 1 + g.IntN(3000)
 	c.MaxBlocksPerSeq = (c.MaxLen+c.BlockSize-1)/c.BlockSize + g.IntN(3)
-	// The x-split and shuffle layouts: 16-bit caches, blocks of 8 or more.
-	if c.CacheDType != pagedkv.E4M3 && c.BlockSize >= 8 && g.IntN(3) == 0 {
+	// The x-split and shuffle layouts: blocks of x (8 for 16-bit caches, 16
+	// for e4m3) or more.
+	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 {
 		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
 	}
 	return c

@@ -36,8 +36,8 @@ func (c VarlenShape) String() string {
 
 // RandomVarlenShape draws a small random varlen shape covering every head
 // dim, groups 1..16, block sizes 1..256, both dtypes, fp8 caches, both
-// masks and (16-bit caches, blocks of 8 or more) the x-split and shuffle
-// layouts.
+// masks and (blocks of 8 or more for 16-bit caches, 16 for fp8) the
+// x-split and shuffle layouts.
 func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	c := VarlenShape{
 		Seqs:      1 + g.IntN(6),
@@ -54,7 +54,7 @@ func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	}
 	c.MaxQLen = 1 + g.IntN(300)
 	c.MaxKV = c.MaxQLen + g.IntN(2000)
-	if c.CacheDType != pagedkv.E4M3 && c.BlockSize >= 8 && g.IntN(3) == 0 {
+	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 {
 		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
 	}
 	return c

@@ -80,6 +80,62 @@ def check(xsplit, D, KEYS, bs):
                 assert R[lane] == want, ("V", lane, R[lane][:2], want[:2])
     return True
 
+def swizzle(CH, r, c):
+    mask = 7 if CH >= 8 else CH - 1
+    shift = 0 if CH >= 8 else (1 if CH == 4 else 2)
+    return r * CH + (c ^ ((r >> shift) & mask))
+
+def check_fp8(xsplit, D, KEYS, bs):
+    """LaidFP8KV: the stage (loads) and widen give the flash 16-bit K tile and
+    LaidKV's V tile, every element once; the cache's sectors land whole (x-split
+    V: blocks of 16)."""
+    CH, U = D // 16, THREADS // KEYS
+    J = CH // U
+    stage, halves = {}, {}
+    for t in range(THREADS):
+        r, u = t % KEYS, t // KEYS
+        page, o = r // bs, (r & ~15) % bs
+        for j in range(J):
+            c = u + j * U
+            s_k = c * KEYS + r
+            stage[s_k] = [('K', r, 16 * c + e) for e in range(16)]
+            k_glob = ('K', page, (c * bs + r % bs) * 16)
+            d = (r & 15) + 16 * (u + j * U)
+            q = r >> 4
+            s_v = KEYS * D // 16 + q * D + d
+            stage[s_v] = [('V', 16 * q + e, d) for e in range(16)]
+            v_glob = ('V', page, d * bs + o) if xsplit else ('V', page, ((o // 16) * D + d) * 16)
+            for g, sc in ((k_glob, s_k), (v_glob, s_v)):
+                halves.setdefault((g[0], g[1], g[2] // 32), []).append(sc)
+    assert sorted(stage) == list(range(2 * KEYS * D // 16)), "every stage piece written once"
+    for key, ss in halves.items():
+        if len(ss) == 2 and (key[0] == 'K' or not xsplit or bs == 16):
+            assert ss[0] // 2 == ss[1] // 2, ("sector split", key, ss)
+    wide = {}
+    for i in range(KEYS * CH):        # K
+        r, c = i % KEYS, i // KEYS
+        x = stage[c * KEYS + r]
+        wide[('K', swizzle(D // 8, r, 2 * c))] = x[:8]
+        wide[('K', swizzle(D // 8, r, 2 * c + 1))] = x[8:]
+    for i in range(KEYS * CH):        # V
+        d, q = i % D, i // D
+        x = stage[KEYS * D // 16 + q * D + d]
+        wide[('V', vt_at(xsplit, D, d, 2 * q))] = x[:8]
+        wide[('V', vt_at(xsplit, D, d, 2 * q + 1))] = x[8:]
+    for r in range(KEYS):
+        for c in range(D // 8):
+            assert wide[('K', swizzle(D // 8, r, c))] == [('K', r, 8 * c + e) for e in range(8)]
+    for d in range(D):
+        for g in range(KEYS // 8):
+            assert wide[('V', vt_at(xsplit, D, d, g))] == [('V', 8 * g + e, d) for e in range(8)]
+
+for xsplit in (True, False):
+    for D in (64, 128, 256):
+        for KEYS in ((32,) if D == 256 else (32, 64)):
+            for bs in (16, 32, 64, 128, 256):
+                check_fp8(xsplit, D, KEYS, bs)
+print("ok: fp8 x-split and shuffle varlen stages and widened tiles, blocks 16..256")
+
 for xsplit in (True, False):
     for D in (64, 128, 256):
         for KEYS in ((32,) if D == 256 else (32, 64)):
