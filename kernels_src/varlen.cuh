@@ -586,19 +586,25 @@ __device__ __forceinline__ LaneOffsets<CH> b_offsets(int lane) {
 
 // widen_tile converts a stage's fp8 K and V tiles into 16-bit tiles at wide
 // (same swizzle as a 16-bit stage), exactly; values come out as e4m3_pair
-// gives them (see mma_scale).
+// gives them (see mma_scale). A thread reads one 16-byte stage chunk (16
+// elements) and writes the two wide chunks it makes; consecutive threads
+// take consecutive rows of one chunk column, as ldmatrix reads them, so
+// the swizzle keeps both free of bank conflicts (LaidFP8KV::widen does the
+// same: session 15 measured the layouts' fp8 varlen faster than the flash
+// layout's, which read 8 bytes a thread).
 template <typename T, int D, int MT>
 __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned char* stage) {
   using Smem = VarlenSmem<T, e4m3, D, MT>;
-  constexpr int CH = Smem::kChunks, CCH = Smem::kCacheChunks;
-#pragma unroll 4
-  for (int j = 0; j < 2 * Smem::kKeys * CH / kVarlenThreads; ++j) {
+  constexpr int CH = Smem::kChunks, CCH = Smem::kCacheChunks, KEYS = Smem::kKeys;
+  static_assert(2 * KEYS * CCH % kVarlenThreads == 0, "whole passes");
+#pragma unroll
+  for (int j = 0; j < 2 * KEYS * CCH / kVarlenThreads; ++j) {
     const int i = (int)threadIdx.x + j * kVarlenThreads;
-    const int tile = i / (Smem::kKeys * CH);  // 0: K, 1: V
-    const int r = (i / CH) % Smem::kKeys, c = i % CH;
-    const uint2 x = *reinterpret_cast<const uint2*>(stage + tile * Smem::kTileBytes +
-                                                    swizzle<CCH>(r, c >> 1) * 16 + (c & 1) * 8);
-    *reinterpret_cast<uint4*>(wide + tile * Smem::kWideTileBytes + swizzle<CH>(r, c) * 16) = widen8<T>(x.x, x.y);
+    const int r = i % KEYS, c = (i / KEYS) % CCH, tile = i / (KEYS * CCH);  // tile 0: K, 1: V
+    const uint4 x = *reinterpret_cast<const uint4*>(stage + tile * Smem::kTileBytes + swizzle<CCH>(r, c) * 16);
+    unsigned char* w = wide + tile * Smem::kWideTileBytes;
+    *reinterpret_cast<uint4*>(w + swizzle<CH>(r, 2 * c) * 16) = widen8<T>(x.x, x.y);
+    *reinterpret_cast<uint4*>(w + swizzle<CH>(r, 2 * c + 1) * 16) = widen8<T>(x.z, x.w);
   }
 }
 
