@@ -111,11 +111,14 @@ __device__ __forceinline__ int vt_at(bool xsplit, int d, int h) {
 // ldmatrix: lane (g, c) gets tokens 4c … 4c+3 of a row, where an mma k
 // step wants k slots 2c, 2c+1 (bytes 0-1) and 2c+8, 2c+9 (bytes 2-3). So
 // k slot ρ holds token fp8_token(ρ) (4c+e for ρ = 2c+e, 4c+2+e for ρ =
-// 8+2c+e), and K's rows land in that order too: token t in tile row
-// fp8_row(t), which keeps the two tokens of a 32-byte sector side by side
-// (lab/fragments/decode_fp8_laid.py checks the pairing).
+// 8+2c+e), and K's tile row ρ must be that token too. K's pieces land with
+// token t of a piece at slot fp8_slot(t) (tokens 8-15 swap pairs of
+// pairs), so each 128-byte line of the cache (8 tokens) lands in one
+// 128-byte line of shared memory, and ldmatrix reads tile row ρ from slot
+// fp8_slot(fp8_token(ρ)): the 8 rows of a matrix fall in 8 distinct bank
+// groups (lab/fragments/decode_fp8_laid.py checks the pairing and both).
 __device__ __forceinline__ int fp8_token(int rho) { return ((rho & 6) << 1) | (rho & 1) | ((rho >> 2) & 2); }
-__device__ __forceinline__ int fp8_row(int t) { return ((t & 2) << 2) | ((t >> 1) & 6) | (t & 1); }
+__device__ __forceinline__ int fp8_slot(int t) { return t ^ ((t >> 2) & 2); }
 
 // DecodeSmem describes the dynamic shared memory of a block: q as <q>
 // (kTileRows × D, 16-bit), then a ring of 2 to 4 cp.async stages, as many as
@@ -492,7 +495,7 @@ __device__ __forceinline__ void paged_decode(
       // bs]: 16·bs; shuffle [blocks, heads, bs/8, D, 8]: 128).
       //
       // fp8 (x = 16): a piece is 16 elements of one token, and lane l
-      // lands K's token l%16 in row fp8_row (see there); a V piece is the
+      // lands K's token l%16 at slot fp8_slot (see there); a V piece is the
       // tile's 16 tokens of one element (block_size ≥ 16 keeps them in one
       // page), so lane l reads element d = l + 32j into row d of the Vᵀ
       // tile (16 bytes a row), 512 contiguous bytes an instruction in the
@@ -521,8 +524,8 @@ __device__ __forceinline__ void paged_decode(
       const int64_t vstep = xsplit ? (int64_t)DSTEP << block_size_log2 : DSTEP * X;
       const uint32_t vat = vdst + (kFP8 ? d0 : vt_at<D>(xsplit, d0, h)) * 16;
       const int vat_step = kFP8 || xsplit ? 512 : 256;  // DSTEP elements d (vt_chunk's swap is d0's)
-      // piece-major: piece l/16 + 2j, token l%16 (fp8: in row fp8_row)
-      const uint32_t kat = kdst + (kFP8 ? (lane >> 4) * 16 + fp8_row(r) : lane) * 16;
+      // piece-major: piece l/16 + 2j, token l%16 (fp8: at slot fp8_slot)
+      const uint32_t kat = kdst + (kFP8 ? (lane >> 4) * 16 + fp8_slot(r) : lane) * 16;
 #pragma unroll
       for (int j = 0; j < ISSUES; ++j) {
         cp_async16(kat + 512 * j, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
@@ -569,6 +572,9 @@ __device__ __forceinline__ void paged_decode(
   const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
   const uint32_t q_base = smem_addr(q_s);
   const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix x4 rows: 0-7, 8-15, 0-7, 8-15
+  // The slot of K tile row x4_row in a piece of the x-split and shuffle
+  // layouts' tile: the row itself, for fp8 the slot of its token.
+  const int k_slot = kFP8 ? fp8_slot(fp8_token(x4_row)) : x4_row;
 
   // The issues, the loads of q's fragments and the main loop, once per
   // cache layout family (LAID: x-split or shuffle).
@@ -652,7 +658,7 @@ __device__ __forceinline__ void paged_decode(
         for (int ks = 0; ks < KSTEPS; ks += 2) {
           uint32_t r[4];
           const int c = ks + (lane >> 4);
-          ldmatrix_x4(r, kbase + (LAID ? c * 16 + x4_row : swizzle<CH>(x4_row, c)) * 16);
+          ldmatrix_x4(r, kbase + (LAID ? c * 16 + k_slot : swizzle<CH>(x4_row, c)) * 16);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
@@ -779,7 +785,7 @@ __device__ __forceinline__ void paged_decode(
         for (int ks = 0; ks < KSTEPS; ks += 2) {
           uint32_t b[4];
           const int c = ks + (lane >> 4);
-          ldmatrix_x4(b, kbase + (LAID ? c * 16 + x4_row : swizzle<CH>(x4_row, c)) * 16);
+          ldmatrix_x4(b, kbase + (LAID ? c * 16 + k_slot : swizzle<CH>(x4_row, c)) * 16);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             uint32_t a[4];

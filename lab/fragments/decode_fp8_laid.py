@@ -1,8 +1,8 @@
 # Checks the plan for decode over fp8 e4m3 caches in the x-split and shuffle
 # layouts (docs/perf-notes.md, "fp8 caches in the x-split and shuffle
 # layouts"): the narrow kernels' Oᵀ += Vᵀ·Pᵀ with Vᵀ read by plain ldmatrix
-# from a transposed fp8 tile (element d's 16 tokens as 16 bytes), K landed
-# with token σ(ρ) in tile row ρ (so Sᵀ, and Pᵀ from movmatrix as today,
+# from a transposed fp8 tile (element d's 16 tokens as 16 bytes), K read
+# with token σ(ρ) as tile row ρ (so Sᵀ, and Pᵀ from movmatrix as today,
 # come out in that order), and the mask reading token σ(ρ) for row ρ. It tracks which
 # (token, element) each fragment slot holds and asserts that every mma k slot
 # pairs V and P of one token, and that the 16 slots cover the 16 tokens.
@@ -45,17 +45,21 @@ def check(D):
         for k, (_, t, head) in b.items():
             assert t == sigma(k) and head == g
     assert sorted(sigma(k) for k in range(16)) == list(range(16)), "σ is a permutation of the tile's tokens"
-    # K: the loader lands token r of piece c at c·16 + σ⁻¹(r), so tile row ρ
-    # holds token σ(ρ) and ldmatrix reads rows as today (x4_row = l%8 +
-    # 8·((l/8)%2) of piece ks + l/16: 8 contiguous chunks, 8 bank groups).
-    # σ⁻¹ keeps tokens 2i, 2i+1 (one 32-byte sector of a piece in the
-    # cache) side by side, so sectors land whole.
-    inv = {sigma(k): k for k in range(16)}
-    for i in range(8):
-        assert inv[2 * i + 1] == inv[2 * i] + 1 and inv[2 * i] % 2 == 0, ("sector split", i)
+    # K: the loader lands token t of piece c at slot c·16 + slot(t) (tokens
+    # 8-15 swap pairs of pairs) and ldmatrix reads tile row ρ from slot
+    # slot(σ(ρ)) (lanes l%8 + 8·((l/8)%2) of piece ks + l/16), so tile row ρ
+    # holds token σ(ρ). Each 128-byte line of the cache (8 tokens of a piece)
+    # lands in one 128-byte line of shared memory (cp.async writes one
+    # wavefront per line it reads), and the 8 rows of each ldmatrix matrix
+    # fall in 8 distinct 16-byte bank groups.
+    slot = lambda t: t ^ ((t >> 2) & 2)
+    assert sorted(slot(t) for t in range(16)) == list(range(16)), "slot is a permutation"
+    for half in (0, 8):
+        assert {slot(t) // 8 for t in range(half, half + 8)} == {half // 8}, ("line split", half)
     for ks in range(D // 16):
         for j in range(4):
-            addrs = [((ks + (l >> 4)) * 16 + ((l & 7) + ((l >> 3) & 1) * 8)) for l in range(8 * j, 8 * j + 8)]
+            lanes = range(8 * j, 8 * j + 8)
+            addrs = [(ks + (l >> 4)) * 16 + slot(sigma((l & 7) + ((l >> 3) & 1) * 8)) for l in lanes]
             assert len({a % 8 for a in addrs}) == 8, ("K bank groups", ks, j, addrs)
     return True
 
