@@ -85,6 +85,57 @@ func TestDecodeMatchesReference(t *testing.T) {
 	}
 }
 
+// TestDecodeLayoutsAgree writes the same tokens into caches of every
+// layout (relayout: Gather of a flash cache's every slot, then Append into
+// x-split and shuffle caches) and checks that Decode (the planner's plan
+// and a forced split count) sees the same cache in each: the outputs agree
+// far more tightly than any of them agrees with float64. Narrow and wide
+// kernels, 16-bit and e4m3 caches.
+func TestDecodeLayoutsAgree(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for _, c := range []check.DecodeShape{
+		{Seqs: 5, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 60, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 900},
+		{Seqs: 3, QHeads: 24, KVHeads: 2, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 150, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1111},
+		{Seqs: 6, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 70, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 1000},
+		{Seqs: 2, QHeads: 32, KVHeads: 2, HeadDim: 256, BlockSize: 32, MaxBlocksPerSeq: 30, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 901},
+		{Seqs: 4, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 64, MaxBlocksPerSeq: 20, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 1200},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			p := decodeProblem(t, r, s, g, c)
+			want, wantLSE, err := p.Run(r, s)
+			require.NoError(t, err)
+			require.NoError(t, p.Check(want, wantLSE))
+			k := dispatch.DefaultKnobs()
+			k.ForcedSplits = 3
+			split, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
+			require.NoError(t, err)
+			wantSplit, _, err := p.RunWithPlan(r, s, split)
+			require.NoError(t, err)
+			a := p.Args
+			arena := check.NewArena(r)
+			t.Cleanup(func() { assert.NoError(t, arena.Free()) })
+			laid := relayout(t, r, s, arena, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType)
+			for _, layout := range laidLayouts {
+				p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = laid[layout][0], laid[layout][1], layout
+				got, lse, err := p.Run(r, s)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/64, "%v against flash", layout)
+				assertSameLSE(t, wantLSE, lse, layout.String()+" against flash")
+				splitL, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
+				require.NoError(t, err)
+				require.Equal(t, split.Kernel, splitL.Kernel)
+				require.Equal(t, split.Splits, splitL.Splits)
+				gotSplit, _, err := p.RunWithPlan(r, s, splitL)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ref.RelL2(gotSplit, wantSplit), check.Tolerance(c.DType)/64, "%v against flash, %d splits", layout, split.Splits)
+				p.Args = a
+			}
+		})
+	}
+}
+
 // TestDecodeScale checks an explicit softmax scale.
 func TestDecodeScale(t *testing.T) {
 	r := open(t, config.Options{})

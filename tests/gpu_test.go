@@ -65,6 +65,73 @@ func decodeProblem(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.
 	return p
 }
 
+// laidLayouts are the cache layouts other than flash.
+var laidLayouts = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+
+// relayout writes every slot of the flash caches k and v (numBlocks pages
+// of blockSize tokens, kvHeads × headDim elements of cache each) into new
+// caches of each of laidLayouts on arena: a Gather of every slot, then an
+// Append of those rows. Append takes 16-bit rows, so e4m3 rows are widened
+// on the host (exact in f16) and appended with scale 1, which writes the
+// same bytes back. It returns each layout's (K, V).
+func relayout(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, arena *check.Arena, k, v pagedkv.Buffer,
+	numBlocks, blockSize, kvHeads, headDim int, cache pagedkv.DType) map[pagedkv.CacheLayout][2]pagedkv.Buffer {
+	t.Helper()
+	slots := make([]int64, numBlocks*blockSize)
+	for i := range slots {
+		slots[i] = int64(i)
+	}
+	elems := len(slots) * kvHeads * headDim
+	gather := pagedkv.GatherArgs{
+		KeyCache: k, ValueCache: v, NumTokens: len(slots), NumKVHeads: kvHeads,
+		HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks, CacheDType: cache,
+	}
+	var set check.Setter
+	set.To(&gather.SlotMapping)(check.Upload(arena, s, slots, 8))
+	set.To(&gather.KeyOut)(arena.Alloc(int64(elems * cache.Size())))
+	set.To(&gather.ValueOut)(arena.Alloc(int64(elems * cache.Size())))
+	require.NoError(t, set.Err)
+	require.NoError(t, r.Gather(s, &gather))
+	app := pagedkv.AppendArgs{
+		Key: gather.KeyOut, Value: gather.ValueOut, SlotMapping: gather.SlotMapping,
+		NumTokens: len(slots), NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
+		NumBlocks: numBlocks, DType: cache, CacheDType: cache,
+	}
+	if cache == pagedkv.E4M3 {
+		app.DType, app.KScale, app.VScale = pagedkv.F16, 1, 1
+		set.To(&app.Key)(widenE4M3(arena, s, gather.KeyOut, elems))
+		set.To(&app.Value)(widenE4M3(arena, s, gather.ValueOut, elems))
+	}
+	laid := map[pagedkv.CacheLayout][2]pagedkv.Buffer{}
+	for _, layout := range laidLayouts {
+		app.Layout = layout
+		set.To(&app.KeyCache)(arena.Alloc(k.Bytes))
+		set.To(&app.ValueCache)(arena.Alloc(v.Bytes))
+		require.NoError(t, set.Err)
+		require.NoError(t, r.Append(s, &app))
+		laid[layout] = [2]pagedkv.Buffer{app.KeyCache, app.ValueCache}
+	}
+	return laid
+}
+
+// widenE4M3 returns a device copy of n e4m3 bytes of src as f16 values
+// (every e4m3 value is exact in f16).
+func widenE4M3(arena *check.Arena, s *pagedkv.Stream, src pagedkv.Buffer, n int) (pagedkv.Buffer, error) {
+	raw := make([]uint8, n)
+	if err := pagedkv.Download(s, raw, src); err != nil {
+		return pagedkv.Buffer{}, err
+	}
+	vals := make([]float32, n)
+	if err := pagedkv.Float32FromE4M3(vals, raw, 1); err != nil {
+		return pagedkv.Buffer{}, err
+	}
+	half := make([]uint16, n)
+	if err := pagedkv.F16FromFloat32(half, vals); err != nil {
+		return pagedkv.Buffer{}, err
+	}
+	return check.Upload(arena, s, half, 2)
+}
+
 // download copies n elements of a device buffer back on s.
 func download[T any](t testing.TB, s *pagedkv.Stream, b pagedkv.Buffer, n int) []T {
 	t.Helper()

@@ -140,50 +140,12 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 			wantSplit, _, err := p.RunWithPlan(r, s, split)
 			require.NoError(t, err)
 
-			// Every slot of the flash cache, as token rows.
 			a := p.Args
-			slots := make([]int64, a.NumBlocks*a.BlockSize)
-			for i := range slots {
-				slots[i] = int64(i)
-			}
-			rowBytes := int64(len(slots) * c.KVHeads * c.HeadDim * c.DType.Size())
 			arena := check.NewArena(r)
 			t.Cleanup(func() { assert.NoError(t, arena.Free()) })
-			gather := pagedkv.GatherArgs{
-				KeyCache: a.KeyCache, ValueCache: a.ValueCache, NumTokens: len(slots), NumKVHeads: c.KVHeads,
-				HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: a.NumBlocks, CacheDType: c.CacheDType,
-			}
-			var set check.Setter
-			set.To(&gather.SlotMapping)(check.Upload(arena, s, slots, 8))
-			set.To(&gather.KeyOut)(arena.Alloc(rowBytes))
-			set.To(&gather.ValueOut)(arena.Alloc(rowBytes))
-			require.NoError(t, set.Err)
-			require.NoError(t, r.Gather(s, &gather))
-			rows := gather
-			var inDType pagedkv.DType = c.CacheDType
-			if c.CacheDType == pagedkv.E4M3 {
-				// Append takes 16-bit rows: widen the gathered bytes on the
-				// host (exact in f16) and append them with scale 1, which
-				// writes the same bytes back.
-				inDType = pagedkv.F16
-				set.To(&rows.KeyOut)(widenE4M3(arena, s, gather.KeyOut, len(slots)*c.KVHeads*c.HeadDim))
-				set.To(&rows.ValueOut)(widenE4M3(arena, s, gather.ValueOut, len(slots)*c.KVHeads*c.HeadDim))
-				require.NoError(t, set.Err)
-			}
-			for _, layout := range []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle} {
-				app := pagedkv.AppendArgs{
-					Key: rows.KeyOut, Value: rows.ValueOut, SlotMapping: gather.SlotMapping,
-					NumTokens: len(slots), NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
-					NumBlocks: a.NumBlocks, DType: inDType, CacheDType: c.CacheDType, Layout: layout,
-				}
-				if c.CacheDType == pagedkv.E4M3 {
-					app.KScale, app.VScale = 1, 1
-				}
-				set.To(&app.KeyCache)(arena.Alloc(a.KeyCache.Bytes))
-				set.To(&app.ValueCache)(arena.Alloc(a.ValueCache.Bytes))
-				require.NoError(t, set.Err)
-				require.NoError(t, r.Append(s, &app))
-				p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = app.KeyCache, app.ValueCache, layout
+			laid := relayout(t, r, s, arena, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType)
+			for _, layout := range laidLayouts {
+				p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = laid[layout][0], laid[layout][1], layout
 				got, lse, err := p.Run(r, s)
 				require.NoError(t, err)
 				if !assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/64, "%v against flash", layout) {
@@ -218,24 +180,6 @@ func logDisagreement(t *testing.T, p *check.VarlenProblem, a, b []float64) {
 	row := worst / c.HeadDim
 	t.Logf("against float64: %.3g and %.3g; most apart at token %d head %d dim %d: %g and %g (float64 %g)",
 		ref.RelL2(a, wantOut), ref.RelL2(b, wantOut), row/c.QHeads, row%c.QHeads, worst%c.HeadDim, a[worst], b[worst], wantOut[worst])
-}
-
-// widenE4M3 returns a device copy of n e4m3 bytes of src as f16 values
-// (every e4m3 value is exact in f16).
-func widenE4M3(arena *check.Arena, s *pagedkv.Stream, src pagedkv.Buffer, n int) (pagedkv.Buffer, error) {
-	raw := make([]uint8, n)
-	if err := pagedkv.Download(s, raw, src); err != nil {
-		return pagedkv.Buffer{}, err
-	}
-	vals := make([]float32, n)
-	if err := pagedkv.Float32FromE4M3(vals, raw, 1); err != nil {
-		return pagedkv.Buffer{}, err
-	}
-	half := make([]uint16, n)
-	if err := pagedkv.F16FromFloat32(half, vals); err != nil {
-		return pagedkv.Buffer{}, err
-	}
-	return check.Upload(arena, s, half, 2)
 }
 
 // TestVarlenEqualsDecode checks that one query token per sequence through
