@@ -45,6 +45,9 @@ func openError(names []string, errs []error, advice string) error {
 	same := true
 	for i, name := range names {
 		reasons[i] = strings.TrimPrefix(errs[i].Error(), name+": ")
+		if reasons[i] == "" {
+			reasons[i] = "no reason given"
+		}
 		same = same && reasons[i] == reasons[0]
 	}
 	tried := make([]string, len(names))

@@ -77,6 +77,13 @@ func TestOpenError(t *testing.T) {
 			want:  "could not open nvcuda.dll (The specified module could not be found.); install a driver",
 		},
 		{
+			name:  "an empty reason is named as such",
+			names: []string{"libcuda.so.1", "libcuda.so"},
+			errs:  []error{errors.New(""), errors.New("libcuda.so: cannot open shared object file: No such file or directory")},
+			want: "could not open libcuda.so.1 (no reason given) or " +
+				"libcuda.so (cannot open shared object file: No such file or directory); install a driver",
+		},
+		{
 			name:  "three names",
 			names: []string{"a", "b", "c"},
 			errs:  []error{errors.New("gone"), errors.New("gone"), errors.New("gone")},
