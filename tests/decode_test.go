@@ -104,34 +104,12 @@ func TestDecodeLayoutsAgree(t *testing.T) {
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, r, s, g, c)
+			a := p.Args
 			want, wantLSE, err := p.Run(r, s)
 			require.NoError(t, err)
 			require.NoError(t, p.Check(want, wantLSE))
-			k := dispatch.DefaultKnobs()
-			k.ForcedSplits = 3
-			split, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
-			require.NoError(t, err)
-			wantSplit, _, err := p.RunWithPlan(r, s, split)
-			require.NoError(t, err)
-			a := p.Args
-			arena := check.NewArena(r)
-			t.Cleanup(func() { assert.NoError(t, arena.Free()) })
-			laid := relayout(t, r, s, arena, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType)
-			for _, layout := range laidLayouts {
-				p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = laid[layout][0], laid[layout][1], layout
-				got, lse, err := p.Run(r, s)
-				require.NoError(t, err)
-				assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/64, "%v against flash", layout)
-				assertSameLSE(t, wantLSE, lse, layout.String()+" against flash")
-				splitL, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
-				require.NoError(t, err)
-				require.Equal(t, split.Kernel, splitL.Kernel)
-				require.Equal(t, split.Splits, splitL.Splits)
-				gotSplit, _, err := p.RunWithPlan(r, s, splitL)
-				require.NoError(t, err)
-				assert.LessOrEqual(t, ref.RelL2(gotSplit, wantSplit), check.Tolerance(c.DType)/64, "%v against flash, %d splits", layout, split.Splits)
-				p.Args = a
-			}
+			assertLayoutsAgree(t, r, s, p, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType,
+				check.Tolerance(c.DType)/64, nil)
 		})
 	}
 }

@@ -9,11 +9,14 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pagedkv/pagedkv"
 	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/internal/check"
+	"github.com/pagedkv/pagedkv/internal/ref"
 )
 
 // open returns a Runtime on device 0 with opts applied, or skips the test
@@ -63,6 +66,53 @@ func decodeProblem(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, p.Arena.Free()) })
 	return p
+}
+
+// attnProblem is a decode or varlen problem of internal/check.
+type attnProblem interface {
+	Run(*pagedkv.Runtime, *pagedkv.Stream) ([]float64, []float32, error)
+	RunWithPlan(*pagedkv.Runtime, *pagedkv.Stream, dispatch.Plan) ([]float64, []float32, error)
+	PlanWith(*pagedkv.Runtime, dispatch.Knobs) (dispatch.Plan, error)
+	UseCaches(k, v pagedkv.Buffer, l pagedkv.CacheLayout)
+}
+
+// assertLayoutsAgree is the layout-agreement check: p runs over its flash
+// caches k and v, then over each layout's copy of them (relayout), with
+// the planner's plan and with 3 forced splits each time, and every output
+// must agree with the flash one within tol (the LSE too, and the forced
+// plan's split count). diff, when not nil, explains a disagreement. p is
+// left on k and v.
+func assertLayoutsAgree(t *testing.T, r *pagedkv.Runtime, s *pagedkv.Stream, p attnProblem, k, v pagedkv.Buffer,
+	numBlocks, blockSize, kvHeads, headDim int, cache pagedkv.DType, tol float64, diff func(want, got []float64)) {
+	t.Helper()
+	knobs := dispatch.DefaultKnobs()
+	knobs.ForcedSplits = 3
+	split := func() ([]float64, int) {
+		plan, err := p.PlanWith(r, knobs)
+		require.NoError(t, err)
+		out, _, err := p.RunWithPlan(r, s, plan)
+		require.NoError(t, err)
+		return out, plan.Splits
+	}
+	want, wantLSE, err := p.Run(r, s)
+	require.NoError(t, err)
+	wantSplit, splits := split()
+	arena := check.NewArena(r)
+	t.Cleanup(func() { assert.NoError(t, arena.Free()) })
+	laid := relayout(t, r, s, arena, k, v, numBlocks, blockSize, kvHeads, headDim, cache)
+	defer p.UseCaches(k, v, pagedkv.LayoutFlash)
+	for _, layout := range laidLayouts {
+		p.UseCaches(laid[layout][0], laid[layout][1], layout)
+		got, lse, err := p.Run(r, s)
+		require.NoError(t, err)
+		if !assert.LessOrEqual(t, ref.RelL2(got, want), tol, "%v against flash", layout) && diff != nil {
+			diff(want, got)
+		}
+		assertSameLSE(t, wantLSE, lse, layout.String()+" against flash")
+		gotSplit, n := split()
+		require.Equal(t, splits, n, "%v: forced split count", layout)
+		assert.LessOrEqual(t, ref.RelL2(gotSplit, wantSplit), tol, "%v against flash, %d splits", layout, splits)
+	}
 }
 
 // laidLayouts are the cache layouts other than flash.

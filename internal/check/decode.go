@@ -192,6 +192,17 @@ func (p *DecodeProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan 
 	return p.outputs().run(s, func() error { return r.DecodeWithPlan(s, &p.Args, plan) }, p.rows(), p.Shape.HeadDim)
 }
 
+// PlanWith plans the problem's current arguments with knobs k
+// (Runtime.PlanDecodeWith at its MaxKVLen).
+func (p *DecodeProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch.Plan, error) {
+	return r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
+}
+
+// UseCaches points the problem at the caches k and v, in layout l.
+func (p *DecodeProblem) UseCaches(k, v pagedkv.Buffer, l pagedkv.CacheLayout) {
+	p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = k, v, l
+}
+
 // Fetch downloads out and LSE after the work on s, and fails on a recorded fault.
 func (p *DecodeProblem) Fetch(s *pagedkv.Stream) ([]float64, []float32, error) {
 	return p.outputs().fetch(s, p.rows(), p.Shape.HeadDim)

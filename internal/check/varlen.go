@@ -198,6 +198,17 @@ func (p *VarlenProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan 
 	return p.run(s, func() error { return r.VarlenWithPlan(s, &p.Args, plan) })
 }
 
+// PlanWith plans the problem's current arguments with knobs k
+// (Runtime.PlanVarlenWith).
+func (p *VarlenProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch.Plan, error) {
+	return r.PlanVarlenWith(&p.Args, k)
+}
+
+// UseCaches points the problem at the caches k and v, in layout l.
+func (p *VarlenProblem) UseCaches(k, v pagedkv.Buffer, l pagedkv.CacheLayout) {
+	p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = k, v, l
+}
+
 func (p *VarlenProblem) run(s *pagedkv.Stream, op func() error) ([]float64, []float32, error) {
 	return p.outputs().run(s, op, p.rows(), p.Shape.HeadDim)
 }
