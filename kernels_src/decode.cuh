@@ -309,6 +309,217 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
   for (int y = next + threadIdx.x; y < items; y += kDecodeThreads) work[y] = make_int4(0, 0, 0, 0);
 }
 
+// The products of one warp tile (16 tokens), per kernel family and cache
+// layout family (LAID: x-split or shuffle, whose K tile is piece-major and
+// whose V tile is transposed; fp8 K lands in the fp8_slot order). Each reads
+// its tiles from the warp's stage at kbase / vbase with ldmatrix; x4_row
+// is the lane's ldmatrix x4 row (0-7, 8-15, 0-7, 8-15) and k_slot the slot
+// of that row in a LAID fp8 K piece.
+
+// narrow_scores accumulates Sᵀ = K·Qᵀ of a narrow kernel: rows are the
+// tile's 16 tokens (A = K rows as stored), columns the group's heads (B =
+// qb, Qᵀ's fragments per k-step); even k-steps into st, odd ones into
+// st_odd (two chains).
+template <typename T, typename C, int D, bool LAID>
+__device__ __forceinline__ void narrow_scores(float (&st)[4], float (&st_odd)[4], uint32_t kbase,
+                                              const uint32_t (*qb)[2], int lane, int x4_row, int k_slot) {
+  constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr int CH = DecodeSmem<C, D>::kChunks;
+  constexpr int KSTEPS = D / 16;
+  if constexpr (!kFP8) {
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      uint32_t a[4];
+      const int c = 2 * ks + (lane >> 4);
+      ldmatrix_x4(a, kbase + (LAID ? c * 16 + x4_row : swizzle<CH>(x4_row, c)) * 16);
+      mma16816<T>(ks & 1 ? st_odd : st, a, qb[ks][0], qb[ks][1]);
+    }
+  } else {
+    // A 16-byte fp8 chunk is one k-step: lane (g, c) holds bytes 4c..4c+3
+    // (d = 4c+e, in q's permuted k order) of tokens g and g+8; one x4
+    // load covers chunks ks and ks+1.
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks += 2) {
+      uint32_t r[4];
+      const int c = ks + (lane >> 4);
+      ldmatrix_x4(r, kbase + (LAID ? c * 16 + k_slot : swizzle<CH>(x4_row, c)) * 16);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
+                               e4m3_pair<T>(r[2 * h], 0x3424), e4m3_pair<T>(r[2 * h + 1], 0x3424)};
+        mma16816<T>(h ? st_odd : st, a, qb[ks + h][0], qb[ks + h][1]);
+      }
+    }
+  }
+}
+
+// narrow_pv accumulates Oᵀ += Vᵀ·Pᵀ of a narrow kernel into acc (D/16
+// m-tiles of d × heads); b0 and b1 are Pᵀ's B fragments (tokens 0-7 and
+// 8-15 in the tile's k order).
+template <typename T, typename C, int D, bool LAID>
+__device__ __forceinline__ void narrow_pv(float (*acc)[4], uint32_t vbase, uint32_t b0, uint32_t b1, int lane,
+                                          int x4_row, int layout) {
+  constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr int CH = DecodeSmem<C, D>::kChunks;
+  constexpr int ACC = D / 16;
+  // A = Vᵀ, m-tile m (d 16m..16m+15): x4.trans of tokens 0-7 and 8-15,
+  // d chunks 2m and 2m+1.
+  if constexpr (LAID && kFP8) {
+    // Vᵀ rows of 16 tokens: one x4 load is m-tiles m and m+1 (rows
+    // 16m + l); bytes 0-1 of a word are k slots 2c, 2c+1, bytes 2-3
+    // slots 2c+8, 2c+9 (see fp8_token).
+#pragma unroll
+    for (int m = 0; m < ACC; m += 2) {
+      uint32_t r[4];
+      ldmatrix_x4(r, vbase + (16 * m + lane) * 16);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
+                               e4m3_pair<T>(r[2 * h], 0x3424), e4m3_pair<T>(r[2 * h + 1], 0x3424)};
+        mma16816<T>(acc[m + h], a, b0, b1);
+      }
+    }
+  } else if constexpr (LAID) {
+    // Vᵀ as stored: m-tile m is rows 16m … 16m+15, chunk 0 (tokens 0-7)
+    // then 1; lane l reads row 16m + x4_row, chunk l/16.
+    const bool xsplit = layout == kLayoutXSplit;
+    const uint32_t vt_lane = vbase + vt_at<D>(xsplit, x4_row, lane >> 4) * 16;
+    const int vt_m = xsplit ? 32 * 16 : 16 * 16;  // bytes from m-tile m to m+1
+#pragma unroll
+    for (int m = 0; m < ACC; ++m) {
+      uint32_t a[4];
+      ldmatrix_x4(a, vt_lane + m * vt_m);
+      mma16816<T>(acc[m], a, b0, b1);
+    }
+  } else if constexpr (!kFP8) {
+    const int v_row = (lane & 7) + (lane >> 4) * 8;
+#pragma unroll
+    for (int m = 0; m < ACC; ++m) {
+      uint32_t a[4];
+      ldmatrix_x4_trans(a, vbase + swizzle<CH>(v_row, 2 * m + ((lane >> 3) & 1)) * 16);
+      mma16816<T>(acc[m], a, b0, b1);
+    }
+  } else {
+    // fp8: m-tile m is V chunk m (16 d) with rows g ↔ d = 16m+2g and
+    // g+8 ↔ d = 16m+2g+1: the x4.trans load gives lane (g, c) the bytes
+    // of d 2g, 2g+1 of tokens 2c, 2c+1 (and 8+2c, 9+2c), whose even and
+    // odd bytes are the two row halves of the A fragment.
+#pragma unroll
+    for (int m = 0; m < ACC; m += 2) {
+      uint32_t r[4];
+      ldmatrix_x4_trans(r, vbase + swizzle<CH>(x4_row, m + (lane >> 4)) * 16);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x2404), e4m3_pair<T>(r[2 * h], 0x3414),
+                               e4m3_pair<T>(r[2 * h + 1], 0x2404), e4m3_pair<T>(r[2 * h + 1], 0x3414)};
+        mma16816<T>(acc[m + h], a, b0, b1);
+      }
+    }
+  }
+}
+
+// wide_scores accumulates S = Q·Kᵀ of a wide kernel: n-tile 0 is tokens
+// 0-7 of the tile, n-tile 1 tokens 8-15 (LAID fp8: in fp8_token order); q's
+// A fragments come from qa (Q_IN_REGS) or from q_s at q_base.
+template <typename T, typename C, int D, bool LAID, bool Q_IN_REGS>
+__device__ __forceinline__ void wide_scores(float (&s)[2][4], uint32_t kbase, uint32_t q_base,
+                                            const uint32_t (*qa)[4], int lane, int x4_row, int k_slot) {
+  constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr bool kQInRegs = Q_IN_REGS;
+  constexpr int CH = DecodeSmem<C, D>::kChunks;
+  constexpr int QCH = D / 8;
+  constexpr int KSTEPS = D / 16;
+  if constexpr (!kFP8) {
+    const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      uint32_t a[4], b[4];
+      if constexpr (kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
+      } else {
+        ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
+      }
+      const int c = 2 * ks + ((lane >> 3) & 1);
+      ldmatrix_x4(b, kbase + (LAID ? c * 16 + k_row : swizzle<CH>(k_row, c)) * 16);
+      mma16816<T>(s[0], a, b[0], b[1]);
+      mma16816<T>(s[1], a, b[2], b[3]);
+    }
+  } else {
+    // A 16-byte fp8 chunk is one k-step; one x4 load covers two, both n-tiles.
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks += 2) {
+      uint32_t b[4];
+      const int c = ks + (lane >> 4);
+      ldmatrix_x4(b, kbase + (LAID ? c * 16 + k_slot : swizzle<CH>(x4_row, c)) * 16);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t a[4];
+        ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * (ks + h) + (lane >> 4)) * 16);
+        mma16816<T>(s[0], a, e4m3_pair<T>(b[2 * h], 0x1404), e4m3_pair<T>(b[2 * h], 0x3424));
+        mma16816<T>(s[1], a, e4m3_pair<T>(b[2 * h + 1], 0x1404), e4m3_pair<T>(b[2 * h + 1], 0x3424));
+      }
+    }
+  }
+}
+
+// wide_pv accumulates O += P·V of a wide kernel into acc (D/8 n-tiles);
+// p is P's A fragment (rows r0 and r1, the tile's 16 tokens).
+template <typename T, typename C, int D, bool LAID>
+__device__ __forceinline__ void wide_pv(float (*acc)[4], const uint32_t (&p)[4], uint32_t vbase, int lane,
+                                        int x4_row, int layout) {
+  constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr int CH = DecodeSmem<C, D>::kChunks;
+  constexpr int NT = D / 8;
+  // O += P·V: one x4.trans load gives the B fragments of two n-tiles.
+  if constexpr (LAID && kFP8) {
+    // Vᵀ rows of 16 tokens: one x4 load is n-tiles n … n+3 (rows 8n +
+    // l), each a whole k step (see fp8_token).
+#pragma unroll
+    for (int n = 0; n < NT; n += 4) {
+      uint32_t b[4];
+      ldmatrix_x4(b, vbase + (8 * n + lane) * 16);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) mma16816<T>(acc[n + u], p, e4m3_pair<T>(b[u], 0x1404), e4m3_pair<T>(b[u], 0x3424));
+    }
+  } else if constexpr (LAID) {
+    // Vᵀ as stored: n-tile n is rows 8n … 8n+7; lane l reads row
+    // 8n + l%8 + 8·(l/16) (n-tiles n, n+1), chunk (l/8)%2.
+    const int vt_row = (lane & 7) + (lane >> 4) * 8;
+    const bool xsplit = layout == kLayoutXSplit;
+    const uint32_t vt_lane = vbase + vt_at<D>(xsplit, vt_row, (lane >> 3) & 1) * 16;
+    const int vt_n = xsplit ? 16 * 16 : 8 * 16;  // bytes from n-tile n to n+1
+#pragma unroll
+    for (int n = 0; n < NT; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, vt_lane + n * vt_n);
+      mma16816<T>(acc[n], p, b[0], b[1]);
+      mma16816<T>(acc[n + 1], p, b[2], b[3]);
+    }
+  } else if constexpr (!kFP8) {
+#pragma unroll
+    for (int n = 0; n < NT; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, n + (lane >> 4)) * 16);
+      mma16816<T>(acc[n], p, b[0], b[1]);
+      mma16816<T>(acc[n + 1], p, b[2], b[3]);
+    }
+  } else {
+    // Chunk j (16 d) feeds n-tiles 2j (even d) and 2j+1 (odd d).
+#pragma unroll
+    for (int j = 0; j < CH; j += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, j + (lane >> 4)) * 16);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t lo = b[2 * h], hi = b[2 * h + 1];  // tokens 0-7, 8-15
+        mma16816<T>(acc[2 * (j + h)], p, e4m3_pair<T>(lo, 0x2404), e4m3_pair<T>(hi, 0x2404));
+        mma16816<T>(acc[2 * (j + h) + 1], p, e4m3_pair<T>(lo, 0x3414), e4m3_pair<T>(hi, 0x3414));
+      }
+    }
+  }
+}
+
 template <typename T, typename C, int D, bool CLUSTER, bool NARROW>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
@@ -639,34 +850,9 @@ __device__ __forceinline__ void paged_decode(
     }
 
     if constexpr (NARROW) {
-      // Sᵀ = K·Qᵀ: rows are the tile's 16 tokens (A = K rows as stored),
-      // columns the group's heads; even and odd k-steps in two chains.
+      // Sᵀ = K·Qᵀ (16 tokens × 8 heads), even and odd k-steps apart.
       float st[4] = {0.0f, 0.0f, 0.0f, 0.0f}, st_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if constexpr (!kFP8) {
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks) {
-          uint32_t a[4];
-          const int c = 2 * ks + (lane >> 4);
-          ldmatrix_x4(a, kbase + (LAID ? c * 16 + x4_row : swizzle<CH>(x4_row, c)) * 16);
-          mma16816<T>(ks & 1 ? st_odd : st, a, qb[ks][0], qb[ks][1]);
-        }
-      } else {
-        // A 16-byte fp8 chunk is one k-step: lane (g, c) holds bytes 4c..4c+3
-        // (d = 4c+e, in q's permuted k order) of tokens g and g+8; one x4
-        // load covers chunks ks and ks+1.
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks += 2) {
-          uint32_t r[4];
-          const int c = ks + (lane >> 4);
-          ldmatrix_x4(r, kbase + (LAID ? c * 16 + k_slot : swizzle<CH>(x4_row, c)) * 16);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
-                                   e4m3_pair<T>(r[2 * h], 0x3424), e4m3_pair<T>(r[2 * h + 1], 0x3424)};
-            mma16816<T>(h ? st_odd : st, a, qb[ks + h][0], qb[ks + h][1]);
-          }
-        }
-      }
+      narrow_scores<T, C, D, LAID>(st, st_odd, kbase, qb, lane, x4_row, k_slot);
       // Lane (g, c) = (lane/4, lane%4) holds tokens g (st[0..1]) and g+8
       // (st[2..3]) of heads 2c (st[0], st[2]) and 2c+1 (st[1], st[3]).
       // (LAID fp8: row ρ is token fp8_token(ρ).)
@@ -706,96 +892,11 @@ __device__ __forceinline__ void paged_decode(
         acc[m][2] *= alpha0;
         acc[m][3] *= alpha1;
       }
-      // A = Vᵀ, m-tile m (d 16m..16m+15): x4.trans of tokens 0-7 and 8-15,
-      // d chunks 2m and 2m+1.
-      if constexpr (LAID && kFP8) {
-        // Vᵀ rows of 16 tokens: one x4 load is m-tiles m and m+1 (rows
-        // 16m + l); bytes 0-1 of a word are k slots 2c, 2c+1, bytes 2-3
-        // slots 2c+8, 2c+9 (see fp8_token).
-#pragma unroll
-        for (int m = 0; m < ACC; m += 2) {
-          uint32_t r[4];
-          ldmatrix_x4(r, vbase + (16 * m + lane) * 16);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x1404), e4m3_pair<T>(r[2 * h + 1], 0x1404),
-                                   e4m3_pair<T>(r[2 * h], 0x3424), e4m3_pair<T>(r[2 * h + 1], 0x3424)};
-            mma16816<T>(acc[m + h], a, b0, b1);
-          }
-        }
-      } else if constexpr (LAID) {
-        // Vᵀ as stored: m-tile m is rows 16m … 16m+15, chunk 0 (tokens 0-7)
-        // then 1; lane l reads row 16m + x4_row, chunk l/16.
-        const bool xsplit = layout == kLayoutXSplit;
-        const uint32_t vt_lane = vbase + vt_at<D>(xsplit, x4_row, lane >> 4) * 16;
-        const int vt_m = xsplit ? 32 * 16 : 16 * 16;  // bytes from m-tile m to m+1
-#pragma unroll
-        for (int m = 0; m < ACC; ++m) {
-          uint32_t a[4];
-          ldmatrix_x4(a, vt_lane + m * vt_m);
-          mma16816<T>(acc[m], a, b0, b1);
-        }
-      } else if constexpr (!kFP8) {
-        const int v_row = (lane & 7) + (lane >> 4) * 8;
-#pragma unroll
-        for (int m = 0; m < ACC; ++m) {
-          uint32_t a[4];
-          ldmatrix_x4_trans(a, vbase + swizzle<CH>(v_row, 2 * m + ((lane >> 3) & 1)) * 16);
-          mma16816<T>(acc[m], a, b0, b1);
-        }
-      } else {
-        // fp8: m-tile m is V chunk m (16 d) with rows g ↔ d = 16m+2g and
-        // g+8 ↔ d = 16m+2g+1: the x4.trans load gives lane (g, c) the bytes
-        // of d 2g, 2g+1 of tokens 2c, 2c+1 (and 8+2c, 9+2c), whose even and
-        // odd bytes are the two row halves of the A fragment.
-#pragma unroll
-        for (int m = 0; m < ACC; m += 2) {
-          uint32_t r[4];
-          ldmatrix_x4_trans(r, vbase + swizzle<CH>(x4_row, m + (lane >> 4)) * 16);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t a[4] = {e4m3_pair<T>(r[2 * h], 0x2404), e4m3_pair<T>(r[2 * h], 0x3414),
-                                   e4m3_pair<T>(r[2 * h + 1], 0x2404), e4m3_pair<T>(r[2 * h + 1], 0x3414)};
-            mma16816<T>(acc[m + h], a, b0, b1);
-          }
-        }
-      }
+      narrow_pv<T, C, D, LAID>(acc, vbase, b0, b1, lane, x4_row, layout);
     } else {
       // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
       float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      if constexpr (!kFP8) {
-        const int k_row = (lane & 7) + (lane >> 4) * 8;  // matrices: tokens 0-7, 0-7, 8-15, 8-15
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks) {
-          uint32_t a[4], b[4];
-          if constexpr (kQInRegs) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
-          } else {
-            ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
-          }
-          const int c = 2 * ks + ((lane >> 3) & 1);
-          ldmatrix_x4(b, kbase + (LAID ? c * 16 + k_row : swizzle<CH>(k_row, c)) * 16);
-          mma16816<T>(s[0], a, b[0], b[1]);
-          mma16816<T>(s[1], a, b[2], b[3]);
-        }
-      } else {
-        // A 16-byte fp8 chunk is one k-step; one x4 load covers two, both n-tiles.
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks += 2) {
-          uint32_t b[4];
-          const int c = ks + (lane >> 4);
-          ldmatrix_x4(b, kbase + (LAID ? c * 16 + k_slot : swizzle<CH>(x4_row, c)) * 16);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            uint32_t a[4];
-            ldmatrix_x4(a, q_base + swizzle<QCH>(x4_row, 2 * (ks + h) + (lane >> 4)) * 16);
-            mma16816<T>(s[0], a, e4m3_pair<T>(b[2 * h], 0x1404), e4m3_pair<T>(b[2 * h], 0x3424));
-            mma16816<T>(s[1], a, e4m3_pair<T>(b[2 * h + 1], 0x1404), e4m3_pair<T>(b[2 * h + 1], 0x3424));
-          }
-        }
-      }
-
+      wide_scores<T, C, D, LAID, kQInRegs>(s, kbase, q_base, qa, lane, x4_row, k_slot);
       // Online softmax of rows r0 (s[n][0..1]) and r1 (s[n][2..3]); tokens
       // past end score -inf. Every tile holds at least one token below end.
       float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -839,54 +940,7 @@ __device__ __forceinline__ void paged_decode(
         acc[n][2] *= alpha1;
         acc[n][3] *= alpha1;
       }
-
-      // O += P·V: one x4.trans load gives the B fragments of two n-tiles.
-      if constexpr (LAID && kFP8) {
-        // Vᵀ rows of 16 tokens: one x4 load is n-tiles n … n+3 (rows 8n +
-        // l), each a whole k step (see fp8_token).
-#pragma unroll
-        for (int n = 0; n < NT; n += 4) {
-          uint32_t b[4];
-          ldmatrix_x4(b, vbase + (8 * n + lane) * 16);
-#pragma unroll
-          for (int u = 0; u < 4; ++u) mma16816<T>(acc[n + u], p, e4m3_pair<T>(b[u], 0x1404), e4m3_pair<T>(b[u], 0x3424));
-        }
-      } else if constexpr (LAID) {
-        // Vᵀ as stored: n-tile n is rows 8n … 8n+7; lane l reads row
-        // 8n + l%8 + 8·(l/16) (n-tiles n, n+1), chunk (l/8)%2.
-        const int vt_row = (lane & 7) + (lane >> 4) * 8;
-        const bool xsplit = layout == kLayoutXSplit;
-        const uint32_t vt_lane = vbase + vt_at<D>(xsplit, vt_row, (lane >> 3) & 1) * 16;
-        const int vt_n = xsplit ? 16 * 16 : 8 * 16;  // bytes from n-tile n to n+1
-#pragma unroll
-        for (int n = 0; n < NT; n += 2) {
-          uint32_t b[4];
-          ldmatrix_x4(b, vt_lane + n * vt_n);
-          mma16816<T>(acc[n], p, b[0], b[1]);
-          mma16816<T>(acc[n + 1], p, b[2], b[3]);
-        }
-      } else if constexpr (!kFP8) {
-#pragma unroll
-        for (int n = 0; n < NT; n += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, n + (lane >> 4)) * 16);
-          mma16816<T>(acc[n], p, b[0], b[1]);
-          mma16816<T>(acc[n + 1], p, b[2], b[3]);
-        }
-      } else {
-        // Chunk j (16 d) feeds n-tiles 2j (even d) and 2j+1 (odd d).
-#pragma unroll
-        for (int j = 0; j < CH; j += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vbase + swizzle<CH>(x4_row, j + (lane >> 4)) * 16);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t lo = b[2 * h], hi = b[2 * h + 1];  // tokens 0-7, 8-15
-            mma16816<T>(acc[2 * (j + h)], p, e4m3_pair<T>(lo, 0x2404), e4m3_pair<T>(hi, 0x2404));
-            mma16816<T>(acc[2 * (j + h) + 1], p, e4m3_pair<T>(lo, 0x3414), e4m3_pair<T>(hi, 0x3414));
-          }
-        }
-      }
+      wide_pv<T, C, D, LAID>(acc, p, vbase, lane, x4_row, layout);
     }
     __syncwarp();  // this stage is refilled next iteration
   }
