@@ -44,7 +44,7 @@ type VarlenShape struct {
 	MaxKVLen     int // the largest KV length (pos_offset + q_len) of the batch, or a graph's capacity
 	DType        DType
 	CacheDType   DType
-	Layout       Layout // the caches' layout (the x-split and shuffle ones: 16-bit caches)
+	Layout       Layout // the caches' layout (the x-split and shuffle ones: blocks of x or more, which the root package checks)
 	// HostCuSeqlensQ (optional): the host's copy of the batch's query
 	// bounds ([NumSeqs+1], checked by the caller), so the planner counts the
 	// row tiles the batch really has; without it, it plans for the grid.

@@ -105,9 +105,6 @@ func TestDecodeLayoutsAgree(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, r, s, g, c)
 			a := p.Args
-			want, wantLSE, err := p.Run(r, s)
-			require.NoError(t, err)
-			require.NoError(t, p.Check(want, wantLSE))
 			assertLayoutsAgree(t, r, s, p, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType,
 				check.Tolerance(c.DType)/64, nil)
 		})

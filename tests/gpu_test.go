@@ -71,13 +71,15 @@ func decodeProblem(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.
 // attnProblem is a decode or varlen problem of internal/check.
 type attnProblem interface {
 	Run(*pagedkv.Runtime, *pagedkv.Stream) ([]float64, []float32, error)
+	Check(out []float64, lse []float32) error
 	RunWithPlan(*pagedkv.Runtime, *pagedkv.Stream, dispatch.Plan) ([]float64, []float32, error)
 	PlanWith(*pagedkv.Runtime, dispatch.Knobs) (dispatch.Plan, error)
 	UseCaches(k, v pagedkv.Buffer, l pagedkv.CacheLayout)
 }
 
 // assertLayoutsAgree is the layout-agreement check: p runs over its flash
-// caches k and v, then over each layout's copy of them (relayout), with
+// caches k and v (and must match float64 there), then over each layout's
+// copy of them (relayout), with
 // the planner's plan and with 3 forced splits each time, and every output
 // must agree with the flash one within tol (the LSE too, and the forced
 // plan's split count). diff, when not nil, explains a disagreement. p is
@@ -96,6 +98,7 @@ func assertLayoutsAgree(t *testing.T, r *pagedkv.Runtime, s *pagedkv.Stream, p a
 	}
 	want, wantLSE, err := p.Run(r, s)
 	require.NoError(t, err)
+	require.NoError(t, p.Check(want, wantLSE))
 	wantSplit, splits := split()
 	arena := check.NewArena(r)
 	t.Cleanup(func() { assert.NoError(t, arena.Free()) })

@@ -131,9 +131,6 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := varlenProblem(t, r, s, g, c)
 			a := p.Args
-			want, wantLSE, err := p.Run(r, s)
-			require.NoError(t, err)
-			require.NoError(t, p.Check(want, wantLSE))
 			assertLayoutsAgree(t, r, s, p, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType,
 				check.Tolerance(c.DType)/64, func(want, got []float64) { logDisagreement(t, p, want, got) })
 		})

@@ -449,9 +449,11 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 		// slots (dispatch.AppendPagesMinCover), the other path beside it, for
 		// the A/B that sets the rule: the page path when the host's slots
 		// keep the token path (a prefill's), else the token path.
-		bare0 := sets[0]
-		bare0.HostSlotMapping = nil
-		pages, err := b.r.PlanAppend(&bare0)
+		bare := slices.Clone(sets)
+		for i := range bare {
+			bare[i].HostSlotMapping = nil
+		}
+		pages, err := b.r.PlanAppend(&bare[0])
 		if err != nil {
 			return err
 		}
@@ -461,10 +463,6 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 		if plan, err := b.r.PlanAppend(&sets[0]); err != nil {
 			return err
 		} else if plan.AppendClaim == "" {
-			bare := slices.Clone(sets)
-			for i := range bare {
-				bare[i].HostSlotMapping = nil
-			}
 			err = b.row(fmt.Sprintf("%s %s %s, page path (no host slots)", shape, layout, slots), float64(bytes),
 				func() error { call++; return b.r.Append(b.s, &bare[call%len(bare)]) })
 			if err != nil {
