@@ -147,7 +147,7 @@ func (a *DecodeArgs) shape(graph bool, kvCapacity int) dispatch.DecodeShape {
 	s := dispatch.DecodeShape{
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, MaxKVLen: a.MaxKVLen, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
-		DType: a.DType, CacheDType: a.CacheDType, HostKVLens: a.HostKVLens,
+		DType: a.DType, CacheDType: a.CacheDType, HostKVLens: a.HostKVLens, Layout: dispatch.Layout(a.Layout),
 	}
 	if graph {
 		s.MaxKVLen, s.HostKVLens, s.Graph = a.capacity(kvCapacity), nil, true
@@ -404,23 +404,27 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 // kernels, geometry and scratch layout for its split count.
 func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFacts) error {
 	group := a.NumQHeads / a.NumKVHeads
+	// The kernels for the caches' layout (fp8 ones have a build for the
+	// x-split and shuffle layouts).
+	layout := dispatch.Layout(a.Layout)
+	named := func(name string, err error) (string, error) { return dispatch.DecodeLayoutKernel(name, layout), err }
 	// A group the narrow kernels serve may also run on the wide ones, which
 	// serve every group (PAGEDKV_DECODE_NARROW=0).
-	wide, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize)
+	wide, err := named(dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize))
 	if err != nil {
 		return err
 	}
-	if wideCluster, _ := dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize); plan.Kernel == wide || plan.Kernel == wideCluster {
+	if wideCluster, _ := named(dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize)); plan.Kernel == wide || plan.Kernel == wideCluster {
 		group = dispatch.MaxGroupSize
 	}
-	kernel, err := dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group)
+	kernel, err := named(dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group))
 	if err != nil {
 		return err
 	}
 	// Either build of a kernel that has a compute_90 one, on a device that
 	// runs it.
-	if sm90, ok := dispatch.SM90DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group); ok && plan.Kernel == sm90 && dev.Clusters {
-		kernel = sm90
+	if sm90, ok := dispatch.SM90DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group); ok && plan.Kernel == dispatch.DecodeLayoutKernel(sm90, layout) && dev.Clusters {
+		kernel = plan.Kernel
 	}
 	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
 	want := dispatch.Plan{
@@ -433,7 +437,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 			return errf("DecodeWithPlan: the plan runs its splits as thread-block clusters, which %s lacks (compute capability 9.0 and newer have them)", dev.Name)
 		}
 		// The twin from the name tables: concatenating would allocate.
-		if want.Kernel, err = dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group); err != nil {
+		if want.Kernel, err = named(dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group)); err != nil {
 			return err
 		}
 		want.Cluster = uint32(plan.Splits)

@@ -476,6 +476,28 @@ func TestCheckDecodePlan(t *testing.T) {
 		allocs := testing.AllocsPerRun(100, func() { require.NoError(t, checkDecodePlan(&a, &p, &dev)) })
 		assert.Zero(t, allocs, "%s", p.Kernel)
 	}
+	// fp8 caches: each layout family has its own kernels (the _laid ones
+	// for the x-split and shuffle layouts), and a plan for one family does
+	// not run over the other's caches.
+	fp8 := a
+	fp8.CacheDType = E4M3
+	for _, dev := range []dispatch.DeviceFacts{plain, sm90} {
+		for _, kn := range []dispatch.Knobs{k, forced} {
+			fp8.Layout = LayoutFlash
+			flash, err := dispatch.PlanDecode(fp8.shape(false, 0), dev, kn)
+			require.NoError(t, err)
+			fp8.Layout = LayoutShuffle
+			laid, err := dispatch.PlanDecode(fp8.shape(false, 0), dev, kn)
+			require.NoError(t, err)
+			require.Equal(t, flash.Kernel+"_laid", laid.Kernel)
+			assert.NoError(t, checkDecodePlan(&fp8, &laid, &dev), "%s", laid.Kernel)
+			assert.Error(t, checkDecodePlan(&fp8, &flash, &dev), "%s over a shuffle cache", flash.Kernel)
+			fp8.Layout = LayoutFlash
+			assert.NoError(t, checkDecodePlan(&fp8, &flash, &dev), "%s", flash.Kernel)
+			assert.Error(t, checkDecodePlan(&fp8, &laid, &dev), "%s over a flash cache", laid.Kernel)
+		}
+	}
+
 	err := checkDecodePlan(&a, &cluster, &plain)
 	assert.ErrorContains(t, err, "thread-block clusters, which A100-like lacks")
 	global := plan(plain, forced)

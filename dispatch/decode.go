@@ -227,6 +227,9 @@ type DecodeShape struct {
 	// Graph: the plan is for a CUDA graph, whose replays may see any lengths
 	// up to MaxKVLen; the automatic plan is then balanced.
 	Graph bool
+	// Layout is the caches' layout: fp8 caches in the x-split and shuffle
+	// layouts take the _laid kernels (DecodeLayoutKernel).
+	Layout Layout
 }
 
 // Plan is what the launcher does, decided entirely by the planner.
@@ -324,6 +327,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 
 	clusterKernel := tables.cluster[qi][vi][hi]
+	kernel, clusterKernel = DecodeLayoutKernel(kernel, s.Layout), DecodeLayoutKernel(clusterKernel, s.Layout)
 	ragged, long := s.hostStats()
 	if s.Graph && len(s.HostKVLens) == 0 {
 		// A graph replays lengths its capture never sees: its capacity

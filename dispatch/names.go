@@ -43,8 +43,12 @@ type nameTables struct {
 	// sm90: the compute_90 builds of plain (non-cluster) decode kernels,
 	// where one exists: the narrow fp8 kernels, whose e4m3 moves are one
 	// instruction there (cvt.rn.f16x2.e4m3x2); "" elsewhere.
-	sm90   [len(activationTypes)][decodeVariants][len(headDims)]string
-	shape  map[string][2]int // decode kernel → {head dim, cache element size}
+	sm90  [len(activationTypes)][decodeVariants][len(headDims)]string
+	shape map[string][2]int // decode kernel → {head dim, cache element size}
+	// laid: the fp8 decode kernels (every table above) → their _laid twins,
+	// the same kernels for caches in the x-split and shuffle layouts
+	// (modules decode_*_e4m3_laid*); see DecodeLayoutKernel.
+	laid   map[string]string
 	append [len(activationTypes)][2]string
 	// appendSM90: the compute_90 builds of the fp8 appends (cache_sm90),
 	// whose e4m3 rounding is one instruction per two elements there;
@@ -90,7 +94,7 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 var tables = buildNames()
 
 func buildNames() *nameTables {
-	t := &nameTables{shape: map[string][2]int{}, varlenShape: map[string]varlenGeometry{}}
+	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, varlenShape: map[string]varlenGeometry{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -139,6 +143,10 @@ func buildNames() *nameTables {
 				if fp8 == 1 {
 					t.sm90[qi][narrow][hi] = name + "_g8_sm90"
 					t.shape[name+"_g8_sm90"] = [2]int{d, size}
+					for _, k := range [...]string{name, name + "_cluster", name + "_g8", name + "_g8_cluster", name + "_g8_sm90"} {
+						t.laid[k] = k + "_laid"
+						t.shape[k+"_laid"] = [2]int{d, size}
+					}
 				}
 			}
 		}
@@ -366,9 +374,35 @@ func AppendKernelName(dtype, cacheDType DType) (string, error) {
 	return tables.append[ii][ci], nil
 }
 
+// DecodeLayoutKernel returns the decode kernel that runs kernel (a name
+// from the functions above or a plan) over caches in layout: its _laid twin
+// for an fp8 kernel and the x-split or shuffle layout, else kernel itself.
+// The fp8 kernels come in two builds because the layouts' loop made the
+// flash layout's 0.5–2.5% slower where one kernel carried both (session
+// 16); the 16-bit kernels take every layout at run time.
+func DecodeLayoutKernel(kernel string, layout Layout) string {
+	if layout == LayoutFlash {
+		return kernel
+	}
+	if twin, ok := tables.laid[kernel]; ok {
+		return twin
+	}
+	return kernel
+}
+
 // DecodeKernelNames returns every decode kernel entry name, for the root
 // package to query occupancy once at module load. The slice is a fresh copy.
-func DecodeKernelNames() []string { return flatten(&tables.decode) }
+func DecodeKernelNames() []string { return withLaid(flatten(&tables.decode)) }
+
+// withLaid appends to names the _laid twins of those that have one.
+func withLaid(names []string) []string {
+	for _, n := range names {
+		if twin, ok := tables.laid[n]; ok {
+			names = append(names, twin)
+		}
+	}
+	return names
+}
 
 // flatten lists a decode name table row by row.
 func flatten(t *[len(activationTypes)][decodeVariants][len(headDims)]string) []string {
@@ -387,7 +421,7 @@ func IsClusterKernel(kernel string) bool { return slices.Contains(ClusterDecodeK
 
 // ClusterDecodeKernelNames returns every cluster decode kernel entry name
 // (decode_*_sm90 modules, compute_90).
-func ClusterDecodeKernelNames() []string { return flatten(&tables.cluster) }
+func ClusterDecodeKernelNames() []string { return withLaid(flatten(&tables.cluster)) }
 
 // AppendKernelNames returns every cache append kernel entry name, the
 // compute_90 builds included.
@@ -413,7 +447,7 @@ func KernelNames() []string {
 		for vi := range tables.sm90[qi] {
 			for _, name := range tables.sm90[qi][vi] {
 				if name != "" {
-					names = append(names, name)
+					names = append(names, name, tables.laid[name])
 				}
 			}
 		}

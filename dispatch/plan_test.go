@@ -362,6 +362,45 @@ func TestPlanDecodeKernelNames(t *testing.T) {
 	}
 }
 
+// TestPlanDecodeLayoutKernels: fp8 caches in the x-split and shuffle
+// layouts take the _laid builds, in every plan family, planned exactly as
+// their flash twins; 16-bit caches keep one kernel for every layout.
+func TestPlanDecodeLayoutKernels(t *testing.T) {
+	tests := []struct {
+		cache  DType
+		splits int
+		flash  string // the flash layout's kernel; the others' is it + laid
+		laid   string
+	}{
+		{E4M3, 1, "paged_decode_f16_e4m3_hd128_g8_sm90", "_laid"},
+		{E4M3, 4, "paged_decode_f16_e4m3_hd128_g8_cluster", "_laid"},
+		{E4M3, 12, "paged_decode_f16_e4m3_hd128_g8_sm90", "_laid"},
+		{F16, 1, "paged_decode_f16_hd128_g8", ""},
+		{F16, 4, "paged_decode_f16_hd128_g8_cluster", ""},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%v/x%d", tt.cache, tt.splits), func(t *testing.T) {
+			s := DecodeShape{NumSeqs: 2, NumQHeads: 8, NumKVHeads: 2, HeadDim: 128, BlockSize: 16,
+				MaxKVLen: 4096, MaxBlocksPerSeq: 256, DType: F16, CacheDType: tt.cache}
+			k := knobs(func(k *Knobs) { k.ForcedSplits = tt.splits })
+			flash, err := PlanDecode(s, h200(), k)
+			require.NoError(t, err)
+			assert.Equal(t, tt.flash, flash.Kernel)
+			for _, layout := range []Layout{LayoutXSplit, LayoutShuffle} {
+				s.Layout = layout
+				p, err := PlanDecode(s, h200(), k)
+				require.NoError(t, err)
+				assert.Equal(t, tt.flash+tt.laid, p.Kernel, "%v", layout)
+				p.Kernel = flash.Kernel
+				assert.Equal(t, flash, p, "%v: the plan but for its kernel", layout)
+			}
+		})
+	}
+	assert.Equal(t, "paged_decode_bf16_e4m3_hd64_laid", DecodeLayoutKernel("paged_decode_bf16_e4m3_hd64", LayoutXSplit))
+	assert.Equal(t, "paged_decode_bf16_e4m3_hd64", DecodeLayoutKernel("paged_decode_bf16_e4m3_hd64", LayoutFlash))
+	assert.Equal(t, "paged_decode_bf16_hd64", DecodeLayoutKernel("paged_decode_bf16_hd64", LayoutShuffle))
+}
+
 func TestPlanDecodeNarrowKnob(t *testing.T) {
 	s := llama(8, 2048) // group 4
 	p, err := PlanDecode(s, h200(), DefaultKnobs())
@@ -425,7 +464,11 @@ func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
 
 func TestKernelNameLists(t *testing.T) {
 	decode := DecodeKernelNames()
-	assert.Len(t, decode, 2*4*3) // q dtype × (wide, e4m3, narrow, e4m3 narrow) × head dim
+	// q dtype × (wide, e4m3, narrow, e4m3 narrow) × head dim, then the
+	// e4m3 ones' _laid twins.
+	assert.Len(t, decode, 2*4*3+2*2*3)
+	assert.Contains(t, decode, "paged_decode_f16_e4m3_hd64_laid")
+	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd128_g8_laid")
 	assert.Contains(t, decode, "paged_decode_f16_hd64")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd256")
 	assert.Contains(t, decode, "paged_decode_bf16_hd128_g8")
@@ -440,7 +483,11 @@ func TestKernelNameLists(t *testing.T) {
 	cluster := ClusterDecodeKernelNames()
 	assert.Len(t, cluster, len(decode))
 	for i := range decode {
-		assert.Equal(t, decode[i]+"_cluster", cluster[i])
+		if base, ok := strings.CutSuffix(decode[i], "_laid"); ok {
+			assert.Equal(t, base+"_cluster_laid", cluster[i])
+		} else {
+			assert.Equal(t, decode[i]+"_cluster", cluster[i])
+		}
 	}
 	twin, err := ClusterDecodeKernelName(BF16, E4M3, 256, 8)
 	require.NoError(t, err)
@@ -455,10 +502,11 @@ func TestKernelNameLists(t *testing.T) {
 
 	all := KernelNames()
 	// … decode_partition, varlen_decode_prefix, the six _g8_sm90 fp8
-	// kernels, varlen: q dtype × ((16-bit and e4m3 caches in three
+	// kernels and their _laid twins, varlen: q dtype × ((16-bit and e4m3 caches in three
 	// layouts) × (three head dims + two _r64) + three merges); the 16
 	// appends include the page path's claim and page kernels.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+2+6+2*(6*5+3))
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+2+2*6+2*(6*5+3))
+	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")
 	assert.Contains(t, all, "cache_claim_bf16_e4m3")
 	assert.Contains(t, all, "paged_varlen_f16_hd128_r64_shuffle")
 	assert.Contains(t, all, "cache_append_pages_f16")

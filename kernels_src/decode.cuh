@@ -83,6 +83,14 @@ constexpr int kTileRows = 16;    // query-head rows of the mma tile: G ≤ 16
 // weights and sums in shared memory.
 constexpr int kMaxSplits = 64;
 
+// The cache layouts a decode entry reads (its LAYOUTS): every layout,
+// chosen at run time by its layout parameter (16-bit caches); the flash
+// layout only; the x-split and shuffle layouts only (chosen at run time).
+// fp8 entries come in the last two builds, _laid naming the second: one
+// kernel carrying both main loops ran the flash layout 0.5–2.5% slower
+// (session 16).
+constexpr int kLayoutsAny = 0, kLayoutsFlash = 1, kLayoutsLaid = 2;
+
 // BoolC carries a bool as a type, so a generic lambda can be instantiated
 // once per value (the decode's main loop, per cache layout family).
 template <bool B>
@@ -520,7 +528,7 @@ __device__ __forceinline__ void wide_pv(float (*acc)[4], const uint32_t (&p)[4],
   }
 }
 
-template <typename T, typename C, int D, bool CLUSTER, bool NARROW>
+template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS>
 __device__ __forceinline__ void paged_decode(
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
     float* __restrict__ partial_max, float* __restrict__ partial_sum,
@@ -945,14 +953,16 @@ __device__ __forceinline__ void paged_decode(
     __syncwarp();  // this stage is refilled next iteration
   }
   };
-  if (layout != kLayoutFlash) {
+  // The caller passes a layout the entry reads (LAYOUTS).
+  const bool flash = LAYOUTS == kLayoutsFlash || (LAYOUTS == kLayoutsAny && layout == kLayoutFlash);
+  if (!flash) {
     main_loop(BoolC<true>{});
   } else {
     main_loop(BoolC<false>{});
   }
   // fp8 caches in the flash layout give each lane other d than 16-bit ones
   // (see the top); in the other layouts the same as 16-bit ones.
-  const bool fp8_d = kFP8 && layout == kLayoutFlash;
+  const bool fp8_d = kFP8 && flash;
   cp_async_wait<0>();
   PKV_TRACE(2);
 
@@ -1139,49 +1149,54 @@ __device__ __forceinline__ void paged_decode(
 
 // PKV_DECODE defines one entry; CLUSTER: its splits form a thread-block
 // cluster and merge on chip (needs compute_90, see decode_*_sm90.cu);
-// NARROW: for GQA groups up to kNarrowGroup and 16-bit caches.
-#define PKV_DECODE(name, T, C, D, CLUSTER, NARROW)                                                   \
+// NARROW: for GQA groups up to kNarrowGroup; LAYOUTS: the cache layouts it
+// reads (kLayoutsAny, kLayoutsFlash, kLayoutsLaid).
+#define PKV_DECODE(name, T, C, D, CLUSTER, NARROW, LAYOUTS)                                          \
   extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                            \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,                 \
       unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                         \
       const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
       float scale, float k_scale, float v_scale, const int4* work, int layout) {                      \
-    pkv::paged_decode<T, C, D, CLUSTER, NARROW>(                                                      \
+    pkv::paged_decode<T, C, D, CLUSTER, NARROW, LAYOUTS>(                                             \
         out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
         kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
         scale, k_scale, v_scale, work, layout);                                                       \
   }
 
-// PKV_DECODE_ALL defines the entries <prefix>_hd<D> for every head dim.
-#define PKV_DECODE_ALL(prefix, T, C)                  \
-  PKV_DECODE(prefix##_hd64, T, C, 64, false, false)   \
-  PKV_DECODE(prefix##_hd128, T, C, 128, false, false) \
-  PKV_DECODE(prefix##_hd256, T, C, 256, false, false)
+// The _ALL macros define one family for every head dim: entries
+// <prefix>_hd<D><kind><sfx> reading the layouts L (sfx: empty, or _laid
+// for kLayoutsLaid).
 
-// PKV_DECODE_CLUSTER_ALL defines the cluster entries <prefix>_hd<D>_cluster.
-#define PKV_DECODE_CLUSTER_ALL(prefix, T, C)                  \
-  PKV_DECODE(prefix##_hd64_cluster, T, C, 64, true, false)   \
-  PKV_DECODE(prefix##_hd128_cluster, T, C, 128, true, false) \
-  PKV_DECODE(prefix##_hd256_cluster, T, C, 256, true, false)
+// PKV_DECODE_ALL: the wide entries (any GQA group).
+#define PKV_DECODE_ALL(prefix, T, C, L, sfx)                  \
+  PKV_DECODE(prefix##_hd64##sfx, T, C, 64, false, false, L)   \
+  PKV_DECODE(prefix##_hd128##sfx, T, C, 128, false, false, L) \
+  PKV_DECODE(prefix##_hd256##sfx, T, C, 256, false, false, L)
 
-// PKV_DECODE_NARROW_ALL defines the narrow entries <prefix>_hd<D>_g8 (a
-// cache of type C: the queries' type or e4m3).
-#define PKV_DECODE_NARROW_ALL(prefix, T, C)                  \
-  PKV_DECODE(prefix##_hd64_g8, T, C, 64, false, true)   \
-  PKV_DECODE(prefix##_hd128_g8, T, C, 128, false, true) \
-  PKV_DECODE(prefix##_hd256_g8, T, C, 256, false, true)
+// PKV_DECODE_CLUSTER_ALL: the wide cluster entries, _cluster.
+#define PKV_DECODE_CLUSTER_ALL(prefix, T, C, L, sfx)                  \
+  PKV_DECODE(prefix##_hd64_cluster##sfx, T, C, 64, true, false, L)   \
+  PKV_DECODE(prefix##_hd128_cluster##sfx, T, C, 128, true, false, L) \
+  PKV_DECODE(prefix##_hd256_cluster##sfx, T, C, 256, true, false, L)
 
-// PKV_DECODE_NARROW_SM90_ALL defines <prefix>_hd<D>_g8_sm90: the narrow
-// kernels of an fp8 cache built for compute_90, whose e4m3 moves are one
-// instruction (PKV_CVT_E4M3).
-#define PKV_DECODE_NARROW_SM90_ALL(prefix, T, C)                  \
-  PKV_DECODE(prefix##_hd64_g8_sm90, T, C, 64, false, true)   \
-  PKV_DECODE(prefix##_hd128_g8_sm90, T, C, 128, false, true) \
-  PKV_DECODE(prefix##_hd256_g8_sm90, T, C, 256, false, true)
+// PKV_DECODE_NARROW_ALL: the narrow entries, _g8 (a cache of type C: the
+// queries' type or e4m3).
+#define PKV_DECODE_NARROW_ALL(prefix, T, C, L, sfx)                  \
+  PKV_DECODE(prefix##_hd64_g8##sfx, T, C, 64, false, true, L)   \
+  PKV_DECODE(prefix##_hd128_g8##sfx, T, C, 128, false, true, L) \
+  PKV_DECODE(prefix##_hd256_g8##sfx, T, C, 256, false, true, L)
 
-// PKV_DECODE_NARROW_CLUSTER_ALL defines <prefix>_hd<D>_g8_cluster.
-#define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T, C)                  \
-  PKV_DECODE(prefix##_hd64_g8_cluster, T, C, 64, true, true)   \
-  PKV_DECODE(prefix##_hd128_g8_cluster, T, C, 128, true, true) \
-  PKV_DECODE(prefix##_hd256_g8_cluster, T, C, 256, true, true)
+// PKV_DECODE_NARROW_SM90_ALL: _g8_sm90, the narrow kernels of an fp8 cache
+// built for compute_90, whose e4m3 moves are one instruction
+// (PKV_CVT_E4M3).
+#define PKV_DECODE_NARROW_SM90_ALL(prefix, T, C, L, sfx)                  \
+  PKV_DECODE(prefix##_hd64_g8_sm90##sfx, T, C, 64, false, true, L)   \
+  PKV_DECODE(prefix##_hd128_g8_sm90##sfx, T, C, 128, false, true, L) \
+  PKV_DECODE(prefix##_hd256_g8_sm90##sfx, T, C, 256, false, true, L)
+
+// PKV_DECODE_NARROW_CLUSTER_ALL: _g8_cluster.
+#define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T, C, L, sfx)                  \
+  PKV_DECODE(prefix##_hd64_g8_cluster##sfx, T, C, 64, true, true, L)   \
+  PKV_DECODE(prefix##_hd128_g8_cluster##sfx, T, C, 128, true, true, L) \
+  PKV_DECODE(prefix##_hd256_g8_cluster##sfx, T, C, 256, true, true, L)

@@ -3,5 +3,5 @@
 // (_g8, see decode.cuh).
 #include "decode.cuh"
 
-PKV_DECODE_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)
-PKV_DECODE_NARROW_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)
+PKV_DECODE_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16, pkv::kLayoutsAny, )
+PKV_DECODE_NARROW_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16, pkv::kLayoutsAny, )

@@ -5,5 +5,5 @@
 // _sm90 suffix).
 #include "decode.cuh"
 
-PKV_DECODE_CLUSTER_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)
-PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)
+PKV_DECODE_CLUSTER_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16, pkv::kLayoutsAny, )
+PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16, pkv::kLayoutsAny, )

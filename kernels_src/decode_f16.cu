@@ -3,5 +3,5 @@
 // (_g8, see decode.cuh).
 #include "decode.cuh"
 
-PKV_DECODE_ALL(paged_decode_f16, __half, __half)
-PKV_DECODE_NARROW_ALL(paged_decode_f16, __half, __half)
+PKV_DECODE_ALL(paged_decode_f16, __half, __half, pkv::kLayoutsAny, )
+PKV_DECODE_NARROW_ALL(paged_decode_f16, __half, __half, pkv::kLayoutsAny, )

@@ -5,5 +5,5 @@
 // _sm90 suffix).
 #include "decode.cuh"
 
-PKV_DECODE_CLUSTER_ALL(paged_decode_f16, __half, __half)
-PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_f16, __half, __half)
+PKV_DECODE_CLUSTER_ALL(paged_decode_f16, __half, __half, pkv::kLayoutsAny, )
+PKV_DECODE_NARROW_CLUSTER_ALL(paged_decode_f16, __half, __half, pkv::kLayoutsAny, )

@@ -45,11 +45,13 @@ func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass
 // for the varlen kernels took 9.5-16.9% longer on every bench row (16-bit
 // and fp8 caches) and for the fp8 decode kernels 2-4% longer on most rows,
 // while the 16-bit decode, cache, RoPE, QKV and MLA modules ran within ±2%.
-// The varlen modules over the x-split and shuffle layouts (session 14) are
-// the same kernels with other loaders and are listed with them, unmeasured.
+// The varlen modules over the x-split and shuffle layouts (session 14) and
+// the fp8 decode modules for them (_laid, session 16) are the same kernels
+// with other loaders and are listed with them, unmeasured.
 var jitFaster = map[int][]string{
 	90: {
 		"decode_bf16_e4m3", "decode_bf16_e4m3_sm90", "decode_f16_e4m3", "decode_f16_e4m3_sm90",
+		"decode_bf16_e4m3_laid", "decode_bf16_e4m3_laid_sm90", "decode_f16_e4m3_laid", "decode_f16_e4m3_laid_sm90",
 		"varlen_bf16", "varlen_bf16_e4m3", "varlen_f16", "varlen_f16_e4m3",
 		"varlen_bf16_layouts", "varlen_f16_layouts",
 	},

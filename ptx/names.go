@@ -4,37 +4,43 @@ package ptx
 
 // Module names: the argument of Module.
 const (
-	ModuleCache              = "cache"
-	ModuleCacheSm90          = "cache_sm90"
-	ModuleDecodeBf16         = "decode_bf16"
-	ModuleDecodeBf16E4m3     = "decode_bf16_e4m3"
-	ModuleDecodeBf16E4m3Sm90 = "decode_bf16_e4m3_sm90"
-	ModuleDecodeBf16Sm90     = "decode_bf16_sm90"
-	ModuleDecodeF16          = "decode_f16"
-	ModuleDecodeF16E4m3      = "decode_f16_e4m3"
-	ModuleDecodeF16E4m3Sm90  = "decode_f16_e4m3_sm90"
-	ModuleDecodeF16Sm90      = "decode_f16_sm90"
-	ModuleMla                = "mla"
-	ModulePartition          = "partition"
-	ModuleQkv                = "qkv"
-	ModuleRope               = "rope"
-	ModuleVarlenBf16         = "varlen_bf16"
-	ModuleVarlenBf16E4m3     = "varlen_bf16_e4m3"
-	ModuleVarlenBf16Layouts  = "varlen_bf16_layouts"
-	ModuleVarlenF16          = "varlen_f16"
-	ModuleVarlenF16E4m3      = "varlen_f16_e4m3"
-	ModuleVarlenF16Layouts   = "varlen_f16_layouts"
+	ModuleCache                  = "cache"
+	ModuleCacheSm90              = "cache_sm90"
+	ModuleDecodeBf16             = "decode_bf16"
+	ModuleDecodeBf16E4m3         = "decode_bf16_e4m3"
+	ModuleDecodeBf16E4m3Laid     = "decode_bf16_e4m3_laid"
+	ModuleDecodeBf16E4m3LaidSm90 = "decode_bf16_e4m3_laid_sm90"
+	ModuleDecodeBf16E4m3Sm90     = "decode_bf16_e4m3_sm90"
+	ModuleDecodeBf16Sm90         = "decode_bf16_sm90"
+	ModuleDecodeF16              = "decode_f16"
+	ModuleDecodeF16E4m3          = "decode_f16_e4m3"
+	ModuleDecodeF16E4m3Laid      = "decode_f16_e4m3_laid"
+	ModuleDecodeF16E4m3LaidSm90  = "decode_f16_e4m3_laid_sm90"
+	ModuleDecodeF16E4m3Sm90      = "decode_f16_e4m3_sm90"
+	ModuleDecodeF16Sm90          = "decode_f16_sm90"
+	ModuleMla                    = "mla"
+	ModulePartition              = "partition"
+	ModuleQkv                    = "qkv"
+	ModuleRope                   = "rope"
+	ModuleVarlenBf16             = "varlen_bf16"
+	ModuleVarlenBf16E4m3         = "varlen_bf16_e4m3"
+	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
+	ModuleVarlenF16              = "varlen_f16"
+	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
+	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
 )
 
 // moduleComputeCapability maps each module whose PTX needs more than
 // the default compute capability to what it needs (major*10+minor);
 // see ModuleComputeCapability.
 var moduleComputeCapability = map[string]int{
-	ModuleCacheSm90:          90,
-	ModuleDecodeBf16E4m3Sm90: 90,
-	ModuleDecodeBf16Sm90:     90,
-	ModuleDecodeF16E4m3Sm90:  90,
-	ModuleDecodeF16Sm90:      90,
+	ModuleCacheSm90:              90,
+	ModuleDecodeBf16E4m3LaidSm90: 90,
+	ModuleDecodeBf16E4m3Sm90:     90,
+	ModuleDecodeBf16Sm90:         90,
+	ModuleDecodeF16E4m3LaidSm90:  90,
+	ModuleDecodeF16E4m3Sm90:      90,
+	ModuleDecodeF16Sm90:          90,
 }
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
@@ -84,6 +90,29 @@ const (
 	PagedDecodeBf16E4m3Hd64G8  = "paged_decode_bf16_e4m3_hd64_g8"
 )
 
+// Entry points of decode_bf16_e4m3_laid.ptx (kernels_src/decode_bf16_e4m3_laid.cu).
+const (
+	PagedDecodeBf16E4m3Hd128G8Laid = "paged_decode_bf16_e4m3_hd128_g8_laid"
+	PagedDecodeBf16E4m3Hd128Laid   = "paged_decode_bf16_e4m3_hd128_laid"
+	PagedDecodeBf16E4m3Hd256G8Laid = "paged_decode_bf16_e4m3_hd256_g8_laid"
+	PagedDecodeBf16E4m3Hd256Laid   = "paged_decode_bf16_e4m3_hd256_laid"
+	PagedDecodeBf16E4m3Hd64G8Laid  = "paged_decode_bf16_e4m3_hd64_g8_laid"
+	PagedDecodeBf16E4m3Hd64Laid    = "paged_decode_bf16_e4m3_hd64_laid"
+)
+
+// Entry points of decode_bf16_e4m3_laid_sm90.ptx (kernels_src/decode_bf16_e4m3_laid_sm90.cu).
+const (
+	PagedDecodeBf16E4m3Hd128ClusterLaid   = "paged_decode_bf16_e4m3_hd128_cluster_laid"
+	PagedDecodeBf16E4m3Hd128G8ClusterLaid = "paged_decode_bf16_e4m3_hd128_g8_cluster_laid"
+	PagedDecodeBf16E4m3Hd128G8Sm90Laid    = "paged_decode_bf16_e4m3_hd128_g8_sm90_laid"
+	PagedDecodeBf16E4m3Hd256ClusterLaid   = "paged_decode_bf16_e4m3_hd256_cluster_laid"
+	PagedDecodeBf16E4m3Hd256G8ClusterLaid = "paged_decode_bf16_e4m3_hd256_g8_cluster_laid"
+	PagedDecodeBf16E4m3Hd256G8Sm90Laid    = "paged_decode_bf16_e4m3_hd256_g8_sm90_laid"
+	PagedDecodeBf16E4m3Hd64ClusterLaid    = "paged_decode_bf16_e4m3_hd64_cluster_laid"
+	PagedDecodeBf16E4m3Hd64G8ClusterLaid  = "paged_decode_bf16_e4m3_hd64_g8_cluster_laid"
+	PagedDecodeBf16E4m3Hd64G8Sm90Laid     = "paged_decode_bf16_e4m3_hd64_g8_sm90_laid"
+)
+
 // Entry points of decode_bf16_e4m3_sm90.ptx (kernels_src/decode_bf16_e4m3_sm90.cu).
 const (
 	PagedDecodeBf16E4m3Hd128Cluster   = "paged_decode_bf16_e4m3_hd128_cluster"
@@ -125,6 +154,29 @@ const (
 	PagedDecodeF16E4m3Hd256G8 = "paged_decode_f16_e4m3_hd256_g8"
 	PagedDecodeF16E4m3Hd64    = "paged_decode_f16_e4m3_hd64"
 	PagedDecodeF16E4m3Hd64G8  = "paged_decode_f16_e4m3_hd64_g8"
+)
+
+// Entry points of decode_f16_e4m3_laid.ptx (kernels_src/decode_f16_e4m3_laid.cu).
+const (
+	PagedDecodeF16E4m3Hd128G8Laid = "paged_decode_f16_e4m3_hd128_g8_laid"
+	PagedDecodeF16E4m3Hd128Laid   = "paged_decode_f16_e4m3_hd128_laid"
+	PagedDecodeF16E4m3Hd256G8Laid = "paged_decode_f16_e4m3_hd256_g8_laid"
+	PagedDecodeF16E4m3Hd256Laid   = "paged_decode_f16_e4m3_hd256_laid"
+	PagedDecodeF16E4m3Hd64G8Laid  = "paged_decode_f16_e4m3_hd64_g8_laid"
+	PagedDecodeF16E4m3Hd64Laid    = "paged_decode_f16_e4m3_hd64_laid"
+)
+
+// Entry points of decode_f16_e4m3_laid_sm90.ptx (kernels_src/decode_f16_e4m3_laid_sm90.cu).
+const (
+	PagedDecodeF16E4m3Hd128ClusterLaid   = "paged_decode_f16_e4m3_hd128_cluster_laid"
+	PagedDecodeF16E4m3Hd128G8ClusterLaid = "paged_decode_f16_e4m3_hd128_g8_cluster_laid"
+	PagedDecodeF16E4m3Hd128G8Sm90Laid    = "paged_decode_f16_e4m3_hd128_g8_sm90_laid"
+	PagedDecodeF16E4m3Hd256ClusterLaid   = "paged_decode_f16_e4m3_hd256_cluster_laid"
+	PagedDecodeF16E4m3Hd256G8ClusterLaid = "paged_decode_f16_e4m3_hd256_g8_cluster_laid"
+	PagedDecodeF16E4m3Hd256G8Sm90Laid    = "paged_decode_f16_e4m3_hd256_g8_sm90_laid"
+	PagedDecodeF16E4m3Hd64ClusterLaid    = "paged_decode_f16_e4m3_hd64_cluster_laid"
+	PagedDecodeF16E4m3Hd64G8ClusterLaid  = "paged_decode_f16_e4m3_hd64_g8_cluster_laid"
+	PagedDecodeF16E4m3Hd64G8Sm90Laid     = "paged_decode_f16_e4m3_hd64_g8_sm90_laid"
 )
 
 // Entry points of decode_f16_e4m3_sm90.ptx (kernels_src/decode_f16_e4m3_sm90.cu).

@@ -69,7 +69,7 @@ __device__ __forceinline__ void trace_record(int point) {
 #ifndef PKV_TRACE_NARROW
 #define PKV_TRACE_NARROW 0
 #endif
-PKV_DECODE(trace_decode_f16_hd128, __half, __half, 128, false, PKV_TRACE_NARROW)
+PKV_DECODE(trace_decode_f16_hd128, __half, __half, 128, false, PKV_TRACE_NARROW, pkv::kLayoutsFlash)
 
 namespace {
 

@@ -46,7 +46,7 @@ using pkv::cp_async_commit;
 using pkv::cp_async_wait;
 
 // The decode kernel itself (f16, head dim 128), on the same pool and tables.
-PKV_DECODE(rr_decode_f16_hd128, __half, __half, 128, false, false)
+PKV_DECODE(rr_decode_f16_hd128, __half, __half, 128, false, false, pkv::kLayoutsFlash)
 
 constexpr int kKVHeads = 8, kHeadBytes = 256, kPage = 16;
 constexpr int kTokenBytes = kKVHeads * kHeadBytes;  // 2 KiB
