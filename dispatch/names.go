@@ -45,9 +45,10 @@ type nameTables struct {
 	// instruction there (cvt.rn.f16x2.e4m3x2); "" elsewhere.
 	sm90  [len(activationTypes)][decodeVariants][len(headDims)]string
 	shape map[string][2]int // decode kernel → {head dim, cache element size}
-	// laid: the fp8 decode kernels (every table above) → their _laid twins,
-	// the same kernels for caches in the x-split and shuffle layouts
-	// (modules decode_*_e4m3_laid*); see DecodeLayoutKernel.
+	// laid: the fp8 decode kernels (every table above), which read the
+	// flash layout only → their _laid twins, which read every layout and
+	// run for the x-split and shuffle ones (modules decode_*_e4m3_laid*);
+	// see DecodeLayoutKernel.
 	laid   map[string]string
 	append [len(activationTypes)][2]string
 	// appendSM90: the compute_90 builds of the fp8 appends (cache_sm90),
@@ -377,9 +378,11 @@ func AppendKernelName(dtype, cacheDType DType) (string, error) {
 // DecodeLayoutKernel returns the decode kernel that runs kernel (a name
 // from the functions above or a plan) over caches in layout: its _laid twin
 // for an fp8 kernel and the x-split or shuffle layout, else kernel itself.
-// The fp8 kernels come in two builds because the layouts' loop made the
-// flash layout's 0.5–2.5% slower where one kernel carried both (session
-// 16); the 16-bit kernels take every layout at run time.
+// The fp8 kernels come in two builds: the flash layout's reads that layout
+// only (carrying the other layouts' loop cost it 1–2.6%), the _laid one
+// every layout (kLayoutsAny in kernels_src/decode.cuh; a build with the
+// x-split and shuffle loop only ran 1–3.8% slower, H200, session 16); the
+// 16-bit kernels take every layout at run time.
 func DecodeLayoutKernel(kernel string, layout Layout) string {
 	if layout == LayoutFlash {
 		return kernel

@@ -84,12 +84,14 @@ constexpr int kTileRows = 16;    // query-head rows of the mma tile: G ≤ 16
 constexpr int kMaxSplits = 64;
 
 // The cache layouts a decode entry reads (its LAYOUTS): every layout,
-// chosen at run time by its layout parameter (16-bit caches); the flash
-// layout only; the x-split and shuffle layouts only (chosen at run time).
-// fp8 entries come in the last two builds, _laid naming the second: one
-// kernel carrying both main loops ran the flash layout 0.5–2.5% slower
-// (session 16).
-constexpr int kLayoutsAny = 0, kLayoutsFlash = 1, kLayoutsLaid = 2;
+// chosen at run time by its layout parameter, or the flash layout only.
+// The fp8 kernels come in both builds, the first named _laid and run for
+// the x-split and shuffle layouts: with both main loops the flash
+// layout's fp8 rows ran 1–2.6% slower than a flash-only build, and a build
+// with the x-split and shuffle loop only ran those layouts 1–3.8% slower
+// than the one with both (same H200 call, session 16); the 16-bit kernels
+// have the first build only.
+constexpr int kLayoutsAny = 0, kLayoutsFlash = 1;
 
 // BoolC carries a bool as a type, so a generic lambda can be instantiated
 // once per value (the decode's main loop, per cache layout family).
@@ -954,7 +956,7 @@ __device__ __forceinline__ void paged_decode(
   }
   };
   // The caller passes a layout the entry reads (LAYOUTS).
-  const bool flash = LAYOUTS == kLayoutsFlash || (LAYOUTS == kLayoutsAny && layout == kLayoutFlash);
+  const bool flash = LAYOUTS == kLayoutsFlash || layout == kLayoutFlash;
   if (!flash) {
     main_loop(BoolC<true>{});
   } else {
@@ -1150,7 +1152,7 @@ __device__ __forceinline__ void paged_decode(
 // PKV_DECODE defines one entry; CLUSTER: its splits form a thread-block
 // cluster and merge on chip (needs compute_90, see decode_*_sm90.cu);
 // NARROW: for GQA groups up to kNarrowGroup; LAYOUTS: the cache layouts it
-// reads (kLayoutsAny, kLayoutsFlash, kLayoutsLaid).
+// reads (kLayoutsAny, kLayoutsFlash).
 #define PKV_DECODE(name, T, C, D, CLUSTER, NARROW, LAYOUTS)                                          \
   extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                            \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,                 \
@@ -1166,7 +1168,7 @@ __device__ __forceinline__ void paged_decode(
 
 // The _ALL macros define one family for every head dim: entries
 // <prefix>_hd<D><kind><sfx> reading the layouts L (sfx: empty, or _laid
-// for kLayoutsLaid).
+// for the fp8 kernels' kLayoutsAny build).
 
 // PKV_DECODE_ALL: the wide entries (any GQA group).
 #define PKV_DECODE_ALL(prefix, T, C, L, sfx)                  \

@@ -1,8 +1,8 @@
 // decode_bf16_e4m3_laid.cu: the kernels of decode_bf16_e4m3.cu for fp8 e4m3
-// caches in the x-split and shuffle layouts (entries ending _laid; the
-// layout is chosen at run time), apart so that the flash layout's kernels
-// carry one main loop (see kLayoutsLaid in decode.cuh).
+// caches in the x-split and shuffle layouts (entries ending _laid): the
+// build that reads every layout, chosen at run time, where decode_bf16_e4m3.cu's
+// reads the flash layout only (see kLayoutsAny in decode.cuh).
 #include "decode.cuh"
 
-PKV_DECODE_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3, pkv::kLayoutsLaid, _laid)
-PKV_DECODE_NARROW_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3, pkv::kLayoutsLaid, _laid)
+PKV_DECODE_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3, pkv::kLayoutsAny, _laid)
+PKV_DECODE_NARROW_ALL(paged_decode_bf16_e4m3, __nv_bfloat16, pkv::e4m3, pkv::kLayoutsAny, _laid)

@@ -216,18 +216,20 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
 
 // KVRow is one thread's share of loading a K/V tile for the two-row-tile
 // kernels: kTPR consecutive threads load one row (a KV position), kCPT
-// interleaved 16-byte chunks each, kTPR = 8 or the row's chunks if fewer.
-// So a warp's instruction reads whole 128-byte lines (4 rows of 16-bit
-// head dim 128), each landing in one 128-byte piece of shared memory:
-// cp.async writes shared memory a wavefront per global line it reads (see
-// KVLines). A thread loads kRPT rows, r + kRPP·j for j < kRPT, and looks
-// each up in the block table itself. Session 16: 8 threads a row instead of
-// 4 (8 lines per instruction → 4) made every 16-bit prefill row 0–4.7%
-// faster; KVLines' lookups by shuffle cost these kernels 10% (session 14).
+// interleaved 16-byte chunks each. Rows of 256 bytes or more take 8
+// threads, so a warp's instruction reads whole 128-byte lines (4 rows),
+// each landing in one 128-byte piece of shared memory: cp.async writes
+// shared memory a wavefront per global line it reads (see KVLines); a
+// thread then loads kRPT > 1 rows, r + kRPP·j for j < kRPT, and looks each
+// up in the block table itself. Shorter rows (fp8, or head dim 64) take 4
+// threads and one row a thread. Session 16, H200: 8 threads a row instead
+// of 4 made the 16-bit prefill rows 0–4.6% faster and the fp8 one (128-byte
+// rows) 6.4% slower; KVLines' lookups by shuffle cost these kernels 10%
+// (session 14).
 template <typename T, typename C, int D, int MT>
 struct KVRow {
   using Smem = VarlenSmem<T, C, D, MT>;
-  static constexpr int kTPR = Smem::kCacheChunks < 8 ? Smem::kCacheChunks : 8;  // threads per row
+  static constexpr int kTPR = D * (int)sizeof(C) >= 256 ? 8 : 4;  // threads per row
   static constexpr int kRPP = kVarlenThreads / kTPR;                              // rows per pass
   static constexpr int kRPT = Smem::kKeys / kRPP;                                 // rows per thread
   static constexpr int kCPT = Smem::kCacheChunks / kTPR;                          // chunks per thread and row
