@@ -336,8 +336,13 @@ func TestDecodeKey(t *testing.T) {
 	for range 2000 {
 		s := llama(1+g.IntN(64), 1+g.IntN(16384))
 		s.Graph = g.IntN(4) == 0
+		if g.IntN(2) == 0 {
+			s.CacheDType = E4M3
+		}
 		a, b := s, s
 		a.HostKVLens, b.HostKVLens = draw(s), draw(s)
+		// The layout picks the fp8 kernels (DecodeLayoutKernel).
+		a.Layout, b.Layout = Layout(g.IntN(3)), Layout(g.IntN(3))
 		if a.Key() != b.Key() {
 			continue
 		}
@@ -362,4 +367,9 @@ func TestDecodeKey(t *testing.T) {
 	lopsided.HostKVLens = []int32{4096, 1, 1, 1, 1, 1, 1, 1}
 	assert.NotEqual(t, uniform.Key(), lopsided.Key())
 	assert.NotEqual(t, s.Key(), uniform.Key())
+	// So is the layout: a plan cached for one would name the wrong fp8
+	// kernel for another (session 16's TestDecodeLayoutsAgree).
+	shuffle := s
+	shuffle.Layout = LayoutShuffle
+	assert.NotEqual(t, s.Key(), shuffle.Key())
 }

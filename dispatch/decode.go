@@ -430,6 +430,7 @@ type DecodeKey struct {
 	NumSeqs, NumQHeads, NumKVHeads, HeadDim int
 	BlockSize, MaxKVLen, MaxBlocksPerSeq    int
 	DType, CacheDType                       DType
+	Layout                                  Layout
 	HostKVLens                              int // len(HostKVLens)
 	Ragged, Graph                           bool
 	LongMean                                bool // the host lengths' mean is above ShallowRingMaxTokens
@@ -441,7 +442,7 @@ func (s *DecodeShape) Key() DecodeKey {
 	return DecodeKey{
 		NumSeqs: s.NumSeqs, NumQHeads: s.NumQHeads, NumKVHeads: s.NumKVHeads, HeadDim: s.HeadDim,
 		BlockSize: s.BlockSize, MaxKVLen: s.MaxKVLen, MaxBlocksPerSeq: s.MaxBlocksPerSeq,
-		DType: s.DType, CacheDType: s.CacheDType, HostKVLens: len(s.HostKVLens), Ragged: ragged, Graph: s.Graph,
+		DType: s.DType, CacheDType: s.CacheDType, Layout: s.Layout, HostKVLens: len(s.HostKVLens), Ragged: ragged, Graph: s.Graph,
 		LongMean: long,
 	}
 }
