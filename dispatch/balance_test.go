@@ -3,6 +3,7 @@ package dispatch
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -372,4 +373,32 @@ func TestDecodeKey(t *testing.T) {
 	shuffle := s
 	shuffle.Layout = LayoutShuffle
 	assert.NotEqual(t, s.Key(), shuffle.Key())
+}
+
+// TestDecodeKeyCoversShape changes each field of a DecodeShape in turn
+// and checks that the key changes too, so that a field added to the shape
+// (as Layout was) cannot be left out of the key: the root's plan cache
+// would hand a plan for one shape to another. HostKVLens counts by its
+// length.
+func TestDecodeKeyCoversShape(t *testing.T) {
+	base := llama(8, 4096)
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		s := base
+		v := reflect.ValueOf(&s).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.Int:
+			v.SetInt(v.Int() + 1)
+		case reflect.Uint8:
+			v.SetUint(v.Uint() + 1)
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		case reflect.Slice:
+			v.Set(reflect.ValueOf([]int32{1, 2, 3}))
+		default:
+			t.Fatalf("DecodeShape.%s is a %v: teach this test to change it", f.Name, v.Kind())
+		}
+		assert.NotEqual(t, base.Key(), s.Key(), "DecodeShape.%s is not in DecodeKey", f.Name)
+	}
 }
