@@ -469,6 +469,14 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset ||
 		plan.BalanceMinPages != want.BalanceMinPages || plan.BalanceMinPages > math.MaxInt32 || plan.WorkOffset != want.WorkOffset ||
 		(!plan.Balanced() && plan.BalanceWave != 0) {
+		// The fp8 kernels differ by cache layout (dispatch.DecodeLayoutKernel):
+		// a plan whose kernel is the twin of the one wanted was made for
+		// another layout.
+		if plan.Kernel != want.Kernel && (dispatch.DecodeLayoutKernel(plan.Kernel, dispatch.LayoutXSplit) == want.Kernel ||
+			dispatch.DecodeLayoutKernel(want.Kernel, dispatch.LayoutXSplit) == plan.Kernel) {
+			return errf("DecodeWithPlan: the plan (%s) is for another cache layout than DecodeArgs.Layout=%v (%s); plan with the args' layout (DecodeShape.Layout)",
+				plan.Kernel, a.Layout, want.Kernel)
+		}
 		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
 			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
 	}

@@ -491,10 +491,10 @@ func TestCheckDecodePlan(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, flash.Kernel+"_laid", laid.Kernel)
 			assert.NoError(t, checkDecodePlan(&fp8, &laid, &dev), "%s", laid.Kernel)
-			assert.Error(t, checkDecodePlan(&fp8, &flash, &dev), "%s over a shuffle cache", flash.Kernel)
+			assert.ErrorContains(t, checkDecodePlan(&fp8, &flash, &dev), "is for another cache layout than DecodeArgs.Layout=shuffle", "%s over a shuffle cache", flash.Kernel)
 			fp8.Layout = LayoutFlash
 			assert.NoError(t, checkDecodePlan(&fp8, &flash, &dev), "%s", flash.Kernel)
-			assert.Error(t, checkDecodePlan(&fp8, &laid, &dev), "%s over a flash cache", laid.Kernel)
+			assert.ErrorContains(t, checkDecodePlan(&fp8, &laid, &dev), "is for another cache layout than DecodeArgs.Layout=flash", "%s over a flash cache", laid.Kernel)
 		}
 	}
 
