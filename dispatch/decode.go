@@ -744,6 +744,9 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if s.BlockSize < 1 || s.BlockSize > 256 || s.BlockSize&(s.BlockSize-1) != 0 {
 		return errf("dispatch: DecodeShape.BlockSize=%d is not supported; supported: a power of two from 1 to 256", s.BlockSize)
 	}
+	if s.Layout != LayoutFlash && s.Layout != LayoutXSplit && s.Layout != LayoutShuffle {
+		return errf("dispatch: DecodeShape.Layout=%d is not supported; supported: %v, %v, %v", int(s.Layout), LayoutFlash, LayoutXSplit, LayoutShuffle)
+	}
 	if s.MaxKVLen < 0 || s.MaxKVLen > math.MaxInt32 {
 		return errf("dispatch: DecodeShape.MaxKVLen=%d is out of range; allowed: 0..%d (the kernels' lengths are int32)", s.MaxKVLen, math.MaxInt32)
 	}

@@ -548,6 +548,8 @@ func TestPlanDecodeErrors(t *testing.T) {
 			"dispatch: DecodeShape.BlockSize=24 is not supported; supported: a power of two from 1 to 256"},
 		{"block size too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 512 },
 			"dispatch: DecodeShape.BlockSize=512 is not supported; supported: a power of two from 1 to 256"},
+		{"layout", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.Layout = 3 },
+			"dispatch: DecodeShape.Layout=3 is not supported; supported: flash, x-split, shuffle"},
 		{"negative kv", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxKVLen = -1 },
 			"dispatch: DecodeShape.MaxKVLen=-1 is out of range; allowed: 0..2147483647 (the kernels' lengths are int32)"},
 		{"block table empty", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.MaxBlocksPerSeq = 0 },
