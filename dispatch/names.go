@@ -304,7 +304,8 @@ func KernelSharedBytes(kernel string, optin int) int {
 // a cache of type cacheDType, head dimension headDim and GQA group size group
 // (1..MaxGroupSize): the narrow kernel (_g8) for a group up to
 // NarrowMaxGroup, else the wide one, which serves every group (ask for
-// MaxGroupSize to get it for any group).
+// MaxGroupSize to get it for any group). The names here are the flash
+// layout's; DecodeLayoutKernel gives the kernel for another layout.
 func DecodeKernelName(dtype, cacheDType DType, headDim, group int) (string, error) {
 	qi, vi, hi, err := decodeIndex(dtype, cacheDType, headDim, group)
 	if err != nil {
