@@ -29,6 +29,21 @@ run() { # name timeout cmd...
   summary+=("$(printf '%-10s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
   return $rc
 }
+# runbg is run in the background: its summary line waits in a file until
+# waitbg, which waits for every runbg and adds their lines to the summary.
+runbg() { # name timeout cmd...
+  (
+    local name=$1 limit=$2; shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    printf '%-10s rc=%-3s %4ss\n' "$name" "$?" $((SECONDS - start)) >>"$OUT/bg-summary.txt"
+  ) &
+}
+waitbg() {
+  wait
+  [ -f "$OUT/bg-summary.txt" ] && mapfile -t -O "${#summary[@]}" summary <"$OUT/bg-summary.txt"
+  rm -f "$OUT/bg-summary.txt"
+}
 export PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-}
 # The GPU test groups (tests and sanitize-all run one process per group): the
 # serving tests apart from the other decode tests, and a last group, rest, for
@@ -51,19 +66,13 @@ for step in $STEPS; do
     # device call may run), each limited to TEST_LIMIT seconds (240).
     lim=${TEST_LIMIT:-240}
     for i in "${!groups[@]}"; do
-      (
-        start=$SECONDS
-        timeout "$lim" .gpu/tests.test -test.v -test.run "${groups[$i]}" -test.skip "${skips[$i]}" \
-          -test.timeout "$((lim - 5))s" >"$OUT/tests-${names[$i]}.log" 2>&1
-        printf '%-10s rc=%-3s %4ss\n' "tests-${names[$i]}" "$?" $((SECONDS - start)) >>"$OUT/tests-groups.txt"
-      ) &
+      runbg "tests-${names[$i]}" "$lim" .gpu/tests.test -test.v -test.run "${groups[$i]}" -test.skip "${skips[$i]}" \
+        -test.timeout "$((lim - 5))s"
     done
-    wait
-    mapfile -t -O "${#summary[@]}" summary <"$OUT/tests-groups.txt"
+    waitbg
     for i in "${!groups[@]}"; do
       cat "$OUT/tests-${names[$i]}.log" >>"$OUT/tests.log"; rm -f "$OUT/tests-${names[$i]}.log"
     done
-    rm -f "$OUT/tests-groups.txt"
     ;;
   verify) run verify 90 .gpu/pagedkv verify -n 25 ;;
   coldstart)
@@ -95,18 +104,13 @@ for step in $STEPS; do
           sn=(TestDecode-ref TestDecode-graph TestDecode-rest)
         fi
         for j in "${!sg[@]}"; do
-          (
-            start=$SECONDS
-            PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} timeout "${SAN_LIMIT:-560}" compute-sanitizer --tool "$tool" \
-              --error-exitcode 9 .gpu/tests.test -test.v -test.run "${sg[$j]}" -test.skip "${ss[$j]}" \
-              -test.timeout "$((${SAN_LIMIT:-560} - 5))s" >"$OUT/$tool-${sn[$j]}.log" 2>&1
-            printf '%-10s rc=%-3s %4ss\n' "$tool-${sn[$j]}" "$?" $((SECONDS - start)) >>"$OUT/sanitize-all.txt"
-          ) &
+          runbg "$tool-${sn[$j]}" "${SAN_LIMIT:-560}" env PAGEDKV_TEST_SEED="${PAGEDKV_TEST_SEED:-7}" \
+            compute-sanitizer --tool "$tool" --error-exitcode 9 .gpu/tests.test -test.v -test.run "${sg[$j]}" \
+            -test.skip "${ss[$j]}" -test.timeout "$((${SAN_LIMIT:-560} - 5))s"
         done
       done
     done
-    wait
-    mapfile -t -O "${#summary[@]}" summary <"$OUT/sanitize-all.txt"
+    waitbg
     ;;
   profile)
     # Nsight Compute on single bench rows, one process per row: PROFILE holds
