@@ -51,7 +51,8 @@ import (
 // any other buffer.
 //
 // Bounds: NumSeqs ≤ 65535 (the grid's y), NumKVHeads ≤ 2^16, NumQHeads ≤
-// 16·NumKVHeads, NumBlocks < 2^31 (block ids are int32), MaxBlocksPerSeq ·
+// 16·NumKVHeads, NumBlocks < 2^31 (block ids are int32) and NumBlocks ·
+// BlockSize ≤ 2^32 (pool rows are 32-bit in the kernels), MaxBlocksPerSeq ·
 // BlockSize ≤ 2^30 (token positions are int32 in the kernels, whose split
 // arithmetic reaches up to 63 pages and a tile past the table's end);
 // QSeqStride ≤ 2^31 elements.

@@ -51,6 +51,9 @@ const maxElems = int64(1) << 56
 // spans) no such address, in bytes, comes near 2^63.
 const maxStride = int64(1) << 31
 
+// maxPoolRows bounds NumBlocks·BlockSize of a paged attention's pool.
+const maxPoolRows = int64(1) << 32
+
 // maxDecodeSeqs is DecodeArgs' largest NumSeqs (the decode grid's y); a
 // mixed Varlen runs at most this many leading sequences as a decode.
 const maxDecodeSeqs = 65535
@@ -290,6 +293,12 @@ func (p *pagedAttention) pages() error {
 	}
 	if err := inRange(p.arg, "NumBlocks", p.numBlocks, 1, math.MaxInt32); err != nil {
 		return err
+	}
+	// The varlen loaders index pool rows (block·BlockSize + offset) in 32
+	// bits; no pool that fits a GPU comes near 2^32 rows.
+	if int64(p.numBlocks)*int64(p.blockSize) > maxPoolRows {
+		return errf("%s.NumBlocks=%d is too large for BlockSize=%d; allowed: NumBlocks·BlockSize at most 2^32 (at most %d blocks)",
+			p.arg, p.numBlocks, p.blockSize, maxPoolRows/int64(p.blockSize))
 	}
 	// The kernels hold token positions in int32, and the decode's split
 	// arithmetic reaches up to MaxSplits−1 pages and a tile past the table's

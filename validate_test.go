@@ -167,6 +167,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"fp8 scale", func(a *DecodeArgs) { a.CacheDType = E4M3 }, "DecodeArgs.KScale=0 is not allowed with an e4m3 cache"},
 		{"cache dtype", func(a *DecodeArgs) { a.CacheDType = BF16 }, "DecodeArgs.CacheDType=bf16 is not supported with DType=f16"},
 		{"seqs", func(a *DecodeArgs) { a.NumSeqs = 0 }, "DecodeArgs.NumSeqs=0 is out of range"},
+		{"pool rows", func(a *DecodeArgs) { a.NumBlocks = 1<<28 + 1 }, "DecodeArgs.NumBlocks=268435457 is too large for BlockSize=16; allowed: NumBlocks·BlockSize at most 2^32 (at most 268435456 blocks)"},
 		{"misaligned cache", func(a *DecodeArgs) { a.ValueCache.Ptr += 2 }, "DecodeArgs.ValueCache pointer"},
 	}
 	expectErrors(t, goodDecode, cases)
@@ -792,6 +793,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"block size big", func(a *VarlenArgs) { a.BlockSize = 512 }, "VarlenArgs.BlockSize=512 is not allowed; allowed: a power of two from 1 to 256"},
 		{"blocks", func(a *VarlenArgs) { a.NumBlocks = 0 }, "VarlenArgs.NumBlocks=0 is out of range; allowed: 1..2147483647"},
 		{"blocks big", func(a *VarlenArgs) { a.NumBlocks = 1 << 31 }, "VarlenArgs.NumBlocks=2147483648 is out of range; allowed: 1..2147483647"},
+		{"pool rows", func(a *VarlenArgs) { a.NumBlocks, a.BlockSize = 1<<30, 8 }, "VarlenArgs.NumBlocks=1073741824 is too large for BlockSize=8; allowed: NumBlocks·BlockSize at most 2^32 (at most 536870912 blocks)"},
 		{"max blocks", func(a *VarlenArgs) { a.MaxBlocksPerSeq = 0 }, "VarlenArgs.MaxBlocksPerSeq=0 is out of range; allowed: 1..67108864 (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)"},
 		{"max blocks big", func(a *VarlenArgs) { a.MaxBlocksPerSeq = 1<<26 + 1 }, "VarlenArgs.MaxBlocksPerSeq=67108865 is out of range; allowed: 1..67108864 (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)"},
 		{"max kv", func(a *VarlenArgs) { a.MaxKVLen = 257 }, "VarlenArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
@@ -860,7 +862,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"cache too large", func(a *VarlenArgs) {
 			a.NumBlocks, a.BlockSize, a.NumKVHeads, a.NumQHeads, a.Q.Bytes = math.MaxInt32, 256, 4096, 4096, 1<<40
 		},
-			"VarlenArgs.NumBlocks=2147483647 is too large: NumBlocks·BlockSize·NumKVHeads·HeadDim is more than 2^56 elements"},
+			"VarlenArgs.NumBlocks=2147483647 is too large for BlockSize=256; allowed: NumBlocks·BlockSize at most 2^32"},
 	}
 	expectErrors(t, goodVarlen, cases)
 }

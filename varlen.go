@@ -68,8 +68,8 @@ import (
 // may overlap one another. Workspace must not overlap any other buffer.
 //
 // Bounds: NumSeqs ≤ 2^24, NumKVHeads ≤ 65535, NumQHeads ≤ 16·NumKVHeads,
-// TotalQTokens·NumQHeads ≤ 2^30, NumBlocks < 2^31, MaxBlocksPerSeq ·
-// BlockSize ≤ 2^30, QTokenStride, OutTokenStride and OutHeadStride ≤ 2^31 elements.
+// TotalQTokens·NumQHeads ≤ 2^30, NumBlocks < 2^31, NumBlocks·BlockSize ≤
+// 2^32, MaxBlocksPerSeq · BlockSize ≤ 2^30, QTokenStride, OutTokenStride and OutHeadStride ≤ 2^31 elements.
 type VarlenArgs struct {
 	Q, KeyCache, ValueCache             Buffer
 	BlockTables, CuSeqlensQ, PosOffsets Buffer
