@@ -74,7 +74,7 @@ for step in $STEPS; do
       cat "$OUT/tests-${names[$i]}.log" >>"$OUT/tests.log"; rm -f "$OUT/tests-${names[$i]}.log"
     done
     ;;
-  verify) run verify 90 .gpu/pagedkv verify -n 25 ;;
+  verify) run verify 240 .gpu/pagedkv verify -n 25 ;;
   coldstart)
     PAGEDKV_LOAD_SASS=1 run info-sass 120 .gpu/pagedkv info
     run info-ptx-cold 120 .gpu/pagedkv info
