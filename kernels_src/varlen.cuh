@@ -217,10 +217,11 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
 // BadBlock keeps a loader's block-table checks out of its branches: row
 // maps an entry to the pool row of a KV position, reading block 0 for an
 // entry outside [0, num_blocks) and remembering it, and report records the
-// last such entry once, after the loop (kFaultBlockBeyondPool). Session 17:
-// the branch and its fault record per row and tile were about 9% of the
-// 128-row kernels' loop (842 → 766 SASS instructions without them). Past a
-// sequence's end lookups return 0, which is always in the pool.
+// last such entry once, after the loop (kFaultBlockBeyondPool). Past a
+// sequence's end lookups return 0, which is always in the pool. Session 17
+// (ptxas 11.8, H200): with rows in 32 bits, the 128-row kernels' loop went
+// from 842 to 746 SASS instructions and the 64-row one's from 1189 to 774;
+// prefill ran 5–7% faster, small-query 15% (docs/perf-notes.md).
 struct BadBlock {
   int pos = -1, blk = 0;
 
