@@ -367,6 +367,81 @@ struct KVLines {
   }
 };
 
+// LaidLoad is the copy of K/V tiles from the x-split and shuffle layouts
+// that LaidKV (X = 8 elements a 16-byte piece: 16-bit caches) and
+// LaidFP8KV (X = 16: e4m3) share. Thread t keeps tile row r = t % kKeys for
+// K and token group r/X for V (one page, block_size ≥ X): one block-table
+// lookup per tile. Its K pieces are u + j·kU (u = t/kKeys) and land at
+// (piece·kKeys + r)·16; its V elements are d0 + j·X·kU, d0 = r%X + X·u,
+// whose pieces (element d, token group g) land at v_place(d, g) past the K
+// tile. A group that reaches past kv_end is read whole from its page.
+template <int D, int KEYS, int LAYOUT, int X>
+struct LaidLoad {
+  static constexpr int kLogX = X == 8 ? 3 : 4;
+  static_assert(X == 1 << kLogX && (X == 8 || X == 16), "8 or 16 elements a piece");
+  static constexpr int kCH = D / X;                 // 16-byte pieces of a row of K
+  static constexpr int kU = kVarlenThreads / KEYS;  // threads per tile row
+  static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
+  static constexpr int kTileBytes = KEYS * D * 16 / X;  // one stage tile, as stored
+  static_assert(kU * KEYS == kVarlenThreads && kJ * kU == kCH && kJ >= 1, "a tile row per kU threads");
+  int r, u;
+  BadBlock bad;
+  __device__ __forceinline__ LaidLoad() : r((int)threadIdx.x % KEYS), u((int)threadIdx.x / KEYS) {}
+
+  // lookup returns the block-table entry of this thread's token group of
+  // the tile at kv0 (0 past kv_end, where nothing is read).
+  __device__ __forceinline__ int lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
+    const int pos = kv0 + (r & ~(X - 1));
+    return pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
+  }
+
+  // v_place is the byte offset of V piece (element d, token group g) in
+  // the stage's V tile: LaidKV's transposed tile for 16-bit caches (see
+  // there), group-major g·D + d for fp8 ones.
+  __device__ __forceinline__ static uint32_t v_place(int d, int g) {
+    return (X == 8 && LAYOUT == kLayoutXSplit ? (g >> 1) * 2 * D + 2 * d + ((g & 1) ^ ((d >> 2) & 1)) : g * D + d) *
+           16;
+  }
+  // kVStep is the byte distance between the V pieces of elements d and
+  // d + X of one group (the x-split swap reads only bit 2 of d, which a
+  // step of X keeps).
+  static constexpr uint32_t kVStep = (X == 8 && LAYOUT == kLayoutXSplit ? 16 : X) * 16;
+
+  // issue starts the copy of the tile at kv0 into the stage at dst (K
+  // tile, then V tile); id is lookup's entry, nb BadBlock's pool bound.
+  template <typename C>
+  __device__ __forceinline__ void issue(uint32_t dst, const C* k_cache, const C* v_cache, int id, int kv0,
+                                        int kv_end, int kvh, int num_kv_heads, int block_size_log2, uint32_t nb) {
+    static_assert(sizeof(C) * X == 16, "X elements a 16-byte piece");
+    const int gpos = kv0 + (r & ~(X - 1));  // the thread's token group
+    const bool gok = gpos < kv_end;
+    const bool ok = kv0 + r < kv_end;
+    const int blk = bad.block(id, gpos, nb);
+    const int bs_mask = (1 << block_size_log2) - 1;
+    const int64_t bh = (int64_t)blk * num_kv_heads + kvh;
+    const C* kp = k_cache + ((((bh * kCH + u) << block_size_log2) | ((kv0 + r) & bs_mask)) * X);
+    const int64_t kstep = (int64_t)(kU * X) << block_size_log2;
+    const int d0 = (r & (X - 1)) + X * u;
+    const int o = gpos & bs_mask;  // a multiple of X
+    const C* vp;
+    int64_t vstep;
+    if constexpr (LAYOUT == kLayoutXSplit) {
+      vp = v_cache + (((bh * D + d0) << block_size_log2) | o);
+      vstep = (int64_t)(X * kU) << block_size_log2;
+    } else {
+      vp = v_cache + ((bh << (block_size_log2 - kLogX)) + (o >> kLogX)) * (D * X) + d0 * X;
+      vstep = X * kU * X;
+    }
+    const uint32_t kat = dst + (u * KEYS + r) * 16;
+    const uint32_t vat = dst + kTileBytes + v_place(d0, r >> kLogX);
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
+      cp_async16(vat + j * kU * kVStep, gok ? vp + j * vstep : v_cache, gok ? 16 : 0);
+    }
+  }
+};
+
 // LaidKV is one thread's share of loading a K/V tile from the x-split or
 // shuffle layout (LAYOUT; 16-bit caches, block_size ≥ 8). The tiles land as
 // the caches hold them, so that each 32-byte cache sector lands whole in one
@@ -383,72 +458,12 @@ struct KVLines {
 //     a block of 16 one line; the swap keeps ldmatrix's 8 elements in 8
 //     bank groups); shuffle g-major, g·D + d (8 elements, one line). P·V
 //     reads them with plain (not transposing) ldmatrix.
-// Thread t keeps tile row r = t % kKeys for K and token group r/8 for V
-// (the same page, block_size ≥ 8): one block-table lookup per tile. Its K
-// pieces are t/kKeys + j·(128/kKeys); its V elements d = r%8 + 8·(t/kKeys
-// + j·(128/kKeys)). A group that reaches past kv_end is read whole from its
-// page and its tokens from kv_end on are zeroed once it has landed
-// (zero_tail): P is 0 there, and 0·NaN is NaN.
+// It loads as LaidLoad with X = 8; a token group that reaches past kv_end
+// is read whole from its page and its tokens from kv_end on are zeroed
+// once it has landed (zero_tail): P is 0 there, and 0·NaN is NaN.
 template <int D, int KEYS, int LAYOUT>
-struct LaidKV {
-  static constexpr int kCH = D / 8;                 // 16-byte pieces of a row of K
-  static constexpr int kU = kVarlenThreads / KEYS;  // threads per tile row
-  static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
-  static_assert(kU * KEYS == kVarlenThreads && kJ * kU == kCH, "a tile row per kU threads");
-  int r, u;
-  BadBlock bad;
-  __device__ __forceinline__ LaidKV() : r((int)threadIdx.x % KEYS), u((int)threadIdx.x / KEYS) {}
-
-  // lookup returns the block-table entry of this thread's token group of
-  // the tile at kv0 (0 past kv_end, where nothing is read).
-  __device__ __forceinline__ int lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
-    const int pos = kv0 + (r & ~7);
-    return pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
-  }
-
-  // vt_at is the byte offset of V piece (element d, token group g) in the
-  // V tile.
-  __device__ __forceinline__ static uint32_t vt_at(int d, int g) {
-    return (LAYOUT == kLayoutXSplit ? (g >> 1) * 2 * D + 2 * d + ((g & 1) ^ ((d >> 2) & 1)) : g * D + d) * 16;
-  }
-  // kVtStep is the byte distance between the V pieces of elements d and
-  // d + 8 of one group.
-  static constexpr uint32_t kVtStep = (LAYOUT == kLayoutXSplit ? 16 : 8) * 16;
-
-  template <typename C>
-  __device__ __forceinline__ void issue(uint32_t dst, const C* k_cache, const C* v_cache, int id, int kv0,
-                                        int kv_end, int kvh, int num_kv_heads, int block_size_log2, uint32_t nb) {
-    static_assert(sizeof(C) == 2, "16-bit caches");
-    const int gpos = kv0 + (r & ~7);  // the thread's token group
-    const bool gok = gpos < kv_end;
-    const bool ok = kv0 + r < kv_end;
-    const int blk = bad.block(id, gpos, nb);
-    const int bs_mask = (1 << block_size_log2) - 1;
-    const int64_t bh = (int64_t)blk * num_kv_heads + kvh;
-    const C* kp = k_cache + ((((bh * kCH + u) << block_size_log2) | ((kv0 + r) & bs_mask)) * 8);
-    const int64_t kstep = (int64_t)(kU * 8) << block_size_log2;
-    const int d0 = (r & 7) + 8 * u;
-    const int o = gpos & bs_mask;  // a multiple of 8
-    const C* vp;
-    int64_t vstep;
-    if constexpr (LAYOUT == kLayoutXSplit) {
-      vp = v_cache + (((bh * D + d0) << block_size_log2) | o);
-      vstep = (int64_t)(8 * kU) << block_size_log2;
-    } else {
-      vp = v_cache + ((bh << (block_size_log2 - 3)) + (o >> 3)) * (D * 8) + d0 * 8;
-      vstep = 8 * kU * 8;
-    }
-    const uint32_t kat = dst + (u * KEYS + r) * 16;
-    const uint32_t vat = dst + KEYS * D * 2 + vt_at(d0, r >> 3);  // the V tile follows K's
-    // d steps by 8·kU, a multiple of 8: the x-split swap (which reads bit
-    // 2 of d) does not move, so the V place steps by a constant.
-    constexpr uint32_t vat_step = kU * kVtStep;
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
-      cp_async16(vat + j * vat_step, gok ? vp + j * vstep : v_cache, gok ? 16 : 0);
-    }
-  }
+struct LaidKV : LaidLoad<D, KEYS, LAYOUT, 8> {
+  using LaidLoad<D, KEYS, LAYOUT, 8>::v_place;
 
   // zero_tail zeroes the V tile's tokens valid … the end of their group
   // (valid = kv_end − kv0, not a multiple of 8: the group read whole past
@@ -456,7 +471,7 @@ struct LaidKV {
   __device__ __forceinline__ static void zero_tail(unsigned char* vtile, int valid) {
     const int g = valid >> 3;
     for (int d = (int)threadIdx.x; d < D; d += kVarlenThreads) {
-      uint16_t* piece = reinterpret_cast<uint16_t*>(vtile + vt_at(d, g));
+      uint16_t* piece = reinterpret_cast<uint16_t*>(vtile + v_place(d, g));
       for (int c = valid & 7; c < 8; ++c) piece[c] = 0;
     }
   }
@@ -475,11 +490,11 @@ struct LaidOffsets {
     const int row = (lane & 7) + (lane >> 4) * 8, b = (lane >> 3) & 1;
     k = (b * KEYS + row) * 16;
 #pragma unroll
-    for (int kk = 0; kk < KEYS / 16; ++kk) v[kk] = LaidKV<D, KEYS, LAYOUT>::vt_at(row, 2 * kk + b);
+    for (int kk = 0; kk < KEYS / 16; ++kk) v[kk] = LaidKV<D, KEYS, LAYOUT>::v_place(row, 2 * kk + b);
   }
   __device__ __forceinline__ uint32_t k_at(int np, int ks) const { return k + (uint32_t)(ks * 2 * KEYS * 16 + np * 256); }
   __device__ __forceinline__ uint32_t v_at(int kk, int dp) const {
-    return v[kk] + (uint32_t)(dp * 2 * LaidKV<D, KEYS, LAYOUT>::kVtStep);
+    return v[kk] + (uint32_t)(dp * 2 * LaidKV<D, KEYS, LAYOUT>::kVStep);
   }
 };
 
@@ -499,56 +514,12 @@ __device__ __forceinline__ uint4 widen8(uint32_t lo, uint32_t hi) {
 // are 256 contiguous bytes of the cache and land as such). widen then
 // writes K as the flash layout's 16-bit tile (swizzled rows: the products
 // read it as they read a flash tile) and V as LaidKV's transposed one,
-// zeroing the tokens from valid on. Thread t keeps tile row r = t % kKeys
-// for K and token group r/16 for V (one page): one block-table lookup per
-// tile.
+// zeroing the tokens from valid on. It loads as LaidLoad with X = 16.
 template <int D, int KEYS, int LAYOUT>
-struct LaidFP8KV {
-  static constexpr int kCH = D / 16;                // 16-byte pieces of a row of K
-  static constexpr int kU = kVarlenThreads / KEYS;  // threads per tile row
-  static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
-  static constexpr int kTileBytes = KEYS * D;       // one stage tile, as stored
-  static_assert(kU * KEYS == kVarlenThreads && kJ * kU == kCH && kJ >= 1, "a tile row per kU threads");
-  int r, u;
-  BadBlock bad;
-  __device__ __forceinline__ LaidFP8KV() : r((int)threadIdx.x % KEYS), u((int)threadIdx.x / KEYS) {}
-
-  __device__ __forceinline__ int lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
-    const int pos = kv0 + (r & ~15);
-    return pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
-  }
-
-  __device__ __forceinline__ void issue(uint32_t dst, const e4m3* k_cache, const e4m3* v_cache, int id, int kv0,
-                                        int kv_end, int kvh, int num_kv_heads, int block_size_log2, uint32_t nb) {
-    const int gpos = kv0 + (r & ~15);  // the thread's token group
-    const bool gok = gpos < kv_end;
-    const bool ok = kv0 + r < kv_end;
-    const int blk = bad.block(id, gpos, nb);
-    const int bs_mask = (1 << block_size_log2) - 1;
-    const int64_t bh = (int64_t)blk * num_kv_heads + kvh;
-    const unsigned char* kb = reinterpret_cast<const unsigned char*>(k_cache);
-    const unsigned char* vb = reinterpret_cast<const unsigned char*>(v_cache);
-    const unsigned char* kp = kb + ((((bh * kCH + u) << block_size_log2) | ((kv0 + r) & bs_mask)) * 16);
-    const int64_t kstep = (int64_t)(kU * 16) << block_size_log2;
-    const int d0 = (r & 15) + 16 * u;
-    const int o = gpos & bs_mask;  // a multiple of 16
-    const unsigned char* vp;
-    int64_t vstep;
-    if constexpr (LAYOUT == kLayoutXSplit) {
-      vp = vb + (((bh * D + d0) << block_size_log2) | o);
-      vstep = (int64_t)(16 * kU) << block_size_log2;
-    } else {
-      vp = vb + ((bh << (block_size_log2 - 4)) + (o >> 4)) * (D * 16) + d0 * 16;
-      vstep = 16 * kU * 16;
-    }
-    const uint32_t kat = dst + (u * KEYS + r) * 16;
-    const uint32_t vat = dst + kTileBytes + ((r >> 4) * D + d0) * 16;
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-      cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : kb, ok ? 16 : 0);
-      cp_async16(vat + j * 16 * kU * 16, gok ? vp + j * vstep : vb, gok ? 16 : 0);
-    }
-  }
+struct LaidFP8KV : LaidLoad<D, KEYS, LAYOUT, 16> {
+  using Load = LaidLoad<D, KEYS, LAYOUT, 16>;
+  using Load::kJ;
+  using Load::kTileBytes;
 
   // widen converts the stage's tiles (see above) into the 16-bit K tile at
   // wide (the flash layout's, D/8 chunks a row, swizzled) and V tile at
@@ -579,8 +550,8 @@ struct LaidFP8KV {
         }
         x = make_uint4(w[0], w[1], w[2], w[3]);
       }
-      *reinterpret_cast<uint4*>(vwide + LaidKV<D, KEYS, LAYOUT>::vt_at(d, 2 * q)) = widen8<T>(x.x, x.y);
-      *reinterpret_cast<uint4*>(vwide + LaidKV<D, KEYS, LAYOUT>::vt_at(d, 2 * q + 1)) = widen8<T>(x.z, x.w);
+      *reinterpret_cast<uint4*>(vwide + LaidKV<D, KEYS, LAYOUT>::v_place(d, 2 * q)) = widen8<T>(x.x, x.y);
+      *reinterpret_cast<uint4*>(vwide + LaidKV<D, KEYS, LAYOUT>::v_place(d, 2 * q + 1)) = widen8<T>(x.z, x.w);
     }
   }
 };
