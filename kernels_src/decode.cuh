@@ -1168,37 +1168,23 @@ __device__ __forceinline__ void paged_decode(
 
 // The _ALL macros define one family for every head dim: entries
 // <prefix>_hd<D><kind><sfx> reading the layouts L (sfx: empty, or _laid
-// for the fp8 kernels' kLayoutsAny build).
+// for the fp8 kernels' kLayoutsAny build), through PKV_DECODE_DIMS.
+#define PKV_DECODE_DIMS(prefix, kind, T, C, CLUSTER, NARROW, L, sfx)      \
+  PKV_DECODE(prefix##_hd64##kind##sfx, T, C, 64, CLUSTER, NARROW, L)   \
+  PKV_DECODE(prefix##_hd128##kind##sfx, T, C, 128, CLUSTER, NARROW, L) \
+  PKV_DECODE(prefix##_hd256##kind##sfx, T, C, 256, CLUSTER, NARROW, L)
 
 // PKV_DECODE_ALL: the wide entries (any GQA group).
-#define PKV_DECODE_ALL(prefix, T, C, L, sfx)                  \
-  PKV_DECODE(prefix##_hd64##sfx, T, C, 64, false, false, L)   \
-  PKV_DECODE(prefix##_hd128##sfx, T, C, 128, false, false, L) \
-  PKV_DECODE(prefix##_hd256##sfx, T, C, 256, false, false, L)
-
+#define PKV_DECODE_ALL(prefix, T, C, L, sfx) PKV_DECODE_DIMS(prefix, , T, C, false, false, L, sfx)
 // PKV_DECODE_CLUSTER_ALL: the wide cluster entries, _cluster.
-#define PKV_DECODE_CLUSTER_ALL(prefix, T, C, L, sfx)                  \
-  PKV_DECODE(prefix##_hd64_cluster##sfx, T, C, 64, true, false, L)   \
-  PKV_DECODE(prefix##_hd128_cluster##sfx, T, C, 128, true, false, L) \
-  PKV_DECODE(prefix##_hd256_cluster##sfx, T, C, 256, true, false, L)
-
+#define PKV_DECODE_CLUSTER_ALL(prefix, T, C, L, sfx) PKV_DECODE_DIMS(prefix, _cluster, T, C, true, false, L, sfx)
 // PKV_DECODE_NARROW_ALL: the narrow entries, _g8 (a cache of type C: the
 // queries' type or e4m3).
-#define PKV_DECODE_NARROW_ALL(prefix, T, C, L, sfx)                  \
-  PKV_DECODE(prefix##_hd64_g8##sfx, T, C, 64, false, true, L)   \
-  PKV_DECODE(prefix##_hd128_g8##sfx, T, C, 128, false, true, L) \
-  PKV_DECODE(prefix##_hd256_g8##sfx, T, C, 256, false, true, L)
-
+#define PKV_DECODE_NARROW_ALL(prefix, T, C, L, sfx) PKV_DECODE_DIMS(prefix, _g8, T, C, false, true, L, sfx)
 // PKV_DECODE_NARROW_SM90_ALL: _g8_sm90, the narrow kernels of an fp8 cache
 // built for compute_90, whose e4m3 moves are one instruction
 // (PKV_CVT_E4M3).
-#define PKV_DECODE_NARROW_SM90_ALL(prefix, T, C, L, sfx)                  \
-  PKV_DECODE(prefix##_hd64_g8_sm90##sfx, T, C, 64, false, true, L)   \
-  PKV_DECODE(prefix##_hd128_g8_sm90##sfx, T, C, 128, false, true, L) \
-  PKV_DECODE(prefix##_hd256_g8_sm90##sfx, T, C, 256, false, true, L)
-
+#define PKV_DECODE_NARROW_SM90_ALL(prefix, T, C, L, sfx) PKV_DECODE_DIMS(prefix, _g8_sm90, T, C, false, true, L, sfx)
 // PKV_DECODE_NARROW_CLUSTER_ALL: _g8_cluster.
-#define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T, C, L, sfx)                  \
-  PKV_DECODE(prefix##_hd64_g8_cluster##sfx, T, C, 64, true, true, L)   \
-  PKV_DECODE(prefix##_hd128_g8_cluster##sfx, T, C, 128, true, true, L) \
-  PKV_DECODE(prefix##_hd256_g8_cluster##sfx, T, C, 256, true, true, L)
+#define PKV_DECODE_NARROW_CLUSTER_ALL(prefix, T, C, L, sfx) \
+  PKV_DECODE_DIMS(prefix, _g8_cluster, T, C, true, true, L, sfx)
