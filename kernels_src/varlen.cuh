@@ -413,31 +413,35 @@ struct LaidLoad {
   __device__ __forceinline__ void issue(uint32_t dst, const C* k_cache, const C* v_cache, int id, int kv0,
                                         int kv_end, int kvh, int num_kv_heads, int block_size_log2, uint32_t nb) {
     static_assert(sizeof(C) * X == 16, "X elements a 16-byte piece");
+    // Addresses in elements of C, as bytes for fp8.
+    using E = typename Pick<sizeof(C) == 1, unsigned char, C>::type;
     const int gpos = kv0 + (r & ~(X - 1));  // the thread's token group
     const bool gok = gpos < kv_end;
     const bool ok = kv0 + r < kv_end;
     const int blk = bad.block(id, gpos, nb);
     const int bs_mask = (1 << block_size_log2) - 1;
     const int64_t bh = (int64_t)blk * num_kv_heads + kvh;
-    const C* kp = k_cache + ((((bh * kCH + u) << block_size_log2) | ((kv0 + r) & bs_mask)) * X);
+    const E* kb = reinterpret_cast<const E*>(k_cache);
+    const E* vb = reinterpret_cast<const E*>(v_cache);
+    const E* kp = kb + ((((bh * kCH + u) << block_size_log2) | ((kv0 + r) & bs_mask)) * X);
     const int64_t kstep = (int64_t)(kU * X) << block_size_log2;
     const int d0 = (r & (X - 1)) + X * u;
     const int o = gpos & bs_mask;  // a multiple of X
-    const C* vp;
+    const E* vp;
     int64_t vstep;
     if constexpr (LAYOUT == kLayoutXSplit) {
-      vp = v_cache + (((bh * D + d0) << block_size_log2) | o);
+      vp = vb + (((bh * D + d0) << block_size_log2) | o);
       vstep = (int64_t)(X * kU) << block_size_log2;
     } else {
-      vp = v_cache + ((bh << (block_size_log2 - kLogX)) + (o >> kLogX)) * (D * X) + d0 * X;
+      vp = vb + ((bh << (block_size_log2 - kLogX)) + (o >> kLogX)) * (D * X) + d0 * X;
       vstep = X * kU * X;
     }
     const uint32_t kat = dst + (u * KEYS + r) * 16;
     const uint32_t vat = dst + kTileBytes + v_place(d0, r >> kLogX);
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
-      cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
-      cp_async16(vat + j * kU * kVStep, gok ? vp + j * vstep : v_cache, gok ? 16 : 0);
+      cp_async16(kat + j * kU * KEYS * 16, ok ? kp + j * kstep : kb, ok ? 16 : 0);
+      cp_async16(vat + j * kU * kVStep, gok ? vp + j * vstep : vb, gok ? 16 : 0);
     }
   }
 };
