@@ -197,10 +197,15 @@ func headDimIndex(d int) (int, bool) {
 // 4 warps) as fit in half of optin less 2 KiB, so that two blocks share an SM.
 // The kernel (DecodeSmem in kernels_src/decode.cuh) derives its stage count
 // from the size; it needs at least two stages, so the result may exceed optin
-// (the planner then refuses the shape).
+// (the planner then refuses the shape). An fp8 cache's ring holds at most
+// DecodeDeepStagesFP8 stages.
 func DecodeSharedBytes(headDim, cacheSize, optin int) int {
 	q, stage := decodeSmem(headDim, cacheSize)
-	stages := min(max((optin/2-2048-q)/stage, DecodeMinStages), DecodeMaxStages)
+	most := DecodeMaxStages
+	if cacheSize == 1 {
+		most = DecodeDeepStagesFP8
+	}
+	stages := min(max((optin/2-2048-q)/stage, DecodeMinStages), most)
 	return q + stages*stage
 }
 
@@ -255,6 +260,15 @@ func DecodeSharedLimit(kernel string, optin int) int {
 const (
 	DecodeMinStages = 2
 	DecodeMaxStages = 4
+	// DecodeDeepStagesFP8 is the deepest default ring of an fp8 cache's
+	// decode kernel: at head dim 128 three stages let 4 blocks share an SM
+	// where four stages let 3, and once the loop lost its integer overhead
+	// (session 18) the extra warps beat the deeper ring on long multi-wave
+	// grids (e4m3 seqs=128, kv=8192: 510.5 µs against 530.0; kv=32768:
+	// 1983.3 against 2091.5; H200, docs/perf-notes.md). Head dim 64 follows
+	// unmeasured; head dim 256 held 3 already. A launch may still ask for 4
+	// (DecodeSharedLimit).
+	DecodeDeepStagesFP8 = 3
 )
 
 // decodeSmem returns the shared bytes of a decode kernel's q tile and of one

@@ -418,15 +418,15 @@ func TestPlanDecodeNarrowKnob(t *testing.T) {
 }
 
 func TestDecodeSharedBytes(t *testing.T) {
-	// q (16 rows × D × 2 bytes), then 2..4 stages of 4 warps × K and V ×
-	// 16 tokens × D elements in half of optin less 2 KiB.
+	// q (16 rows × D × 2 bytes), then 2..4 stages (2..3 for fp8) of 4 warps
+	// × K and V × 16 tokens × D elements in half of optin less 2 KiB.
 	const h200, a100, sm86 = 227 << 10, 163 << 10, 99 << 10
 	for _, tt := range []struct{ headDim, size, optin, want int }{
 		{64, 2, h200, 2048 + 4*16384},
 		{128, 2, h200, 4096 + 3*32768},
 		{256, 2, h200, 8192 + 2*65536},
-		{64, 1, h200, 2048 + 4*8192},
-		{128, 1, h200, 4096 + 4*16384},
+		{64, 1, h200, 2048 + 3*8192}, // fp8: at most DecodeDeepStagesFP8
+		{128, 1, h200, 4096 + 3*16384},
 		{256, 1, h200, 8192 + 3*32768},
 		{128, 2, a100, 4096 + 2*32768},
 		{128, 2, sm86, 4096 + 2*32768}, // two stages at least: one block per SM

@@ -269,13 +269,31 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
     const int len = min(max(__ldg(kv_lens + s), 0), cap);
     return (len + bs_mask) >> block_size_log2;
   };
-  int part = 0;
-  for (int s = threadIdx.x; s < num_seqs; s += kDecodeThreads) part += pages_of(s);
-  int total;
-  block_scan_add(part, tmp, &total);
-  auto splits_of = [&](int s, int c) -> int {
-    return s < num_seqs ? min(max((pages_of(s) + c - 1) / c, 1), kMaxSplits) : 0;
+  // Thread t's sequences t + kDecodeThreads·k, k < kCached, keep their page
+  // counts in registers: the binary search below passes over every sequence
+  // once per step, and kv_lens' load latency was each step's cost. Sequences
+  // past them (batches over kCached·kDecodeThreads) are read again each time.
+  constexpr int kCached = 4;
+  int cached[kCached];
+#pragma unroll
+  for (int k = 0; k < kCached; ++k) {
+    const int s = (int)threadIdx.x + kDecodeThreads * k;
+    cached[k] = s < num_seqs ? pages_of(s) : 0;
+  }
+  // sum_over(f) returns Σ f(s, pages of s) over this thread's sequences.
+  auto sum_over = [&](auto f) -> int {
+    int n = 0;
+#pragma unroll
+    for (int k = 0; k < kCached; ++k) {
+      const int s = (int)threadIdx.x + kDecodeThreads * k;
+      if (s < num_seqs) n += f(cached[k]);
+    }
+    for (int s = (int)threadIdx.x + kDecodeThreads * kCached; s < num_seqs; s += kDecodeThreads) n += f(pages_of(s));
+    return n;
   };
+  int total;
+  block_scan_add(sum_over([](int p) { return p; }), tmp, &total);
+  auto splits_for = [&](int p, int c) -> int { return min(max((p + c - 1) / c, 1), kMaxSplits); };
   int c = max(min_pages, (total + max(wave, 1) - 1) / max(wave, 1));
   if (num_seqs < wave) {
     // Smallest c in [min_pages, max(P, min_pages)] with Σ n_s(c) ≤ items;
@@ -283,10 +301,8 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
     int lo = min_pages, hi = max(total, min_pages);
     while (lo < hi) {
       const int mid = lo + (hi - lo) / 2;
-      int n = 0;
-      for (int s = threadIdx.x; s < num_seqs; s += kDecodeThreads) n += splits_of(s, mid);
       int used;
-      block_scan_add(n, tmp, &used);
+      block_scan_add(sum_over([&](int p) { return splits_for(p, mid); }), tmp, &used);
       if (used <= items) {
         hi = mid;
       } else {
@@ -295,19 +311,19 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
     }
     c = lo;
   }
-  // The class of sequence s: 0 cut in splits, 1..3 whole by falling size, -1 none.
-  auto class_of = [&](int s, int* n) -> int {
-    if (s >= num_seqs) return -1;
-    const int p = pages_of(s);
-    *n = splits_of(s, c);
-    return *n > 1 ? 0 : 2 * p > c ? 1 : 4 * p > c ? 2 : 3;
-  };
+  // The class of a sequence of p pages: 0 cut in splits, 1..3 whole by
+  // falling size.
+  auto class_of = [&](int p, int n) -> int { return n > 1 ? 0 : 2 * p > c ? 1 : 4 * p > c ? 2 : 3; };
   int next = 0;  // items written so far (the same in every thread)
   for (int cls = 0; cls < 4; ++cls) {
-    for (int base = 0; base < num_seqs; base += kDecodeThreads) {
-      const int s = base + threadIdx.x;
-      int n = 0;
-      const bool mine = class_of(s, &n) == cls;
+    for (int k = 0, base = 0; base < num_seqs; ++k, base += kDecodeThreads) {
+      const int s = base + (int)threadIdx.x;
+      int p = 0;
+#pragma unroll
+      for (int q = 0; q < kCached; ++q) p = k == q ? cached[q] : p;
+      if (k >= kCached && s < num_seqs) p = pages_of(s);
+      const int n = s < num_seqs ? splits_for(p, c) : 0;
+      const bool mine = s < num_seqs && class_of(p, n) == cls;
       int chunk;
       const int end = next + block_scan_add(mine ? n : 0, tmp, &chunk);
       if (mine) {
@@ -662,16 +678,13 @@ __device__ __forceinline__ void paged_decode(
   const C* v_head = v_cache + (int64_t)kvh * D;
 
   // checked_id returns raw, the block id of token (lane mod 16) of this warp's
-  // tile i, once checked: 0 past the end, and 0 with a fault for an id
-  // outside the pool.
+  // tile i, once checked: 0 past the end, and 0 for an id outside the pool,
+  // which bad remembers (recorded after the loop, without a branch here).
+  BadBlock bad;
+  const uint32_t nb = BadBlock::bound(num_blocks);
   auto checked_id = [&](int raw, int i) -> int {
     const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
-    if (i >= mine || t >= end) return 0;
-    if (raw < 0 || raw >= num_blocks) {
-      record_fault(fault, kFaultBlockBeyondPool, seq, t >> block_size_log2, raw);
-      return 0;
-    }
-    return raw;
+    return i < mine && t < end ? bad.block(raw, t, nb) : 0;
   };
   // issue starts the copy of this warp's tile i into stage st; ids holds the
   // tile's block ids as checked_id returned them. Tokens past end are zeros.
@@ -699,10 +712,11 @@ __device__ __forceinline__ void paged_decode(
       for (int j = 0; j < ISSUES; ++j) {
         const int r = lane / CH + ROWS_PER_ISSUE * j;
         const int t = base + r;
-        const int blk = __shfl_sync(0xffffffffu, ids, r);
+        const int blk = __shfl_sync(0xffffffffu, ids, r);  // 0 past end (checked_id)
         const bool ok = t < end;
         const int at = swizzle<CH>(r, chunk) * 16;
-        const int64_t off = ok ? (((int64_t)blk << block_size_log2) | (t & bs_mask)) * row_stride : 0;
+        // Pool rows fit in 32 bits (see BadBlock).
+        const int64_t off = (int64_t)(((uint32_t)blk << block_size_log2) | ((uint32_t)t & bs_mask)) * row_stride;
         cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + chunk * 16, ok ? 16 : 0);
         cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + chunk * 16, ok ? 16 : 0);
       }
@@ -830,10 +844,14 @@ __device__ __forceinline__ void paged_decode(
     }
   }
 
+  // slot is tile i's stage, i mod stages, kept as a counter (stages is a
+  // parameter, and a modulo by it is a 20-instruction division); tile i +
+  // stages − 1 goes to the stage tile i − 1 freed.
+  int slot = 0;
   for (int i = 0; i < mine; ++i) {
     {
       const int j = i + stages - 1;
-      if (j < mine) issue(laid, j, checked_id(id_cur, j), j % stages);
+      if (j < mine) issue(laid, j, checked_id(id_cur, j), slot == 0 ? stages - 1 : slot - 1);
       cp_async_commit();
       id_cur = id_next;
       id_next = raw_id(start, j + 2);
@@ -848,7 +866,8 @@ __device__ __forceinline__ void paged_decode(
     }
     if (i == 0) PKV_TRACE(1);
     __syncwarp();
-    unsigned char* kt = ring + ((i % stages) * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    unsigned char* kt = ring + (slot * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    slot = slot == stages - 1 ? 0 : slot + 1;
     const uint32_t kbase = smem_addr(kt);
     const uint32_t vbase = kbase + Smem::kTileBytes;
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
@@ -883,12 +902,12 @@ __device__ __forceinline__ void paged_decode(
       }
       mx0 = fmaxf(mx0, m0);
       mx1 = fmaxf(mx1, m1);
-      const float alpha0 = exp2f(m0 - mx0);  // 0 on the first tile (m = -inf)
-      const float alpha1 = exp2f(m1 - mx1);
+      const float alpha0 = exp2_ftz(m0 - mx0);  // 0 on the first tile (m = -inf)
+      const float alpha1 = exp2_ftz(m1 - mx1);
       m0 = mx0;
       m1 = mx1;
-      const float p0 = exp2f(st[0] - mx0), p1 = exp2f(st[1] - mx1);
-      const float p2 = exp2f(st[2] - mx0), p3 = exp2f(st[3] - mx1);
+      const float p0 = exp2_ftz(st[0] - mx0), p1 = exp2_ftz(st[1] - mx1);
+      const float p2 = exp2_ftz(st[2] - mx0), p3 = exp2_ftz(st[3] - mx1);
       l0 = fmaf(l0, alpha0, p0 + p2);
       l1 = fmaf(l1, alpha1, p1 + p3);
       // Pᵀ as the B fragments of Oᵀ += Vᵀ·Pᵀ (k = tokens, n = heads): the
@@ -928,15 +947,15 @@ __device__ __forceinline__ void paged_decode(
       }
       mx0 = fmaxf(mx0, m0);
       mx1 = fmaxf(mx1, m1);
-      const float alpha0 = exp2f(m0 - mx0);  // 0 on the first tile (m = -inf)
-      const float alpha1 = exp2f(m1 - mx1);
+      const float alpha0 = exp2_ftz(m0 - mx0);  // 0 on the first tile (m = -inf)
+      const float alpha1 = exp2_ftz(m1 - mx1);
       m0 = mx0;
       m1 = mx1;
       uint32_t p[4];
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
-        const float p0 = exp2f(s[n][0] - mx0), p1 = exp2f(s[n][1] - mx0);
-        const float p2 = exp2f(s[n][2] - mx1), p3 = exp2f(s[n][3] - mx1);
+        const float p0 = exp2_ftz(s[n][0] - mx0), p1 = exp2_ftz(s[n][1] - mx0);
+        const float p2 = exp2_ftz(s[n][2] - mx1), p3 = exp2_ftz(s[n][3] - mx1);
         l0 = fmaf(l0, n == 0 ? alpha0 : 1.0f, p0 + p1);
         l1 = fmaf(l1, n == 0 ? alpha1 : 1.0f, p2 + p3);
         // A fragment of P: (r0, k 2c..), (r1, k 2c..), (r0, k 8+2c..), (r1, k 8+2c..).
@@ -966,6 +985,7 @@ __device__ __forceinline__ void paged_decode(
   // (see the top); in the other layouts the same as 16-bit ones.
   const bool fp8_d = kFP8 && flash;
   cp_async_wait<0>();
+  bad.report(fault, seq, block_size_log2);
   PKV_TRACE(2);
 
   // Merge the four warps: each writes its heads < G to shared memory (the
