@@ -72,6 +72,8 @@ type DecodeArgs struct {
 	DType, CacheDType     DType
 	Scale, KScale, VScale float32
 	Layout                CacheLayout
+
+	mixedPart // zero, but for the decode of a mixed Varlen (kvBias)
 }
 
 const decodeArg = "DecodeArgs"
@@ -177,6 +179,7 @@ type pagedDecodeParams struct {
 	Scale, KScale, VScale                        float32
 	Work                                         driver.DevicePtr
 	Layout                                       int32
+	KVBias                                       int32
 }
 
 // params returns the kernel parameters of a valid a that do not depend on
@@ -190,15 +193,15 @@ func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
 		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: fault,
 		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Scale: scale, KScale: kScale, VScale: vScale, Layout: int32(a.Layout),
+		Scale: scale, KScale: kScale, VScale: vScale, Layout: int32(a.Layout), KVBias: a.kvBias,
 	}
 }
 
 // decodePartitionParams is the parameter list of decode_partition, in PTX
 // order (kernels_src/partition.cu).
 type decodePartitionParams struct {
-	Work, KVLens                                                   driver.DevicePtr
-	NumSeqs, Items, Wave, MaxBlocksPerSeq, BlockSizeLog2, MinPages int32
+	Work, KVLens                                                           driver.DevicePtr
+	NumSeqs, Items, Wave, MaxBlocksPerSeq, BlockSizeLog2, MinPages, KVBias int32
 }
 
 // PlanDecode returns the plan Decode would follow for a on stream s right now
@@ -378,7 +381,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		if plan.Balanced() {
 			p.Work = sc.base + driver.DevicePtr(plan.WorkOffset*4)
 			part = decodePartitionParams{
-				Work: p.Work, KVLens: a.KVLens.Ptr, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
+				Work: p.Work, KVLens: a.KVLens.Ptr, KVBias: a.kvBias, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
 				MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), MinPages: int32(plan.BalanceMinPages),
 			}
 		}

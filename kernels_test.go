@@ -17,18 +17,17 @@ import (
 // paramStructs maps each kernel family (by entry-name prefix, longest match
 // wins) to the Go struct whose fields are its parameters.
 var paramStructs = map[string]reflect.Type{
-	"cache_append_":        reflect.TypeFor[cacheAppendParams](),
-	"cache_gather_":        reflect.TypeFor[cacheGatherParams](),
-	"cache_claim_":         reflect.TypeFor[cacheClaimParams](),
-	"paged_decode_":        reflect.TypeFor[pagedDecodeParams](),
-	"rope_cache_":          reflect.TypeFor[ropeCacheParams](),
-	"mla_rope_quant_":      reflect.TypeFor[mlaRopeQuantParams](),
-	"mla_concat_q_":        reflect.TypeFor[mlaConcatQParams](),
-	"qkv_norm_rope_":       reflect.TypeFor[qkvNormRopeParams](),
-	"decode_partition":     reflect.TypeFor[decodePartitionParams](),
-	"varlen_decode_prefix": reflect.TypeFor[varlenDecodePrefixParams](),
-	"paged_varlen_":        reflect.TypeFor[pagedVarlenParams](),
-	"paged_varlen_merge_":  reflect.TypeFor[varlenMergeParams](),
+	"cache_append_":       reflect.TypeFor[cacheAppendParams](),
+	"cache_gather_":       reflect.TypeFor[cacheGatherParams](),
+	"cache_claim_":        reflect.TypeFor[cacheClaimParams](),
+	"paged_decode_":       reflect.TypeFor[pagedDecodeParams](),
+	"rope_cache_":         reflect.TypeFor[ropeCacheParams](),
+	"mla_rope_quant_":     reflect.TypeFor[mlaRopeQuantParams](),
+	"mla_concat_q_":       reflect.TypeFor[mlaConcatQParams](),
+	"qkv_norm_rope_":      reflect.TypeFor[qkvNormRopeParams](),
+	"decode_partition":    reflect.TypeFor[decodePartitionParams](),
+	"paged_varlen_":       reflect.TypeFor[pagedVarlenParams](),
+	"paged_varlen_merge_": reflect.TypeFor[varlenMergeParams](),
 }
 
 func paramStructFor(entry string) (reflect.Type, bool) {

@@ -184,3 +184,18 @@ func (m *planMemo) put(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *di
 	m.entries[m.next] = planMemoEntry{key: *key, knobs: *knobs, facts: facts, plan: *plan, fn: fn}
 	m.next = (m.next + 1) % len(m.entries)
 }
+
+// mixedPart holds what the kernels of one part of a mixed Varlen (a decode
+// of its leading one-token sequences and a varlen of the rest, see
+// planMixed) apply to the batch's own device arrays, so that neither part
+// needs them rewritten: zero in every call an engine makes.
+type mixedPart struct {
+	// kvBias (DecodeArgs) is added to every KVLens entry: 1 for the decode
+	// part, whose KVLens is the batch's PosOffsets (a decode row's KV
+	// length is its offset + 1).
+	kvBias int32
+	// cuBase (VarlenArgs) is subtracted from every CuSeqlensQ entry: the
+	// first bound of the varlen part, whose CuSeqlensQ is a view of the
+	// batch's from its first sequence on.
+	cuBase int32
+}

@@ -692,7 +692,7 @@ func decodeModel(a *DecodeArgs) kernelModel {
 		want: map[string]*big.Int{
 			"NumQHeads": bi(int64(a.NumQHeads)), "MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)),
 			"BlockSizeLog2": bitsLog2(a.BlockSize), "NumBlocks": bi(int64(a.NumBlocks)),
-			"Layout": bi(int64(a.Layout)),
+			"Layout": bi(int64(a.Layout)), "KVBias": bi(int64(a.kvBias)),
 		},
 		free:   []string{"QSeqStride"},
 		int32s: map[string]*big.Int{"kvh·G+g": bmul(bi(HK), bi(G)), "G·HeadDim": bmul(bi(G), bi(D))},
@@ -763,7 +763,7 @@ func varlenModel(a *VarlenArgs) kernelModel {
 		want: map[string]*big.Int{
 			"NumSeqs": bi(int64(a.NumSeqs)), "TotalQ": bi(int64(a.TotalQTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
 			"MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)), "BlockSizeLog2": bitsLog2(a.BlockSize),
-			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal),
+			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(int64(a.cuBase)),
 		},
 		free: []string{"QTokenStride", "OutTokenStride", "OutHeadStride"},
 		int32s: map[string]*big.Int{

@@ -88,6 +88,8 @@ type VarlenArgs struct {
 	DType, CacheDType     DType
 	Layout                CacheLayout
 	Scale, KScale, VScale float32
+
+	mixedPart // zero, but for the varlen of a mixed Varlen (cuBase)
 }
 
 const varlenArg = "VarlenArgs"
@@ -263,6 +265,7 @@ type pagedVarlenParams struct {
 	NumBlocks                                                    int64
 	Causal                                                       int32
 	Scale, KScale, VScale                                        float32
+	CuBase                                                       int32
 }
 
 // varlenMergeParams is the parameter list of the paged_varlen_merge_*
@@ -270,7 +273,7 @@ type pagedVarlenParams struct {
 type varlenMergeParams struct {
 	Out, LSE, PartialOut, PartialMax, PartialSum, CuSeqlensQ driver.DevicePtr
 	OutTokenStride, OutHeadStride                            int64
-	NumSeqs, Rows, NumQHeads, Splits                         int32
+	NumSeqs, Rows, NumQHeads, Splits, CuBase                 int32
 }
 
 // params returns the kernel parameters of a valid a that do not depend on
@@ -289,7 +292,7 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr, Fault: fault,
 		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.TotalQTokens), NumQHeads: int32(a.NumQHeads),
 		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale,
+		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: a.cuBase,
 	}
 }
 
@@ -414,7 +417,7 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 		if !capturing {
 			if m, ok := r.planMixed(s, a); ok {
 				defer m.release()
-				return r.launchMixed(s, a, &m)
+				return r.launchMixed(s, &m)
 			}
 		}
 		plan, err := r.planVarlenFor(a, capturing)
@@ -479,6 +482,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 			Out: a.Out.Ptr, LSE: a.LSE.Ptr, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
 			CuSeqlensQ: a.CuSeqlensQ.Ptr, OutTokenStride: p.OutTokenStride, OutHeadStride: p.OutHeadStride,
 			NumSeqs: int32(a.NumSeqs), Rows: rows, NumQHeads: int32(a.NumQHeads), Splits: int32(plan.Splits),
+			CuBase: a.cuBase,
 		}
 	}
 	err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
@@ -538,13 +542,19 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 // a Varlen of the chunks). So when the host's lengths show a prefix of
 // one-token sequences that alone makes the batch take the 64-row kernel,
 // Varlen runs that prefix as a batched decode and the rest as a varlen
-// (Plan.DecodePrefix): a small kernel first writes the decode's KV lengths
-// and the rest's rebased query bounds from the device arrays, all three
-// launches sharing one lease of the stream's scratch.
+// (Plan.DecodePrefix), both launches sharing one lease of the stream's
+// scratch. Both read the batch's own device arrays: the decode takes
+// PosOffsets as its KV lengths with kvBias 1 (a decode row's KV length is
+// its offset + 1), and the varlen takes views of CuSeqlensQ, PosOffsets
+// and the block tables from sequence d on, with cuBase the host's
+// CuSeqlensQ[d] (its kernels subtract it from every bound, and clamp and
+// record bounds that then fall outside its tokens, as for any batch).
+// Session 17 ran a third, small kernel first that wrote the decode's KV
+// lengths and the rest's rebased bounds; its launch was most of the 1.9%
+// the mixed batch stayed behind two calls.
 
 // mixedSplit is a valid VarlenArgs cut into a decode of its first d
-// sequences and a varlen of the rest; the device arrays the cut needs
-// (KVLens, the rest's CuSeqlensQ) and the workspaces are set at launch.
+// sequences and a varlen of the rest; their workspaces are set at launch.
 type mixedSplit struct {
 	d      int
 	decode DecodeArgs
@@ -578,13 +588,6 @@ func mixedLengths(buf, cu, pos []int32, d int) (kv, restCu []int32, maxKV, restM
 		restMaxKV = max(restMaxKV, int(p)+int(restCu[i+1]-restCu[i]))
 	}
 	return kv, restCu, maxKV, restMaxKV
-}
-
-// varlenDecodePrefixParams is the parameter list of varlen_decode_prefix
-// (kernels_src/partition.cu), in PTX order.
-type varlenDecodePrefixParams struct {
-	KVLens, CuRest, CuSeqlensQ, PosOffsets driver.DevicePtr
-	D, N                                   int32
 }
 
 // decodePrefix returns the number of leading one-token sequences of a
@@ -668,11 +671,10 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	rest.LSE = tail(a.LSE, base*int64(a.NumQHeads)*4)
 	rest.PosOffsets = tail(a.PosOffsets, int64(d)*4)
 	rest.BlockTables = tail(a.BlockTables, int64(d)*int64(a.MaxBlocksPerSeq)*4)
-	// The device arrays launchMixed writes have these sizes; any buffer of
-	// the size serves to validate the parts here (the decode's in
-	// PlanDecode).
-	m.decode.KVLens, _ = a.PosOffsets.Slice(0, 4*int64(d))
-	rest.CuSeqlensQ, _ = a.CuSeqlensQ.Slice(0, 4*int64(n-d+1))
+	m.decode.KVLens = a.PosOffsets
+	m.decode.kvBias = 1
+	rest.CuSeqlensQ = tail(a.CuSeqlensQ, int64(d)*4)
+	rest.cuBase = cu[d]
 	m.rest = rest
 	if err != nil || m.rest.Validate() != nil {
 		m.release()
@@ -690,49 +692,33 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	return m, true
 }
 
-// launchMixed enqueues m (from planMixed) on s, not capturing: the prefix
-// kernel, the decode and the varlen, in one lease of s's scratch laid out
-// as the decode's KV lengths and the rest's query bounds, then the
-// decode's workspace, then the varlen's (each 256-byte aligned). Call it
-// inside r.do (enqueue); the decode goes through DecodeWithPlan, whose
-// enqueue nests.
-func (r *Runtime) launchMixed(s *Stream, a *VarlenArgs, m *mixedSplit) error {
-	prefixFn, _, err := r.function(dispatch.VarlenDecodePrefixKernel)
-	if err != nil {
-		return err
-	}
-	align := func(n int64) int64 { return (n + 255) / 256 * 256 }
-	n := a.NumSeqs
-	lensBytes := align(4 * int64(n+1))
-	decBytes := align(m.dplan.WorkspaceBytes())
+// launchMixed enqueues m (from planMixed) on s, not capturing: the decode
+// and the varlen, in one lease of s's scratch laid out as the decode's
+// workspace, then the varlen's (256-byte aligned), or none when neither
+// splits. Call it inside r.do (enqueue); the decode goes through
+// DecodeWithPlan, whose enqueue nests.
+func (r *Runtime) launchMixed(s *Stream, m *mixedSplit) error {
+	decBytes := (m.dplan.WorkspaceBytes() + 255) / 256 * 256
 	varBytes := m.vplan.WorkspaceBytes()
-	lease, err := r.scratch.Acquire(uintptr(s.s), (lensBytes+decBytes+varBytes+3)/4, false)
-	if err != nil {
-		return err
-	}
-	defer lease.Release()
-	at := driver.DevicePtr(lease.Ptr)
-	m.decode.KVLens = Buffer{Ptr: at, Bytes: 4 * int64(m.d)}
-	m.rest.CuSeqlensQ = Buffer{Ptr: at + driver.DevicePtr(4*m.d), Bytes: 4 * int64(n-m.d+1)}
-	if decBytes > 0 {
-		m.decode.Workspace = Buffer{Ptr: at + driver.DevicePtr(lensBytes), Bytes: decBytes}
-	}
-	if varBytes > 0 {
-		m.rest.Workspace = Buffer{Ptr: at + driver.DevicePtr(lensBytes+decBytes), Bytes: varBytes}
-	}
-	if m.dplan.Counters > 0 {
-		// A decode's workspace counters start zero; the pool's scratch is not.
-		if err := driver.MemsetD32Async(m.decode.Workspace.Ptr, 0, uint64(m.dplan.Counters), s.s); err != nil {
+	if decBytes+varBytes > 0 {
+		lease, err := r.scratch.Acquire(uintptr(s.s), (decBytes+varBytes+3)/4, false)
+		if err != nil {
 			return err
 		}
-	}
-	p := varlenDecodePrefixParams{
-		KVLens: m.decode.KVLens.Ptr, CuRest: m.rest.CuSeqlensQ.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr,
-		D: int32(m.d), N: int32(n),
-	}
-	grid := driver.Dim3{X: uint32((n + 1 + 127) / 128), Y: 1, Z: 1}
-	if err := driver.Launch(prefixFn, grid, driver.Dim3{X: 128, Y: 1, Z: 1}, 0, s.s, &p); err != nil {
-		return err
+		defer lease.Release()
+		at := driver.DevicePtr(lease.Ptr)
+		if decBytes > 0 {
+			m.decode.Workspace = Buffer{Ptr: at, Bytes: decBytes}
+		}
+		if varBytes > 0 {
+			m.rest.Workspace = Buffer{Ptr: at + driver.DevicePtr(decBytes), Bytes: varBytes}
+		}
+		if m.dplan.Counters > 0 {
+			// A decode's workspace counters start zero; the pool's scratch is not.
+			if err := driver.MemsetD32Async(m.decode.Workspace.Ptr, 0, uint64(m.dplan.Counters), s.s); err != nil {
+				return err
+			}
+		}
 	}
 	if err := r.DecodeWithPlan(s, &m.decode, m.dplan); err != nil {
 		return err

@@ -460,7 +460,7 @@ func KernelNames() []string {
 	names := append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...)
 	names = append(names, ClusterDecodeKernelNames()...)
 	names = append(names, RopeKernelNames()...)
-	names = append(names, DecodePartitionKernel, VarlenDecodePrefixKernel)
+	names = append(names, DecodePartitionKernel)
 	for qi := range tables.sm90 {
 		for vi := range tables.sm90[qi] {
 			for _, name := range tables.sm90[qi][vi] {

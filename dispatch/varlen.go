@@ -123,12 +123,6 @@ func VarlenShortRows(totalQ, numSeqs, group int) bool {
 	return int64(totalQ)*int64(group) < 128*int64(numSeqs)
 }
 
-// VarlenDecodePrefixKernel writes the device arrays of a varlen batch
-// split into a decode of its leading one-token sequences and a varlen of
-// the rest (Plan.DecodePrefix; kernels_src/partition.cu). Grid: ⌈(n+1)/128⌉
-// blocks of 128 threads for n sequences.
-const VarlenDecodePrefixKernel = "varlen_decode_prefix"
-
 // VarlenPlanScratch returns the f32 scratch of a varlen plan with splits
 // splits and where its maxima and sums start (Plan.ScratchFloats,
 // MaxOffset, SumOffset; all 0 for one split): partial outputs [tokens,

@@ -9,7 +9,10 @@
 //   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of type <q>,
 //   v_cache      or fp8 e4m3 (real value = stored · k_scale / v_scale) for _e4m3.
 //   block_tables int32 [num_seqs, max_blocks_per_seq]; kv_lens int32 [num_seqs].
-//                Both are read on the device. kv_len is clamped to
+//                Both are read on the device. kv_len is kv_lens[s] + kv_bias
+//                (kv_bias 0, or 1 when kv_lens is a mixed varlen batch's
+//                pos_offsets: its decode rows attend pos_offset + 1
+//                positions; a sum past INT_MAX reads INT_MAX), clamped to
 //                max_blocks_per_seq·block_size and a block id outside
 //                [0, num_blocks) reads block 0; either is recorded in fault.
 //   Single-pass (partial_out == null): out [num_seqs, num_q_heads, D] of <q>
@@ -246,6 +249,14 @@ __device__ __forceinline__ int block_scan_add(int x, int* tmp, int* total) {
   return x + before;
 }
 
+// kv_length is a sequence's KV length from its kv_lens entry n and the
+// launch's kv_bias (0 or 1, see the top): n + kv_bias, INT_MAX where that
+// passes INT_MAX (the callers clamp it to the table and record the fault).
+__device__ __forceinline__ int kv_length(int n, int kv_bias) {
+  constexpr int kIntMax = 0x7fffffff;
+  return n > kIntMax - kv_bias ? kIntMax : n + kv_bias;
+}
+
 // partition_work writes the work list of a balanced decode (one block of
 // kDecodeThreads; see decode_partition in partition.cu): work[y] = (seq,
 // split, splits, first) for each of the items y, splits = 0 for an unused
@@ -261,12 +272,12 @@ __device__ __forceinline__ int block_scan_add(int x, int* tmp, int* total) {
 // about c pages), then whole sequences of more than c/2 pages, more than
 // c/4, and the rest; then the unused items.
 __device__ __forceinline__ void partition_work(int4* __restrict__ work, const int* __restrict__ kv_lens,
-                                               int num_seqs, int items, int wave, int cap, int block_size_log2,
-                                               int min_pages) {
+                                               int kv_bias, int num_seqs, int items, int wave, int cap,
+                                               int block_size_log2, int min_pages) {
   __shared__ int tmp[kDecodeWarps];
   const int bs_mask = (1 << block_size_log2) - 1;
   auto pages_of = [&](int s) -> int {
-    const int len = min(max(__ldg(kv_lens + s), 0), cap);
+    const int len = min(max(kv_length(__ldg(kv_lens + s), kv_bias), 0), cap);
     return (len + bs_mask) >> block_size_log2;
   };
   // Thread t's sequences t + kDecodeThreads·k, k < kCached, keep their page
@@ -555,7 +566,7 @@ __device__ __forceinline__ void paged_decode(
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
     int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
-    const int4* __restrict__ work, int layout) {
+    const int4* __restrict__ work, int layout, int kv_bias) {
   PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
@@ -621,7 +632,7 @@ __device__ __forceinline__ void paged_decode(
   // (A balanced launch knows its lengths already: no guess.)
   const int guess = balanced ? -1 : (split * ((max_blocks_per_seq + splits - 1) / splits)) << block_size_log2;
   int id_cur = balanced ? 0 : raw_id(guess, 0), id_next = balanced ? 0 : raw_id(guess, 1);
-  int len = kv_lens[seq];
+  int len = kv_length(kv_lens[seq], kv_bias);
   // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled:
   // each thread moves 16-element groups (two 16-byte loads, all issued
   // before the first store).
@@ -1179,11 +1190,11 @@ __device__ __forceinline__ void paged_decode(
       unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                         \
       const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
-      float scale, float k_scale, float v_scale, const int4* work, int layout) {                      \
+      float scale, float k_scale, float v_scale, const int4* work, int layout, int kv_bias) {         \
     pkv::paged_decode<T, C, D, CLUSTER, NARROW, LAYOUTS>(                                             \
         out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
         kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
-        scale, k_scale, v_scale, work, layout);                                                       \
+        scale, k_scale, v_scale, work, layout, kv_bias);                                              \
   }
 
 // The _ALL macros define one family for every head dim: entries

@@ -7,7 +7,10 @@
 //   q            [total_q, num_q_heads, D] of <q>, token stride q_token_stride
 //                elements (heads contiguous).
 //   cu_seqlens_q int32 [num_seqs+1]: sequence s owns query tokens
-//                cu_seqlens_q[s] … cu_seqlens_q[s+1]-1. pos_offsets int32
+//                cu_seqlens_q[s] − cu_base … cu_seqlens_q[s+1] − cu_base − 1
+//                (cu_base 0, or the first bound of the varlen part of a mixed
+//                batch, whose cu_seqlens_q is a view of the batch's; the
+//                subtraction wraps). pos_offsets int32
 //                [num_seqs]: the KV position of s's first query token, so
 //                its KV length is pos_offsets[s] + q_len. Both are read on the
 //                device: bounds are clamped into [0, total_q] and decreasing
@@ -62,7 +65,7 @@
 //
 // paged_varlen_merge_<q>_hd<D>
 //   Merges split-K partials: one warp per (token, q head) row of the first
-//   cu_seqlens_q[num_seqs] tokens (clamped to rows / num_q_heads), writing
+//   cu_seqlens_q[num_seqs] − cu_base tokens (clamped to rows / num_q_heads), writing
 //   out and, when lse != null, lse. Grid: ⌈rows/4⌉, block 128.
 #pragma once
 #include "cache.cuh"
@@ -134,18 +137,23 @@ struct VarlenTile {
 
 // tile_start returns the first block of sequence s for blocks of ROWS
 // packed rows (see the top).
+// cu_bound returns bound s of cu_seqlens_q less cu_base (see the top).
+__device__ __forceinline__ int cu_bound(const int* cu_seqlens_q, int s, int cu_base) {
+  return (int)((unsigned)__ldg(cu_seqlens_q + s) - (unsigned)cu_base);
+}
+
 template <int ROWS>
-__device__ __forceinline__ int tile_start(const int* cu_seqlens_q, int s, int total_q, int G) {
-  const int c = min(max(__ldg(cu_seqlens_q + s), 0), total_q);
+__device__ __forceinline__ int tile_start(const int* cu_seqlens_q, int cu_base, int s, int total_q, int G) {
+  const int c = min(max(cu_bound(cu_seqlens_q, s, cu_base), 0), total_q);
   return s + (int)((int64_t)c * G / ROWS);
 }
 
 // check_sequence records the first bad device-resident value of sequence s
 // (see the top). Block s checks sequence s: a sequence whose bounds
 // decrease may own no block at all, so no block's own tile would see it.
-__device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, const int* pos_offsets, int s, int total_q,
-                                               int cap, unsigned long long* fault) {
-  const int b = __ldg(cu_seqlens_q + s), e = __ldg(cu_seqlens_q + s + 1);
+__device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, int cu_base, const int* pos_offsets, int s,
+                                               int total_q, int cap, unsigned long long* fault) {
+  const int b = cu_bound(cu_seqlens_q, s, cu_base), e = cu_bound(cu_seqlens_q, s + 1, cu_base);
   if (b < 0 || e < b || e > total_q) {
     record_fault(fault, kFaultCuSeqlensInvalid, s, b, e);
     return;
@@ -157,12 +165,12 @@ __device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, const in
 // find_tile returns block x's work; q_len 0 when it has none. Bad
 // device-resident values are clamped as the top describes.
 template <int ROWS>
-__device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, const int* pos_offsets, int num_seqs,
-                                               int total_q, int G, int cap, int x) {
+__device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, int cu_base, const int* pos_offsets,
+                                               int num_seqs, int total_q, int G, int cap, int x) {
   int lo = 0, hi = num_seqs - 1;  // the last s with tile_start(s) ≤ x
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (tile_start<ROWS>(cu_seqlens_q, mid, total_q, G) <= x) {
+    if (tile_start<ROWS>(cu_seqlens_q, cu_base, mid, total_q, G) <= x) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -170,11 +178,11 @@ __device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, const i
   }
   VarlenTile t;
   t.seq = lo;
-  const int b = __ldg(cu_seqlens_q + lo), e = __ldg(cu_seqlens_q + lo + 1);
+  const int b = cu_bound(cu_seqlens_q, lo, cu_base), e = cu_bound(cu_seqlens_q, lo + 1, cu_base);
   t.q_begin = min(max(b, 0), total_q);
   const int end = min(max(e, t.q_begin), total_q);
   t.q_len = end - t.q_begin;
-  t.row0 = (x - tile_start<ROWS>(cu_seqlens_q, lo, total_q, G)) * ROWS;
+  t.row0 = (x - tile_start<ROWS>(cu_seqlens_q, cu_base, lo, total_q, G)) * ROWS;
   if ((int64_t)t.row0 >= (int64_t)t.q_len * G) {
     t.q_len = 0;
     return t;
@@ -766,7 +774,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int64_t q_token_stride, int64_t out_token_stride,
                                              int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
-                                             int causal, float scale, float k_scale, float v_scale) {
+                                             int causal, float scale, float k_scale, float v_scale, int cu_base) {
   using Smem = VarlenSmem<T, C, D, MT>;
   constexpr int KEYS = Smem::kKeys;
   constexpr int ROWS = Smem::kRows;
@@ -793,10 +801,10 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cap = max_blocks_per_seq << block_size_log2;
   if (kvh == 0 && split == 0 && threadIdx.x == 0 && (int)blockIdx.x < num_seqs) {
-    check_sequence(cu_seqlens_q, pos_offsets, blockIdx.x, total_q, cap, fault);
+    check_sequence(cu_seqlens_q, cu_base, pos_offsets, blockIdx.x, total_q, cap, fault);
   }
   const VarlenTile t =
-      find_tile<ROWS>(cu_seqlens_q, pos_offsets, num_seqs, total_q, G, cap, (int)(gridDim.x - 1 - blockIdx.x));
+      find_tile<ROWS>(cu_seqlens_q, cu_base, pos_offsets, num_seqs, total_q, G, cap, (int)(gridDim.x - 1 - blockIdx.x));
   if (t.q_len == 0) return;
   const bool is_causal = causal != 0;
 
@@ -944,11 +952,11 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
                                              const float* __restrict__ partial_sum,
                                              const int* __restrict__ cu_seqlens_q, int64_t out_token_stride,
                                              int64_t out_head_stride, int num_seqs, int rows, int num_q_heads,
-                                             int splits) {
+                                             int splits, int cu_base) {
   constexpr int PER_LANE = D / 32;
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * kVarlenWarps + (threadIdx.x >> 5);
-  const int total = min(max(__ldg(cu_seqlens_q + num_seqs), 0), rows / num_q_heads);
+  const int total = min(max(cu_bound(cu_seqlens_q, num_seqs, cu_base), 0), rows / num_q_heads);
   if (row >= (int64_t)total * num_q_heads) return;
   const int64_t prow0 = row * splits;
   float mx = -INFINITY;
@@ -990,12 +998,12 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
-      float scale, float k_scale, float v_scale) {                                                          \
+      float scale, float k_scale, float v_scale, int cu_base) {                                             \
     pkv::paged_varlen<T, C, D, MT, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
-                               causal, scale, k_scale, v_scale);                                            \
+                               causal, scale, k_scale, v_scale, cu_base);                                   \
   }
 
 // PKV_VARLEN_MERGE defines one merge entry.
@@ -1003,9 +1011,9 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads)                                        \
       name(T* out, float* lse, const float* partial_out, const float* partial_max, const float* partial_sum, \
            const int* cu_seqlens_q, int64_t out_token_stride, int64_t out_head_stride, int num_seqs, int rows, \
-           int num_q_heads, int splits) {                                                                   \
+           int num_q_heads, int splits, int cu_base) {                                                      \
     pkv::varlen_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, cu_seqlens_q, out_token_stride, \
-                            out_head_stride, num_seqs, rows, num_q_heads, splits);                          \
+                            out_head_stride, num_seqs, rows, num_q_heads, splits, cu_base);                 \
   }
 
 // PKV_VARLEN_ALL defines <prefix>_hd<D> for every head dim and

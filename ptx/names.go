@@ -212,8 +212,7 @@ const (
 
 // Entry points of partition.ptx (kernels_src/partition.cu).
 const (
-	DecodePartition    = "decode_partition"
-	VarlenDecodePrefix = "varlen_decode_prefix"
+	DecodePartition = "decode_partition"
 )
 
 // Entry points of qkv.ptx (kernels_src/qkv.cu).

@@ -445,11 +445,15 @@ func TestVarlenMixedBatch(t *testing.T) {
 		chunk         int // query tokens per chunk
 		chunks        int
 		noLSE         bool
+		longChunks    bool // the chunks' KV reaches MaxKV (else random)
 	}{
 		{shape: check.VarlenShape{QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxKV: 1500, Causal: true}, decodes: 40, chunk: 200, chunks: 3},
 		{shape: check.VarlenShape{QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxKV: 700, Causal: true}, decodes: 70, chunk: 90, chunks: 2, tail: 3},
 		{shape: check.VarlenShape{QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxKV: 2100, Causal: false}, decodes: 25, chunk: 150, chunks: 2, noLSE: true},
 		{shape: check.VarlenShape{QHeads: 12, KVHeads: 3, HeadDim: 64, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxKV: 5000, Causal: true}, decodes: 33, chunk: 64, chunks: 4},
+		// Verify steps of 16 tokens over long KV: the rest runs split-K, so
+		// its merge reads the batch's bounds less the rest's base too.
+		{shape: check.VarlenShape{QHeads: 32, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxKV: 6000, Causal: true}, decodes: 30, chunk: 16, chunks: 2, longChunks: true},
 	} {
 		shape := c.shape
 		shape.Seqs = c.decodes + c.chunks + c.tail
@@ -464,6 +468,9 @@ func TestVarlenMixedBatch(t *testing.T) {
 				}
 				cu[i+1] = cu[i] + int32(q)
 				pos[i] = int32(g.IntN(shape.MaxKV - q + 1))
+				if c.longChunks && q > 1 {
+					pos[i] = int32(shape.MaxKV - q)
+				}
 			}
 			p, err := check.NewVarlenProblemWith(r, s, g, shape, cu, pos)
 			require.NoError(t, err)
@@ -475,6 +482,9 @@ func TestVarlenMixedBatch(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, c.decodes, plan.DecodePrefix, "the leading one-token sequences run as a decode: %s", plan)
 			t.Logf("plan: %s", plan)
+			if c.longChunks {
+				require.Greater(t, plan.Splits, 1, "the verify steps run split-K: %s", plan)
+			}
 			want, wantLSE := p.Reference()
 			out, lse, err := p.Run(r, s)
 			require.NoError(t, err)
