@@ -78,6 +78,9 @@ type bencher struct {
 	expBalance bool
 	// shape, when not nil, selects the rows to measure (-shape).
 	shape *regexp.Regexp
+	// noLeadIn, when set, starts each timed batch on an idle GPU, without
+	// measure's lead-in call (the method before session 18: -lead-in=false).
+	noLeadIn bool
 }
 
 // wants reports whether the row of dtype and shape is measured: every row
@@ -96,6 +99,7 @@ type benchOptions struct {
 	Sweep      bool
 	Stages     int // 0 for the planner's
 	ExpBalance bool
+	NoLeadIn   bool
 	Layouts    bool
 	Shape      *regexp.Regexp // nil: every row
 	Caches     []pagedkv.DType
@@ -116,6 +120,7 @@ func parseBench(args []string) (benchOptions, error) {
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
 	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
 	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan (wave ×1..3 at every ring depth) on the uniform rows and the ragged eager rows (stderr)")
+	leadIn := fs.Bool("lead-in", true, "queue each timed batch behind one untimed call, so the result is device time per call (false: the batch starts on an idle GPU and a batch of one call counts the host's time to its launch, the method before session 18)")
 	layouts := fs.Bool("layouts", false, "also time the uniform decode rows and the varlen rows in the x-split and shuffle layouts (rows end in the layout's name)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
@@ -128,7 +133,7 @@ func parseBench(args []string) (benchOptions, error) {
 		return benchOptions{}, err
 	}
 	o := benchOptions{Op: *op, JSONPath: *jsonPath, Reps: *reps, Quick: *quick, Sweep: !*noSweep,
-		Stages: *stages, ExpBalance: *expBalance, Layouts: *layouts, Device: *device}
+		Stages: *stages, ExpBalance: *expBalance, NoLeadIn: !*leadIn, Layouts: *layouts, Device: *device}
 	if o.Op == "cache" { // the issue tracker's name for the cache-op table
 		o.Op = "append"
 	}
@@ -200,7 +205,7 @@ func runBench(args []string) error {
 	}
 	defer r.Close()
 	b := &bencher{r: r, s: r.Stream(), reps: o.Reps, g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
-		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance, layouts: o.Layouts, shape: o.Shape}
+		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance, noLeadIn: o.NoLeadIn, layouts: o.Layouts, shape: o.Shape}
 	defer b.arena.Free()
 	if b.timer, err = b.s.NewTimer(); err != nil {
 		return err
@@ -247,6 +252,12 @@ func runBench(args []string) error {
 // measure times calls of fn (fn(i) is the i-th call, so inputs can rotate)
 // with CUDA events: after warm-up, reps batches of k back-to-back calls, k
 // chosen so a batch lasts about 300 µs; it returns the median µs per call.
+// Each batch is queued behind one untimed call (the lead-in), so the GPU
+// is busy when the start event is recorded and the host's time to the
+// batch's first launch hides behind it, as it does in an engine that queues
+// its step's work ahead: the result is device time per call. (Before
+// session 18 a batch of one call, every row over 300 µs, counted that host
+// time too; scripts/compare/torch_varlen.py measures the same way.)
 func (b *bencher) measure(fn func(i int) error) (float64, error) {
 	call := 0
 	next := func() error { call++; return fn(call) }
@@ -254,6 +265,15 @@ func (b *bencher) measure(fn func(i int) error) (float64, error) {
 		if err := next(); err != nil {
 			return 0, err
 		}
+	}
+	leadIn := func() error {
+		if b.noLeadIn {
+			return nil
+		}
+		return next()
+	}
+	if err := leadIn(); err != nil {
+		return 0, err
 	}
 	if err := b.timer.Start(); err != nil {
 		return 0, err
@@ -268,6 +288,9 @@ func (b *bencher) measure(fn func(i int) error) (float64, error) {
 	k := min(max(int(0.3/max(float64(ms), 1e-4)), 1), 64)
 	times := make([]float64, 0, b.reps)
 	for range b.reps {
+		if err := leadIn(); err != nil {
+			return 0, err
+		}
 		if err := b.timer.Start(); err != nil {
 			return 0, err
 		}
