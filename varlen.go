@@ -52,7 +52,10 @@ import (
 //     fit for neither. It needs no Workspace and Out token-major and
 //     contiguous; the device arrays must then agree with the host copies
 //     (disagreeing values stay memory-safe and faults are recorded, but
-//     the outputs are undefined).
+//     the outputs are undefined). A fault such a call records names its
+//     part's own view of the arrays: the decode's as KVLens[s] =
+//     PosOffsets[s] + 1, the varlen's with sequences (and CuSeqlensQ
+//     values) counted from the first sequence after the decode rows.
 //   - KVCapacity: for a varlen captured into a graph, the largest KV length
 //     any replay will see (0: the runtime's KV_CAPACITY); the plan is made
 //     for it and for TotalQTokens, the most query tokens any replay may
