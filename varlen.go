@@ -55,7 +55,9 @@ import (
 //     the outputs are undefined). A fault such a call records names its
 //     part's own view of the arrays: the decode's as KVLens[s] =
 //     PosOffsets[s] + 1, the varlen's with sequences (and CuSeqlensQ
-//     values) counted from the first sequence after the decode rows.
+//     values) counted from the first sequence after the decode rows (and
+//     the decode does not record a device offset of −1);
+//     lab/pending/mixed-fault-indices.patch fixes both.
 //   - KVCapacity: for a varlen captured into a graph, the largest KV length
 //     any replay will see (0: the runtime's KV_CAPACITY); the plan is made
 //     for it and for TotalQTokens, the most query tokens any replay may
