@@ -553,10 +553,8 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 // its offset + 1), and the varlen takes views of CuSeqlensQ, PosOffsets
 // and the block tables from sequence d on, with cuBase the host's
 // CuSeqlensQ[d] (its kernels subtract it from every bound, and clamp and
-// record bounds that then fall outside its tokens, as for any batch).
-// Session 17 ran a third, small kernel first that wrote the decode's KV
-// lengths and the rest's rebased bounds; its launch was most of the 1.9%
-// the mixed batch stayed behind two calls.
+// record bounds that then fall outside its tokens, as for any batch), so
+// no kernel rewrites them first (docs/perf-notes.md, Varlen, session 18).
 
 // mixedSplit is a valid VarlenArgs cut into a decode of its first d
 // sequences and a varlen of the rest; their workspaces are set at launch.

@@ -135,13 +135,13 @@ struct VarlenTile {
   int seq, q_begin, q_len, pos_offset, kv_len, row0;
 };
 
-// tile_start returns the first block of sequence s for blocks of ROWS
-// packed rows (see the top).
 // cu_bound returns bound s of cu_seqlens_q less cu_base (see the top).
 __device__ __forceinline__ int cu_bound(const int* cu_seqlens_q, int s, int cu_base) {
   return (int)((unsigned)__ldg(cu_seqlens_q + s) - (unsigned)cu_base);
 }
 
+// tile_start returns the first block of sequence s for blocks of ROWS
+// packed rows (see the top).
 template <int ROWS>
 __device__ __forceinline__ int tile_start(const int* cu_seqlens_q, int cu_base, int s, int total_q, int G) {
   const int c = min(max(cu_bound(cu_seqlens_q, s, cu_base), 0), total_q);
