@@ -198,4 +198,7 @@ type mixedPart struct {
 	// first bound of the varlen part, whose CuSeqlensQ is a view of the
 	// batch's from its first sequence on.
 	cuBase int32
+	// seqBase (VarlenArgs) is that first sequence's index in the batch,
+	// which the kernels add to the sequence a fault names.
+	seqBase int32
 }

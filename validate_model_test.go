@@ -763,7 +763,7 @@ func varlenModel(a *VarlenArgs) kernelModel {
 		want: map[string]*big.Int{
 			"NumSeqs": bi(int64(a.NumSeqs)), "TotalQ": bi(int64(a.TotalQTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
 			"MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)), "BlockSizeLog2": bitsLog2(a.BlockSize),
-			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(int64(a.cuBase)),
+			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(int64(a.cuBase)), "SeqBase": bi(int64(a.seqBase)),
 		},
 		free: []string{"QTokenStride", "OutTokenStride", "OutHeadStride"},
 		int32s: map[string]*big.Int{

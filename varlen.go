@@ -52,12 +52,8 @@ import (
 //     fit for neither. It needs no Workspace and Out token-major and
 //     contiguous; the device arrays must then agree with the host copies
 //     (disagreeing values stay memory-safe and faults are recorded, but
-//     the outputs are undefined). A fault such a call records names its
-//     part's own view of the arrays: the decode's as KVLens[s] =
-//     PosOffsets[s] + 1, the varlen's with sequences (and CuSeqlensQ
-//     values) counted from the first sequence after the decode rows (and
-//     the decode does not record a device offset of −1);
-//     lab/pending/mixed-fault-indices.patch fixes both.
+//     the outputs are undefined). A fault either part records names the
+//     batch's sequence and arrays, as one launch would.
 //   - KVCapacity: for a varlen captured into a graph, the largest KV length
 //     any replay will see (0: the runtime's KV_CAPACITY); the plan is made
 //     for it and for TotalQTokens, the most query tokens any replay may
@@ -270,7 +266,7 @@ type pagedVarlenParams struct {
 	NumBlocks                                                    int64
 	Causal                                                       int32
 	Scale, KScale, VScale                                        float32
-	CuBase                                                       int32
+	CuBase, SeqBase                                              int32
 }
 
 // varlenMergeParams is the parameter list of the paged_varlen_merge_*
@@ -297,7 +293,7 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr, Fault: fault,
 		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.TotalQTokens), NumQHeads: int32(a.NumQHeads),
 		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: a.cuBase,
+		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: a.cuBase, SeqBase: a.seqBase,
 	}
 }
 
@@ -677,7 +673,7 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	m.decode.KVLens = a.PosOffsets
 	m.decode.kvBias = 1
 	rest.CuSeqlensQ = tail(a.CuSeqlensQ, int64(d)*4)
-	rest.cuBase = cu[d]
+	rest.cuBase, rest.seqBase = cu[d], int32(d)
 	m.rest = rest
 	if err != nil || m.rest.Validate() != nil {
 		m.release()

@@ -12,7 +12,8 @@
 //                Both are read on the device. kv_len is kv_lens[s] + kv_bias
 //                (kv_bias 0, or 1 when kv_lens is a mixed varlen batch's
 //                pos_offsets: its decode rows attend pos_offset + 1
-//                positions; a sum past INT_MAX reads INT_MAX), clamped to
+//                positions, and a fault names the offset; a sum past
+//                INT_MAX reads INT_MAX), clamped to
 //                max_blocks_per_seq·block_size and a block id outside
 //                [0, num_blocks) reads block 0; either is recorded in fault.
 //   Single-pass (partial_out == null): out [num_seqs, num_q_heads, D] of <q>
@@ -669,9 +670,18 @@ __device__ __forceinline__ void paged_decode(
     }
   }
 
-  if (len > cap || len < 0) {
-    if (kvh == 0 && split == 0 && threadIdx.x == 0) record_fault(fault, kFaultKVLenBeyondTable, seq, len, cap);
-    len = len < 0 ? 0 : cap;
+  if (len > cap || len < kv_bias) {  // kv_bias ≥ 0: a negative length too
+    // With kv_bias 1 kv_lens is a varlen batch's pos_offsets: a fault names
+    // the offset, and a negative one reads as 0 (KV length 1), as the
+    // varlen does.
+    if (kvh == 0 && split == 0 && threadIdx.x == 0) {
+      if (kv_bias == 0) {
+        record_fault(fault, kFaultKVLenBeyondTable, seq, len, cap);
+      } else {
+        record_fault(fault, kFaultPosOffsetBeyondTable, seq, kv_lens[seq], cap);
+      }
+    }
+    len = len < kv_bias ? kv_bias : cap;
   }
   const int bs_mask = (1 << block_size_log2) - 1;
   const int pages = (len + bs_mask) >> block_size_log2;

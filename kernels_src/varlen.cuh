@@ -10,7 +10,9 @@
 //                cu_seqlens_q[s] − cu_base … cu_seqlens_q[s+1] − cu_base − 1
 //                (cu_base 0, or the first bound of the varlen part of a mixed
 //                batch, whose cu_seqlens_q is a view of the batch's; the
-//                subtraction wraps). pos_offsets int32
+//                subtraction wraps; a fault names bound s + seq_base and its
+//                value as stored, seq_base being that part's first
+//                sequence in the batch). pos_offsets int32
 //                [num_seqs]: the KV position of s's first query token, so
 //                its KV length is pos_offsets[s] + q_len. Both are read on the
 //                device: bounds are clamped into [0, total_q] and decreasing
@@ -152,14 +154,14 @@ __device__ __forceinline__ int tile_start(const int* cu_seqlens_q, int cu_base, 
 // (see the top). Block s checks sequence s: a sequence whose bounds
 // decrease may own no block at all, so no block's own tile would see it.
 __device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, int cu_base, const int* pos_offsets, int s,
-                                               int total_q, int cap, unsigned long long* fault) {
+                                               int seq_base, int total_q, int cap, unsigned long long* fault) {
   const int b = cu_bound(cu_seqlens_q, s, cu_base), e = cu_bound(cu_seqlens_q, s + 1, cu_base);
   if (b < 0 || e < b || e > total_q) {
-    record_fault(fault, kFaultCuSeqlensInvalid, s, b, e);
+    record_fault(fault, kFaultCuSeqlensInvalid, s + seq_base, __ldg(cu_seqlens_q + s), __ldg(cu_seqlens_q + s + 1));
     return;
   }
   const int pos = __ldg(pos_offsets + s);
-  if (pos < 0 || (int64_t)pos + (e - b) > cap) record_fault(fault, kFaultPosOffsetBeyondTable, s, pos, cap);
+  if (pos < 0 || (int64_t)pos + (e - b) > cap) record_fault(fault, kFaultPosOffsetBeyondTable, s + seq_base, pos, cap);
 }
 
 // find_tile returns block x's work; q_len 0 when it has none. Bad
@@ -774,7 +776,8 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int64_t q_token_stride, int64_t out_token_stride,
                                              int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
-                                             int causal, float scale, float k_scale, float v_scale, int cu_base) {
+                                             int causal, float scale, float k_scale, float v_scale, int cu_base,
+                                             int seq_base) {
   using Smem = VarlenSmem<T, C, D, MT>;
   constexpr int KEYS = Smem::kKeys;
   constexpr int ROWS = Smem::kRows;
@@ -801,7 +804,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cap = max_blocks_per_seq << block_size_log2;
   if (kvh == 0 && split == 0 && threadIdx.x == 0 && (int)blockIdx.x < num_seqs) {
-    check_sequence(cu_seqlens_q, cu_base, pos_offsets, blockIdx.x, total_q, cap, fault);
+    check_sequence(cu_seqlens_q, cu_base, pos_offsets, blockIdx.x, seq_base, total_q, cap, fault);
   }
   const VarlenTile t =
       find_tile<ROWS>(cu_seqlens_q, cu_base, pos_offsets, num_seqs, total_q, G, cap, (int)(gridDim.x - 1 - blockIdx.x));
@@ -933,9 +936,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
   if constexpr (LAID) {
-    laid_row.bad.report(fault, t.seq, block_size_log2);
+    laid_row.bad.report(fault, t.seq + seq_base, block_size_log2);
   } else {
-    kv_row.bad.report(fault, t.seq, block_size_log2);
+    kv_row.bad.report(fault, t.seq + seq_base, block_size_log2);
   }
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
@@ -998,12 +1001,12 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
-      float scale, float k_scale, float v_scale, int cu_base) {                                             \
+      float scale, float k_scale, float v_scale, int cu_base, int seq_base) {                               \
     pkv::paged_varlen<T, C, D, MT, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
-                               causal, scale, k_scale, v_scale, cu_base);                                   \
+                               causal, scale, k_scale, v_scale, cu_base, seq_base);                         \
   }
 
 // PKV_VARLEN_MERGE defines one merge entry.

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -425,6 +426,60 @@ func TestVarlenWorkspace(t *testing.T) {
 	err = r.VarlenWithPlan(s, &p.Args, graphPlan)
 	assert.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
 	assert.ErrorContains(t, err, "VarlenArgs.Workspace has")
+}
+
+// TestVarlenMixedFaults checks that a mixed batch Varlen runs as a decode
+// and a varlen (Plan.DecodePrefix) records bad device values as one launch
+// would: naming the batch's sequence and array, not the part's view.
+func TestVarlenMixedFaults(t *testing.T) {
+	r := open(t, config.Options{CheckBounds: ptr(true)})
+	g := rng(t)
+	s := r.Stream()
+	const decodes, chunks, chunk = 40, 3, 200
+	c := check.VarlenShape{Seqs: decodes + chunks, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: chunk, MaxKV: 1500, Causal: true}
+	cu := make([]int32, c.Seqs+1)
+	pos := make([]int32, c.Seqs)
+	for i := range c.Seqs {
+		q := 1
+		if i >= decodes {
+			q = chunk
+		}
+		cu[i+1] = cu[i] + int32(q)
+		pos[i] = int32(g.IntN(c.MaxKV - q + 1))
+	}
+	p, err := check.NewVarlenProblemWith(r, s, g, c, cu, pos)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+	plan, err := r.PlanVarlen(s, &p.Args)
+	require.NoError(t, err)
+	require.Equal(t, decodes, plan.DecodePrefix, "the batch must split for this test: %s", plan)
+	mbps := p.Args.MaxBlocksPerSeq
+	var fe *pagedkv.FaultError
+
+	// A block id outside the pool in the second chunk's table (sequence
+	// decodes+1 of the batch, 1 of the varlen part).
+	bad := append([]int32(nil), p.Tables...)
+	bad[(decodes+1)*mbps] = int32(p.Args.NumBlocks + 1000)
+	require.NoError(t, pagedkv.Upload(s, p.Args.BlockTables, bad))
+	err = r.Varlen(s, &p.Args)
+	require.True(t, errors.As(err, &fe), "want a FaultError, got %v", err)
+	assert.Contains(t, fe.Error(), fmt.Sprintf("BlockTables[%d][0]", decodes+1))
+	require.NoError(t, pagedkv.Upload(s, p.Args.BlockTables, p.Tables))
+
+	// A negative offset on the device for a decode row, and one past the
+	// table for a chunk: each names PosOffsets[s] of the batch.
+	for _, at := range []struct {
+		seq int
+		val int32
+	}{{3, -1}, {decodes + 2, int32(mbps * c.BlockSize)}} {
+		dev := append([]int32(nil), p.PosOffsets...)
+		dev[at.seq] = at.val
+		require.NoError(t, pagedkv.Upload(s, p.Args.PosOffsets, dev))
+		err = r.Varlen(s, &p.Args)
+		require.True(t, errors.As(err, &fe), "want a FaultError for PosOffsets[%d]=%d, got %v", at.seq, at.val, err)
+		assert.Contains(t, fe.Error(), fmt.Sprintf("PosOffsets[%d]=%d", at.seq, at.val))
+		require.NoError(t, pagedkv.Upload(s, p.Args.PosOffsets, p.PosOffsets))
+	}
 }
 
 // TestVarlenMixedBatch runs mixed batches whose leading one-token
