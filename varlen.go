@@ -505,8 +505,8 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 	if plan.DecodePrefix != 0 {
 		return errf("VarlenWithPlan: the plan runs the batch's first %d sequences as a decode before its launch (Plan.DecodePrefix), which only Varlen does; plan one launch with PlanVarlenWith", plan.DecodePrefix)
 	}
-	// Either kernel of the head dim will do (PlanVarlen picks by the queries'
-	// lengths).
+	// Any kernel of the head dim will do (PlanVarlen picks by the queries'
+	// lengths and the device).
 	layout := dispatch.Layout(a.Layout)
 	kernel, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, false)
 	if err != nil {
@@ -514,6 +514,8 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 	}
 	if short, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, true); plan.Kernel == short {
 		kernel = short
+	} else if k64, ok := dispatch.VarlenK64KernelName(kernel); ok && plan.Kernel == k64 {
+		kernel = k64
 	}
 	rows, _, _ := dispatch.VarlenGeometry(kernel)
 	splits := max(plan.Splits, 1)

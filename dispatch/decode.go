@@ -171,6 +171,11 @@ type Knobs struct {
 	Clusters          bool      // DECODE_CLUSTERS; false keeps split-K merges in global memory
 	Narrow            bool      // DECODE_NARROW; false keeps groups up to NarrowMaxGroup on the wide kernels
 	Balance           SplitMode // DECODE_BALANCE: auto, off, or on (balanced whenever split-K is allowed)
+	// VarlenKeys: the K/V tile of a 128-row varlen kernel that has a
+	// 64-key twin (head dim 128, 16-bit caches): 0 = the planner's (see
+	// PlanVarlen), 32 or 64 forces it (tests and benchmarks; no
+	// environment variable sets it).
+	VarlenKeys int
 }
 
 // DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
@@ -794,6 +799,9 @@ func validateKnobs(k *Knobs) error {
 	}
 	if k.ScratchLimitBytes < 0 {
 		return errf("dispatch: Knobs.ScratchLimitBytes=%d is negative; allowed: 0 (no limit) or more", k.ScratchLimitBytes)
+	}
+	if k.VarlenKeys != 0 && k.VarlenKeys != 32 && k.VarlenKeys != 64 {
+		return errf("dispatch: Knobs.VarlenKeys=%d is not supported; supported: 0 (the planner's), 32, 64", k.VarlenKeys)
 	}
 	return nil
 }

@@ -73,13 +73,17 @@ type nameTables struct {
 	varlenLaid  [len(activationTypes)][2][2][len(headDims)][2]string
 	varlenMerge [len(activationTypes)][len(headDims)]string
 	varlenShape map[string]varlenGeometry
+	// varlenK64: the 64-key-tile twin (_k64) of a 128-row kernel at head
+	// dim 128 over a 16-bit cache, by the 32-key kernel's name.
+	varlenK64 map[string]string
 }
 
 // addVarlen records the geometry of the varlen kernels named base (and
 // base_r64 below head dim 256), each name ending in suffix, and returns
 // them as the varlen tables hold them: the 128-row kernel, the short-tile
-// one (the same at head dim 256, which has only 64-row blocks). The
-// geometry is VarlenConfig's in kernels_src/varlen.cuh.
+// one (the same at head dim 256, which has only 64-row blocks). At head dim
+// 128 over a 16-bit cache it also records the 128-row kernel's 64-key twin
+// (base_k64). The geometry is VarlenConfig's in kernels_src/varlen.cuh.
 func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]string {
 	if headDim > 128 {
 		t.varlenShape[base+suffix] = varlenGeometry{headDim, cacheSize, 64, 32}
@@ -87,6 +91,10 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 	}
 	t.varlenShape[base+suffix] = varlenGeometry{headDim, cacheSize, 128, 32}
 	t.varlenShape[base+"_r64"+suffix] = varlenGeometry{headDim, cacheSize, 64, 64}
+	if headDim == 128 && cacheSize == 2 {
+		t.varlenK64[base+suffix] = base + "_k64" + suffix
+		t.varlenShape[base+"_k64"+suffix] = varlenGeometry{headDim, cacheSize, 128, 64}
+	}
 	return [2]string{base + suffix, base + "_r64" + suffix}
 }
 
@@ -95,7 +103,8 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 var tables = buildNames()
 
 func buildNames() *nameTables {
-	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, varlenShape: map[string]varlenGeometry{}}
+	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, varlenShape: map[string]varlenGeometry{},
+		varlenK64: map[string]string{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -576,6 +585,14 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 	return pair[0], nil
 }
 
+// VarlenK64KernelName returns the 64-key-tile twin of kernel, the 128-row
+// varlen kernel VarlenKernelName names at head dim 128 over a 16-bit cache
+// (PlanVarlen picks between them), and whether kernel has one.
+func VarlenK64KernelName(kernel string) (string, bool) {
+	k64, ok := tables.varlenK64[kernel]
+	return k64, ok
+}
+
 // VarlenMergeKernelName returns the kernel that merges the split-K partials
 // of a varlen launch with output of type dtype and head dimension headDim.
 func VarlenMergeKernelName(dtype DType, headDim int) (string, error) {
@@ -595,6 +612,9 @@ func VarlenKernelNames() []string {
 			names = append(names, pair[0])
 			if pair[1] != pair[0] {
 				names = append(names, pair[1])
+			}
+			if k64, ok := tables.varlenK64[pair[0]]; ok {
+				names = append(names, k64)
 			}
 		}
 	}

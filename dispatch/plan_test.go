@@ -503,14 +503,16 @@ func TestKernelNameLists(t *testing.T) {
 	all := KernelNames()
 	// … decode_partition, the six _g8_sm90 fp8
 	// kernels and their _laid twins, varlen: q dtype × ((16-bit and e4m3 caches in three
-	// layouts) × (three head dims + two _r64) + three merges); the 16
-	// appends include the page path's claim and page kernels.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+1+2*6+2*(6*5+3))
+	// layouts) × (three head dims + two _r64) + the 16-bit caches' three
+	// _k64 + three merges); the 16 appends include the page path's claim and
+	// page kernels.
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+1+2*6+2*(6*5+3+3))
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")
 	assert.Contains(t, all, "cache_claim_bf16_e4m3")
 	assert.Contains(t, all, "paged_varlen_f16_hd128_r64_shuffle")
 	assert.Contains(t, all, "cache_append_pages_f16")
 	assert.Contains(t, all, "paged_varlen_bf16_e4m3_hd128")
+	assert.Contains(t, all, "paged_varlen_bf16_hd128_k64_xsplit")
 	assert.Contains(t, all, "paged_varlen_merge_f16_hd256")
 	seen := map[string]bool{}
 	for _, name := range all {

@@ -59,7 +59,12 @@ type VarlenShape struct {
 // than 128 packed rows (q_len·G: decode rows of a mixed batch, speculative
 // verify) take the _r64 kernel, whose 64-row blocks keep every warp
 // computing; longer queries the 128-row kernel, which reads shared memory
-// half as often per product.
+// half as often per product. At head dim 128 over a 16-bit cache that is
+// its 64-key twin (_k64, VarlenK64KernelName) where two of the twin's 96
+// KiB blocks fit an SM (Occupancy: compute capability 9.0's 228 KB, the
+// H100 and H200, where it ran long prefill 6–8% faster), else the 32-key
+// kernel (compute capability 8.0's 164 KB holds one such block, where the
+// 32-key kernel keeps two); Knobs.VarlenKeys forces either.
 //
 // Split-K (Splits > 1, merged by VarlenMergeKernelName's kernel) comes in
 // when the row tiles leave the GPU without a full wave of blocks and the KV
@@ -80,6 +85,9 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.Layout, s.HeadDim, VarlenShortRows(s.TotalQTokens, s.NumSeqs, group))
 	if err != nil {
 		return Plan{}, err
+	}
+	if k64, ok := tables.varlenK64[kernel]; ok && (k.VarlenKeys == 64 || k.VarlenKeys == 0 && dev.Occupancy[k64] >= 2) {
+		kernel = k64
 	}
 	geo := tables.varlenShape[kernel]
 	shared := VarlenSharedBytes(kernel)

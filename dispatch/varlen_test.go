@@ -38,8 +38,8 @@ func TestPlanVarlen(t *testing.T) {
 		splits int
 		reason string
 	}{
-		{"long prefill: 128-row blocks, no split", prefill(8, 2048, 2048), DefaultKnobs(),
-			"paged_varlen_bf16_hd128", Dim3{8 + 8*2048*4/128, 8, 1}, 1, ReasonGridFills},
+		{"long prefill: 128-row blocks of 64-key tiles, no split", prefill(8, 2048, 2048), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_k64", Dim3{8 + 8*2048*4/128, 8, 1}, 1, ReasonGridFills},
 		// 8 × 16 tokens × group 4 = 8 row tiles of 64 per KV head: 64
 		// blocks against a wave of 264; 4 splits fill one wave exactly.
 		{"small query over long KV: 64-row blocks, split to one wave", prefill(8, 16, 8192), DefaultKnobs(),
@@ -66,6 +66,63 @@ func TestPlanVarlen(t *testing.T) {
 			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
 		})
 	}
+}
+
+// TestPlanVarlenK64 checks the choice between a 128-row kernel and its
+// 64-key twin: the twin where two of its blocks fit an SM, or as
+// Knobs.VarlenKeys forces; kernels without a twin stay.
+func TestPlanVarlenK64(t *testing.T) {
+	a100 := varlenDev() // 164 KB an SM: one 96 KiB block
+	a100.Name, a100.SMs, a100.MaxSharedPerBlockOptin = "A100-like", 108, 163<<10
+	a100.Occupancy["paged_varlen_bf16_hd128_k64"] = 1
+	a100.Occupancy["paged_varlen_bf16_hd128_k64_shuffle"] = 1
+	unloaded := varlenDev()
+	unloaded.Occupancy = nil
+	keys := func(n int) Knobs { return knobs(func(k *Knobs) { k.VarlenKeys = n }) }
+	shuffle := prefill(8, 2048, 2048)
+	shuffle.Layout = LayoutShuffle
+	fp8 := prefill(8, 2048, 2048)
+	fp8.CacheDType = E4M3
+	hd64 := prefill(8, 2048, 2048)
+	hd64.HeadDim = 64
+	tests := []struct {
+		name   string
+		shape  VarlenShape
+		dev    DeviceFacts
+		knobs  Knobs
+		kernel string
+	}{
+		{"two blocks fit", prefill(8, 2048, 2048), varlenDev(), DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
+		{"two blocks fit, shuffle layout", shuffle, varlenDev(), DefaultKnobs(), "paged_varlen_bf16_hd128_k64_shuffle"},
+		{"one block fits", prefill(8, 2048, 2048), a100, DefaultKnobs(), "paged_varlen_bf16_hd128"},
+		{"one block fits, shuffle layout", shuffle, a100, DefaultKnobs(), "paged_varlen_bf16_hd128_shuffle"},
+		{"occupancy not measured yet", prefill(8, 2048, 2048), unloaded, DefaultKnobs(), "paged_varlen_bf16_hd128"},
+		{"forced 32", prefill(8, 2048, 2048), varlenDev(), keys(32), "paged_varlen_bf16_hd128"},
+		{"forced 64", prefill(8, 2048, 2048), a100, keys(64), "paged_varlen_bf16_hd128_k64"},
+		{"fp8 cache: no twin", fp8, varlenDev(), keys(64), "paged_varlen_bf16_e4m3_hd128"},
+		{"head dim 64: no twin", hd64, varlenDev(), keys(64), "paged_varlen_bf16_hd64"},
+		{"short rows: the _r64 kernel", prefill(8, 16, 8192), varlenDev(), keys(64), "paged_varlen_bf16_hd128_r64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanVarlen(tt.shape, tt.dev, tt.knobs)
+			require.NoError(t, err)
+			assert.Equal(t, tt.kernel, p.Kernel)
+			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
+		})
+	}
+	rows, k, ok := VarlenGeometry("paged_varlen_f16_hd128_k64_xsplit")
+	assert.True(t, ok)
+	assert.Equal(t, [2]int{128, 64}, [2]int{rows, k})
+	assert.Equal(t, 128*128*2+2*2*64*128*2, VarlenSharedBytes("paged_varlen_f16_hd128_k64"), "96 KiB")
+	twin, ok := VarlenK64KernelName("paged_varlen_f16_hd128_xsplit")
+	assert.True(t, ok)
+	assert.Equal(t, "paged_varlen_f16_hd128_k64_xsplit", twin)
+	_, ok = VarlenK64KernelName("paged_varlen_f16_hd128_r64")
+	assert.False(t, ok)
+	_, err := PlanVarlen(prefill(8, 2048, 2048), varlenDev(), keys(48))
+	require.ErrorIs(t, err, ErrInvalidShape)
+	assert.Contains(t, err.Error(), "Knobs.VarlenKeys=48 is not supported; supported: 0 (the planner's), 32, 64")
 }
 
 // TestVarlenGridCoversEveryBatch checks the row-tile mapping the kernels
@@ -145,7 +202,7 @@ func TestPlanVarlenLayouts(t *testing.T) {
 	for _, c := range []struct {
 		s      VarlenShape
 		suffix string
-	}{{prefill(8, 2048, 2048), ""}, {prefill(8, 16, 8192), "_r64"}} {
+	}{{prefill(8, 2048, 2048), "_k64"}, {prefill(8, 16, 8192), "_r64"}} {
 		flash, err := PlanVarlen(c.s, dev, DefaultKnobs())
 		require.NoError(t, err)
 		for l, name := range map[Layout]string{LayoutXSplit: "xsplit", LayoutShuffle: "shuffle"} {

@@ -3,7 +3,7 @@
 // cores (mma.sync m16n8k16), single-pass and split-K, and the merge of split-K
 // partials.
 //
-// paged_varlen_<q>[_e4m3]_hd<D>[_r64] (see VarlenConfig for the suffix)
+// paged_varlen_<q>[_e4m3]_hd<D>[_r64|_k64] (see VarlenConfig for the suffixes)
 //   q            [total_q, num_q_heads, D] of <q>, token stride q_token_stride
 //                elements (heads contiguous).
 //   cu_seqlens_q int32 [num_seqs+1]: sequence s owns query tokens
@@ -40,9 +40,9 @@
 //                when empty) and partial_sum [total_q, num_q_heads, splits];
 //                paged_varlen_merge_<q>_hd<D> merges them.
 // Grid: (num_seqs + ⌊total_q·G/R⌋, num_kv_heads, splits), G =
-// num_q_heads/num_kv_heads, R = VarlenConfig<D, MT>::kRows (128 for the
-// entries without a suffix below D = 256, else 64). Block: kVarlenThreads (4 warps). Dynamic shared
-// memory: VarlenSmem<T, C, D, MT>::kBytes (dispatch.VarlenSharedBytes).
+// num_q_heads/num_kv_heads, R = VarlenConfig<D, MT, KEYS>::kRows (128 for the
+// entries without a suffix below D = 256 and the _k64 ones, else 64). Block: kVarlenThreads (4 warps). Dynamic shared
+// memory: VarlenSmem<T, C, D, MT, KEYS>::kBytes (dispatch.VarlenSharedBytes).
 //
 // How a block works. The G query heads of one KV head are packed into the
 // rows of the mma tiles: packed row p of sequence s is (token p / G, head
@@ -81,21 +81,25 @@ constexpr int kVarlenWarps = kVarlenThreads / 32;
 constexpr int kVarlenMaxSplits = 64;
 
 // VarlenConfig is the tiling of a block for head dim D with MT mma row
-// tiles (16 rows each) per warp: a block holds kRows packed rows, and K/V
-// tiles hold kKeys positions. Two row tiles per warp let each K/V fragment
-// a warp reads from shared memory serve twice the rows; they fit the
-// register file with 32-key tiles (with 64-key tiles they fill all 255
-// registers and ran 5% slower on the H200). The entries without a suffix are MT = 2 (MT = 1 at D = 256, whose
-// output alone takes 128 registers per row tile); the _r64 entries (D ≤
-// 128) are MT = 1 with 64-key tiles, for short query tiles: a row tile of
-// a one-token sequence or a 16-token verify step is mostly empty, and
-// there one 64-row block keeps all four warps computing (the planner picks,
-// see dispatch.PlanVarlen).
-template <int D, int MT>
+// tiles (16 rows each) per warp and K/V tiles of KEYS positions: a block
+// holds kRows packed rows. Two row tiles per warp let each K/V fragment a
+// warp reads from shared memory serve twice the rows. The entries without
+// a suffix are MT = 2 with 32-key tiles (MT = 1 at D = 256, whose output
+// alone takes 128 registers per row tile); the _k64 entries (D = 128,
+// 16-bit caches) are MT = 2 with 64-key tiles: the loop's softmax and
+// rescale serve twice the keys, and they fit 255 registers without spills
+// since the mask has a loop of its own, but a block takes 96 KiB of shared
+// memory (the planner takes them where two fit an SM, see
+// dispatch.PlanVarlen). The _r64 entries (D ≤ 128) are MT = 1 with 64-key
+// tiles, for short query tiles: a row tile of a one-token sequence or a
+// 16-token verify step is mostly empty, and there one 64-row block keeps
+// all four warps computing.
+template <int D, int MT, int KEYS = (MT == 2 || D > 128 ? 32 : 64)>
 struct VarlenConfig {
   static_assert(MT == 1 || (MT == 2 && D <= 128), "two row tiles per warp need D ≤ 128");
+  static_assert(KEYS == 32 || KEYS == 64, "K/V tiles of 32 or 64 keys");
   static constexpr int kMTiles = MT;
-  static constexpr int kKeys = MT == 2 || D > 128 ? 32 : 64;
+  static constexpr int kKeys = KEYS;
   static constexpr int kRows = 16 * kVarlenWarps * kMTiles;
   // Two stages: a third ran 3.6% slower at 8×2048 (docs/perf-notes.md).
   static constexpr int kStages = 2;
@@ -105,11 +109,11 @@ struct VarlenConfig {
 // (kRows × D of <q>), a ring of kStages stages each holding one K and
 // one V tile as stored (kKeys rows), and for fp8 caches one K and one V tile
 // widened to <q>.
-template <typename T, typename C, int D, int MT>
+template <typename T, typename C, int D, int MT, int KEYS = VarlenConfig<D, MT>::kKeys>
 struct VarlenSmem {
-  static constexpr int kKeys = VarlenConfig<D, MT>::kKeys;
-  static constexpr int kRows = VarlenConfig<D, MT>::kRows;
-  static constexpr int kStages = VarlenConfig<D, MT>::kStages;
+  static constexpr int kKeys = VarlenConfig<D, MT, KEYS>::kKeys;
+  static constexpr int kRows = VarlenConfig<D, MT, KEYS>::kRows;
+  static constexpr int kStages = VarlenConfig<D, MT, KEYS>::kStages;
   static constexpr int kChunks = D / 8;                           // 16-byte chunks of a 16-bit row
   static constexpr int kCacheChunks = D * (int)sizeof(C) / 16;    // of a stored cache row
   static constexpr int kQBytes = kRows * D * 2;
@@ -119,6 +123,16 @@ struct VarlenSmem {
   static constexpr int kWideBytes = sizeof(C) == 1 ? 2 * kWideTileBytes : 0;
   static constexpr int kBytes = kQBytes + kStages * kStageBytes + kWideBytes;
 };
+
+// Int<N> carries N as a type, for generic lambdas (decltype(n)::value).
+template <int N>
+struct Int {
+  static constexpr int value = N;
+};
+
+// How a tile's scores are masked (paged_varlen's step): not at all, all of
+// them, or when the tile reaches the block's first row's limit.
+constexpr int kMaskNone = 0, kMaskAll = 1, kMaskFrom = 2;
 
 // Pick<B, X, Y>::type is X when B holds, else Y.
 template <bool B, typename X, typename Y>
@@ -236,9 +250,9 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
 // of 4 made the 16-bit prefill rows 0–4.6% faster and the fp8 one (128-byte
 // rows) 6.4% slower; KVLines' lookups by shuffle cost these kernels 10%
 // (session 14).
-template <typename T, typename C, int D, int MT>
+template <typename T, typename C, int D, int MT, int KEYS>
 struct KVRow {
-  using Smem = VarlenSmem<T, C, D, MT>;
+  using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   static constexpr int kTPR = D * (int)sizeof(C) >= 256 ? 8 : 4;  // threads per row
   static constexpr int kRPP = kVarlenThreads / kTPR;                              // rows per pass
   static constexpr int kRPT = Smem::kKeys / kRPP;                                 // rows per thread
@@ -299,9 +313,9 @@ struct KVRow {
 // A thread loads rows r0 + kRP·j, j < kPasses, chunk c of each; lane l
 // looks up the block of tile row l (and l + 32 for 64-key tiles), which the
 // loading lanes take by shuffle.
-template <typename T, typename C, int D, int MT>
+template <typename T, typename C, int D, int MT, int KEYS>
 struct KVLines {
-  using Smem = VarlenSmem<T, C, D, MT>;
+  using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   static constexpr int kCCH = Smem::kCacheChunks;
   static constexpr int kRP = kVarlenThreads / kCCH;  // rows per pass
   static constexpr int kPasses = Smem::kKeys / kRP;
@@ -598,14 +612,14 @@ __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned c
 // fragments come from qa (registers, MT == 1) or from q_s.
 // K_PIECES: K in LaidKV's piece-major tile, at lo's offsets (else a flash
 // tile, at bo's).
-template <typename T, int D, int KEYS, int MT, bool Q_IN_REGS, bool K_PIECES, int LAYOUT>
-__device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t (*qa)[4], uint32_t q_s,
+template <typename T, int D, int KEYS, int KN, int MT, bool Q_IN_REGS, bool K_PIECES, int LAYOUT>
+__device__ __forceinline__ void qk_tile(float (*s)[KN / 8][4], const uint32_t (*qa)[4], uint32_t q_s,
                                         uint32_t k_s, const LaneOffsets<D / 8>& ao, const LaneOffsets<D / 8>& bo,
                                         const LaidOffsets<D, KEYS, LAYOUT>& lo, int warp) {
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int n = 0; n < KEYS / 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+    for (int n = 0; n < KN / 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
   }
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
@@ -619,7 +633,7 @@ __device__ __forceinline__ void qk_tile(float (*s)[KEYS / 8][4], const uint32_t 
       }
     }
 #pragma unroll
-    for (int np = 0; np < KEYS / 16; ++np) {
+    for (int np = 0; np < KN / 16; ++np) {
       uint32_t b[4];
       ldmatrix_x4(b, k_s + (K_PIECES ? lo.k_at(np, ks) : bo.at(16 * np, ks)));
 #pragma unroll
@@ -691,11 +705,11 @@ __device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], flo
 // from shared memory serves all MT row tiles. The flash layout's V tile is
 // token-major (read transposing, at ao's offsets); LaidKV's is transposed
 // already (read plain, at lo's).
-template <typename T, int D, int KEYS, int MT, int LAYOUT>
-__device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)[KEYS / 8][4], uint32_t v_s,
+template <typename T, int D, int KEYS, int KN, int MT, int LAYOUT>
+__device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)[KN / 8][4], uint32_t v_s,
                                         const LaneOffsets<D / 8>& ao, const LaidOffsets<D, KEYS, LAYOUT>& lo) {
 #pragma unroll
-  for (int kk = 0; kk < KEYS / 16; ++kk) {
+  for (int kk = 0; kk < KN / 16; ++kk) {
     uint32_t a[MT][4];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
@@ -765,7 +779,7 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
   }
 }
 
-template <typename T, typename C, int D, int MT, int LAYOUT>
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
 __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
                                              float* __restrict__ partial_out, float* __restrict__ partial_max,
                                              float* __restrict__ partial_sum, const T* __restrict__ q,
@@ -778,13 +792,17 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
                                              int causal, float scale, float k_scale, float v_scale, int cu_base,
                                              int seq_base) {
-  using Smem = VarlenSmem<T, C, D, MT>;
-  constexpr int KEYS = Smem::kKeys;
+  using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   constexpr int ROWS = Smem::kRows;
   constexpr int STAGES = Smem::kStages;
   constexpr int NT = D / 8;
   constexpr bool kFP8 = sizeof(C) == 1;
   constexpr bool LAID = LAYOUT != kLayoutFlash;
+  // The _k64 entries run the tiles below every row's limit in a loop
+  // without the mask code: with it, their 64-key loop spilled on the
+  // H200's JIT (session 19); the others keep one loop (two ran 0.7–2.5%
+  // slower on the H100, session 20).
+  constexpr bool kSplitLoops = MT == 2 && KEYS == 64;
   // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
   // into a flash tile (LaidFP8KV).
   constexpr bool K_PIECES = LAID && !kFP8;
@@ -826,13 +844,17 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // row of a mixed batch) only helps load.
   const int p0 = t.row0 + 16 * MT * warp;
   const bool computes = p0 < rows;
+  // lim: this lane's rows' limits, set where the masked tiles begin (the
+  // split loops) or here.
   int lim[MT][2];
+  auto set_limits = [&] {
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    lim[m][0] = row_limit(t, p0 + 16 * m + (lane >> 2), G, is_causal);
-    lim[m][1] = row_limit(t, p0 + 16 * m + (lane >> 2) + 8, G, is_causal);
-  }
-
+    for (int m = 0; m < MT; ++m) {
+      lim[m][0] = row_limit(t, p0 + 16 * m + (lane >> 2), G, is_causal);
+      lim[m][1] = row_limit(t, p0 + 16 * m + (lane >> 2) + 8, G, is_causal);
+    }
+  };
+  if constexpr (!kSplitLoops) set_limits();
   const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
   const int64_t row_stride = (int64_t)num_kv_heads * D;
   const C* k_head = k_cache + (int64_t)kvh * D;
@@ -842,7 +864,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // one-row-tile kernels (KVLines), a row per 128/KEYS threads for the
   // two-row-tile ones (KVRow: one block-table lookup per thread and tile;
   // they are bound by their math, not by memory).
-  using FlashRows = typename Pick<MT == 1, KVLines<T, C, D, MT>, KVRow<T, C, D, MT>>::type;
+  using FlashRows = typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS>, KVRow<T, C, D, MT, KEYS>>::type;
   FlashRows kv_row;
   const uint32_t nb = BadBlock::bound(num_blocks);
   // The x-split and shuffle layouts' loader (Pick: an fp8 cache's).
@@ -899,14 +921,20 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   }
 
   int stage = 0;  // tile i's; tile i - 1's stage (free after the barrier) is the one before
-  for (int i = first_tile; i < end_tile; ++i) {
+  // step runs tile i, its first KN positions (the rest lie past kv_end),
+  // and masks its scores as MASK says: kMaskNone (every position lies below
+  // every row's limit), kMaskAll (some lie at or past one), kMaskFrom (only
+  // a tile that reaches mask_from); lim holds this lane's rows' limits.
+  auto step = [&](int i, auto kn, auto mask, const int (*lim)[2]) {
+    constexpr int KN = decltype(kn)::value;
+    constexpr int MASK = decltype(mask)::value;
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // tile i has landed for every thread; tile i-1's stage is free
     issue(i + STAGES - 1, stage == 0 ? STAGES - 1 : stage - 1, next_blk);
     next_blk = lookup(i + STAGES);
     uint32_t k_s = ring_s + stage * Smem::kStageBytes;
     uint32_t v_s = k_s + Smem::kTileBytes;
-    if constexpr (LAID && !kFP8) {
+    if constexpr (LAID && !kFP8 && MASK != kMaskNone) {  // only a masked tile reaches past kv_end
       if (i * KEYS + KEYS > kv_end && (kv_end & 7) != 0) {
         LaidKV<D, KEYS, LAYOUT>::zero_tail(ring + stage * Smem::kStageBytes + Smem::kTileBytes, kv_end - i * KEYS);
         __syncthreads();
@@ -924,15 +952,39 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
       v_s = k_s + Smem::kWideTileBytes;
     }
     stage = stage == STAGES - 1 ? 0 : stage + 1;
-    if (!computes) continue;
-    float s[MT][KEYS / 8][4];
-    qk_tile<T, D, KEYS, MT, kQInRegs, K_PIECES, LAYOUT>(s, qa, q_s, k_s, ao, bo, lo, warp);
+    if (!computes) return;
+    float s[MT][KN / 8][4];
+    qk_tile<T, D, KEYS, KN, MT, kQInRegs, K_PIECES, LAYOUT>(s, qa, q_s, k_s, ao, bo, lo, warp);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      if (i * KEYS + KEYS > mask_from) mask_scores<KEYS>(s[m], i * KEYS, lim[m][0], lim[m][1], lane);
-      softmax_tile<KEYS, NT>(st[m], s[m], acc[m], q_mul);
+      if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > mask_from)) {
+        mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], lane);
+      }
+      softmax_tile<KN, NT>(st[m], s[m], acc[m], q_mul);
     }
-    pv_tile<T, D, KEYS, MT, LAYOUT>(acc, s, v_s, ao, lo);
+    pv_tile<T, D, KEYS, KN, MT, LAYOUT>(acc, s, v_s, ao, lo);
+  };
+  if constexpr (kSplitLoops) {
+    // The tiles wholly below every row's limit run first, in a loop
+    // without the mask (a branch around it inside the loop cut the block
+    // ptxas schedules in two, and its limits held 4 registers), then the
+    // tiles from mask_from on, masked: the diagonal's, or the one that
+    // holds kv_end.
+    const int masked_from = max(first_tile, min(end_tile, mask_from / KEYS));
+    for (int i = first_tile; i < masked_from; ++i) step(i, Int<KEYS>{}, Int<kMaskNone>{}, nullptr);
+    set_limits();
+    for (int i = masked_from; i < end_tile; ++i) {
+      // A tile whose second half lies past kv_end computes its first half
+      // only (P would be 0 there): the last tile of a causal block would
+      // otherwise compute on average 16 more keys than 32-key tiles.
+      if (i * KEYS + KEYS / 2 >= kv_end) {
+        step(i, Int<KEYS / 2>{}, Int<kMaskAll>{}, lim);
+      } else {
+        step(i, Int<KEYS>{}, Int<kMaskAll>{}, lim);
+      }
+    }
+  } else {
+    for (int i = first_tile; i < end_tile; ++i) step(i, Int<KEYS>{}, Int<kMaskFrom>{}, lim);
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
   if constexpr (LAID) {
@@ -993,8 +1045,9 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 
 }  // namespace pkv
 
-// PKV_VARLEN defines one varlen entry (LAYOUT: the caches' layout).
-#define PKV_VARLEN(name, T, C, D, MT, LAYOUT)                                                                 \
+// PKV_VARLEN defines one varlen entry (KEYS: its K/V tiles' positions;
+// LAYOUT: the caches' layout).
+#define PKV_VARLEN(name, T, C, D, MT, KEYS, LAYOUT)                                                              \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
@@ -1002,7 +1055,7 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
       float scale, float k_scale, float v_scale, int cu_base, int seq_base) {                               \
-    pkv::paged_varlen<T, C, D, MT, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
+    pkv::paged_varlen<T, C, D, MT, KEYS, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
@@ -1021,25 +1074,33 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 
 // PKV_VARLEN_ALL defines <prefix>_hd<D> for every head dim and
 // <prefix>_hd<D>_r64 below 256 (see VarlenConfig).
-#define PKV_VARLEN_ALL(prefix, T, C)                                  \
-  PKV_VARLEN(prefix##_hd64, T, C, 64, 2, pkv::kLayoutFlash)            \
-  PKV_VARLEN(prefix##_hd128, T, C, 128, 2, pkv::kLayoutFlash)          \
-  PKV_VARLEN(prefix##_hd256, T, C, 256, 1, pkv::kLayoutFlash)          \
-  PKV_VARLEN(prefix##_hd64_r64, T, C, 64, 1, pkv::kLayoutFlash)        \
-  PKV_VARLEN(prefix##_hd128_r64, T, C, 128, 1, pkv::kLayoutFlash)
+#define PKV_VARLEN_ALL(prefix, T, C)                                       \
+  PKV_VARLEN(prefix##_hd64, T, C, 64, 2, 32, pkv::kLayoutFlash)             \
+  PKV_VARLEN(prefix##_hd128, T, C, 128, 2, 32, pkv::kLayoutFlash)           \
+  PKV_VARLEN(prefix##_hd256, T, C, 256, 1, 32, pkv::kLayoutFlash)           \
+  PKV_VARLEN(prefix##_hd64_r64, T, C, 64, 1, 64, pkv::kLayoutFlash)         \
+  PKV_VARLEN(prefix##_hd128_r64, T, C, 128, 1, 64, pkv::kLayoutFlash)
 
 // PKV_VARLEN_LAYOUT_ALL defines the entries of PKV_VARLEN_ALL over a cache
 // of type C (T or e4m3) in the x-split and shuffle layouts, each name
 // ending in _<layout>.
-#define PKV_VARLEN_LAYOUT(prefix, T, C, L, LAYOUT)                \
-  PKV_VARLEN(prefix##_hd64_##L, T, C, 64, 2, LAYOUT)              \
-  PKV_VARLEN(prefix##_hd128_##L, T, C, 128, 2, LAYOUT)            \
-  PKV_VARLEN(prefix##_hd256_##L, T, C, 256, 1, LAYOUT)            \
-  PKV_VARLEN(prefix##_hd64_r64_##L, T, C, 64, 1, LAYOUT)          \
-  PKV_VARLEN(prefix##_hd128_r64_##L, T, C, 128, 1, LAYOUT)
+#define PKV_VARLEN_LAYOUT(prefix, T, C, L, LAYOUT)                     \
+  PKV_VARLEN(prefix##_hd64_##L, T, C, 64, 2, 32, LAYOUT)               \
+  PKV_VARLEN(prefix##_hd128_##L, T, C, 128, 2, 32, LAYOUT)             \
+  PKV_VARLEN(prefix##_hd256_##L, T, C, 256, 1, 32, LAYOUT)             \
+  PKV_VARLEN(prefix##_hd64_r64_##L, T, C, 64, 1, 64, LAYOUT)           \
+  PKV_VARLEN(prefix##_hd128_r64_##L, T, C, 128, 1, 64, LAYOUT)
 #define PKV_VARLEN_LAYOUT_ALL(prefix, T, C)                        \
   PKV_VARLEN_LAYOUT(prefix, T, C, xsplit, pkv::kLayoutXSplit)      \
   PKV_VARLEN_LAYOUT(prefix, T, C, shuffle, pkv::kLayoutShuffle)
+
+// PKV_VARLEN_K64 defines <prefix>_hd128_k64 over a cache of type T in
+// the flash layout, and PKV_VARLEN_LAYOUT_K64 <prefix>_hd128_k64_<layout>
+// in the x-split and shuffle layouts (see VarlenConfig).
+#define PKV_VARLEN_K64(prefix, T) PKV_VARLEN(prefix##_hd128_k64, T, T, 128, 2, 64, pkv::kLayoutFlash)
+#define PKV_VARLEN_LAYOUT_K64(prefix, T)                                     \
+  PKV_VARLEN(prefix##_hd128_k64_xsplit, T, T, 128, 2, 64, pkv::kLayoutXSplit) \
+  PKV_VARLEN(prefix##_hd128_k64_shuffle, T, T, 128, 2, 64, pkv::kLayoutShuffle)
 
 // PKV_VARLEN_MERGE_ALL defines <prefix>_hd<D> for every head dim.
 #define PKV_VARLEN_MERGE_ALL(prefix, T) \

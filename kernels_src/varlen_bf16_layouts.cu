@@ -4,4 +4,5 @@
 #include "varlen.cuh"
 
 PKV_VARLEN_LAYOUT_ALL(paged_varlen_bf16, __nv_bfloat16, __nv_bfloat16)
+PKV_VARLEN_LAYOUT_K64(paged_varlen_bf16, __nv_bfloat16)
 PKV_VARLEN_LAYOUT_ALL(paged_varlen_bf16_e4m3, __nv_bfloat16, pkv::e4m3)

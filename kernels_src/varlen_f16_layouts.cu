@@ -4,4 +4,5 @@
 #include "varlen.cuh"
 
 PKV_VARLEN_LAYOUT_ALL(paged_varlen_f16, __half, __half)
+PKV_VARLEN_LAYOUT_K64(paged_varlen_f16, __half)
 PKV_VARLEN_LAYOUT_ALL(paged_varlen_f16_e4m3, __half, pkv::e4m3)

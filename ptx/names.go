@@ -234,6 +234,7 @@ const (
 // Entry points of varlen_bf16.ptx (kernels_src/varlen_bf16.cu).
 const (
 	PagedVarlenBf16Hd128      = "paged_varlen_bf16_hd128"
+	PagedVarlenBf16Hd128K64   = "paged_varlen_bf16_hd128_k64"
 	PagedVarlenBf16Hd128R64   = "paged_varlen_bf16_hd128_r64"
 	PagedVarlenBf16Hd256      = "paged_varlen_bf16_hd256"
 	PagedVarlenBf16Hd64       = "paged_varlen_bf16_hd64"
@@ -264,6 +265,8 @@ const (
 	PagedVarlenBf16E4m3Hd64R64Xsplit   = "paged_varlen_bf16_e4m3_hd64_r64_xsplit"
 	PagedVarlenBf16E4m3Hd64Shuffle     = "paged_varlen_bf16_e4m3_hd64_shuffle"
 	PagedVarlenBf16E4m3Hd64Xsplit      = "paged_varlen_bf16_e4m3_hd64_xsplit"
+	PagedVarlenBf16Hd128K64Shuffle     = "paged_varlen_bf16_hd128_k64_shuffle"
+	PagedVarlenBf16Hd128K64Xsplit      = "paged_varlen_bf16_hd128_k64_xsplit"
 	PagedVarlenBf16Hd128R64Shuffle     = "paged_varlen_bf16_hd128_r64_shuffle"
 	PagedVarlenBf16Hd128R64Xsplit      = "paged_varlen_bf16_hd128_r64_xsplit"
 	PagedVarlenBf16Hd128Shuffle        = "paged_varlen_bf16_hd128_shuffle"
@@ -279,6 +282,7 @@ const (
 // Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
 const (
 	PagedVarlenF16Hd128      = "paged_varlen_f16_hd128"
+	PagedVarlenF16Hd128K64   = "paged_varlen_f16_hd128_k64"
 	PagedVarlenF16Hd128R64   = "paged_varlen_f16_hd128_r64"
 	PagedVarlenF16Hd256      = "paged_varlen_f16_hd256"
 	PagedVarlenF16Hd64       = "paged_varlen_f16_hd64"
@@ -309,6 +313,8 @@ const (
 	PagedVarlenF16E4m3Hd64R64Xsplit   = "paged_varlen_f16_e4m3_hd64_r64_xsplit"
 	PagedVarlenF16E4m3Hd64Shuffle     = "paged_varlen_f16_e4m3_hd64_shuffle"
 	PagedVarlenF16E4m3Hd64Xsplit      = "paged_varlen_f16_e4m3_hd64_xsplit"
+	PagedVarlenF16Hd128K64Shuffle     = "paged_varlen_f16_hd128_k64_shuffle"
+	PagedVarlenF16Hd128K64Xsplit      = "paged_varlen_f16_hd128_k64_xsplit"
 	PagedVarlenF16Hd128R64Shuffle     = "paged_varlen_f16_hd128_r64_shuffle"
 	PagedVarlenF16Hd128R64Xsplit      = "paged_varlen_f16_hd128_r64_xsplit"
 	PagedVarlenF16Hd128Shuffle        = "paged_varlen_f16_hd128_shuffle"

@@ -138,6 +138,67 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 	}
 }
 
+// TestVarlenKeysAgree runs the 128-row head-dim-128 kernels over 16-bit
+// caches with 32-key tiles and with their 64-key twins (Knobs.VarlenKeys),
+// in every layout, single-pass and split-K: each matches float64, and the
+// two tilings agree more tightly than either agrees with it. Query lengths
+// are fixed so that the 128-row kernels run; KV lengths end anywhere in a
+// 64-key tile (the twin computes only the first half of a last tile whose
+// second half lies past the KV's end). On a device where two of the
+// twin's blocks fit an SM, the planner's own plan takes the twin.
+func TestVarlenKeysAgree(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for _, c := range []struct {
+		shape   check.VarlenShape
+		cu, pos []int32
+	}{
+		{check.VarlenShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 200, MaxKV: 1001, Causal: true},
+			[]int32{0, 200, 277, 278, 407}, []int32{0, 500, 1000, 33}},
+		{check.VarlenShape{Seqs: 2, QHeads: 8, KVHeads: 4, HeadDim: 128, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 300, MaxKV: 2064, Causal: true, Layout: pagedkv.LayoutXSplit},
+			[]int32{0, 300, 364}, []int32{17, 2000}},
+		{check.VarlenShape{Seqs: 3, QHeads: 16, KVHeads: 2, HeadDim: 128, BlockSize: 64, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 250, MaxKV: 740, Causal: false, Layout: pagedkv.LayoutShuffle},
+			[]int32{0, 100, 140, 390}, []int32{0, 700, 5}},
+		{check.VarlenShape{Seqs: 1, QHeads: 4, KVHeads: 4, HeadDim: 128, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 333, MaxKV: 1333, Causal: true},
+			[]int32{0, 333}, []int32{1000}},
+	} {
+		t.Run(c.shape.String(), func(t *testing.T) {
+			p, err := check.NewVarlenProblemWith(r, s, g, c.shape, c.cu, c.pos)
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+			wantOut, wantLSE := p.Reference()
+			auto, err := r.PlanVarlen(s, &p.Args)
+			require.NoError(t, err)
+			var outs [2][2][]float64
+			var lses [2][2][]float32
+			for ki, keys := range []int{32, 64} {
+				for si, splits := range []int{1, 3} {
+					k := dispatch.DefaultKnobs()
+					k.VarlenKeys, k.ForcedSplits = keys, splits
+					plan, err := p.PlanWith(r, k)
+					require.NoError(t, err)
+					_, twin := dispatch.VarlenK64KernelName(plan.Kernel)
+					require.Equal(t, keys == 32, twin, "%d keys: %s", keys, plan.Kernel)
+					if keys == 64 && r.Occupancy(plan.Kernel) >= 2 && splits == 1 {
+						assert.Equal(t, plan.Kernel, auto.Kernel, "the planner takes the twin where two blocks fit an SM")
+					}
+					out, lse, err := p.RunWithPlan(r, s, plan)
+					require.NoError(t, err)
+					require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "%s, %d splits", plan.Kernel, plan.Splits)
+					outs[ki][si], lses[ki][si] = out, lse
+				}
+			}
+			for si := range 2 {
+				if !assert.LessOrEqual(t, ref.RelL2(outs[1][si], outs[0][si]), check.Tolerance(c.shape.DType)/2, "64 vs 32 keys") {
+					logDisagreement(t, p, outs[0][si], outs[1][si])
+				}
+				assertSameLSE(t, lses[0][si], lses[1][si], "64 vs 32 keys")
+			}
+		})
+	}
+}
+
 // logDisagreement logs how two varlen outputs of p that should agree
 // differ: each one's error against float64 and the element where they
 // differ most.
