@@ -2,23 +2,25 @@
 # lab/ab/build.sh NAME=PATCH ...: an A/B build of pagedkv and the GPU tests
 # for one device call. It copies the tree (tracked files) to a scratch
 # directory, applies lab/ab/harness.patch there (ptx/embed.go reads module
-# files from ptx/ab/$AB_VARIANT/ where they exist; dispatch/names.go gives
-# the varlen 128-row kernels at head dim 128 over 16-bit caches 64-key tiles
-# when $AB_VARIANT starts with "k64", as lab/pending/varlen-k64.patch does),
-# and for each NAME=PATCH applies PATCH (a path in this repository) to
-# another copy, regenerates its PTX and cubins with ptxgen (nvcc 11.8, about
+# files from ptx/ab/$AB_VARIANT/ where they exist), and for each NAME=PATCH
+# applies PATCH (a path in this repository, or an absolute one) to another
+# copy, regenerates its PTX and cubins with ptxgen (nvcc 11.8, about
 # two minutes) and puts the files that differ from main's under
 # ptx/ab/NAME/. The binaries land in .gpu/ (xz-compressed; .gpu/ is
 # ignored): pagedkv and tests.test run main's kernels, and the variant's
-# with AB_VARIANT=NAME. A patch's Go changes other than the varlen tile
-# geometry are not part of the variant: an A/B build compares kernels.
+# with AB_VARIANT=NAME. A patch's Go changes are not part of the variant:
+# an A/B build compares kernels of the same names and parameters (a kernel
+# whose geometry the planner must know needs its own entry, as the _k64
+# ones have).
 #
-#   lab/ab/build.sh k64=lab/pending/varlen-k64.patch split=lab/pending/varlen-split-loops.patch
+#   git diff HEAD 7ac247a -- kernels_src/decode.cuh >/tmp/d18.patch
+#   lab/ab/build.sh d18=/tmp/d18.patch
 #   # on the device: cd .gpu && xz -d -f *.xz && cd .. &&
-#   #   for v in none k64 split split k64 none; do AB_VARIANT=$v .gpu/pagedkv bench varlen ...; done
+#   #   for v in none d18 d18 none; do AB_VARIANT=$v .gpu/pagedkv bench decode ...; done
 #
-# Keep carry under 64 MiB: each variant adds its changed PTX (compressed
-# with the binaries) and cubins.
+# Keep carry under 64 MiB with the tracked tree (about 36 MB): each variant
+# adds its changed PTX (compressed with the binaries) and cubins; carry one
+# binary per call if both do not fit.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 scratch=$(mktemp -d)
@@ -34,7 +36,8 @@ for spec in "$@"; do
   name=${spec%%=*} patch=${spec#*=}
   v="$scratch/v-$name"
   copy "$v"
-  (cd "$v" && git apply "$root/$patch" && go run ./cmd/ptxgen >/dev/null)
+  case $patch in /*) ;; *) patch=$root/$patch ;; esac
+  (cd "$v" && git apply "$patch" && go run ./cmd/ptxgen >/dev/null)
   mkdir -p "$scratch/ab/ptx/ab/$name"
   for f in "$v"/ptx/*.ptx "$v"/ptx/*.cubin.gz; do
     b=$(basename "$f")
