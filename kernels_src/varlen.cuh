@@ -799,9 +799,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   constexpr bool kFP8 = sizeof(C) == 1;
   constexpr bool LAID = LAYOUT != kLayoutFlash;
   // The _k64 entries run the tiles below every row's limit in a loop
-  // without the mask code: with it, their 64-key loop spilled on the
-  // H200's JIT (session 19); the others keep one loop (two ran 0.7–2.5%
-  // slower on the H100, session 20).
+  // without the mask code: one loop with the mask in it spilled on the
+  // H200's JIT at 64 keys (session 19). The other entries keep one loop:
+  // split in two, theirs ran 0.7–2.5% slower on the H100 (session 20).
   constexpr bool kSplitLoops = MT == 2 && KEYS == 64;
   // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
   // into a flash tile (LaidFP8KV).
