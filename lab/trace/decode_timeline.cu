@@ -279,7 +279,8 @@ void run_shape(const Shape& sh, int smem_bytes, int num_sms, double d2d) {
   auto launch = [&] {
     trace_decode_f16_hd128<<<grid, pkv::kDecodeThreads, smem_bytes>>>(
         out, nullptr, partial_out, partial_max, partial_sum, counters, q, k, v, table_d, lens_d, fault,
-        (int64_t)kQHeads * kHeadDim, kQHeads, max_blocks, kBlockLog2, num_blocks, scale, 1.0f, 1.0f);
+        (int64_t)kQHeads * kHeadDim, kQHeads, max_blocks, kBlockLog2, num_blocks, scale, 1.0f, 1.0f,
+        /*work=*/nullptr, pkv::kLayoutFlash, /*kv_bias=*/0);
     CHECK(cudaGetLastError());
   };
   cudaEvent_t e0, e1;
@@ -456,7 +457,10 @@ int main(int argc, char** argv) {
   printf("trace times in us from the earliest block start; ramp = first tile landed - start (warp 0),\n"
          "loop = first tile to loop end (warp 0), epi = loop end to exit, merge = counter to exit of merging block\n");
 
-  const Shape shapes[] = {{1, 512, 4}, {8, 8192, 4}, {32, 2048, 1}, {128, 512, 1}, {32, 8192, 1}, {128, 2048, 1}};
+  // The last three are the one-long-sequence rows of issue 11 at the
+  // split counts the planner and the sweep pick (x16; x32 and x24).
+  const Shape shapes[] = {{1, 512, 4},   {8, 8192, 4},  {32, 2048, 1},  {128, 512, 1},
+                          {32, 8192, 1}, {128, 2048, 1}, {1, 8192, 16}, {1, 32768, 32}, {1, 32768, 24}};
   for (const Shape& sh : shapes) run_shape(sh, smem_bytes, prop.multiProcessorCount, d2d);
   return 0;
 }

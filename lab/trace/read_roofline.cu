@@ -331,7 +331,8 @@ int main(int argc, char** argv) {
     auto dec = [&] {
       rr_decode_f16_hd128<<<grid, 128, dsmem>>>(out, nullptr, nullptr, nullptr, nullptr, nullptr, q, (const __half*)k,
                                                 (const __half*)v, tables, lens, nullptr, 32 * 128, 32, pps, 4,
-                                                kPoolPages, 0.088f, 1.0f, 1.0f);
+                                                kPoolPages, 0.088f, 1.0f, 1.0f, /*work=*/nullptr,
+                                                pkv::kLayoutFlash, /*kv_bias=*/0);
     };
     if (probe) {
       dec();
