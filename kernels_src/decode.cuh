@@ -70,7 +70,9 @@
 // as without it. Points: 0 entry, 1 warp 0's first tile has landed, 2 warp 0
 // is past the main loop, 3 before the split-K counter, 4 exit, 5 exit of a
 // block that merged splits (the last one to finish; in a cluster, every
-// block), kept apart from 4 so the merge can be timed.
+// block), kept apart from 4 so the merge can be timed; inside the global
+// merge, 6 once the block knows it is the last (after the atomic) and 7
+// once the weights are in shared memory.
 #ifndef PKV_DECODE_TRACE
 #define PKV_TRACE(point) ((void)0)
 #elif !defined(PKV_TRACE)
@@ -1121,6 +1123,7 @@ __device__ __forceinline__ void paged_decode(
     PKV_TRACE(4);
     return;
   }
+  PKV_TRACE(6);
   __threadfence();
   // Every split's max and sum per head (m_in, s_in: [kTileRows][kMaxSplits]),
   // one round trip; then each (head, split) weight w = sum_z · 2^(max_z − M)
@@ -1146,6 +1149,7 @@ __device__ __forceinline__ void paged_decode(
     if (z == 0) m_s[0][g] = mx;
   }
   __syncthreads();
+  PKV_TRACE(7);
   // Each thread merges 4 consecutive d of one head (16-byte loads of the
   // partial rows, kMergeBatch splits in flight at a time): with 32 splits a
   // thread waits for 4 batches where one load per split and output waited

@@ -38,7 +38,9 @@ enum {
   kCounter = 3,    // split-K only: before the atomic on the (seq, KV head) counter
   kExit = 4,       // exit of a single-pass block or of a split-K block that did not merge
   kMergeExit = 5,  // exit of the split-K block that merged the splits
-  kPoints = 6,
+  kMergeLast = 6,  // global merge: the block knows it is the last (after the atomic)
+  kMergeWeights = 7,  // global merge: the weights are in shared memory
+  kPoints = 8,
 };
 
 // The traced launch writes globaltimer nanoseconds to trace_ns[block][point]
@@ -329,7 +331,7 @@ void run_shape(const Shape& sh, int smem_bytes, int num_sms, double d2d) {
     const unsigned long long t = trace[(size_t)b * kPoints + p];
     return t == 0 ? NAN : (double)(t - t0) * 1e-3;
   };
-  std::vector<double> starts, ends, durations, ramps, loops, epilogues, merges;
+  std::vector<double> starts, ends, durations, ramps, loops, epilogues, merges, atomics, weights, rows;
   int missing = 0, no_tiles = 0;
   for (int b = 0; b < grid_blocks; ++b) {
     const double start = at(b, kEntry), first = at(b, kFirstTile), loop_done = at(b, kLoopDone);
@@ -349,6 +351,11 @@ void run_shape(const Shape& sh, int smem_bytes, int num_sms, double d2d) {
       loops.push_back(loop_done - first);
     }
     if (!std::isnan(at(b, kMergeExit))) merges.push_back(at(b, kMergeExit) - at(b, kCounter));
+    if (!std::isnan(at(b, kMergeWeights))) {
+      atomics.push_back(at(b, kMergeLast) - at(b, kCounter));
+      weights.push_back(at(b, kMergeWeights) - at(b, kMergeLast));
+      rows.push_back(at(b, kMergeExit) - at(b, kMergeWeights));
+    }
   }
   std::sort(ends.begin(), ends.end());
   std::sort(durations.begin(), durations.end());
@@ -380,6 +387,8 @@ void run_shape(const Shape& sh, int smem_bytes, int num_sms, double d2d) {
          span, maximum(starts));
   printf("  blocks/SM %d..%d, idle SMs %d", used ? sm_min : 0, sm_max, std::max(0, num_sms - used));
   if (sh.splits > 1) printf(" | merge med/max %.1f/%.1f (%zu)", median(merges), maximum(merges), merges.size());
+  if (!rows.empty())
+    printf(" = atomic %.1f + weights %.1f + rows %.1f (med)", median(atomics), median(weights), median(rows));
   printf(" | end hist");
   for (int c : hist) printf(" %d", c);
   if (missing || no_tiles) printf(" | %d blocks untraced, %d without tiles", missing, no_tiles);
@@ -455,7 +464,8 @@ int main(int argc, char** argv) {
   printf("globaltimer step min %llu ns, mean %llu ns | D2D copy %.0f GB/s (read+write, best of 5 x 1 GiB)\n", step[0],
          step[1], d2d);
   printf("trace times in us from the earliest block start; ramp = first tile landed - start (warp 0),\n"
-         "loop = first tile to loop end (warp 0), epi = loop end to exit, merge = counter to exit of merging block\n");
+         "loop = first tile to loop end (warp 0), epi = loop end to exit, merge = counter to exit of merging block\n"
+         "(atomic: counter to knowing it is last; weights: maxima and sums read, weights computed; rows: the rest)\n");
 
   // The last three are the one-long-sequence rows of issue 11 at the
   // split counts the planner and the sweep pick (x16; x32 and x24).
