@@ -86,12 +86,17 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	if k64, ok := tables.varlenK64[kernel]; ok && (k.VarlenKeys == 64 || k.VarlenKeys == 0 && dev.Occupancy[k64] >= 2) {
+	if k64, ok := tables.varlenK64[kernel]; ok && (k.VarlenKeys == 64 ||
+		k.VarlenKeys == 0 && dev.Occupancy[k64] >= 2 && VarlenSharedBytes(k64) <= dev.MaxSharedPerBlockOptin) {
 		kernel = k64
 	}
 	geo := tables.varlenShape[kernel]
 	shared := VarlenSharedBytes(kernel)
 	if shared > dev.MaxSharedPerBlockOptin {
+		if k.VarlenKeys == 64 {
+			return Plan{}, errf("dispatch: Knobs.VarlenKeys=64 needs %d bytes of shared memory per block at VarlenShape.HeadDim=%d; %s allows %d; allowed there: 0 or 32",
+				shared, s.HeadDim, dev.Name, dev.MaxSharedPerBlockOptin)
+		}
 		return Plan{}, errf("dispatch: VarlenShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
 			s.HeadDim, s.CacheDType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}

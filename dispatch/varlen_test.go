@@ -123,6 +123,14 @@ func TestPlanVarlenK64(t *testing.T) {
 	_, err := PlanVarlen(prefill(8, 2048, 2048), varlenDev(), keys(48))
 	require.ErrorIs(t, err, ErrInvalidShape)
 	assert.Contains(t, err.Error(), "Knobs.VarlenKeys=48 is not supported; supported: 0 (the planner's), 32, 64")
+	small := varlenDev() // 64 KiB blocks fit, 96 KiB ones do not
+	small.Name, small.MaxSharedPerBlockOptin = "small", 80<<10
+	_, err = PlanVarlen(prefill(8, 2048, 2048), small, keys(64))
+	require.ErrorIs(t, err, ErrInvalidShape)
+	assert.Contains(t, err.Error(), "Knobs.VarlenKeys=64 needs 98304 bytes of shared memory per block at VarlenShape.HeadDim=128; small allows 81920")
+	p, err := PlanVarlen(prefill(8, 2048, 2048), small, DefaultKnobs())
+	require.NoError(t, err)
+	assert.Equal(t, "paged_varlen_bf16_hd128", p.Kernel, "the planner never picks a twin the device cannot hold")
 }
 
 // TestVarlenGridCoversEveryBatch checks the row-tile mapping the kernels
