@@ -94,7 +94,7 @@ constexpr int kVarlenMaxSplits = 64;
 // tiles, for short query tiles: a row tile of a one-token sequence or a
 // 16-token verify step is mostly empty, and there one 64-row block keeps
 // all four warps computing.
-template <int D, int MT, int KEYS = (MT == 2 || D > 128 ? 32 : 64)>
+template <int D, int MT, int KEYS>
 struct VarlenConfig {
   static_assert(MT == 1 || (MT == 2 && D <= 128), "two row tiles per warp need D ≤ 128");
   static_assert(KEYS == 32 || KEYS == 64, "K/V tiles of 32 or 64 keys");
@@ -109,7 +109,7 @@ struct VarlenConfig {
 // (kRows × D of <q>), a ring of kStages stages each holding one K and
 // one V tile as stored (kKeys rows), and for fp8 caches one K and one V tile
 // widened to <q>.
-template <typename T, typename C, int D, int MT, int KEYS = VarlenConfig<D, MT>::kKeys>
+template <typename T, typename C, int D, int MT, int KEYS>
 struct VarlenSmem {
   static constexpr int kKeys = VarlenConfig<D, MT, KEYS>::kKeys;
   static constexpr int kRows = VarlenConfig<D, MT, KEYS>::kRows;
@@ -590,10 +590,10 @@ __device__ __forceinline__ LaneOffsets<CH> b_offsets(int lane) {
 // the swizzle keeps both free of bank conflicts (LaidFP8KV::widen does the
 // same: session 15 measured the layouts' fp8 varlen faster than the flash
 // layout's, which read 8 bytes a thread).
-template <typename T, int D, int MT>
+template <typename T, int D, int MT, int KEYS>
 __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned char* stage) {
-  using Smem = VarlenSmem<T, e4m3, D, MT>;
-  constexpr int CH = Smem::kChunks, CCH = Smem::kCacheChunks, KEYS = Smem::kKeys;
+  using Smem = VarlenSmem<T, e4m3, D, MT, KEYS>;
+  constexpr int CH = Smem::kChunks, CCH = Smem::kCacheChunks;
   static_assert(2 * KEYS * CCH % kVarlenThreads == 0, "whole passes");
 #pragma unroll
   for (int j = 0; j < 2 * KEYS * CCH / kVarlenThreads; ++j) {
@@ -945,7 +945,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
         LaidFP8KV<D, KEYS, LAYOUT>::template widen<T>(wide, ring + stage * Smem::kStageBytes,
                                                       min(kv_end - i * KEYS, KEYS));
       } else {
-        widen_tile<T, D, MT>(wide, ring + stage * Smem::kStageBytes);
+        widen_tile<T, D, MT, KEYS>(wide, ring + stage * Smem::kStageBytes);
       }
       __syncthreads();
       k_s = smem_addr(wide);
