@@ -27,6 +27,10 @@ func TestDecodeMatchesReference(t *testing.T) {
 	// through global memory and counters with clusters off.
 	split7 := open(t, config.Options{PagedFlashSplits: ptr(7)})
 	global7 := open(t, config.Options{PagedFlashSplits: ptr(7), DecodeClusters: ptr(false)})
+	// And up to 64 splits (as many as the pages allow): the merge spreads a
+	// column's splits over several lanes where the heads leave threads idle
+	// (global_merge in kernels_src/decode.cuh), and reads every weight slot.
+	global64 := open(t, config.Options{PagedFlashSplits: ptr(64), DecodeClusters: ptr(false)})
 	g := rng(t)
 	shapes := []check.DecodeShape{
 		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1000},
@@ -68,7 +72,7 @@ func TestDecodeMatchesReference(t *testing.T) {
 			o1, l1, err := p.Run(single, single.Stream())
 			require.NoError(t, err)
 			require.NoError(t, p.Check(o1, l1))
-			for _, r := range []*pagedkv.Runtime{split7, global7} {
+			for _, r := range []*pagedkv.Runtime{split7, global7, global64} {
 				plan, err := r.PlanDecode(r.Stream(), &p.Args)
 				require.NoError(t, err)
 				o7, l7, err := p.Run(r, r.Stream())

@@ -357,6 +357,26 @@ void run_shape(const Shape& sh, int smem_bytes, int num_sms, double d2d) {
       rows.push_back(at(b, kMergeExit) - at(b, kMergeWeights));
     }
   }
+  // Per (sequence, KV head): the last split's arrival at the counter to the
+  // group's last exit, the merge as the launch sees it.
+  std::vector<double> tails;
+  if (sh.splits > 1) {
+    const int groups = kKVHeads * sh.seqs;
+    std::vector<double> arrive(groups, -1), done(groups, -1);
+    for (int b = 0; b < grid_blocks; ++b) {
+      const int gr = b % groups;  // x + gridDim.x·y: KV head and sequence
+      const double end = std::isnan(at(b, kExit)) ? at(b, kMergeExit) : at(b, kExit);
+      if (!std::isnan(at(b, kCounter))) arrive[gr] = std::max(arrive[gr], at(b, kCounter));
+      if (!std::isnan(end)) done[gr] = std::max(done[gr], end);
+    }
+    for (int gr = 0; gr < groups; ++gr)
+      if (arrive[gr] >= 0 && done[gr] >= 0) tails.push_back(done[gr] - arrive[gr]);
+  }
+  std::vector<unsigned int> counters_h(counters ? (size_t)sh.seqs * kKVHeads : 0);
+  if (counters)
+    CHECK(cudaMemcpy(counters_h.data(), counters, counters_h.size() * sizeof(unsigned int), cudaMemcpyDeviceToHost));
+  int counters_left = 0;
+  for (unsigned int c : counters_h) counters_left += c != 0;
   std::sort(ends.begin(), ends.end());
   std::sort(durations.begin(), durations.end());
   const double span = maximum(ends);
@@ -377,16 +397,18 @@ void run_shape(const Shape& sh, int smem_bytes, int num_sms, double d2d) {
 
   const double kv_bytes = 2.0 * tokens * kKVHeads * kHeadDim * sizeof(__half);
   const double gbs = kv_bytes / (us * 1e-6) / 1e9;
-  printf("seqs=%-3d kv=%-4d splits=%d blocks=%-4d | %6.2f us (traced %6.2f) | K+V %5.0f GB/s = %3.0f%% of D2D | check %s %.1e%s\n",
+  printf("seqs=%-3d kv=%-4d splits=%d blocks=%-4d | %6.2f us (traced %6.2f) | K+V %5.0f GB/s = %3.0f%% of D2D | check %s %.1e%s%s\n",
          sh.seqs, sh.kv, sh.splits, grid_blocks, us, us_traced, gbs, 100 * gbs / d2d, bad ? "FAIL" : "ok", err,
-         fault_h[0] != 0 ? " FAULT" : "");
+         fault_h[0] != 0 ? " FAULT" : "", counters_left ? " | COUNTERS NOT ZERO" : "");
   printf("  span %.1f | block min/med/max %.1f/%.1f/%.1f | ramp med/max %.1f/%.1f | loop med %.1f | epi med %.1f"
          " | ends 50/90/100%% %.1f/%.1f/%.1f | last start %.1f\n",
          span, durations.empty() ? NAN : durations.front(), sorted_at(durations, 0.5), maximum(durations),
          median(ramps), maximum(ramps), median(loops), median(epilogues), sorted_at(ends, 0.5), sorted_at(ends, 0.9),
          span, maximum(starts));
   printf("  blocks/SM %d..%d, idle SMs %d", used ? sm_min : 0, sm_max, std::max(0, num_sms - used));
-  if (sh.splits > 1) printf(" | merge med/max %.1f/%.1f (%zu)", median(merges), maximum(merges), merges.size());
+  if (sh.splits > 1)
+    printf(" | tail med/max %.1f/%.1f | merge med/max %.1f/%.1f (%zu)", median(tails), maximum(tails), median(merges),
+           maximum(merges), merges.size());
   if (!rows.empty())
     printf(" = atomic %.1f + weights %.1f + rows %.1f (med)", median(atomics), median(weights), median(rows));
   printf(" | end hist");
