@@ -27,9 +27,10 @@ func TestDecodeMatchesReference(t *testing.T) {
 	// through global memory and counters with clusters off.
 	split7 := open(t, config.Options{PagedFlashSplits: ptr(7)})
 	global7 := open(t, config.Options{PagedFlashSplits: ptr(7), DecodeClusters: ptr(false)})
-	// And up to 64 splits (as many as the pages allow): the merge spreads a
-	// column's splits over several lanes where the heads leave threads idle
-	// (global_merge in kernels_src/decode.cuh), and reads every weight slot.
+	// And up to 64 splits (fewer where the pages run out): the merge spreads
+	// a column's splits over several lanes where the heads leave threads
+	// idle (global_merge in kernels_src/decode.cuh), and each lane of a
+	// head's weights warp takes two splits.
 	global64 := open(t, config.Options{PagedFlashSplits: ptr(64), DecodeClusters: ptr(false)})
 	g := rng(t)
 	shapes := []check.DecodeShape{
