@@ -241,9 +241,11 @@ __device__ __forceinline__ unsigned int atomic_add_acq_rel(unsigned int* p, unsi
 // way; then each float4 column of the output (4 consecutive d of a head)
 // goes to tpi adjacent lanes, each adding every tpi-th split with
 // kMergeBatch 16-byte loads in flight, and the lanes add up by shuffles
-// (tpi > 1 only where the G·D/4 columns leave threads idle). One SM pulls
-// the rows from L2 at about 30 GB/s (session 21), so more loads in flight
-// do not help: 32 splits at G·D = 512 take 4 batches, about 2 µs.
+// (tpi > 1 only where the G·D/4 columns leave threads idle). Each batch
+// costs an L2 round trip (32 splits at G·D = 512: 4 batches, about 2 µs);
+// 16 loads in flight (session 10), all rows staged at once (session 20) or
+// the columns spread over several merging blocks (session 21) were no
+// faster: the merge is a chain of round trips (docs/perf-notes.md, Decode).
 template <typename T, int D>
 __device__ __forceinline__ void global_merge(T* __restrict__ out, float* __restrict__ lse,
                                              const float* __restrict__ partial_out,
