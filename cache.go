@@ -8,11 +8,11 @@ import (
 // AppendArgs describes one KV-cache append ("reshape and cache"): token t's
 // key and value rows go to slot SlotMapping[t] of the caches, in Layout.
 //
-//   - Key, Value: [NumTokens, NumKVHeads, HeadDim] of DType, element strides
-//     KeyTokenStride/KeyHeadStride (0 = contiguous: NumKVHeads·HeadDim and
-//     HeadDim), likewise for Value. Strides and pointers must keep every
+//   - K, V: [NumTokens, NumKVHeads, HeadDim] of DType, element strides
+//     KTokenStride/KHeadStride (0 = contiguous: NumKVHeads·HeadDim and
+//     HeadDim), likewise for V. Strides and pointers must keep every
 //     8-element row 16-byte aligned.
-//   - KeyCache, ValueCache: NumBlocks·BlockSize·NumKVHeads·HeadDim elements
+//   - KCache, VCache: NumBlocks·BlockSize·NumKVHeads·HeadDim elements
 //     of CacheDType in Layout (LayoutFlash by default); CacheDType is DType
 //     or E4M3 (value / KScale or VScale, rounded to nearest even, saturated
 //     to ±448).
@@ -33,26 +33,26 @@ import (
 //     sectors (H200, T = 65536: 89–90% of copy against 84%). The check
 //     samples up to 256 tokens (under a microsecond); without SlotRemap only.
 //
-// Aliasing: KeyCache and ValueCache must not overlap each other or any input
-// (Key, Value, SlotMapping, SlotRemap): some threads write the caches while
+// Aliasing: KCache and VCache must not overlap each other or any input
+// (K, V, SlotMapping, SlotRemap): some threads write the caches while
 // others still read their inputs, and the kernel takes every pointer as
-// restrict. The inputs may overlap one another (they are only read): Key and
-// Value may be two strided views of one fused KV activation.
+// restrict. The inputs may overlap one another (they are only read): K and
+// V may be two strided views of one fused KV activation.
 //
 // Bounds: NumTokens ≤ 2^30, NumKVHeads ≤ 2^16 and HeadDim (the kernel's int32
 // counts); NumBlocks ≤ 2^40 (the slot count is int64); strides ≤ 2^31
 // elements (int64 in the kernel, bounded so that no address it forms can
 // overflow).
 type AppendArgs struct {
-	Key, Value             Buffer
-	KeyCache, ValueCache   Buffer
+	K, V                   Buffer
+	KCache, VCache         Buffer
 	SlotMapping, SlotRemap Buffer
 
 	NumTokens, NumKVHeads, HeadDim int
 	BlockSize, NumBlocks           int
 
-	KeyTokenStride, KeyHeadStride     int
-	ValueTokenStride, ValueHeadStride int
+	KTokenStride, KHeadStride int
+	VTokenStride, VHeadStride int
 
 	DType, CacheDType DType
 	KScale, VScale    float32
@@ -98,17 +98,17 @@ func (a *AppendArgs) strides() (kt, kh, vt, vh int64) {
 }
 
 func (a *AppendArgs) keyRows() tokenRows {
-	return tokenRows{"Key", "KeyTokenStride", "KeyHeadStride", "NumTokens", "NumKVHeads", "HeadDim",
-		a.Key, a.NumTokens, a.NumKVHeads, a.HeadDim, a.KeyTokenStride, a.KeyHeadStride}
+	return tokenRows{"K", "KTokenStride", "KHeadStride", "NumTokens", "NumKVHeads", "HeadDim",
+		a.K, a.NumTokens, a.NumKVHeads, a.HeadDim, a.KTokenStride, a.KHeadStride}
 }
 
 func (a *AppendArgs) valueRows() tokenRows {
-	return tokenRows{"Value", "ValueTokenStride", "ValueHeadStride", "NumTokens", "NumKVHeads", "HeadDim",
-		a.Value, a.NumTokens, a.NumKVHeads, a.HeadDim, a.ValueTokenStride, a.ValueHeadStride}
+	return tokenRows{"V", "VTokenStride", "VHeadStride", "NumTokens", "NumKVHeads", "HeadDim",
+		a.V, a.NumTokens, a.NumKVHeads, a.HeadDim, a.VTokenStride, a.VHeadStride}
 }
 
 func (a *AppendArgs) target() cacheTarget {
-	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, "NumTokens", a.NumTokens, a.NumKVHeads, a.HeadDim,
+	return cacheTarget{a.KCache, a.VCache, a.SlotMapping, a.SlotRemap, "NumTokens", a.NumTokens, a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.NumBlocks, a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
 }
 
@@ -129,20 +129,20 @@ func (a *AppendArgs) Validate() error {
 // cacheAppendParams is the parameter list of the cache_append_* kernels, in
 // PTX order (kernels_src/cache.cu).
 type cacheAppendParams struct {
-	Key, Value, KeyCache, ValueCache  driver.DevicePtr
-	SlotMapping, SlotRemap, Fault     driver.DevicePtr
-	NumSlots, NumRemap                int64
-	NumTokens, NumKVHeads, HeadDim    int32
-	KeyTokenStride, KeyHeadStride     int64
-	ValueTokenStride, ValueHeadStride int64
-	KScale, VScale                    float32
-	Layout, BlockSizeLog2             int32
+	K, V, KCache, VCache           driver.DevicePtr
+	SlotMapping, SlotRemap, Fault  driver.DevicePtr
+	NumSlots, NumRemap             int64
+	NumTokens, NumKVHeads, HeadDim int32
+	KTokenStride, KHeadStride      int64
+	VTokenStride, VHeadStride      int64
+	KScale, VScale                 float32
+	Layout, BlockSizeLog2          int32
 }
 
 // cacheClaimParams is the parameter list of the cache_claim_* kernels (the
 // page path's first launch), in PTX order (kernels_src/append.cuh).
 type cacheClaimParams struct {
-	KeyCache, SlotMapping, SlotRemap, Fault               driver.DevicePtr
+	KCache, SlotMapping, SlotRemap, Fault                 driver.DevicePtr
 	NumSlots, NumRemap                                    int64
 	NumTokens, NumKVHeads, HeadDim, Layout, BlockSizeLog2 int32
 }
@@ -171,7 +171,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 		if err != nil {
 			return err
 		}
-		cp := cacheClaimParams{KeyCache: p.KeyCache, SlotMapping: p.SlotMapping, SlotRemap: p.SlotRemap, Fault: p.Fault,
+		cp := cacheClaimParams{KCache: p.KCache, SlotMapping: p.SlotMapping, SlotRemap: p.SlotRemap, Fault: p.Fault,
 			NumSlots: p.NumSlots, NumRemap: p.NumRemap, NumTokens: p.NumTokens, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim,
 			Layout: p.Layout, BlockSizeLog2: p.BlockSizeLog2}
 		grid := driver.Dim3{X: uint32((a.NumTokens + dispatch.AppendThreads - 1) / dispatch.AppendThreads), Y: 1, Z: 1}
@@ -212,12 +212,12 @@ func (r *Runtime) appendShape(a *AppendArgs) dispatch.AppendShape {
 func (a *AppendArgs) params(fault driver.DevicePtr) cacheAppendParams {
 	kt, kh, vt, vh := a.strides()
 	p := cacheAppendParams{
-		Key: a.Key.Ptr, Value: a.Value.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
+		K: a.K.Ptr, V: a.V.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
 		SlotMapping: a.SlotMapping.Ptr, SlotRemap: a.SlotRemap.Ptr, Fault: fault,
 		NumSlots:  int64(a.NumBlocks) * int64(a.BlockSize),
 		NumRemap:  a.SlotRemap.Bytes / 8,
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
-		KeyTokenStride: kt, KeyHeadStride: kh, ValueTokenStride: vt, ValueHeadStride: vh,
+		KTokenStride: kt, KHeadStride: kh, VTokenStride: vt, VHeadStride: vh,
 		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),
 	}
 	p.KScale, p.VScale = a.target().scales()
@@ -225,19 +225,19 @@ func (a *AppendArgs) params(fault driver.DevicePtr) cacheAppendParams {
 }
 
 // GatherArgs describes a gather of cache slots back to token-major rows:
-// row t of KeyOut and ValueOut ([NumTokens, NumKVHeads, HeadDim] of
+// row t of KOut and VOut ([NumTokens, NumKVHeads, HeadDim] of
 // CacheDType, contiguous) receives the elements of slot SlotMapping[t] (int64 on
 // the device), bit for bit: the exact inverse of an append into a cache of
 // the input's dtype. A negative slot leaves its row as it was; a slot beyond
 // the cache is recorded in the stream's fault record and not read.
 //
-// Aliasing: KeyOut and ValueOut must not overlap each other or any input
-// (KeyCache, ValueCache, SlotMapping); a gather is not in place. The inputs may
+// Aliasing: KOut and VOut must not overlap each other or any input
+// (KCache, VCache, SlotMapping); a gather is not in place. The inputs may
 // overlap one another.
 type GatherArgs struct {
-	KeyCache, ValueCache Buffer
-	SlotMapping          Buffer
-	KeyOut, ValueOut     Buffer
+	KCache, VCache Buffer
+	SlotMapping    Buffer
+	KOut, VOut     Buffer
 
 	NumTokens, NumKVHeads, HeadDim int
 	BlockSize, NumBlocks           int
@@ -276,10 +276,10 @@ func (a *GatherArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(gatherArg, "KeyCache", a.KeyCache, cacheBytes, 16); err != nil {
+	if err := buffer(gatherArg, "KCache", a.KCache, cacheBytes, 16); err != nil {
 		return err
 	}
-	if err := buffer(gatherArg, "ValueCache", a.ValueCache, cacheBytes, 16); err != nil {
+	if err := buffer(gatherArg, "VCache", a.VCache, cacheBytes, 16); err != nil {
 		return err
 	}
 	if a.NumTokens > 0 {
@@ -290,10 +290,10 @@ func (a *GatherArgs) Validate() error {
 		if err := buffer(gatherArg, "SlotMapping", a.SlotMapping, int64(a.NumTokens)*8, 8); err != nil {
 			return err
 		}
-		if err := buffer(gatherArg, "KeyOut", a.KeyOut, rows, 16); err != nil {
+		if err := buffer(gatherArg, "KOut", a.KOut, rows, 16); err != nil {
 			return err
 		}
-		if err := buffer(gatherArg, "ValueOut", a.ValueOut, rows, 16); err != nil {
+		if err := buffer(gatherArg, "VOut", a.VOut, rows, 16); err != nil {
 			return err
 		}
 	}
@@ -303,11 +303,11 @@ func (a *GatherArgs) Validate() error {
 // cacheGatherParams is the parameter list of the cache_gather_* kernels, in
 // PTX order (kernels_src/cache.cu).
 type cacheGatherParams struct {
-	KeyOut, ValueOut, KeyCache, ValueCache driver.DevicePtr
-	SlotMapping, Fault                     driver.DevicePtr
-	NumSlots                               int64
-	NumTokens, NumKVHeads, HeadDim         int32
-	Layout, BlockSizeLog2                  int32
+	KOut, VOut, KCache, VCache     driver.DevicePtr
+	SlotMapping, Fault             driver.DevicePtr
+	NumSlots                       int64
+	NumTokens, NumKVHeads, HeadDim int32
+	Layout, BlockSizeLog2          int32
 }
 
 // Gather copies the cache slots of a back to token-major rows on stream s.
@@ -332,7 +332,7 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 // record.
 func (a *GatherArgs) params(fault driver.DevicePtr) cacheGatherParams {
 	return cacheGatherParams{
-		KeyOut: a.KeyOut.Ptr, ValueOut: a.ValueOut.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
+		KOut: a.KOut.Ptr, VOut: a.VOut.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
 		SlotMapping: a.SlotMapping.Ptr, Fault: fault, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
 		NumTokens: int32(a.NumTokens), NumKVHeads: int32(a.NumKVHeads), HeadDim: int32(a.HeadDim),
 		Layout: int32(a.Layout), BlockSizeLog2: log2(a.BlockSize),

@@ -10,10 +10,10 @@ import (
 // DecodeArgs describes one batched paged decode attention: one query token
 // per sequence attending over its paged KV cache.
 //
-//   - Q: [NumSeqs, NumQHeads, HeadDim] of DType (f16 or bf16); QSeqStride is
+//   - Q: [NumSeqs, NumQHeads, HeadDim] of DType (f16 or bf16); QTokenStride is
 //     the element stride between sequences (0 = NumQHeads·HeadDim; else a
 //     multiple of 8, and Q 16-byte aligned: q rows are read in 16-byte pieces).
-//   - KeyCache, ValueCache: in Layout, [NumBlocks, BlockSize, NumKVHeads,
+//   - KCache, VCache: in Layout, [NumBlocks, BlockSize, NumKVHeads,
 //     HeadDim] by default (LayoutFlash), of CacheDType: DType, or E4M3 with
 //     real value = stored · KScale (VScale). LayoutXSplit and LayoutShuffle
 //     (see CacheLayout) take BlockSize ≥ x (8 for 16-bit caches, 16 for
@@ -55,17 +55,17 @@ import (
 // BlockSize ≤ 2^32 (pool rows are 32-bit in the kernels), MaxBlocksPerSeq ·
 // BlockSize ≤ 2^30 (token positions are int32 in the kernels, whose split
 // arithmetic reaches up to 63 pages and a tile past the table's end);
-// QSeqStride ≤ 2^31 elements.
+// QTokenStride ≤ 2^31 elements.
 type DecodeArgs struct {
-	Q, KeyCache, ValueCache Buffer
-	BlockTables, KVLens     Buffer
-	Out, LSE                Buffer
-	Workspace               Buffer
+	Q, KCache, VCache   Buffer
+	BlockTables, KVLens Buffer
+	Out, LSE            Buffer
+	Workspace           Buffer
 
 	NumSeqs, NumQHeads, NumKVHeads, HeadDim int
 	BlockSize, NumBlocks, MaxBlocksPerSeq   int
 	MaxKVLen                                int
-	QSeqStride                              int
+	QTokenStride                            int
 	KVCapacity                              int
 	HostKVLens                              []int32
 
@@ -108,7 +108,7 @@ func (a *DecodeArgs) Validate() error {
 	if err := p.scalars(); err != nil {
 		return err
 	}
-	if _, err := p.qRows(a.Q, a.NumSeqs, a.QSeqStride, "NumSeqs", "QSeqStride"); err != nil {
+	if _, err := p.qRows(a.Q, a.NumSeqs, a.QTokenStride, "NumSeqs", "QTokenStride"); err != nil {
 		return err
 	}
 	if err := p.caches(); err != nil {
@@ -139,7 +139,7 @@ func (a *DecodeArgs) paged() pagedAttention {
 		arg: decodeArg, dtype: a.DType, cacheDType: a.CacheDType,
 		headDim: a.HeadDim, numQHeads: a.NumQHeads, numKVHeads: a.NumKVHeads, maxKVHeads: 1 << 16,
 		numSeqs: a.NumSeqs, blockSize: a.BlockSize, numBlocks: a.NumBlocks, maxBlocksPerSeq: a.MaxBlocksPerSeq,
-		maxKVLen: a.MaxKVLen, kvCapacity: a.KVCapacity, keyCache: a.KeyCache, valueCache: a.ValueCache,
+		maxKVLen: a.MaxKVLen, kvCapacity: a.KVCapacity, keyCache: a.KCache, valueCache: a.VCache,
 		blockTables: a.BlockTables, workspace: a.Workspace, scale: a.Scale, kScale: a.KScale, vScale: a.VScale,
 	}
 }
@@ -171,9 +171,9 @@ func (a *DecodeArgs) capacity(kvCapacity int) int {
 type pagedDecodeParams struct {
 	Out, LSE, PartialOut, PartialMax, PartialSum driver.DevicePtr
 	Counters                                     driver.DevicePtr
-	Q, KeyCache, ValueCache, BlockTables, KVLens driver.DevicePtr
+	Q, KCache, VCache, BlockTables, KVLens       driver.DevicePtr
 	Fault                                        driver.DevicePtr
-	QSeqStride                                   int64
+	QTokenStride                                 int64
 	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
 	NumBlocks                                    int64
 	Scale, KScale, VScale                        float32
@@ -187,11 +187,11 @@ type pagedDecodeParams struct {
 func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
 	pa := a.paged()
 	scale, kScale, vScale := pa.kernelScales()
-	qs := pa.qStride(a.QSeqStride)
+	qs := pa.qStride(a.QTokenStride)
 	return pagedDecodeParams{
-		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
+		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
 		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: fault,
-		QSeqStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
+		QTokenStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Scale: scale, KScale: kScale, VScale: vScale, Layout: int32(a.Layout), KVBias: a.kvBias,
 	}

@@ -59,7 +59,7 @@ func Example() {
 	}
 
 	err = rt.Append(s, &pagedkv.AppendArgs{
-		Key: k, Value: v, KeyCache: kc, ValueCache: vc, SlotMapping: slotsBuf,
+		K: k, V: v, KCache: kc, VCache: vc, SlotMapping: slotsBuf,
 		NumTokens: seqs, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks,
 		DType: pagedkv.F16, CacheDType: pagedkv.F16,
 	})
@@ -67,7 +67,7 @@ func Example() {
 		panic(err)
 	}
 	err = rt.Decode(s, &pagedkv.DecodeArgs{
-		Q: q, KeyCache: kc, ValueCache: vc, BlockTables: tablesBuf, KVLens: lensBuf, Out: out,
+		Q: q, KCache: kc, VCache: vc, BlockTables: tablesBuf, KVLens: lensBuf, Out: out,
 		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
 		NumBlocks: numBlocks, MaxBlocksPerSeq: maxBlocks, MaxKVLen: 1000,
 		HostKVLens: lens, // optional: lets the planner balance a ragged batch

@@ -190,10 +190,10 @@ func (c cacheTarget) check(arg string) error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(arg, "KeyCache", c.keyCache, bytes, 16); err != nil {
+	if err := buffer(arg, "KCache", c.keyCache, bytes, 16); err != nil {
 		return err
 	}
-	if err := buffer(arg, "ValueCache", c.valueCache, bytes, 16); err != nil {
+	if err := buffer(arg, "VCache", c.valueCache, bytes, 16); err != nil {
 		return err
 	}
 	if c.tokens > 0 {

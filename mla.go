@@ -16,7 +16,7 @@ import (
 //     NumKVHeads, RopeDim], all of DType at element strides (0 = contiguous).
 //   - Positions int64 [NumTokens]; CosSin, RotDim (RopeDim or RopeDim/2) and
 //     NeoX as in RopeCacheArgs.
-//   - Outputs, fp8 e4m3, x / QScale or x / KScale rounded to nearest even and
+//   - Outputs, fp8 e4m3, x / QOutScale or x / KOutScale rounded to nearest even and
 //     saturated: QOut [NumTokens, NumQHeads, LoraRank+RopeDim] (nope first,
 //     then the rotated rope part), KNopeOut [NumTokens, NumKVHeads, LoraRank],
 //     KRopeOut [NumTokens, NumKVHeads, RopeDim] (rotated).
@@ -43,7 +43,7 @@ type MLARopeQuantArgs struct {
 	KNopeTokenStride, KNopeHeadStride int
 	KRopeTokenStride, KRopeHeadStride int
 	DType                             DType
-	QScale, KScale                    float32
+	QOutScale, KOutScale              float32
 }
 
 const mlaArg = "MLARopeQuantArgs"
@@ -89,7 +89,7 @@ func (a *MLARopeQuantArgs) Validate() error {
 	for _, sc := range []struct {
 		field, what string
 		v           float32
-	}{{"QScale", "QOut = q / QScale", a.QScale}, {"KScale", "KNopeOut, KRopeOut = k / KScale", a.KScale}} {
+	}{{"QOutScale", "QOut = q / QOutScale", a.QOutScale}, {"KOutScale", "KNopeOut, KRopeOut = k / KOutScale", a.KOutScale}} {
 		if !(sc.v > 0) || math.IsInf(float64(sc.v), 0) {
 			return errf("%s.%s=%g is not allowed; allowed: a finite value > 0 (the e4m3 outputs are %s)", mlaArg, sc.field, sc.v, sc.what)
 		}
@@ -176,7 +176,7 @@ func (a *MLARopeQuantArgs) params(fault driver.DevicePtr) mlaRopeQuantParams {
 		QOut: a.QOut.Ptr, KNopeOut: a.KNopeOut.Ptr, KRopeOut: a.KRopeOut.Ptr,
 		Positions: a.Positions.Ptr, CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: fault,
 		NumTokens: int32(a.NumTokens), NumQHeads: int32(a.NumQHeads), NumKVHeads: int32(a.NumKVHeads),
-		LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim), QScale: a.QScale, KScale: a.KScale,
+		LoraRank: int32(a.LoraRank), RopeDim: int32(a.RopeDim), QScale: a.QOutScale, KScale: a.KOutScale,
 	}
 	p.QNopeTokenStride, p.QNopeHeadStride = qn.strides()
 	p.QRopeTokenStride, p.QRopeHeadStride = qr.strides()

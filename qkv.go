@@ -34,7 +34,7 @@ const (
 //     cosines then RotDim sines); NeoX as in RopeCacheArgs.
 //   - QOut: [NumTokens, NumQHeads, HeadDim] of DType starting QOutOffset bytes
 //     into the buffer.
-//   - KeyCache, ValueCache: in Layout (LayoutFlash, the default: [NumBlocks,
+//   - KCache, VCache: in Layout (LayoutFlash, the default: [NumBlocks,
 //     BlockSize, NumKVHeads, HeadDim]; LayoutXSplit and LayoutShuffle as
 //     CacheLayout describes, with their limits on HeadDim and BlockSize) of
 //     CacheDType (DType or E4M3 with KScale, VScale); position p of
@@ -45,7 +45,7 @@ const (
 //     written element by element (2 bytes per store): correct, and slower
 //     than the flash layout's 16-byte rows.
 //
-// Aliasing: QOut, KeyCache and ValueCache must not overlap each other or any
+// Aliasing: QOut, KCache and VCache must not overlap each other or any
 // input (QKV, CuSeqlensQ, PosOffsets, BlockTables, Cos, Sin, QNormWeight,
 // KNormWeight). Not even QOut over QKV's own q heads is in place: each block
 // copies the QKV rows of its next tokens ahead (cp.async) while it writes the
@@ -60,7 +60,7 @@ type QKVNormRopeArgs struct {
 	QKVTokenStride           int
 	QOut                     Buffer
 	QOutOffset               int64
-	KeyCache, ValueCache     Buffer
+	KCache, VCache           Buffer
 	BlockTables              Buffer
 	CuSeqlensQ, PosOffsets   Buffer
 	Cos, Sin                 Buffer
@@ -115,7 +115,7 @@ func (a *QKVNormRopeArgs) Validate() error {
 		return err
 	}
 	// The cache target: one slot per token.
-	t := cacheTarget{a.KeyCache, a.ValueCache, Buffer{}, Buffer{}, "NumTokens", 0, a.NumKVHeads, a.HeadDim, a.BlockSize, a.NumBlocks,
+	t := cacheTarget{a.KCache, a.VCache, Buffer{}, Buffer{}, "NumTokens", 0, a.NumKVHeads, a.HeadDim, a.BlockSize, a.NumBlocks,
 		a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
 	if err := t.check(qkvArg); err != nil {
 		return err
@@ -202,18 +202,18 @@ func (a *QKVNormRopeArgs) Validate() error {
 // qkvNormRopeParams is the parameter list of the qkv_norm_rope_* kernels, in
 // PTX order (kernels_src/qkv.cu).
 type qkvNormRopeParams struct {
-	QKV, QOut, KeyCache, ValueCache, CuSeqlens, PosOffsets, BlockTables driver.DevicePtr
-	QWeight, KWeight, Cos, Sin                                          driver.DevicePtr
-	MaxPos                                                              int64
-	RotDim                                                              int32
-	Fault                                                               driver.DevicePtr
-	NumTokens, NumSeqs, NumQHeads, NumKVHeads, HeadDim                  int32
-	QKVTokenStride                                                      int64
-	MaxBlocksPerSeq, BlockSizeLog2                                      int32
-	NumBlocks                                                           int64
-	Norm                                                                int32
-	Eps, KScale, VScale                                                 float32
-	NeoX, Layout                                                        int32
+	QKV, QOut, KCache, VCache, CuSeqlens, PosOffsets, BlockTables driver.DevicePtr
+	QWeight, KWeight, Cos, Sin                                    driver.DevicePtr
+	MaxPos                                                        int64
+	RotDim                                                        int32
+	Fault                                                         driver.DevicePtr
+	NumTokens, NumSeqs, NumQHeads, NumKVHeads, HeadDim            int32
+	QKVTokenStride                                                int64
+	MaxBlocksPerSeq, BlockSizeLog2                                int32
+	NumBlocks                                                     int64
+	Norm                                                          int32
+	Eps, KScale, VScale                                           float32
+	NeoX, Layout                                                  int32
 }
 
 // QKVNormRope runs the split + norm + RoPE + cache write on stream s.
@@ -239,7 +239,7 @@ func (a *QKVNormRopeArgs) params(fault driver.DevicePtr) qkvNormRopeParams {
 	qkv, qOut, _ := a.views()
 	ts, _ := a.rows(qkv).strides()
 	p := qkvNormRopeParams{
-		QKV: qkv.Ptr, QOut: qOut.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr, CuSeqlens: a.CuSeqlensQ.Ptr,
+		QKV: qkv.Ptr, QOut: qOut.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr, CuSeqlens: a.CuSeqlensQ.Ptr,
 		PosOffsets: a.PosOffsets.Ptr, BlockTables: a.BlockTables.Ptr, QWeight: a.QNormWeight.Ptr, KWeight: a.KNormWeight.Ptr,
 		Cos: a.Cos.Ptr, Sin: a.Sin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: fault,
 		NumTokens: int32(a.NumTokens), NumSeqs: int32(a.NumSeqs), NumQHeads: int32(a.NumQHeads), NumKVHeads: int32(a.NumKVHeads),

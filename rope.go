@@ -12,7 +12,7 @@ import (
 //     HeadDim] (NumKVTokens ≥ NumTokens; 0 means NumTokens), all of DType at
 //     element strides (0 = contiguous). Tokens NumTokens.. are KV-only: no
 //     RoPE, cached as given.
-//   - Positions: int64 [NumTokens]; Offsets (optional): int64 [NumTokens]
+//   - Positions: int64 [NumTokens]; PositionDeltas (optional): int64 [NumTokens]
 //     added to them. CosSin: one combined f32 table [MaxPos, 2·RotDim], each
 //     row RotDim cosines then RotDim sines (QKVNormRopeArgs takes two separate
 //     tables, Cos and Sin); RotDim is HeadDim (one value per element) or
@@ -27,8 +27,8 @@ import (
 //     (exactly KOut's values) and v go to slot SlotMapping[t]; each KV head is
 //     written once whatever the GQA group.
 //
-// Aliasing: the outputs (QOut, KOut, ZerosOut, KeyCache, ValueCache) must not
-// overlap each other or any input (Q, K, V, Positions, Offsets, CosSin,
+// Aliasing: the outputs (QOut, KOut, ZerosOut, KCache, VCache) must not
+// overlap each other or any input (Q, K, V, Positions, PositionDeltas, CosSin,
 // SlotMapping, SlotRemap). RoPE is not in place: QOut = Q (or KOut = K) is
 // not supported, as the kernel takes every pointer as restrict and may read
 // the inputs through the read-only cache. The inputs may overlap one another
@@ -38,12 +38,12 @@ import (
 // (the kernel holds them, and a token's (NumQHeads+NumKVHeads)·HeadDim/8
 // pieces, in int32); MaxPos ≤ 2^30; strides ≤ 2^31 elements.
 type RopeCacheArgs struct {
-	Q, K, V                Buffer
-	QOut, KOut, ZerosOut   Buffer
-	KeyCache, ValueCache   Buffer
-	Positions, Offsets     Buffer
-	CosSin                 Buffer
-	SlotMapping, SlotRemap Buffer
+	Q, K, V                   Buffer
+	QOut, KOut, ZerosOut      Buffer
+	KCache, VCache            Buffer
+	Positions, PositionDeltas Buffer
+	CosSin                    Buffer
+	SlotMapping, SlotRemap    Buffer
 
 	NumTokens, NumKVTokens         int
 	NumQHeads, NumKVHeads, HeadDim int
@@ -76,7 +76,7 @@ func (a *RopeCacheArgs) kvTokensF() string {
 }
 
 func (a *RopeCacheArgs) target() cacheTarget {
-	return cacheTarget{a.KeyCache, a.ValueCache, a.SlotMapping, a.SlotRemap, a.kvTokensF(), a.kvTokens(), a.NumKVHeads, a.HeadDim,
+	return cacheTarget{a.KCache, a.VCache, a.SlotMapping, a.SlotRemap, a.kvTokensF(), a.kvTokens(), a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.NumBlocks, a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
 }
 
@@ -157,8 +157,8 @@ func (a *RopeCacheArgs) Validate() error {
 	if err := buffer(ropeArg, "Positions", a.Positions, int64(a.NumTokens)*8, 8); err != nil {
 		return err
 	}
-	if !a.Offsets.IsZero() {
-		if err := buffer(ropeArg, "Offsets", a.Offsets, int64(a.NumTokens)*8, 8); err != nil {
+	if !a.PositionDeltas.IsZero() {
+		if err := buffer(ropeArg, "PositionDeltas", a.PositionDeltas, int64(a.NumTokens)*8, 8); err != nil {
 			return err
 		}
 	}
@@ -169,7 +169,7 @@ func (a *RopeCacheArgs) Validate() error {
 // order (kernels_src/rope.cu).
 type ropeCacheParams struct {
 	Q, K, V, QOut, KOut, ZerosOut                          driver.DevicePtr
-	KeyCache, ValueCache, Positions, Offsets, CosSin       driver.DevicePtr
+	KCache, VCache, Positions, PositionDeltas, CosSin      driver.DevicePtr
 	MaxPos                                                 int64
 	RotDim                                                 int32
 	SlotMapping, SlotRemap                                 driver.DevicePtr
@@ -212,7 +212,7 @@ func (a *RopeCacheArgs) params(fault driver.DevicePtr) ropeCacheParams {
 	vt, vh := v.strides()
 	p := ropeCacheParams{
 		Q: a.Q.Ptr, K: a.K.Ptr, V: a.V.Ptr, QOut: a.QOut.Ptr, KOut: a.KOut.Ptr, ZerosOut: a.ZerosOut.Ptr,
-		KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr, Positions: a.Positions.Ptr, Offsets: a.Offsets.Ptr,
+		KCache: a.KCache.Ptr, VCache: a.VCache.Ptr, Positions: a.Positions.Ptr, PositionDeltas: a.PositionDeltas.Ptr,
 		CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim),
 		SlotMapping: a.SlotMapping.Ptr, SlotRemap: a.SlotRemap.Ptr, NumRemap: a.SlotRemap.Bytes / 8, Fault: fault,
 		NumSlots:  int64(a.NumBlocks) * int64(a.BlockSize),

@@ -15,7 +15,7 @@ import (
 //
 //   - Q: [NumSeqs·QLen, NumQHeads, HeadDim] of DType, token-major
 //     (QTokenStride as VarlenArgs'; 0 = contiguous).
-//   - KeyCache, ValueCache, BlockTables ([NumSeqs, MaxBlocksPerSeq]):
+//   - KCache, VCache, BlockTables ([NumSeqs, MaxBlocksPerSeq]):
 //     as for DecodeArgs (in Layout). The cache already holds the new tokens.
 //   - KVLens: int32 [NumSeqs] on the device, each sequence's KV length, the
 //     new tokens included; HostKVLens: the host's copy (required: it picks
@@ -38,8 +38,8 @@ import (
 // engines whose prompt lengths change between replays call Varlen with
 // device-resident lengths.
 type SequenceArgs struct {
-	Q, KeyCache, ValueCache, BlockTables, KVLens Buffer
-	Out, LSE                                     Buffer
+	Q, KCache, VCache, BlockTables, KVLens Buffer
+	Out, LSE                               Buffer
 
 	NumSeqs, QLen                         int
 	HostKVLens                            []int32
@@ -62,7 +62,7 @@ func (a *SequenceArgs) Validate() error {
 	// The op a runs checks the rest; its errors name a's fields.
 	if a.QLen == 1 {
 		d := a.decode()
-		return sequenceError(d.Validate(), "DecodeArgs", "QSeqStride")
+		return sequenceError(d.Validate(), "DecodeArgs", "QTokenStride")
 	}
 	v := a.varlen(validateArgsPtr)
 	return sequenceError(v.Validate(), "VarlenArgs", "")
@@ -126,11 +126,11 @@ func (a *SequenceArgs) decode() DecodeArgs {
 		maxKV = max(maxKV, int(n))
 	}
 	return DecodeArgs{
-		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables,
+		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables,
 		KVLens: a.KVLens, Out: a.Out, LSE: a.LSE,
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
-		MaxKVLen: maxKV, QSeqStride: a.QTokenStride, HostKVLens: a.HostKVLens,
+		MaxKVLen: maxKV, QTokenStride: a.QTokenStride, HostKVLens: a.HostKVLens,
 		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
 	}
 }
@@ -140,10 +140,10 @@ func (a *SequenceArgs) decode() DecodeArgs {
 func (a *SequenceArgs) varlen(args driver.DevicePtr) VarlenArgs {
 	kv := int(a.HostKVLens[0])
 	return VarlenArgs{
-		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables,
+		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables,
 		CuSeqlensQ: Buffer{Ptr: args, Bytes: 8}, PosOffsets: Buffer{Ptr: args + 8, Bytes: 4},
 		Out: a.Out, LSE: a.LSE,
-		NumSeqs: 1, TotalQTokens: a.QLen, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
+		NumSeqs: 1, NumTokens: a.QLen, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: kv,
 		QTokenStride: a.QTokenStride, OutTokenStride: a.HeadDim, OutHeadStride: a.QLen * a.HeadDim, Causal: true,
 		// No host copies of the lengths: Validate checked them, and for one
@@ -166,7 +166,7 @@ func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
 	if a.QLen == 1 {
 		// Decode validates; its errors name a's fields.
 		d := a.decode()
-		return sequenceError(r.Decode(s, &d), "DecodeArgs", "QSeqStride")
+		return sequenceError(r.Decode(s, &d), "DecodeArgs", "QTokenStride")
 	}
 	args := s.sequenceArgs()
 	v := a.varlen(args)

@@ -61,7 +61,7 @@ func (e *FaultError) Error() string {
 	case faultPositionBeyond:
 		return fmt.Sprintf("pagedkv: position %d of token %d is outside the cos/sin table of %d rows; that token was not written", e.B, e.A, e.C)
 	case faultCuSeqlensInvalid:
-		return fmt.Sprintf("pagedkv: CuSeqlensQ[%d..%d] = %d..%d decreases or leaves 0..TotalQTokens; the varlen clamped it (an empty sequence where it decreases)", e.A, e.A+1, e.B, e.C)
+		return fmt.Sprintf("pagedkv: CuSeqlensQ[%d..%d] = %d..%d decreases or leaves 0..NumTokens; the varlen clamped it (an empty sequence where it decreases)", e.A, e.A+1, e.B, e.C)
 	case faultPosOffsetBeyond:
 		if e.B < 0 {
 			return fmt.Sprintf("pagedkv: PosOffsets[%d]=%d is negative; the varlen used 0", e.A, e.B)

@@ -341,10 +341,10 @@ func (p *pagedAttention) caches() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(p.arg, "KeyCache", p.keyCache, cbytes, 16); err != nil {
+	if err := buffer(p.arg, "KCache", p.keyCache, cbytes, 16); err != nil {
 		return err
 	}
-	if err := buffer(p.arg, "ValueCache", p.valueCache, cbytes, 16); err != nil {
+	if err := buffer(p.arg, "VCache", p.valueCache, cbytes, 16); err != nil {
 		return err
 	}
 	tableBytes, err := size(p.arg, "NumSeqs·MaxBlocksPerSeq", 4, int64(p.numSeqs), int64(p.maxBlocksPerSeq))

@@ -245,11 +245,11 @@ func runProperty[S any, A any, P validator[A]](t *testing.T, arg string, random 
 type decodeSpec struct {
 	NumSeqs, NumQHeads, NumKVHeads, HeadDim int64
 	BlockSize, NumBlocks, MaxBlocksPerSeq   int64
-	MaxKVLen, QSeqStride, KVCapacity        int64
+	MaxKVLen, QTokenStride, KVCapacity      int64
 	DType, CacheDType                       uint8
 	Scale, KScale, VScale                   float32
 	Layout                                  int64
-	QSize, KeyCacheSize, ValueCacheSize     int64
+	QSize, KCacheSize, VCacheSize           int64
 	BlockTablesSize, KVLensSize             int64
 	OutSize, LSESize                        int64
 	Abs, Absent, Misalign                   uint16
@@ -272,10 +272,10 @@ func randDecodeSpec(g gen) decodeSpec {
 	if g.r.IntN(3) == 0 {
 		s.CacheDType, s.KScale, s.VScale = uint8(E4M3), 0.5, 2
 	}
-	s.QSeqStride = g.wild(g.stride(s.NumQHeads * s.HeadDim))
+	s.QTokenStride = g.wild(g.stride(s.NumQHeads * s.HeadDim))
 	s.MaxKVLen = g.wild(int64(g.r.IntN(int(max(min(s.MaxBlocksPerSeq*s.BlockSize, 1<<20), 0)) + 1)))
 	sz := g.sizes(7)
-	s.QSize, s.KeyCacheSize, s.ValueCacheSize, s.BlockTablesSize, s.KVLensSize, s.OutSize, s.LSESize = sz[0], sz[1], sz[2], sz[3], sz[4], sz[5], sz[6]
+	s.QSize, s.KCacheSize, s.VCacheSize, s.BlockTablesSize, s.KVLensSize, s.OutSize, s.LSESize = sz[0], sz[1], sz[2], sz[3], sz[4], sz[5], sz[6]
 	s.Absent = uint16(g.r.IntN(2)) << 6 // LSE is optional
 	s.Abs, s.Misalign = g.rare(7, 100), g.rare(7, 100)
 	s.Layout = g.wild(g.pick(0, 0, 1, 2))
@@ -287,8 +287,8 @@ func randDecodeSpec(g gen) decodeSpec {
 func decodeSeeds() []decodeSpec {
 	good := goodDecodeSpec()
 	s5, s9 := good, good
-	s5.NumSeqs, s5.QSeqStride, s5.QSize, s5.Abs = 5, 1<<62, 8192, 1
-	s9.NumSeqs, s9.QSeqStride, s9.QSize, s9.Abs = 9, 1<<61, 8192, 1
+	s5.NumSeqs, s5.QTokenStride, s5.QSize, s5.Abs = 5, 1<<62, 8192, 1
+	s9.NumSeqs, s9.QTokenStride, s9.QSize, s9.Abs = 9, 1<<61, 8192, 1
 	return []decodeSpec{good, s5, s9}
 }
 
@@ -308,17 +308,17 @@ func FuzzDecodeValidate(f *testing.F) {
 // --- AppendArgs ---
 
 type appendSpec struct {
-	NumTokens, NumKVHeads, HeadDim    int64
-	BlockSize, NumBlocks              int64
-	KeyTokenStride, KeyHeadStride     int64
-	ValueTokenStride, ValueHeadStride int64
-	Layout                            int64
-	DType, CacheDType                 uint8
-	KScale, VScale                    float32
-	KeySize, ValueSize                int64
-	KeyCacheSize, ValueCacheSize      int64
-	SlotMappingSize, SlotRemapSize    int64
-	Abs, Absent, Misalign             uint16
+	NumTokens, NumKVHeads, HeadDim int64
+	BlockSize, NumBlocks           int64
+	KTokenStride, KHeadStride      int64
+	VTokenStride, VHeadStride      int64
+	Layout                         int64
+	DType, CacheDType              uint8
+	KScale, VScale                 float32
+	KSize, VSize                   int64
+	KCacheSize, VCacheSize         int64
+	SlotMappingSize, SlotRemapSize int64
+	Abs, Absent, Misalign          uint16
 }
 
 func goodAppendSpec() appendSpec {
@@ -344,12 +344,12 @@ func randAppendSpec(g gen) appendSpec {
 	if s.Layout == 2 && s.BlockSize < 8 {
 		s.BlockSize = 16
 	}
-	s.KeyHeadStride = g.stride(s.HeadDim)
-	s.KeyTokenStride = g.stride(s.NumKVHeads * max(s.KeyHeadStride, s.HeadDim))
-	s.ValueHeadStride = g.stride(s.HeadDim)
-	s.ValueTokenStride = g.stride(s.NumKVHeads * max(s.ValueHeadStride, s.HeadDim))
+	s.KHeadStride = g.stride(s.HeadDim)
+	s.KTokenStride = g.stride(s.NumKVHeads * max(s.KHeadStride, s.HeadDim))
+	s.VHeadStride = g.stride(s.HeadDim)
+	s.VTokenStride = g.stride(s.NumKVHeads * max(s.VHeadStride, s.HeadDim))
 	sz := g.sizes(6)
-	s.KeySize, s.ValueSize, s.KeyCacheSize, s.ValueCacheSize, s.SlotMappingSize = sz[0], sz[1], sz[2], sz[3], sz[4]
+	s.KSize, s.VSize, s.KCacheSize, s.VCacheSize, s.SlotMappingSize = sz[0], sz[1], sz[2], sz[3], sz[4]
 	if g.r.IntN(3) == 0 { // a remap table of some entries
 		s.SlotRemapSize, s.Abs = 8*int64(1+g.r.IntN(1000)), 1<<5
 	} else {
@@ -366,9 +366,9 @@ func appendSeeds() []appendSpec {
 	good := goodAppendSpec()
 	const contiguous = 10 * 4 * 128 * 2
 	kt, vt, kh := good, good, good
-	kt.KeyTokenStride, kt.KeySize, kt.Abs = 1<<62, contiguous, 1
-	vt.ValueTokenStride, vt.ValueSize, vt.Abs = 1<<62, contiguous, 2
-	kh.KeyHeadStride, kh.KeySize, kh.Abs = 1<<62, contiguous, 1
+	kt.KTokenStride, kt.KSize, kt.Abs = 1<<62, contiguous, 1
+	vt.VTokenStride, vt.VSize, vt.Abs = 1<<62, contiguous, 2
+	kh.KHeadStride, kh.KSize, kh.Abs = 1<<62, contiguous, 1
 	return []appendSpec{good, kt, vt, kh}
 }
 
@@ -391,9 +391,9 @@ type gatherSpec struct {
 	NumTokens, NumKVHeads, HeadDim int64
 	BlockSize, NumBlocks, Layout   int64
 	CacheDType                     uint8
-	KeyCacheSize, ValueCacheSize   int64
+	KCacheSize, VCacheSize         int64
 	SlotMappingSize                int64
-	KeyOutSize, ValueOutSize       int64
+	KOutSize, VOutSize             int64
 	Abs, Absent, Misalign          uint16
 }
 
@@ -410,7 +410,7 @@ func randGatherSpec(g gen) gatherSpec {
 		CacheDType: uint8(g.pick(int64(F16), int64(BF16), int64(E4M3))),
 	}
 	sz := g.sizes(5)
-	s.KeyCacheSize, s.ValueCacheSize, s.SlotMappingSize, s.KeyOutSize, s.ValueOutSize = sz[0], sz[1], sz[2], sz[3], sz[4]
+	s.KCacheSize, s.VCacheSize, s.SlotMappingSize, s.KOutSize, s.VOutSize = sz[0], sz[1], sz[2], sz[3], sz[4]
 	s.Abs, s.Misalign = g.rare(5, 100), g.rare(5, 100)
 	return s
 }
@@ -433,27 +433,27 @@ func FuzzGatherValidate(f *testing.F) {
 // --- RopeCacheArgs ---
 
 type ropeSpec struct {
-	NumTokens, NumKVTokens           int64
-	NumQHeads, NumKVHeads, HeadDim   int64
-	BlockSize, NumBlocks             int64
-	MaxPos, RotDim                   int64
-	NeoX                             bool
-	QTokenStride, QHeadStride        int64
-	KTokenStride, KHeadStride        int64
-	VTokenStride, VHeadStride        int64
-	Layout                           int64
-	DType, CacheDType                uint8
-	KScale, VScale                   float32
-	QSize, KSize, VSize              int64
-	QOutSize, KOutSize, ZerosOutSize int64
-	KeyCacheSize, ValueCacheSize     int64
-	PositionsSize, OffsetsSize       int64
-	CosSinSize                       int64
-	SlotMappingSize, SlotRemapSize   int64
-	Abs, Absent, Misalign            uint16
+	NumTokens, NumKVTokens            int64
+	NumQHeads, NumKVHeads, HeadDim    int64
+	BlockSize, NumBlocks              int64
+	MaxPos, RotDim                    int64
+	NeoX                              bool
+	QTokenStride, QHeadStride         int64
+	KTokenStride, KHeadStride         int64
+	VTokenStride, VHeadStride         int64
+	Layout                            int64
+	DType, CacheDType                 uint8
+	KScale, VScale                    float32
+	QSize, KSize, VSize               int64
+	QOutSize, KOutSize, ZerosOutSize  int64
+	KCacheSize, VCacheSize            int64
+	PositionsSize, PositionDeltasSize int64
+	CosSinSize                        int64
+	SlotMappingSize, SlotRemapSize    int64
+	Abs, Absent, Misalign             uint16
 }
 
-// ropeOptional are the bits of ZerosOut, Offsets and SlotRemap.
+// ropeOptional are the bits of ZerosOut, PositionDeltas and SlotRemap.
 const ropeOptional = 1<<5 | 1<<9 | 1<<12
 
 func goodRopeSpec() ropeSpec {
@@ -489,7 +489,7 @@ func randRopeSpec(g gen) ropeSpec {
 	s.VTokenStride = g.stride(s.NumKVHeads * max(s.VHeadStride, s.HeadDim))
 	sz := g.sizes(13)
 	s.QSize, s.KSize, s.VSize, s.QOutSize, s.KOutSize, s.ZerosOutSize = sz[0], sz[1], sz[2], sz[3], sz[4], sz[5]
-	s.KeyCacheSize, s.ValueCacheSize, s.PositionsSize, s.OffsetsSize, s.CosSinSize = sz[6], sz[7], sz[8], sz[9], sz[10]
+	s.KCacheSize, s.VCacheSize, s.PositionsSize, s.PositionDeltasSize, s.CosSinSize = sz[6], sz[7], sz[8], sz[9], sz[10]
 	s.SlotMappingSize = sz[11]
 	s.Absent = g.rare(16, 2) & ropeOptional
 	if s.Absent&(1<<12) == 0 {
@@ -542,7 +542,7 @@ type qkvSpec struct {
 	KScale, VScale                        float32
 	Layout                                int64
 	QKVSize, QOutSize                     int64
-	KeyCacheSize, ValueCacheSize          int64
+	KCacheSize, VCacheSize                int64
 	BlockTablesSize                       int64
 	CuSeqlensQSize, PosOffsetsSize        int64
 	CosSize, SinSize                      int64
@@ -593,7 +593,7 @@ func randQKVSpec(g gen) qkvSpec {
 	s.QOutOffset = g.wild(g.pick(0, 0, 32))
 	s.QKVTokenStride = g.wild(g.stride((s.NumQHeads + 2*s.NumKVHeads) * s.HeadDim))
 	sz := g.sizes(11)
-	s.QKVSize, s.QOutSize, s.KeyCacheSize, s.ValueCacheSize, s.BlockTablesSize = sz[0], sz[1], sz[2], sz[3], sz[4]
+	s.QKVSize, s.QOutSize, s.KCacheSize, s.VCacheSize, s.BlockTablesSize = sz[0], sz[1], sz[2], sz[3], sz[4]
 	s.CuSeqlensQSize, s.PosOffsetsSize, s.CosSize, s.SinSize, s.QNormWeightSize, s.KNormWeightSize = sz[5], sz[6], sz[7], sz[8], sz[9], sz[10]
 	s.Abs, s.Misalign = g.rare(11, 100), g.rare(11, 100)
 	return s
@@ -631,7 +631,7 @@ type mlaSpec struct {
 	KNopeTokenStride, KNopeHeadStride int64
 	KRopeTokenStride, KRopeHeadStride int64
 	DType                             uint8
-	QScale, KScale                    float32
+	QOutScale, KOutScale              float32
 	QNopeSize, QRopeSize              int64
 	KNopeSize, KRopeSize              int64
 	QOutSize, KNopeOutSize            int64
@@ -642,7 +642,7 @@ type mlaSpec struct {
 
 func goodMLASpec() mlaSpec {
 	return mlaSpec{NumTokens: 6, NumQHeads: 16, NumKVHeads: 1, LoraRank: 512, RopeDim: 64, MaxPos: 1024, RotDim: 64,
-		NeoX: true, DType: uint8(BF16), QScale: 0.5, KScale: 0.25}
+		NeoX: true, DType: uint8(BF16), QOutScale: 0.5, KOutScale: 0.25}
 }
 
 func randMLASpec(g gen) mlaSpec {
@@ -650,7 +650,7 @@ func randMLASpec(g gen) mlaSpec {
 		NumTokens: g.wild(g.pick(0, 1, 6, int64(g.r.IntN(300)))), NumQHeads: g.wild(g.pick(1, 16, 128)), NumKVHeads: g.wild(g.pick(1, 2)),
 		LoraRank: g.wild(8 * (1 + int64(g.r.IntN(64)))), RopeDim: g.wild(16 * (1 + int64(g.r.IntN(8)))),
 		MaxPos: g.wild(g.pick(1, 1024)), NeoX: g.r.IntN(2) == 0, DType: uint8(g.pick(int64(F16), int64(BF16))),
-		QScale: 0.5, KScale: 2,
+		QOutScale: 0.5, KOutScale: 2,
 	}
 	s.RotDim = g.wild(s.RopeDim / g.pick(1, 2))
 	s.QNopeHeadStride, s.QRopeHeadStride = g.stride(s.LoraRank), g.stride(s.RopeDim)
@@ -742,7 +742,7 @@ func FuzzMLAConcatQValidate(f *testing.F) {
 // --- VarlenArgs ---
 
 type varlenSpec struct {
-	NumSeqs, TotalQTokens                 int64
+	NumSeqs, NumTokens                    int64
 	NumQHeads, NumKVHeads, HeadDim        int64
 	BlockSize, NumBlocks, MaxBlocksPerSeq int64
 	MaxKVLen, KVCapacity, QTokenStride    int64
@@ -750,7 +750,7 @@ type varlenSpec struct {
 	Causal                                bool
 	DType, CacheDType                     uint8
 	Scale, KScale, VScale                 float32
-	QSize, KeyCacheSize, ValueCacheSize   int64
+	QSize, KCacheSize, VCacheSize         int64
 	BlockTablesSize, CuSeqlensQSize       int64
 	PosOffsetsSize, OutSize, LSESize      int64
 	WorkspaceSize                         int64
@@ -764,7 +764,7 @@ const (
 )
 
 func goodVarlenSpec() varlenSpec {
-	return varlenSpec{NumSeqs: 3, TotalQTokens: 40, NumQHeads: 16, NumKVHeads: 4, HeadDim: 128, BlockSize: 16,
+	return varlenSpec{NumSeqs: 3, NumTokens: 40, NumQHeads: 16, NumKVHeads: 4, HeadDim: 128, BlockSize: 16,
 		NumBlocks: 64, MaxBlocksPerSeq: 16, MaxKVLen: 200, Causal: true, DType: uint8(BF16), CacheDType: uint8(BF16),
 		Absent: varlenLSE | varlenWorkspace}
 }
@@ -778,7 +778,7 @@ func randVarlenSpec(g gen) varlenSpec {
 		MaxBlocksPerSeq: g.wild(g.pick(1, 16, 128)), Causal: g.r.IntN(2) == 0,
 		DType: uint8(g.pick(int64(F16), int64(BF16))),
 	}
-	s.TotalQTokens = g.wild(g.pick(0, 1, s.NumSeqs, 63, 64, 65, 128, 129, int64(g.r.IntN(5000))))
+	s.NumTokens = g.wild(g.pick(0, 1, s.NumSeqs, 63, 64, 65, 128, 129, int64(g.r.IntN(5000))))
 	s.CacheDType = s.DType
 	if g.r.IntN(3) == 0 {
 		s.CacheDType, s.KScale, s.VScale = uint8(E4M3), 0.5, 2
@@ -795,7 +795,7 @@ func randVarlenSpec(g gen) varlenSpec {
 		s.OutTokenStride = s.NumQHeads*s.OutHeadStride + pad()
 	case 2:
 		s.OutTokenStride = s.HeadDim + pad()
-		s.OutHeadStride = max(s.TotalQTokens, 1)*s.OutTokenStride + pad()
+		s.OutHeadStride = max(s.NumTokens, 1)*s.OutTokenStride + pad()
 	case 3:
 		s.OutTokenStride, s.OutHeadStride = g.stride(s.NumQHeads*s.HeadDim), g.stride(s.HeadDim)
 	}
@@ -804,7 +804,7 @@ func randVarlenSpec(g gen) varlenSpec {
 	s.MaxKVLen = g.wild(int64(g.r.IntN(int(capTokens) + 1)))
 	s.KVCapacity = g.wild(g.pick(0, 0, s.MaxKVLen, capTokens))
 	sz := g.sizes(8)
-	s.QSize, s.KeyCacheSize, s.ValueCacheSize, s.BlockTablesSize = sz[0], sz[1], sz[2], sz[3]
+	s.QSize, s.KCacheSize, s.VCacheSize, s.BlockTablesSize = sz[0], sz[1], sz[2], sz[3]
 	s.CuSeqlensQSize, s.PosOffsetsSize, s.OutSize, s.LSESize = sz[4], sz[5], sz[6], sz[7]
 	s.Absent = uint16(g.r.IntN(2)) * varlenLSE
 	if g.r.IntN(4) == 0 { // the engine's own split-K scratch, 256-byte aligned
@@ -818,7 +818,7 @@ func randVarlenSpec(g gen) varlenSpec {
 }
 
 // varlenSeeds are hostile cases: strides of 2^62 with Q and Out sized for
-// contiguous rows, NumQHeads 2^32+2 (2 as an int32), TotalQTokens MaxInt
+// contiguous rows, NumQHeads 2^32+2 (2 as an int32), NumTokens MaxInt
 // (whose product with NumQHeads wraps int64), negative counts and strides,
 // odd and overlapping Out strides, and a head-major Out.
 func varlenSeeds() []varlenSpec {
@@ -841,15 +841,15 @@ func varlenSeeds() []varlenSpec {
 	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 1<<31, 1<<31 })
 	add(func(s *varlenSpec) { s.NumQHeads, s.NumKVHeads = 1<<32+2, 2 })
 	add(func(s *varlenSpec) { s.NumQHeads, s.QSize, s.OutSize, s.Abs = 1<<32+2, 1<<50, 1<<50, 1|1<<6 })
-	add(func(s *varlenSpec) { s.TotalQTokens = math.MaxInt64 })
+	add(func(s *varlenSpec) { s.NumTokens = math.MaxInt64 })
 	add(func(s *varlenSpec) {
-		s.TotalQTokens, s.QSize, s.OutSize, s.Abs = math.MaxInt64, contiguous, contiguous, 1|1<<6
+		s.NumTokens, s.QSize, s.OutSize, s.Abs = math.MaxInt64, contiguous, contiguous, 1|1<<6
 	})
-	add(func(s *varlenSpec) { s.TotalQTokens = 1 << 26 }) // TotalQTokens·NumQHeads at its bound, 2^30
-	add(func(s *varlenSpec) { s.TotalQTokens = 1<<26 + 1 })
-	add(func(s *varlenSpec) { s.TotalQTokens, s.NumQHeads, s.NumKVHeads = 1<<30, 1, 1 }) // the most packed rows of one sequence
-	add(func(s *varlenSpec) { s.TotalQTokens, s.NumQHeads, s.NumKVHeads = 1<<31-1, 1, 1 })
-	add(func(s *varlenSpec) { s.TotalQTokens = -1 })
+	add(func(s *varlenSpec) { s.NumTokens = 1 << 26 }) // NumTokens·NumQHeads at its bound, 2^30
+	add(func(s *varlenSpec) { s.NumTokens = 1<<26 + 1 })
+	add(func(s *varlenSpec) { s.NumTokens, s.NumQHeads, s.NumKVHeads = 1<<30, 1, 1 }) // the most packed rows of one sequence
+	add(func(s *varlenSpec) { s.NumTokens, s.NumQHeads, s.NumKVHeads = 1<<31-1, 1, 1 })
+	add(func(s *varlenSpec) { s.NumTokens = -1 })
 	add(func(s *varlenSpec) { s.NumSeqs = -1 })
 	add(func(s *varlenSpec) { s.NumBlocks, s.BlockSize = -1, -16 })
 	add(func(s *varlenSpec) { s.QTokenStride = -8 })
@@ -859,7 +859,7 @@ func varlenSeeds() []varlenSpec {
 	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 2000, 128 })
 	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 128, 40*128 })
 	add(func(s *varlenSpec) { s.OutTokenStride, s.OutHeadStride = 128, 40*128-2 })
-	add(func(s *varlenSpec) { s.TotalQTokens, s.QSize, s.OutSize, s.Abs = 0, 0, 0, 1|1<<6 })
+	add(func(s *varlenSpec) { s.NumTokens, s.QSize, s.OutSize, s.Abs = 0, 0, 0, 1|1<<6 })
 	add(func(s *varlenSpec) {
 		s.NumBlocks, s.NumKVHeads, s.NumQHeads, s.HeadDim, s.BlockSize = math.MaxInt32, 65535, 65535, 256, 256
 	})
@@ -917,7 +917,7 @@ func FuzzVarlenArgs(f *testing.F) {
 		{nil, {99, 0, 177}},                                // offsets without bounds
 		{{0, 17, 1, 40}, {0, 0, 0}},                        // decreasing
 		{{-1, 1, 17, 40}, {0, 0, 0}},                       // first bound not 0
-		{{0, 1, 17, 41}, {0, 0, 0}},                        // total past TotalQTokens
+		{{0, 1, 17, 41}, {0, 0, 0}},                        // total past NumTokens
 		{{0, 1, 17, 40}, {-1, 0, 0}},                       // negative offset
 		{{0, 1, 17, 40}, {math.MaxInt32, 0, 0}},            // offset + q_len past int32
 		{{0, math.MaxInt32, math.MaxInt32, 40}, {0, 0, 0}}, // q_len past int32

@@ -362,22 +362,22 @@ func appendModel(a *AppendArgs) kernelModel {
 			"NumSlots": bmul(bi(int64(a.NumBlocks)), bi(int64(a.BlockSize))), "NumRemap": bi(a.SlotRemap.Bytes / 8),
 			"Layout": bi(int64(a.Layout)), "BlockSizeLog2": bitsLog2(a.BlockSize),
 		},
-		free:   []string{"KeyTokenStride", "KeyHeadStride", "ValueTokenStride", "ValueHeadStride"},
+		free:   []string{"KTokenStride", "KHeadStride", "VTokenStride", "VHeadStride"},
 		int32s: map[string]*big.Int{"NumKVHeads·HeadDim/8": bmul(bi(H), bi(D>>3))},
 	}
-	klo, khi := strided(in, 0, row, axi(T, p.KeyTokenStride), axi(H, p.KeyHeadStride))
-	vlo, vhi := strided(in, 0, row, axi(T, p.ValueTokenStride), axi(H, p.ValueHeadStride))
+	klo, khi := strided(in, 0, row, axi(T, p.KTokenStride), axi(H, p.KHeadStride))
+	vlo, vhi := strided(in, 0, row, axi(T, p.VTokenStride), axi(H, p.VHeadStride))
 	slo, shi := span(8, bi(0), bi(T))
 	rlo, rhi := span(8, bi(0), bi(p.NumRemap))
 	kclo, kchi := cacheRange(int64(p.Layout), false, p.NumSlots, H, D, row, int64(p.BlockSizeLog2), cs)
 	vclo, vchi := cacheRange(int64(p.Layout), true, p.NumSlots, H, D, row, int64(p.BlockSizeLog2), cs)
 	m.regions = []region{
-		reg("Key", "Key", a.Key, klo, khi, 16),
-		reg("Value", "Value", a.Value, vlo, vhi, 16),
+		reg("K", "K", a.K, klo, khi, 16),
+		reg("V", "V", a.V, vlo, vhi, 16),
 		reg("SlotMapping", "SlotMapping", a.SlotMapping, slo, shi, 8),
 		opt(reg("SlotRemap", "SlotRemap", a.SlotRemap, rlo, rhi, 8)),
-		reg("KeyCache", "KeyCache", a.KeyCache, kclo, kchi, 8*cs),
-		reg("ValueCache", "ValueCache", a.ValueCache, vclo, vchi, cs),
+		reg("KCache", "KCache", a.KCache, kclo, kchi, 8*cs),
+		reg("VCache", "VCache", a.VCache, vclo, vchi, cs),
 	}
 	return m
 }
@@ -401,11 +401,11 @@ func gatherModel(a *GatherArgs) kernelModel {
 	kclo, kchi := cacheRange(int64(p.Layout), false, p.NumSlots, H, D, row, int64(p.BlockSizeLog2), cs)
 	vclo, vchi := cacheRange(int64(p.Layout), true, p.NumSlots, H, D, row, int64(p.BlockSizeLog2), cs)
 	m.regions = []region{
-		reg("KeyOut", "KeyOut", a.KeyOut, olo, ohi, 8*cs),
-		reg("ValueOut", "ValueOut", a.ValueOut, olo, ohi, 8*cs),
+		reg("KOut", "KOut", a.KOut, olo, ohi, 8*cs),
+		reg("VOut", "VOut", a.VOut, olo, ohi, 8*cs),
 		reg("SlotMapping", "SlotMapping", a.SlotMapping, slo, shi, 8),
-		reg("KeyCache", "KeyCache", a.KeyCache, kclo, kchi, cs),
-		reg("ValueCache", "ValueCache", a.ValueCache, vclo, vchi, cs),
+		reg("KCache", "KCache", a.KCache, kclo, kchi, cs),
+		reg("VCache", "VCache", a.VCache, vclo, vchi, cs),
 	}
 	return m
 }
@@ -471,10 +471,10 @@ func ropeModel(a *RopeCacheArgs) kernelModel {
 		reg("QOut", "QOut", a.QOut, qolo, qohi, 16),
 		reg("KOut", "KOut", a.KOut, kolo, kohi, 16),
 		opt(reg("ZerosOut", "ZerosOut", a.ZerosOut, qolo, qohi, 16)),
-		reg("KeyCache", "KeyCache", a.KeyCache, kclo, kchi, 8*cs),
-		reg("ValueCache", "ValueCache", a.ValueCache, vclo, vchi, cs),
+		reg("KCache", "KCache", a.KCache, kclo, kchi, 8*cs),
+		reg("VCache", "VCache", a.VCache, vclo, vchi, cs),
 		reg("Positions", "Positions", a.Positions, plo, phi, 8),
-		opt(reg("Offsets", "Offsets", a.Offsets, plo, phi, 8)),
+		opt(reg("PositionDeltas", "PositionDeltas", a.PositionDeltas, plo, phi, 8)),
 		reg("CosSin", "CosSin", a.CosSin, clo, chi, 4),
 		reg("SlotMapping", "SlotMapping", a.SlotMapping, slo, shi, 8),
 		opt(reg("SlotRemap", "SlotRemap", a.SlotRemap, rlo, rhi, 8)),
@@ -564,8 +564,8 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 	m.regions = []region{
 		{param: "QKV", field: "QKV", buf: a.QKV, at: qkvAt, lo: qkvLo, hi: qkvHi, align: 16},
 		{param: "QOut", field: "QOut", buf: a.QOut, at: qOutAt, lo: qoLo, hi: qoHi, align: 16},
-		reg("KeyCache", "KeyCache", a.KeyCache, kLo, kHi, 8*cs),
-		reg("ValueCache", "ValueCache", a.ValueCache, vLo, vHi, vAlign),
+		reg("KCache", "KCache", a.KCache, kLo, kHi, 8*cs),
+		reg("VCache", "VCache", a.VCache, vLo, vHi, vAlign),
 		opt(reg("CuSeqlens", "CuSeqlensQ", a.CuSeqlensQ, cuLo, cuHi, 4)),
 		reg("PosOffsets", "PosOffsets", a.PosOffsets, poLo, poHi, 8),
 		reg("BlockTables", "BlockTables", a.BlockTables, btLo, btHi, 4),
@@ -694,7 +694,7 @@ func decodeModel(a *DecodeArgs) kernelModel {
 			"BlockSizeLog2": bitsLog2(a.BlockSize), "NumBlocks": bi(int64(a.NumBlocks)),
 			"Layout": bi(int64(a.Layout)), "KVBias": bi(int64(a.kvBias)),
 		},
-		free:   []string{"QSeqStride"},
+		free:   []string{"QTokenStride"},
 		int32s: map[string]*big.Int{"kvh·G+g": bmul(bi(HK), bi(G)), "G·HeadDim": bmul(bi(G), bi(D))},
 	}
 	if bsLog >= 0 && bsLog < 32 {
@@ -708,7 +708,7 @@ func decodeModel(a *DecodeArgs) kernelModel {
 			m.int32s["guess+tiles, "+itoa(int(splits))+" splits"] = badd(new(big.Int).Lsh(bmul(bi(splits-1), bi(chunk)), uint(bsLog)), bi(127))
 		}
 	}
-	qLo, qHi := strided(in, 0, HK*G*D, axi(S, p.QSeqStride))
+	qLo, qHi := strided(in, 0, HK*G*D, axi(S, p.QTokenStride))
 	// Every element of every head of every slot, in the layout.
 	slots := clampInt64(bmul(bi(p.NumBlocks), new(big.Int).Lsh(bi(1), uint(max(bsLog, 0)))))
 	kLo, kHi := cacheRange(int64(p.Layout), false, slots, HK, D, D, bsLog, cs)
@@ -722,8 +722,8 @@ func decodeModel(a *DecodeArgs) kernelModel {
 	seLo, seHi := rows(4, 1)
 	m.regions = []region{
 		reg("Q", "Q", a.Q, qLo, qHi, 16),
-		reg("KeyCache", "KeyCache", a.KeyCache, kLo, kHi, 16),
-		reg("ValueCache", "ValueCache", a.ValueCache, vLo, vHi, 16),
+		reg("KCache", "KCache", a.KCache, kLo, kHi, 16),
+		reg("VCache", "VCache", a.VCache, vLo, vHi, 16),
 		reg("BlockTables", "BlockTables", a.BlockTables, tLo, tHi, 4),
 		reg("KVLens", "KVLens", a.KVLens, lLo, lHi, 4),
 		reg("Out", "Out", a.Out, oLo, oHi, in),
@@ -735,10 +735,10 @@ func decodeModel(a *DecodeArgs) kernelModel {
 // varlenModel models paged_varlen_* (kernels_src/varlen.cuh) and its
 // split-K merge (paged_varlen_merge_*), which touches Out, LSE and
 // CuSeqlensQ as the single-pass kernel does: every (token, head) row of the
-// first TotalQTokens tokens. The split-K partials live in the scratch the
+// first NumTokens tokens. The split-K partials live in the scratch the
 // launch fills (Workspace is checked against the plan at launch); the kernel
 // reads CuSeqlensQ, PosOffsets and BlockTables itself, clamping token
-// bounds into [0, TotalQTokens], KV lengths into [0, MaxBlocksPerSeq·
+// bounds into [0, NumTokens], KV lengths into [0, MaxBlocksPerSeq·
 // BlockSize] and block ids into [0, NumBlocks), so the model takes the worst
 // case over them: any token, any head, any slot of the pool.
 func varlenModel(a *VarlenArgs) kernelModel {
@@ -761,15 +761,15 @@ func varlenModel(a *VarlenArgs) kernelModel {
 	m := kernelModel{
 		params: p,
 		want: map[string]*big.Int{
-			"NumSeqs": bi(int64(a.NumSeqs)), "TotalQ": bi(int64(a.TotalQTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
+			"NumSeqs": bi(int64(a.NumSeqs)), "TotalQ": bi(int64(a.NumTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
 			"MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)), "BlockSizeLog2": bitsLog2(a.BlockSize),
 			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(int64(a.cuBase)), "SeqBase": bi(int64(a.seqBase)),
 		},
 		free: []string{"QTokenStride", "OutTokenStride", "OutHeadStride"},
 		int32s: map[string]*big.Int{
-			"q_len·G (a sequence's packed rows)":        bmul(bi(T), bi(G)),
-			"the merge's rows (TotalQTokens·NumQHeads)": bmul(bi(int64(a.TotalQTokens)), bi(int64(a.NumQHeads))),
-			"gridDim.x (NumSeqs + ⌊TotalQ·G/64⌋)":       badd(bi(S), new(big.Int).Quo(bmul(bi(T), bi(G)), bi(64))),
+			"q_len·G (a sequence's packed rows)":     bmul(bi(T), bi(G)),
+			"the merge's rows (NumTokens·NumQHeads)": bmul(bi(int64(a.NumTokens)), bi(int64(a.NumQHeads))),
+			"gridDim.x (NumSeqs + ⌊TotalQ·G/64⌋)":    badd(bi(S), new(big.Int).Quo(bmul(bi(T), bi(G)), bi(64))),
 		},
 	}
 	// A block's rows run from row0 to row0+R (its last row is min(row0+R,
@@ -803,8 +803,8 @@ func varlenModel(a *VarlenArgs) kernelModel {
 	seLo, seHi := strided(4, 0, 1, axi(T, HQ), axi(HQ, 1))
 	m.regions = []region{
 		reg("Q", "Q", a.Q, qLo, qHi, 16),
-		reg("KeyCache", "KeyCache", a.KeyCache, cLo, cHi, 16),
-		reg("ValueCache", "ValueCache", a.ValueCache, cLo, cHi, 16),
+		reg("KCache", "KCache", a.KCache, cLo, cHi, 16),
+		reg("VCache", "VCache", a.VCache, cLo, cHi, 16),
 		reg("BlockTables", "BlockTables", a.BlockTables, tLo, tHi, 4),
 		reg("CuSeqlensQ", "CuSeqlensQ", a.CuSeqlensQ, cuLo, cuHi, 4),
 		reg("PosOffsets", "PosOffsets", a.PosOffsets, poLo, poHi, 4),

@@ -47,8 +47,8 @@ func fakeBuffer(bytes int64) Buffer { return Buffer{Ptr: 0x7f0000000000, Bytes: 
 func goodAppend() AppendArgs {
 	const t, h, d, bs, nb = 10, 4, 128, 16, 8
 	return AppendArgs{
-		Key: fakeBuffer(t * h * d * 2), Value: fakeBuffer(t * h * d * 2),
-		KeyCache: fakeBuffer(nb * bs * h * d * 2), ValueCache: fakeBuffer(nb * bs * h * d * 2),
+		K: fakeBuffer(t * h * d * 2), V: fakeBuffer(t * h * d * 2),
+		KCache: fakeBuffer(nb * bs * h * d * 2), VCache: fakeBuffer(nb * bs * h * d * 2),
 		SlotMapping: fakeBuffer(t * 8),
 		NumTokens:   t, NumKVHeads: h, HeadDim: d, BlockSize: bs, NumBlocks: nb,
 		DType: F16, CacheDType: F16,
@@ -74,15 +74,15 @@ func TestAppendArgsValidate(t *testing.T) {
 		{"block size big", func(a *AppendArgs) { a.BlockSize = 512 }, "AppendArgs.BlockSize=512"},
 		{"kv heads", func(a *AppendArgs) { a.NumKVHeads = 0 }, "AppendArgs.NumKVHeads=0 is out of range"},
 		{"tokens", func(a *AppendArgs) { a.NumTokens = -1 }, "AppendArgs.NumTokens=-1 is out of range"},
-		{"key small", func(a *AppendArgs) { a.Key.Bytes-- }, "AppendArgs.Key holds 10239 bytes; the shapes need 10240"},
-		{"value missing", func(a *AppendArgs) { a.Value = Buffer{} }, "AppendArgs.Value is missing"},
-		{"cache small", func(a *AppendArgs) { a.ValueCache.Bytes -= 2 }, "AppendArgs.ValueCache holds"},
+		{"key small", func(a *AppendArgs) { a.K.Bytes-- }, "AppendArgs.K holds 10239 bytes; the shapes need 10240"},
+		{"value missing", func(a *AppendArgs) { a.V = Buffer{} }, "AppendArgs.V is missing"},
+		{"cache small", func(a *AppendArgs) { a.VCache.Bytes -= 2 }, "AppendArgs.VCache holds"},
 		{"slots small", func(a *AppendArgs) { a.SlotMapping.Bytes = 72 }, "AppendArgs.SlotMapping holds 72 bytes; the shapes need 80"},
 		{"host slots", func(a *AppendArgs) { a.HostSlotMapping = make([]int64, 9) }, "AppendArgs.HostSlotMapping has 9 values; allowed: none, or NumTokens=10"},
-		{"misaligned", func(a *AppendArgs) { a.Key.Ptr += 8 }, "AppendArgs.Key pointer 0x7f0000000008 is not 16-byte aligned"},
-		{"token stride", func(a *AppendArgs) { a.KeyTokenStride = 100 }, "AppendArgs.KeyTokenStride=100 is not allowed"},
-		{"token stride short", func(a *AppendArgs) { a.KeyTokenStride = 256 }, "AppendArgs.KeyTokenStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512"},
-		{"head stride", func(a *AppendArgs) { a.ValueHeadStride = 64 }, "AppendArgs.ValueHeadStride=64 is not allowed"},
+		{"misaligned", func(a *AppendArgs) { a.K.Ptr += 8 }, "AppendArgs.K pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"token stride", func(a *AppendArgs) { a.KTokenStride = 100 }, "AppendArgs.KTokenStride=100 is not allowed"},
+		{"token stride short", func(a *AppendArgs) { a.KTokenStride = 256 }, "AppendArgs.KTokenStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512"},
+		{"head stride", func(a *AppendArgs) { a.VHeadStride = 64 }, "AppendArgs.VHeadStride=64 is not allowed"},
 		{"scale ignored", func(a *AppendArgs) { a.KScale = 0.5 }, "AppendArgs.KScale=0.5 is only used with an e4m3 cache"},
 		{"fp8 scale", func(a *AppendArgs) { a.CacheDType = E4M3; a.KScale = 1; a.VScale = 0 }, "AppendArgs.VScale=0 is not allowed with an e4m3 cache"},
 		{"remap ragged", func(a *AppendArgs) { a.SlotRemap = fakeBuffer(12) }, "AppendArgs.SlotRemap holds 12 bytes, not a whole number"},
@@ -98,31 +98,31 @@ func TestAppendArgsValidate(t *testing.T) {
 
 func TestAppendDegenerateStridesAreCanonical(t *testing.T) {
 	a := goodAppend()
-	a.NumKVHeads, a.KeyHeadStride, a.ValueHeadStride = 1, 3, 1 // one head: its stride never moves an address
-	a.KeyCache.Bytes, a.ValueCache.Bytes = 8*16*128*2, 8*16*128*2
+	a.NumKVHeads, a.KHeadStride, a.VHeadStride = 1, 3, 1 // one head: its stride never moves an address
+	a.KCache.Bytes, a.VCache.Bytes = 8*16*128*2, 8*16*128*2
 	require.NoError(t, a.Validate())
 	_, kh, _, vh := a.strides()
 	assert.Equal(t, int64(128), kh)
 	assert.Equal(t, int64(128), vh)
 	a = goodAppend()
-	a.NumTokens, a.KeyTokenStride = 1, 5 // one token
+	a.NumTokens, a.KTokenStride = 1, 5 // one token
 	require.NoError(t, a.Validate())
 }
 
 func TestAppendStridedInputNeedsOnlyItsSpan(t *testing.T) {
 	a := goodAppend()
-	a.KeyTokenStride = 4*128 + 64
+	a.KTokenStride = 4*128 + 64
 	// The last token needs only its heads, not a whole stride.
-	a.Key.Bytes = int64((9*(4*128+64) + 4*128) * 2)
+	a.K.Bytes = int64((9*(4*128+64) + 4*128) * 2)
 	require.NoError(t, a.Validate())
-	a.Key.Bytes--
+	a.K.Bytes--
 	require.Error(t, a.Validate())
 }
 
 func goodDecode() DecodeArgs {
 	const s, qh, kh, d, bs, nb, mb = 4, 32, 8, 128, 16, 64, 16
 	return DecodeArgs{
-		Q: fakeBuffer(s * qh * d * 2), KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		Q: fakeBuffer(s * qh * d * 2), KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
 		BlockTables: fakeBuffer(s * mb * 4), KVLens: fakeBuffer(s * 4), Out: fakeBuffer(s * qh * d * 2),
 		NumSeqs: s, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb, MaxBlocksPerSeq: mb,
 		MaxKVLen: 200, DType: F16, CacheDType: F16,
@@ -156,9 +156,9 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"block size", func(a *DecodeArgs) { a.BlockSize = 3 }, "DecodeArgs.BlockSize=3 is not allowed"},
 		{"max kv", func(a *DecodeArgs) { a.MaxKVLen = 257 }, "DecodeArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
 		{"q small", func(a *DecodeArgs) { a.Q.Bytes -= 2 }, "DecodeArgs.Q holds"},
-		{"q stride", func(a *DecodeArgs) { a.QSeqStride = 100 }, "DecodeArgs.QSeqStride=100 is not allowed"},
-		{"q stride unaligned", func(a *DecodeArgs) { a.QSeqStride = 32*128 + 4 }, "allowed: 0 (contiguous) or a multiple of 8"},
-		{"cache small", func(a *DecodeArgs) { a.KeyCache.Bytes = 100 }, "DecodeArgs.KeyCache holds 100 bytes"},
+		{"q stride", func(a *DecodeArgs) { a.QTokenStride = 100 }, "DecodeArgs.QTokenStride=100 is not allowed"},
+		{"q stride unaligned", func(a *DecodeArgs) { a.QTokenStride = 32*128 + 4 }, "allowed: 0 (contiguous) or a multiple of 8"},
+		{"cache small", func(a *DecodeArgs) { a.KCache.Bytes = 100 }, "DecodeArgs.KCache holds 100 bytes"},
 		{"tables small", func(a *DecodeArgs) { a.BlockTables.Bytes = 4 }, "DecodeArgs.BlockTables holds 4 bytes; the shapes need 256"},
 		{"lens", func(a *DecodeArgs) { a.KVLens = Buffer{} }, "DecodeArgs.KVLens is missing"},
 		{"out", func(a *DecodeArgs) { a.Out.Bytes = 0 }, "DecodeArgs.Out holds 0 bytes"},
@@ -168,7 +168,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"cache dtype", func(a *DecodeArgs) { a.CacheDType = BF16 }, "DecodeArgs.CacheDType=bf16 is not supported with DType=f16"},
 		{"seqs", func(a *DecodeArgs) { a.NumSeqs = 0 }, "DecodeArgs.NumSeqs=0 is out of range"},
 		{"pool rows", func(a *DecodeArgs) { a.NumBlocks = 1<<28 + 1 }, "DecodeArgs.NumBlocks=268435457 is too large for BlockSize=16; allowed: NumBlocks·BlockSize at most 2^32 (at most 268435456 blocks)"},
-		{"misaligned cache", func(a *DecodeArgs) { a.ValueCache.Ptr += 2 }, "DecodeArgs.ValueCache pointer"},
+		{"misaligned cache", func(a *DecodeArgs) { a.VCache.Ptr += 2 }, "DecodeArgs.VCache pointer"},
 	}
 	expectErrors(t, goodDecode, cases)
 }
@@ -177,8 +177,8 @@ func TestGatherArgsValidate(t *testing.T) {
 	good := func() GatherArgs {
 		const tok, h, d, bs, nb = 10, 4, 128, 16, 8
 		return GatherArgs{
-			KeyCache: fakeBuffer(nb * bs * h * d * 2), ValueCache: fakeBuffer(nb * bs * h * d * 2), SlotMapping: fakeBuffer(tok * 8),
-			KeyOut: fakeBuffer(tok * h * d * 2), ValueOut: fakeBuffer(tok * h * d * 2),
+			KCache: fakeBuffer(nb * bs * h * d * 2), VCache: fakeBuffer(nb * bs * h * d * 2), SlotMapping: fakeBuffer(tok * 8),
+			KOut: fakeBuffer(tok * h * d * 2), VOut: fakeBuffer(tok * h * d * 2),
 			NumTokens: tok, NumKVHeads: h, HeadDim: d, BlockSize: bs, NumBlocks: nb, CacheDType: F16, Layout: LayoutShuffle,
 		}
 	}
@@ -186,10 +186,10 @@ func TestGatherArgsValidate(t *testing.T) {
 	require.NoError(t, a.Validate())
 	cases := []badCase[GatherArgs]{
 		{"dtype", func(a *GatherArgs) { a.CacheDType = 0 }, "GatherArgs.CacheDType=DType(0) is not supported"},
-		{"out small", func(a *GatherArgs) { a.ValueOut.Bytes-- }, "GatherArgs.ValueOut holds 10239 bytes; the shapes need 10240"},
+		{"out small", func(a *GatherArgs) { a.VOut.Bytes-- }, "GatherArgs.VOut holds 10239 bytes; the shapes need 10240"},
 		{"slots", func(a *GatherArgs) { a.SlotMapping = Buffer{} }, "GatherArgs.SlotMapping is missing"},
 		{"shuffle fp8 block", func(a *GatherArgs) { a.CacheDType = E4M3; a.BlockSize = 8 }, "GatherArgs.BlockSize=8 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
-		{"cache small", func(a *GatherArgs) { a.KeyCache.Bytes = 64 }, "GatherArgs.KeyCache holds 64 bytes"},
+		{"cache small", func(a *GatherArgs) { a.KCache.Bytes = 64 }, "GatherArgs.KCache holds 64 bytes"},
 	}
 	expectErrors(t, good, cases)
 }
@@ -199,7 +199,7 @@ func goodRope() RopeCacheArgs {
 	return RopeCacheArgs{
 		Q: fakeBuffer(tok * qh * d * 2), K: fakeBuffer(tok * kh * d * 2), V: fakeBuffer(tok * kh * d * 2),
 		QOut: fakeBuffer(tok * qh * d * 2), KOut: fakeBuffer(tok * kh * d * 2),
-		KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
 		Positions: fakeBuffer(tok * 8), CosSin: fakeBuffer(maxPos * d * 4), SlotMapping: fakeBuffer(tok * 8),
 		NumTokens: tok, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb,
 		MaxPos: maxPos, RotDim: d / 2, NeoX: true, DType: F16, CacheDType: F16,
@@ -244,29 +244,29 @@ func TestIssue12Overflows(t *testing.T) {
 	}{
 		{"decode q stride, 5 sequences", func() error {
 			a := goodDecode()
-			a.NumSeqs, a.QSeqStride, a.Q.Bytes = 5, 1<<62, 8192
+			a.NumSeqs, a.QTokenStride, a.Q.Bytes = 5, 1<<62, 8192
 			return a.Validate()
-		}, "pagedkv: DecodeArgs.QSeqStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=4096 and ≤ 2147483648"},
+		}, "pagedkv: DecodeArgs.QTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=4096 and ≤ 2147483648"},
 		{"decode q stride, 9 sequences", func() error {
 			a := goodDecode()
-			a.NumSeqs, a.QSeqStride, a.Q.Bytes = 9, 1<<61, 8192
+			a.NumSeqs, a.QTokenStride, a.Q.Bytes = 9, 1<<61, 8192
 			return a.Validate()
-		}, "pagedkv: DecodeArgs.QSeqStride=2305843009213693952 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=4096 and ≤ 2147483648"},
+		}, "pagedkv: DecodeArgs.QTokenStride=2305843009213693952 is not allowed; allowed: 0 (contiguous) or a multiple of 8 (16-byte rows) ≥ NumQHeads·HeadDim=4096 and ≤ 2147483648"},
 		{"append key token stride", func() error {
 			a := goodAppend()
-			a.KeyTokenStride = 1 << 62
+			a.KTokenStride = 1 << 62
 			return a.Validate()
-		}, "pagedkv: AppendArgs.KeyTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512 (the heads' span) and ≤ 2147483648"},
+		}, "pagedkv: AppendArgs.KTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512 (the heads' span) and ≤ 2147483648"},
 		{"append value token stride", func() error {
 			a := goodAppend()
-			a.ValueTokenStride = 1 << 62
+			a.VTokenStride = 1 << 62
 			return a.Validate()
-		}, "pagedkv: AppendArgs.ValueTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512 (the heads' span) and ≤ 2147483648"},
+		}, "pagedkv: AppendArgs.VTokenStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512 (the heads' span) and ≤ 2147483648"},
 		{"append key head stride", func() error {
 			a := goodAppend()
-			a.KeyHeadStride = 1 << 62
+			a.KHeadStride = 1 << 62
 			return a.Validate()
-		}, "pagedkv: AppendArgs.KeyHeadStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=128 and ≤ 2147483648"},
+		}, "pagedkv: AppendArgs.KHeadStride=4611686018427387904 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=128 and ≤ 2147483648"},
 		{"rope q token stride", func() error {
 			a := goodRope()
 			a.QTokenStride = 1 << 62
@@ -311,7 +311,7 @@ func TestIssue12Overflows(t *testing.T) {
 			return err
 		}, "pagedkv: Buffer.Slice(1, 9223372036854775807) is outside a buffer of 4096 bytes; allowed: off ≥ 0, n ≥ 0, off+n ≤ 4096"},
 		{"cache too large for int64", func() error {
-			a := GatherArgs{KeyCache: fakeBuffer(1), ValueCache: fakeBuffer(1), NumKVHeads: 1 << 16, HeadDim: 256,
+			a := GatherArgs{KCache: fakeBuffer(1), VCache: fakeBuffer(1), NumKVHeads: 1 << 16, HeadDim: 256,
 				BlockSize: 256, NumBlocks: 1 << 40, CacheDType: F16}
 			return a.Validate()
 		}, "pagedkv: GatherArgs.NumBlocks=1099511627776 is too large: NumBlocks·BlockSize·NumKVHeads·HeadDim is more than 2^56 elements; allowed: at most 16777216 with the other sizes as given"},
@@ -532,7 +532,7 @@ func goodQKV() QKVNormRopeArgs {
 	const tok, seqs, qh, kh, d, bs, nb, mb, maxPos, rot = 12, 3, 8, 2, 128, 16, 32, 8, 4096, 64
 	return QKVNormRopeArgs{
 		QKV: fakeBuffer(tok * (qh + 2*kh) * d * 2), QOut: fakeBuffer(tok * qh * d * 2),
-		KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
 		BlockTables: fakeBuffer(seqs * mb * 4), CuSeqlensQ: fakeBuffer((seqs + 1) * 4), PosOffsets: fakeBuffer(seqs * 8),
 		Cos: fakeBuffer(maxPos * rot * 4), Sin: fakeBuffer(maxPos * rot * 4),
 		QNormWeight: fakeBuffer(d * 2), KNormWeight: fakeBuffer(d * 2), Norm: NormQK, Eps: 1e-6,
@@ -559,7 +559,7 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 	require.NoError(t, one.Validate())
 	fp8 := goodQKV()
 	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 0.5
-	fp8.KeyCache.Bytes, fp8.ValueCache.Bytes = fp8.KeyCache.Bytes/2, fp8.ValueCache.Bytes/2
+	fp8.KCache.Bytes, fp8.VCache.Bytes = fp8.KCache.Bytes/2, fp8.VCache.Bytes/2
 	require.NoError(t, fp8.Validate())
 	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle} {
 		laid := goodQKV()
@@ -601,7 +601,7 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 		{"tables", func(a *QKVNormRopeArgs) { a.BlockTables.Bytes = 64 }, "QKVNormRopeArgs.BlockTables holds 64 bytes; the shapes need 96"},
 		{"cos", func(a *QKVNormRopeArgs) { a.Cos.Bytes-- }, "QKVNormRopeArgs.Cos holds 1048575 bytes; the shapes need 1048576"},
 		{"sin misaligned", func(a *QKVNormRopeArgs) { a.Sin.Ptr += 2 }, "QKVNormRopeArgs.Sin pointer 0x7f0000000002 is not 4-byte aligned"},
-		{"cache", func(a *QKVNormRopeArgs) { a.ValueCache.Bytes -= 2 }, "QKVNormRopeArgs.ValueCache holds 262142 bytes; the shapes need 262144"},
+		{"cache", func(a *QKVNormRopeArgs) { a.VCache.Bytes -= 2 }, "QKVNormRopeArgs.VCache holds 262142 bytes; the shapes need 262144"},
 		{"fp8 scale", func(a *QKVNormRopeArgs) { a.CacheDType = E4M3 }, "QKVNormRopeArgs.KScale=0 is not allowed with an e4m3 cache"},
 		{"dtype", func(a *QKVNormRopeArgs) { a.DType = E4M3 }, "QKVNormRopeArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
 	}
@@ -616,7 +616,7 @@ func goodMLA() MLARopeQuantArgs {
 		QOut: fakeBuffer(tok * h * (lora + rope)), KNopeOut: fakeBuffer(tok * kh * lora), KRopeOut: fakeBuffer(tok * kh * rope),
 		Positions: fakeBuffer(tok * 8), CosSin: fakeBuffer(maxPos * 2 * rope * 4),
 		NumTokens: tok, NumQHeads: h, NumKVHeads: kh, LoraRank: lora, RopeDim: rope, MaxPos: maxPos, RotDim: rope,
-		NeoX: true, DType: BF16, QScale: 0.5, KScale: 0.25,
+		NeoX: true, DType: BF16, QOutScale: 0.5, KOutScale: 0.25,
 	}
 }
 
@@ -642,8 +642,8 @@ func TestMLARopeQuantArgsValidate(t *testing.T) {
 		{"rope", func(a *MLARopeQuantArgs) { a.RopeDim = 24 }, "MLARopeQuantArgs.RopeDim=24 is not supported; allowed: a multiple of 16 from 16 to 512"},
 		{"rot", func(a *MLARopeQuantArgs) { a.RotDim = 48 }, "MLARopeQuantArgs.RotDim=48 is not allowed; allowed: RopeDim=64 or RopeDim/2=32"},
 		{"max pos", func(a *MLARopeQuantArgs) { a.MaxPos = 1<<30 + 1 }, "MLARopeQuantArgs.MaxPos=1073741825 is out of range"},
-		{"q scale", func(a *MLARopeQuantArgs) { a.QScale = 0 }, "MLARopeQuantArgs.QScale=0 is not allowed; allowed: a finite value > 0 (the e4m3 outputs are QOut = q / QScale)"},
-		{"k scale", func(a *MLARopeQuantArgs) { a.KScale = float32(math.Inf(1)) }, "MLARopeQuantArgs.KScale=+Inf is not allowed; allowed: a finite value > 0 (the e4m3 outputs are KNopeOut, KRopeOut = k / KScale)"},
+		{"q scale", func(a *MLARopeQuantArgs) { a.QOutScale = 0 }, "MLARopeQuantArgs.QOutScale=0 is not allowed; allowed: a finite value > 0 (the e4m3 outputs are QOut = q / QOutScale)"},
+		{"k scale", func(a *MLARopeQuantArgs) { a.KOutScale = float32(math.Inf(1)) }, "MLARopeQuantArgs.KOutScale=+Inf is not allowed; allowed: a finite value > 0 (the e4m3 outputs are KNopeOut, KRopeOut = k / KOutScale)"},
 		{"nope head stride", func(a *MLARopeQuantArgs) { a.QNopeHeadStride = 256 }, "MLARopeQuantArgs.QNopeHeadStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ LoraRank=512"},
 		{"rope token stride", func(a *MLARopeQuantArgs) { a.KRopeTokenStride = 100 }, "MLARopeQuantArgs.KRopeTokenStride=100 is not allowed"},
 		{"q nope small", func(a *MLARopeQuantArgs) { a.QNope.Bytes-- }, "MLARopeQuantArgs.QNope holds 98303 bytes; the shapes need 98304"},
@@ -656,7 +656,7 @@ func TestMLARopeQuantArgsValidate(t *testing.T) {
 	expectErrors(t, goodMLA, cases)
 	// An MLA step writes no cache: its scale errors must not speak of one.
 	b := goodMLA()
-	b.QScale = -1
+	b.QOutScale = -1
 	assert.NotContains(t, b.Validate().Error(), "cache")
 }
 
@@ -701,10 +701,10 @@ func TestMLAConcatQArgsValidate(t *testing.T) {
 func goodVarlen() VarlenArgs {
 	const s, tq, qh, kh, d, bs, nb, mb = 3, 40, 16, 4, 128, 16, 64, 16
 	return VarlenArgs{
-		Q: fakeBuffer(tq * qh * d * 2), KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		Q: fakeBuffer(tq * qh * d * 2), KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
 		BlockTables: fakeBuffer(s * mb * 4), CuSeqlensQ: fakeBuffer((s + 1) * 4), PosOffsets: fakeBuffer(s * 4),
 		Out: fakeBuffer(tq * qh * d * 2), LSE: fakeBuffer(tq * qh * 4),
-		NumSeqs: s, TotalQTokens: tq, NumQHeads: qh, NumKVHeads: kh, HeadDim: d,
+		NumSeqs: s, NumTokens: tq, NumQHeads: qh, NumKVHeads: kh, HeadDim: d,
 		BlockSize: bs, NumBlocks: nb, MaxBlocksPerSeq: mb, MaxKVLen: 200, Causal: true,
 		HostCuSeqlensQ: []int32{0, 1, 17, 40}, HostPosOffsets: []int32{99, 0, 177},
 		DType: BF16, CacheDType: BF16,
@@ -722,13 +722,13 @@ func TestVarlenArgsValidate(t *testing.T) {
 	require.NoError(t, bounds.Validate(), "bounds without offsets")
 	fp8 := goodVarlen()
 	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 2
-	fp8.KeyCache.Bytes, fp8.ValueCache.Bytes = fp8.KeyCache.Bytes/2, fp8.ValueCache.Bytes/2
+	fp8.KCache.Bytes, fp8.VCache.Bytes = fp8.KCache.Bytes/2, fp8.VCache.Bytes/2
 	require.NoError(t, fp8.Validate())
 	ws := goodVarlen()
 	ws.Workspace, ws.Scale, ws.KVCapacity = fakeBuffer(4096), 0.0625, 256
 	require.NoError(t, ws.Validate())
 
-	// Head-major Out, [NumQHeads, TotalQTokens, HeadDim] as SequenceAttention
+	// Head-major Out, [NumQHeads, NumTokens, HeadDim] as SequenceAttention
 	// writes it, needs the same bytes as token-major.
 	headMajor := goodVarlen()
 	headMajor.OutTokenStride, headMajor.OutHeadStride = 128, 40*128
@@ -752,16 +752,16 @@ func TestVarlenArgsValidate(t *testing.T) {
 
 	// No query tokens (q_len 0 everywhere): Q, Out and LSE are never touched.
 	none := goodVarlen()
-	none.TotalQTokens, none.Q, none.Out, none.LSE = 0, Buffer{}, Buffer{}, Buffer{}
+	none.NumTokens, none.Q, none.Out, none.LSE = 0, Buffer{}, Buffer{}, Buffer{}
 	none.HostCuSeqlensQ, none.HostPosOffsets = []int32{0, 0, 0, 0}, []int32{200, 0, 7}
 	require.NoError(t, none.Validate())
-	// TotalQTokens·NumQHeads at its bound, 2^30.
+	// NumTokens·NumQHeads at its bound, 2^30.
 	most := goodVarlen()
-	most.TotalQTokens, most.HostCuSeqlensQ, most.HostPosOffsets = 1<<26, nil, nil
-	most.Q.Bytes, most.Out.Bytes, most.LSE.Bytes = int64(most.TotalQTokens)*16*128*2, int64(most.TotalQTokens)*16*128*2, int64(most.TotalQTokens)*16*4
+	most.NumTokens, most.HostCuSeqlensQ, most.HostPosOffsets = 1<<26, nil, nil
+	most.Q.Bytes, most.Out.Bytes, most.LSE.Bytes = int64(most.NumTokens)*16*128*2, int64(most.NumTokens)*16*128*2, int64(most.NumTokens)*16*4
 	require.NoError(t, most.Validate())
 
-	const outStrides = "are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ 2147483648 whose rows never overlap: OutHeadStride ≥ HeadDim=128 and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ TotalQTokens·OutTokenStride"
+	const outStrides = "are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ 2147483648 whose rows never overlap: OutHeadStride ≥ HeadDim=128 and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ NumTokens·OutTokenStride"
 	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle} {
 		laid := goodVarlen()
 		laid.Layout = l
@@ -787,8 +787,8 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"q heads not a multiple", func(a *VarlenArgs) { a.NumQHeads = 30 }, "VarlenArgs.NumQHeads=30 is not a multiple of NumKVHeads=4"},
 		{"group", func(a *VarlenArgs) { a.NumQHeads = 68 }, "VarlenArgs.NumQHeads/NumKVHeads=17 is not supported; allowed: a group size from 1 to 16"},
 		{"q heads 2^32+2", func(a *VarlenArgs) { a.NumQHeads, a.NumKVHeads = 1<<32+2, 2 }, "VarlenArgs.NumQHeads/NumKVHeads=2147483649 is not supported; allowed: a group size from 1 to 16"},
-		{"tokens negative", func(a *VarlenArgs) { a.TotalQTokens = -1 }, "VarlenArgs.TotalQTokens=-1 is out of range; allowed: 0..67108864 (TotalQTokens·NumQHeads ≤ 2^30)"},
-		{"tokens·heads past 2^30", func(a *VarlenArgs) { a.TotalQTokens = 1<<26 + 1 }, "VarlenArgs.TotalQTokens=67108865 is out of range; allowed: 0..67108864 (TotalQTokens·NumQHeads ≤ 2^30)"},
+		{"tokens negative", func(a *VarlenArgs) { a.NumTokens = -1 }, "VarlenArgs.NumTokens=-1 is out of range; allowed: 0..67108864 (NumTokens·NumQHeads ≤ 2^30)"},
+		{"tokens·heads past 2^30", func(a *VarlenArgs) { a.NumTokens = 1<<26 + 1 }, "VarlenArgs.NumTokens=67108865 is out of range; allowed: 0..67108864 (NumTokens·NumQHeads ≤ 2^30)"},
 		{"block size", func(a *VarlenArgs) { a.BlockSize = 24 }, "VarlenArgs.BlockSize=24 is not allowed; allowed: a power of two from 1 to 256"},
 		{"block size big", func(a *VarlenArgs) { a.BlockSize = 512 }, "VarlenArgs.BlockSize=512 is not allowed; allowed: a power of two from 1 to 256"},
 		{"blocks", func(a *VarlenArgs) { a.NumBlocks = 0 }, "VarlenArgs.NumBlocks=0 is out of range; allowed: 1..2147483647"},
@@ -803,7 +803,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"host bounds length", func(a *VarlenArgs) { a.HostCuSeqlensQ = []int32{0, 40} }, "VarlenArgs.HostCuSeqlensQ has 2 values; allowed: none, or NumSeqs+1=4"},
 		{"host bounds first", func(a *VarlenArgs) { a.HostCuSeqlensQ[0] = 1 }, "VarlenArgs.HostCuSeqlensQ[0]=1 is not allowed; allowed: 0"},
 		{"host bounds decrease", func(a *VarlenArgs) { a.HostCuSeqlensQ[1] = 18 }, "VarlenArgs.HostCuSeqlensQ[2]=17 is below HostCuSeqlensQ[1]=18; allowed: a non-decreasing sequence"},
-		{"host bounds total", func(a *VarlenArgs) { a.HostCuSeqlensQ[3] = 39 }, "VarlenArgs.HostCuSeqlensQ[3]=39 disagrees with TotalQTokens=40"},
+		{"host bounds total", func(a *VarlenArgs) { a.HostCuSeqlensQ[3] = 39 }, "VarlenArgs.HostCuSeqlensQ[3]=39 disagrees with NumTokens=40"},
 		{"host offsets without bounds", func(a *VarlenArgs) { a.HostCuSeqlensQ = nil }, "VarlenArgs.HostPosOffsets is given without HostCuSeqlensQ; allowed: both or neither"},
 		{"host offsets length", func(a *VarlenArgs) { a.HostPosOffsets = []int32{0, 0} }, "VarlenArgs.HostPosOffsets has 2 values; allowed: none, or NumSeqs=3"},
 		{"host offset negative", func(a *VarlenArgs) { a.HostPosOffsets[1] = -1 }, "VarlenArgs.HostPosOffsets[1]=-1 is not allowed with 16 query tokens; allowed: 0..MaxKVLen−q_len=184"},
@@ -837,23 +837,23 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"out head stride 2^62", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 128, 1<<62 }, "VarlenArgs.OutTokenStride=128, OutHeadStride=4611686018427387904 " + outStrides},
 		{"out strides past 2^31", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = 1<<31+2, 128 }, "VarlenArgs.OutTokenStride=2147483650, OutHeadStride=128 " + outStrides},
 		{"q small", func(a *VarlenArgs) { a.Q.Bytes-- }, "VarlenArgs.Q holds 163839 bytes; the shapes need 163840"},
-		{"key cache small", func(a *VarlenArgs) { a.KeyCache.Bytes-- }, "VarlenArgs.KeyCache holds 1048575 bytes; the shapes need 1048576"},
-		{"value cache small", func(a *VarlenArgs) { a.ValueCache.Bytes-- }, "VarlenArgs.ValueCache holds 1048575 bytes; the shapes need 1048576"},
+		{"key cache small", func(a *VarlenArgs) { a.KCache.Bytes-- }, "VarlenArgs.KCache holds 1048575 bytes; the shapes need 1048576"},
+		{"value cache small", func(a *VarlenArgs) { a.VCache.Bytes-- }, "VarlenArgs.VCache holds 1048575 bytes; the shapes need 1048576"},
 		{"tables small", func(a *VarlenArgs) { a.BlockTables.Bytes-- }, "VarlenArgs.BlockTables holds 191 bytes; the shapes need 192"},
 		{"cu seqlens small", func(a *VarlenArgs) { a.CuSeqlensQ.Bytes-- }, "VarlenArgs.CuSeqlensQ holds 15 bytes; the shapes need 16"},
 		{"pos offsets small", func(a *VarlenArgs) { a.PosOffsets.Bytes-- }, "VarlenArgs.PosOffsets holds 11 bytes; the shapes need 12"},
 		{"out small", func(a *VarlenArgs) { a.Out.Bytes-- }, "VarlenArgs.Out holds 163839 bytes; the shapes need 163840"},
 		{"lse small", func(a *VarlenArgs) { a.LSE.Bytes-- }, "VarlenArgs.LSE holds 2559 bytes; the shapes need 2560"},
 		{"q misaligned", func(a *VarlenArgs) { a.Q.Ptr += 8 }, "VarlenArgs.Q pointer 0x7f0000000008 is not 16-byte aligned"},
-		{"key cache misaligned", func(a *VarlenArgs) { a.KeyCache.Ptr += 8 }, "VarlenArgs.KeyCache pointer 0x7f0000000008 is not 16-byte aligned"},
-		{"value cache misaligned", func(a *VarlenArgs) { a.ValueCache.Ptr += 8 }, "VarlenArgs.ValueCache pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"key cache misaligned", func(a *VarlenArgs) { a.KCache.Ptr += 8 }, "VarlenArgs.KCache pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"value cache misaligned", func(a *VarlenArgs) { a.VCache.Ptr += 8 }, "VarlenArgs.VCache pointer 0x7f0000000008 is not 16-byte aligned"},
 		{"tables misaligned", func(a *VarlenArgs) { a.BlockTables.Ptr += 2 }, "VarlenArgs.BlockTables pointer 0x7f0000000002 is not 4-byte aligned"},
 		{"cu seqlens misaligned", func(a *VarlenArgs) { a.CuSeqlensQ.Ptr += 2 }, "VarlenArgs.CuSeqlensQ pointer 0x7f0000000002 is not 4-byte aligned"},
 		{"pos offsets misaligned", func(a *VarlenArgs) { a.PosOffsets.Ptr += 2 }, "VarlenArgs.PosOffsets pointer 0x7f0000000002 is not 4-byte aligned"},
 		{"out misaligned", func(a *VarlenArgs) { a.Out.Ptr += 2 }, "VarlenArgs.Out pointer 0x7f0000000002 is not 4-byte aligned"},
 		{"lse misaligned", func(a *VarlenArgs) { a.LSE.Ptr += 2 }, "VarlenArgs.LSE pointer 0x7f0000000002 is not 4-byte aligned"},
 		{"q missing", func(a *VarlenArgs) { a.Q = Buffer{} }, "VarlenArgs.Q is missing"},
-		{"key cache missing", func(a *VarlenArgs) { a.KeyCache = Buffer{} }, "VarlenArgs.KeyCache is missing"},
+		{"key cache missing", func(a *VarlenArgs) { a.KCache = Buffer{} }, "VarlenArgs.KCache is missing"},
 		{"tables missing", func(a *VarlenArgs) { a.BlockTables = Buffer{} }, "VarlenArgs.BlockTables is missing"},
 		{"cu seqlens missing", func(a *VarlenArgs) { a.CuSeqlensQ = Buffer{} }, "VarlenArgs.CuSeqlensQ is missing"},
 		{"pos offsets missing", func(a *VarlenArgs) { a.PosOffsets = Buffer{} }, "VarlenArgs.PosOffsets is missing"},
@@ -867,14 +867,14 @@ func TestVarlenArgsValidate(t *testing.T) {
 	expectErrors(t, goodVarlen, cases)
 }
 
-// TestVarlenTotalQTokensBound pins the TotalQTokens bound against two
-// ways past it (both held while the bound was TotalQTokens·NumQHeads < 2^31,
+// TestVarlenTotalQTokensBound pins the NumTokens bound against two
+// ways past it (both held while the bound was NumTokens·NumQHeads < 2^31,
 // computed as an unchecked int64 product):
 //
-//   - "product wraps int64": with NumQHeads=16, TotalQTokens = MaxInt wrapped
+//   - "product wraps int64": with NumQHeads=16, NumTokens = MaxInt wrapped
 //     the product to −16 and 2^59 to −2^63, both "in range", and the first
 //     error was Q's extent, blaming QTokenStride (which the caller left 0)
-//     and allowing "at most 0". The error must name TotalQTokens and its
+//     and allowing "at most 0". The error must name NumTokens and its
 //     range.
 //   - "row tiles inside int32": one sequence of q_len·G packed rows
 //     (NumKVHeads 1) in (2^31 − R, 2^31) made the kernel's last row tile end
@@ -884,24 +884,24 @@ func TestVarlenTotalQTokensBound(t *testing.T) {
 	t.Run("product wraps int64", func(t *testing.T) {
 		for _, tq := range []int{math.MaxInt, 1 << 59, 1 << 60} {
 			a := goodVarlen()
-			a.TotalQTokens, a.HostCuSeqlensQ, a.HostPosOffsets = tq, nil, nil
+			a.NumTokens, a.HostCuSeqlensQ, a.HostPosOffsets = tq, nil, nil
 			err := a.Validate()
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrInvalidArgument)
-			assert.Contains(t, err.Error(), "VarlenArgs.TotalQTokens="+itoa(tq)+" is out of range; allowed: 0..67108864 (TotalQTokens·NumQHeads ≤ 2^30)")
+			assert.Contains(t, err.Error(), "VarlenArgs.NumTokens="+itoa(tq)+" is out of range; allowed: 0..67108864 (NumTokens·NumQHeads ≤ 2^30)")
 		}
 	})
 	t.Run("row tiles inside int32", func(t *testing.T) {
 		for _, d := range []int{64, 128, 256} {
 			for _, tq := range []int{1 << 30, 1<<30 + 1, math.MaxInt32} {
 				a := goodVarlen()
-				a.NumSeqs, a.NumQHeads, a.NumKVHeads, a.HeadDim, a.TotalQTokens = 1, 1, 1, d, tq
+				a.NumSeqs, a.NumQHeads, a.NumKVHeads, a.HeadDim, a.NumTokens = 1, 1, 1, d, tq
 				a.HostCuSeqlensQ, a.HostPosOffsets = nil, nil
 				a.Q.Bytes, a.Out.Bytes, a.LSE.Bytes = int64(d)*2*int64(tq), int64(d)*2*int64(tq), 4*int64(tq)
-				a.KeyCache.Bytes, a.ValueCache.Bytes = 64*16*int64(d)*2, 64*16*int64(d)*2
+				a.KCache.Bytes, a.VCache.Bytes = 64*16*int64(d)*2, 64*16*int64(d)*2
 				err := a.Validate()
 				if tq > 1<<30 {
-					assert.ErrorContains(t, err, "VarlenArgs.TotalQTokens="+itoa(tq)+" is out of range; allowed: 0..1073741824", "head dim %d", d)
+					assert.ErrorContains(t, err, "VarlenArgs.NumTokens="+itoa(tq)+" is out of range; allowed: 0..1073741824", "head dim %d", d)
 					continue
 				}
 				require.NoError(t, err, "head dim %d", d)
@@ -916,7 +916,7 @@ func TestVarlenTotalQTokensBound(t *testing.T) {
 func goodSequence() SequenceArgs {
 	const qLen, qh, kh, d, bs, nb, mb = 40, 16, 4, 128, 16, 64, 16
 	return SequenceArgs{
-		Q: fakeBuffer(qLen * qh * d * 2), KeyCache: fakeBuffer(nb * bs * kh * d * 2), ValueCache: fakeBuffer(nb * bs * kh * d * 2),
+		Q: fakeBuffer(qLen * qh * d * 2), KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
 		BlockTables: fakeBuffer(mb * 4), Out: fakeBuffer(qLen * qh * d * 2),
 		NumSeqs: 1, QLen: qLen, HostKVLens: []int32{200},
 		NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb, MaxBlocksPerSeq: mb,

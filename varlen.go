@@ -13,24 +13,24 @@ import (
 // paged KV cache, which already holds the new tokens (write them first with
 // Append, RopeCache or QKVNormRope).
 //
-//   - Q: [TotalQTokens, NumQHeads, HeadDim] of DType (f16 or bf16),
+//   - Q: [NumTokens, NumQHeads, HeadDim] of DType (f16 or bf16),
 //     token-major; QTokenStride is the element stride between tokens (0 =
 //     NumQHeads·HeadDim; else a multiple of 8, and Q 16-byte aligned).
 //   - CuSeqlensQ: int32 [NumSeqs+1] on the device; sequence s owns query
 //     tokens CuSeqlensQ[s] … CuSeqlensQ[s+1]-1 (q_len 0 and 1 allowed).
 //     PosOffsets: int32 [NumSeqs] on the device, the KV position of each
 //     sequence's first query token: its KV length is PosOffsets[s] + q_len.
-//   - KeyCache, ValueCache, BlockTables: as for DecodeArgs (in Layout,
+//   - KCache, VCache, BlockTables: as for DecodeArgs (in Layout,
 //     flash by default; CacheDType DType or E4M3 with KScale / VScale; the
 //     x-split and shuffle layouts take BlockSize ≥ 8 with 16-bit caches, ≥
 //     16 with e4m3 ones).
 //   - Out: of DType, the row of (token t, head h) at t·OutTokenStride +
 //     h·OutHeadStride elements; both 0 (the default) mean token-major
-//     [TotalQTokens, NumQHeads, HeadDim], contiguous. Strides are even, and
+//     [NumTokens, NumQHeads, HeadDim], contiguous. Strides are even, and
 //     rows never overlap: token-major (OutHeadStride ≥ HeadDim, OutTokenStride
 //     ≥ NumQHeads·OutHeadStride) or head-major (OutTokenStride ≥ HeadDim,
-//     OutHeadStride ≥ TotalQTokens·OutTokenStride, as SequenceAttention
-//     writes). LSE (optional): f32 [TotalQTokens, NumQHeads], the natural
+//     OutHeadStride ≥ NumTokens·OutTokenStride, as SequenceAttention
+//     writes). LSE (optional): f32 [NumTokens, NumQHeads], the natural
 //     log of Σ exp(Scale·q·k) over the keys each query attends.
 //   - Causal: query i of sequence s attends KV positions ≤ PosOffsets[s] + i
 //     (bottom-right aligned, as in prefill and chunked prefill); otherwise
@@ -40,7 +40,7 @@ import (
 //     (kernels read CuSeqlensQ and PosOffsets themselves).
 //   - HostCuSeqlensQ, HostPosOffsets (optional): the host's copies of the
 //     two device arrays. Given, they are checked before the launch
-//     (CuSeqlensQ starts at 0, never decreases and ends at TotalQTokens;
+//     (CuSeqlensQ starts at 0, never decreases and ends at NumTokens;
 //     every offset is ≥ 0 and PosOffsets[s] + q_len ≤ MaxKVLen), and the
 //     planner counts the batch's real row tiles. Bad device values are
 //     clamped and reported through the stream's fault record instead.
@@ -56,8 +56,8 @@ import (
 //     batch's sequence and arrays, as one launch would.
 //   - KVCapacity: for a varlen captured into a graph, the largest KV length
 //     any replay will see (0: the runtime's KV_CAPACITY); the plan is made
-//     for it and for TotalQTokens, the most query tokens any replay may
-//     have (CuSeqlensQ[NumSeqs] ≤ TotalQTokens at every replay; the
+//     for it and for NumTokens, the most query tokens any replay may
+//     have (CuSeqlensQ[NumSeqs] ≤ NumTokens at every replay; the
 //     sequence count is fixed at capture). Eager calls ignore it.
 //   - Workspace (optional): the engine's own split-K scratch instead of the
 //     stream's pool, at least Plan.WorkspaceBytes of the plan PlanVarlen
@@ -69,22 +69,22 @@ import (
 // may overlap one another. Workspace must not overlap any other buffer.
 //
 // Bounds: NumSeqs ≤ 2^24, NumKVHeads ≤ 65535, NumQHeads ≤ 16·NumKVHeads,
-// TotalQTokens·NumQHeads ≤ 2^30, NumBlocks < 2^31, NumBlocks·BlockSize ≤
+// NumTokens·NumQHeads ≤ 2^30, NumBlocks < 2^31, NumBlocks·BlockSize ≤
 // 2^32, MaxBlocksPerSeq · BlockSize ≤ 2^30, QTokenStride, OutTokenStride and OutHeadStride ≤ 2^31 elements.
 type VarlenArgs struct {
-	Q, KeyCache, ValueCache             Buffer
+	Q, KCache, VCache                   Buffer
 	BlockTables, CuSeqlensQ, PosOffsets Buffer
 	Out, LSE                            Buffer
 	Workspace                           Buffer
 
-	NumSeqs, TotalQTokens, NumQHeads, NumKVHeads, HeadDim int
-	BlockSize, NumBlocks, MaxBlocksPerSeq                 int
-	MaxKVLen                                              int
-	QTokenStride                                          int
-	OutTokenStride, OutHeadStride                         int
-	KVCapacity                                            int
-	Causal                                                bool
-	HostCuSeqlensQ, HostPosOffsets                        []int32
+	NumSeqs, NumTokens, NumQHeads, NumKVHeads, HeadDim int
+	BlockSize, NumBlocks, MaxBlocksPerSeq              int
+	MaxKVLen                                           int
+	QTokenStride                                       int
+	OutTokenStride, OutHeadStride                      int
+	KVCapacity                                         int
+	Causal                                             bool
+	HostCuSeqlensQ, HostPosOffsets                     []int32
 
 	DType, CacheDType     DType
 	Layout                CacheLayout
@@ -95,7 +95,7 @@ type VarlenArgs struct {
 
 const varlenArg = "VarlenArgs"
 
-// maxVarlenRows bounds VarlenArgs.TotalQTokens·NumQHeads, the packed rows
+// maxVarlenRows bounds VarlenArgs.NumTokens·NumQHeads, the packed rows
 // the kernels index in int32 (with a row tile of room to spare).
 const maxVarlenRows = 1 << 30
 
@@ -119,8 +119,8 @@ func (a *VarlenArgs) Validate() error {
 	}
 	// The kernels count packed (token, head) rows in int32, up to a row
 	// tile past the last one.
-	if a.TotalQTokens < 0 || a.TotalQTokens > maxVarlenRows/a.NumQHeads {
-		return errf("%s.TotalQTokens=%d is out of range; allowed: 0..%d (TotalQTokens·NumQHeads ≤ 2^30)", varlenArg, a.TotalQTokens, maxVarlenRows/a.NumQHeads)
+	if a.NumTokens < 0 || a.NumTokens > maxVarlenRows/a.NumQHeads {
+		return errf("%s.NumTokens=%d is out of range; allowed: 0..%d (NumTokens·NumQHeads ≤ 2^30)", varlenArg, a.NumTokens, maxVarlenRows/a.NumQHeads)
 	}
 	if err := p.pages(); err != nil {
 		return err
@@ -131,7 +131,7 @@ func (a *VarlenArgs) Validate() error {
 	if err := p.scalars(); err != nil {
 		return err
 	}
-	if _, err := p.qRows(a.Q, a.TotalQTokens, a.QTokenStride, "TotalQTokens", "QTokenStride"); err != nil {
+	if _, err := p.qRows(a.Q, a.NumTokens, a.QTokenStride, "NumTokens", "QTokenStride"); err != nil {
 		return err
 	}
 	if err := checkAttentionLayout(varlenArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
@@ -146,13 +146,13 @@ func (a *VarlenArgs) Validate() error {
 	if err := buffer(varlenArg, "PosOffsets", a.PosOffsets, int64(a.NumSeqs)*4, 4); err != nil {
 		return err
 	}
-	if a.TotalQTokens > 0 {
+	if a.NumTokens > 0 {
 		ts, hs, err := a.outStrides()
 		if err != nil {
 			return err
 		}
 		outBytes, err := extent(varlenArg, "Out", int64(a.DType.Size()), int64(a.HeadDim),
-			axis{int64(a.TotalQTokens), ts, "TotalQTokens", "OutTokenStride"}, axis{int64(a.NumQHeads), hs, "NumQHeads", "OutHeadStride"})
+			axis{int64(a.NumTokens), ts, "NumTokens", "OutTokenStride"}, axis{int64(a.NumQHeads), hs, "NumQHeads", "OutHeadStride"})
 		if err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func (a *VarlenArgs) Validate() error {
 			return err
 		}
 		if !a.LSE.IsZero() {
-			if err := buffer(varlenArg, "LSE", a.LSE, int64(a.TotalQTokens)*int64(a.NumQHeads)*4, 4); err != nil {
+			if err := buffer(varlenArg, "LSE", a.LSE, int64(a.NumTokens)*int64(a.NumQHeads)*4, 4); err != nil {
 				return err
 			}
 		}
@@ -175,7 +175,7 @@ func (a *VarlenArgs) paged() pagedAttention {
 		arg: varlenArg, dtype: a.DType, cacheDType: a.CacheDType,
 		headDim: a.HeadDim, numQHeads: a.NumQHeads, numKVHeads: a.NumKVHeads, maxKVHeads: 65535,
 		numSeqs: a.NumSeqs, blockSize: a.BlockSize, numBlocks: a.NumBlocks, maxBlocksPerSeq: a.MaxBlocksPerSeq,
-		maxKVLen: a.MaxKVLen, kvCapacity: a.KVCapacity, keyCache: a.KeyCache, valueCache: a.ValueCache,
+		maxKVLen: a.MaxKVLen, kvCapacity: a.KVCapacity, keyCache: a.KCache, valueCache: a.VCache,
 		blockTables: a.BlockTables, workspace: a.Workspace, scale: a.Scale, kScale: a.KScale, vScale: a.VScale,
 	}
 }
@@ -195,8 +195,8 @@ func (a *VarlenArgs) checkHostLengths() error {
 				return errf("%s.HostCuSeqlensQ[%d]=%d is below HostCuSeqlensQ[%d]=%d; allowed: a non-decreasing sequence", varlenArg, s+1, cu[s+1], s, cu[s])
 			}
 		}
-		if int(cu[a.NumSeqs]) != a.TotalQTokens {
-			return errf("%s.HostCuSeqlensQ[%d]=%d disagrees with TotalQTokens=%d", varlenArg, a.NumSeqs, cu[a.NumSeqs], a.TotalQTokens)
+		if int(cu[a.NumSeqs]) != a.NumTokens {
+			return errf("%s.HostCuSeqlensQ[%d]=%d disagrees with NumTokens=%d", varlenArg, a.NumSeqs, cu[a.NumSeqs], a.NumTokens)
 		}
 	}
 	if len(pos) != 0 {
@@ -226,9 +226,9 @@ func (a *VarlenArgs) outStrides() (token, head int64, err error) {
 	}
 	d := int64(a.HeadDim)
 	tokenMajor := head >= d && token >= head*int64(a.NumQHeads)
-	headMajor := token >= d && head >= token*int64(a.TotalQTokens)
+	headMajor := token >= d && head >= token*int64(a.NumTokens)
 	if token%2 != 0 || head%2 != 0 || token > maxStride || head > maxStride || !(tokenMajor || headMajor) {
-		return 0, 0, errf("%s.OutTokenStride=%d, OutHeadStride=%d are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ %d whose rows never overlap: OutHeadStride ≥ HeadDim=%d and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ TotalQTokens·OutTokenStride",
+		return 0, 0, errf("%s.OutTokenStride=%d, OutHeadStride=%d are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ %d whose rows never overlap: OutHeadStride ≥ HeadDim=%d and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ NumTokens·OutTokenStride",
 			varlenArg, a.OutTokenStride, a.OutHeadStride, maxStride, a.HeadDim)
 	}
 	return token, head, nil
@@ -240,7 +240,7 @@ func (a *VarlenArgs) group() int { return a.NumQHeads / a.NumKVHeads }
 // shape is the planner's view of a; for a graph, planned for the capacity.
 func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
 	s := dispatch.VarlenShape{
-		NumSeqs: a.NumSeqs, TotalQTokens: a.TotalQTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
+		NumSeqs: a.NumSeqs, NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
 		HeadDim: a.HeadDim, MaxKVLen: a.MaxKVLen, DType: a.DType, CacheDType: a.CacheDType,
 		Layout: dispatch.Layout(a.Layout),
 	}
@@ -258,15 +258,15 @@ func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
 // pagedVarlenParams is the parameter list of the paged_varlen_* kernels,
 // in PTX order (kernels_src/varlen.cuh).
 type pagedVarlenParams struct {
-	Out, LSE, PartialOut, PartialMax, PartialSum                 driver.DevicePtr
-	Q, KeyCache, ValueCache, BlockTables, CuSeqlensQ, PosOffsets driver.DevicePtr
-	Fault                                                        driver.DevicePtr
-	QTokenStride, OutTokenStride, OutHeadStride                  int64
-	NumSeqs, TotalQ, NumQHeads, MaxBlocksPerSeq, BlockSizeLog2   int32
-	NumBlocks                                                    int64
-	Causal                                                       int32
-	Scale, KScale, VScale                                        float32
-	CuBase, SeqBase                                              int32
+	Out, LSE, PartialOut, PartialMax, PartialSum               driver.DevicePtr
+	Q, KCache, VCache, BlockTables, CuSeqlensQ, PosOffsets     driver.DevicePtr
+	Fault                                                      driver.DevicePtr
+	QTokenStride, OutTokenStride, OutHeadStride                int64
+	NumSeqs, TotalQ, NumQHeads, MaxBlocksPerSeq, BlockSizeLog2 int32
+	NumBlocks                                                  int64
+	Causal                                                     int32
+	Scale, KScale, VScale                                      float32
+	CuBase, SeqBase                                            int32
 }
 
 // varlenMergeParams is the parameter list of the paged_varlen_merge_*
@@ -289,9 +289,9 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 	}
 	ots, ohs, _ := a.outStrides() // a is valid
 	return pagedVarlenParams{
-		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KeyCache: a.KeyCache.Ptr, ValueCache: a.ValueCache.Ptr,
+		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
 		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr, Fault: fault,
-		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.TotalQTokens), NumQHeads: int32(a.NumQHeads),
+		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.NumTokens), NumQHeads: int32(a.NumQHeads),
 		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: a.cuBase, SeqBase: a.seqBase,
 	}
@@ -315,7 +315,7 @@ func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
 }
 
 // PlanVarlenGraph returns the plan a varlen of a captured into a graph
-// follows: for a.KVCapacity (else KV_CAPACITY) and a.TotalQTokens. Size a
+// follows: for a.KVCapacity (else KV_CAPACITY) and a.NumTokens. Size a
 // Workspace for it with Plan.WorkspaceBytes.
 func (r *Runtime) PlanVarlenGraph(a *VarlenArgs) (dispatch.Plan, error) {
 	if err := r.live(); err != nil {
@@ -449,7 +449,7 @@ func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) e
 // launchVarlen enqueues the kernels of plan: the varlen kernel, and for
 // split-K the merge. Call it inside r.do (enqueue).
 func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, capturing bool) error {
-	if a.TotalQTokens == 0 {
+	if a.NumTokens == 0 {
 		return nil
 	}
 	fn, _, err := r.function(plan.Kernel)
@@ -478,7 +478,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 		p.PartialOut = sc.base + driver.DevicePtr(plan.PartialOutOffset*4)
 		p.PartialMax = sc.base + driver.DevicePtr(plan.MaxOffset*4)
 		p.PartialSum = sc.base + driver.DevicePtr(plan.SumOffset*4)
-		rows := int32(a.TotalQTokens * a.NumQHeads)
+		rows := int32(a.NumTokens * a.NumQHeads)
 		merge = varlenMergeParams{
 			Out: a.Out.Ptr, LSE: a.LSE.Ptr, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
 			CuSeqlensQ: a.CuSeqlensQ.Ptr, OutTokenStride: p.OutTokenStride, OutHeadStride: p.OutHeadStride,
@@ -521,11 +521,11 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 	splits := max(plan.Splits, 1)
 	want := dispatch.Plan{
 		Kernel: kernel, Block: dispatch.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1},
-		Grid: dispatch.Dim3{X: uint32(dispatch.VarlenGridX(a.NumSeqs, a.TotalQTokens, a.group(), rows)),
+		Grid: dispatch.Dim3{X: uint32(dispatch.VarlenGridX(a.NumSeqs, a.NumTokens, a.group(), rows)),
 			Y: uint32(a.NumKVHeads), Z: uint32(splits)},
 		SharedBytes: uint32(dispatch.VarlenSharedBytes(kernel)),
 	}
-	want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.TotalQTokens, a.NumQHeads, a.HeadDim, splits)
+	want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.NumTokens, a.NumQHeads, a.HeadDim, splits)
 	if plan.Splits < 1 || plan.Splits > dispatch.VarlenMaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.ScratchFloats != want.ScratchFloats ||
 		plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset || plan.PartialOutOffset != 0 ||
@@ -624,7 +624,7 @@ func (a *VarlenArgs) decodePrefix() int {
 		return 0
 	}
 	g := a.group()
-	if !dispatch.VarlenShortRows(a.TotalQTokens, n, g) || dispatch.VarlenShortRows(a.TotalQTokens-int(cu[d]), n-d, g) {
+	if !dispatch.VarlenShortRows(a.NumTokens, n, g) || dispatch.VarlenShortRows(a.NumTokens-int(cu[d]), n-d, g) {
 		return 0
 	}
 	return d
@@ -645,15 +645,15 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	}
 	kv, restCu, maxKV, restMaxKV := mixedLengths((*m.host)[:n+1], cu, pos, d)
 	m.decode = DecodeArgs{
-		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables, Out: a.Out, LSE: a.LSE,
+		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, Out: a.Out, LSE: a.LSE,
 		NumSeqs: d, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: maxKV,
-		QSeqStride: a.QTokenStride, HostKVLens: kv,
+		QTokenStride: a.QTokenStride, HostKVLens: kv,
 		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
 	}
 	base := int64(cu[d])
 	rest := *a
-	rest.NumSeqs, rest.TotalQTokens, rest.MaxKVLen = n-d, a.TotalQTokens-int(base), restMaxKV
+	rest.NumSeqs, rest.NumTokens, rest.MaxKVLen = n-d, a.NumTokens-int(base), restMaxKV
 	rest.HostCuSeqlensQ, rest.HostPosOffsets = restCu, pos[d:]
 	pa := a.paged()
 	size := int64(a.DType.Size())

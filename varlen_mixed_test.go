@@ -23,8 +23,8 @@ func mixedVarlen(decodes, chunks, chunk int) VarlenArgs {
 		a.HostCuSeqlensQ[i+1] = a.HostCuSeqlensQ[i] + q
 		a.HostPosOffsets[i] = int32(a.MaxKVLen) - q
 	}
-	a.TotalQTokens = int(a.HostCuSeqlensQ[n])
-	rows := int64(a.TotalQTokens) * int64(a.NumQHeads)
+	a.NumTokens = int(a.HostCuSeqlensQ[n])
+	rows := int64(a.NumTokens) * int64(a.NumQHeads)
 	a.Q, a.Out, a.LSE = fakeBuffer(rows*int64(a.HeadDim)*2), fakeBuffer(rows*int64(a.HeadDim)*2), fakeBuffer(rows*4)
 	a.BlockTables, a.CuSeqlensQ, a.PosOffsets = fakeBuffer(int64(n*a.MaxBlocksPerSeq*4)), fakeBuffer(int64(n+1)*4), fakeBuffer(int64(n)*4)
 	return a
@@ -48,7 +48,7 @@ func TestDecodePrefix(t *testing.T) {
 		{"no host bounds", func(a *VarlenArgs) { a.HostCuSeqlensQ, a.HostPosOffsets = nil, nil }},
 		{"no host offsets", func(a *VarlenArgs) { a.HostPosOffsets = nil }},
 		{"workspace", func(a *VarlenArgs) { a.Workspace = fakeBuffer(1 << 20) }},
-		{"head-major out", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = a.HeadDim, a.TotalQTokens*a.HeadDim }},
+		{"head-major out", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = a.HeadDim, a.NumTokens*a.HeadDim }},
 		{"padded out", func(a *VarlenArgs) { a.OutTokenStride, a.OutHeadStride = a.NumQHeads*a.HeadDim+8, a.HeadDim }},
 		{"head dim 256: one kernel", func(a *VarlenArgs) { a.HeadDim = 256 }},
 	} {

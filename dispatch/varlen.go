@@ -37,7 +37,7 @@ type varlenGeometry struct{ headDim, cacheSize, rows, keys int }
 // knows it.
 type VarlenShape struct {
 	NumSeqs      int
-	TotalQTokens int // the query tokens of the batch (a graph: the most any replay has)
+	NumTokens int // the query tokens of the batch (a graph: the most any replay has)
 	NumQHeads    int
 	NumKVHeads   int
 	HeadDim      int
@@ -52,7 +52,7 @@ type VarlenShape struct {
 }
 
 // PlanVarlen plans a paged varlen attention launch: Grid.X is
-// VarlenGridX(NumSeqs, TotalQTokens, G, rows) row tiles of the kernel's
+// VarlenGridX(NumSeqs, NumTokens, G, rows) row tiles of the kernel's
 // rows (VarlenGeometry), Grid.Y the KV heads and Grid.Z the splits.
 //
 // The kernel: below head dim 256, batches whose sequences average fewer
@@ -82,7 +82,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		return Plan{}, err
 	}
 	group := s.NumQHeads / s.NumKVHeads
-	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.Layout, s.HeadDim, VarlenShortRows(s.TotalQTokens, s.NumSeqs, group))
+	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.Layout, s.HeadDim, VarlenShortRows(s.NumTokens, s.NumSeqs, group))
 	if err != nil {
 		return Plan{}, err
 	}
@@ -100,10 +100,10 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		return Plan{}, errf("dispatch: VarlenShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
 			s.HeadDim, s.CacheDType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
-	gridX := VarlenGridX(s.NumSeqs, s.TotalQTokens, group, geo.rows)
+	gridX := VarlenGridX(s.NumSeqs, s.NumTokens, group, geo.rows)
 	if gridX > maxGridX {
-		return Plan{}, errf("dispatch: VarlenShape.TotalQTokens=%d with %d sequences and GQA group %d needs %d row tiles; at most %d fit a grid",
-			s.TotalQTokens, s.NumSeqs, group, gridX, maxGridX)
+		return Plan{}, errf("dispatch: VarlenShape.NumTokens=%d with %d sequences and GQA group %d needs %d row tiles; at most %d fit a grid",
+			s.NumTokens, s.NumSeqs, group, gridX, maxGridX)
 	}
 	tiles := int(gridX)
 	if cu := s.HostCuSeqlensQ; len(cu) == s.NumSeqs+1 {
@@ -116,7 +116,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	splits, reason := chooseVarlenSplits(&s, &dev, &k, kernel, geo.keys, tiles)
 	p.RequestedSplits, p.Reason = splits, reason
 	if splits > 1 {
-		rows := int64(s.TotalQTokens) * int64(s.NumQHeads)
+		rows := int64(s.NumTokens) * int64(s.NumQHeads)
 		perSplit := rows * int64(s.HeadDim+2) * 4
 		if k.ScratchLimitBytes > 0 && int64(splits)*perSplit > k.ScratchLimitBytes {
 			splits = int(max(1, min(int64(splits), k.ScratchLimitBytes/perSplit)))
@@ -125,7 +125,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 	p.Splits, p.Clamped = splits, splits != p.RequestedSplits
 	p.Grid.Z = uint32(splits)
-	p.ScratchFloats, p.MaxOffset, p.SumOffset = VarlenPlanScratch(s.TotalQTokens, s.NumQHeads, s.HeadDim, splits)
+	p.ScratchFloats, p.MaxOffset, p.SumOffset = VarlenPlanScratch(s.NumTokens, s.NumQHeads, s.HeadDim, splits)
 	return p, nil
 }
 
@@ -231,8 +231,8 @@ func validateVarlen(s *VarlenShape, dev *DeviceFacts, k *Knobs) error {
 	switch {
 	case s.NumSeqs < 1 || s.NumSeqs > math.MaxInt32:
 		return errf("dispatch: VarlenShape.NumSeqs=%d is out of range; allowed: 1..%d", s.NumSeqs, math.MaxInt32)
-	case s.TotalQTokens < 0 || s.TotalQTokens > math.MaxInt32:
-		return errf("dispatch: VarlenShape.TotalQTokens=%d is out of range; allowed: 0..%d", s.TotalQTokens, math.MaxInt32)
+	case s.NumTokens < 0 || s.NumTokens > math.MaxInt32:
+		return errf("dispatch: VarlenShape.NumTokens=%d is out of range; allowed: 0..%d", s.NumTokens, math.MaxInt32)
 	case s.NumKVHeads < 1 || s.NumKVHeads > 65535:
 		return errf("dispatch: VarlenShape.NumKVHeads=%d is out of range; allowed: 1..65535", s.NumKVHeads)
 	case s.NumQHeads < s.NumKVHeads || s.NumQHeads%s.NumKVHeads != 0 || s.NumQHeads/s.NumKVHeads > MaxGroupSize:

@@ -24,7 +24,7 @@ func prefill(seqs, qLen, kvLen int) VarlenShape {
 	for i := range seqs {
 		cu[i+1] = cu[i] + int32(qLen)
 	}
-	return VarlenShape{NumSeqs: seqs, TotalQTokens: seqs * qLen, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128,
+	return VarlenShape{NumSeqs: seqs, NumTokens: seqs * qLen, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128,
 		MaxKVLen: kvLen, DType: BF16, CacheDType: BF16, HostCuSeqlensQ: cu}
 }
 
@@ -61,7 +61,7 @@ func TestPlanVarlen(t *testing.T) {
 			assert.Equal(t, tt.grid, p.Grid)
 			assert.Equal(t, tt.splits, p.Splits)
 			assert.Equal(t, tt.reason, p.Reason)
-			floats, mx, sum := VarlenPlanScratch(tt.shape.TotalQTokens, tt.shape.NumQHeads, tt.shape.HeadDim, p.Splits)
+			floats, mx, sum := VarlenPlanScratch(tt.shape.NumTokens, tt.shape.NumQHeads, tt.shape.HeadDim, p.Splits)
 			assert.Equal(t, [3]int64{floats, mx, sum}, [3]int64{p.ScratchFloats, p.MaxOffset, p.SumOffset})
 			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
 		})

@@ -130,7 +130,7 @@ func TestAppendFP8RoundTrip(t *testing.T) {
 	vc, err := a.Alloc(cacheBytes)
 	require.NoError(t, err)
 	args := &pagedkv.AppendArgs{
-		Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slotBuf,
+		K: key, V: key, KCache: kc, VCache: vc, SlotMapping: slotBuf,
 		NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: tokens / bs,
 		DType: pagedkv.F16, CacheDType: pagedkv.E4M3, KScale: kScale, VScale: vScale,
 	}
@@ -193,7 +193,7 @@ func TestAppendFP8SpecialValues(t *testing.T) {
 			vc, err := a.Alloc(int64(dim))
 			require.NoError(t, err)
 			require.NoError(t, r.Append(s, &pagedkv.AppendArgs{
-				Key: in, Value: in, KeyCache: kc, ValueCache: vc, SlotMapping: slot,
+				K: in, V: in, KCache: kc, VCache: vc, SlotMapping: slot,
 				NumTokens: 1, NumKVHeads: 1, HeadDim: dim, BlockSize: 1, NumBlocks: 1,
 				DType: d, CacheDType: pagedkv.E4M3, KScale: scale, VScale: scale,
 			}))
@@ -245,7 +245,7 @@ func appendFault(t *testing.T, layout pagedkv.CacheLayout, checking bool) {
 	kc, _ := guarded.Slice(0, cacheBytes)
 	vc, _ := guarded.Slice(cacheBytes, cacheBytes)
 	args := &pagedkv.AppendArgs{
-		Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slots,
+		K: key, V: key, KCache: kc, VCache: vc, SlotMapping: slots,
 		NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
 		DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: layout,
 	}

@@ -110,7 +110,7 @@ func TestDecodeLayoutsAgree(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, r, s, g, c)
 			a := p.Args
-			assertLayoutsAgree(t, r, s, p, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType,
+			assertLayoutsAgree(t, r, s, p, a.KCache, a.VCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType,
 				check.Tolerance(c.DType)/64, nil)
 		})
 	}
@@ -329,7 +329,7 @@ func TestDecodeLargePool(t *testing.T) {
 	p := &check.DecodeProblem{
 		Shape: check.DecodeShape{Seqs: seqs, QHeads: qHeads, KVHeads: kvHeads, HeadDim: dim, BlockSize: bs, MaxBlocksPerSeq: pages, NumBlocks: n, DType: pagedkv.F16, CacheDType: pagedkv.F16},
 		Args: pagedkv.DecodeArgs{
-			Q: qBuf, KeyCache: kc, ValueCache: vc, BlockTables: tables, KVLens: lensBuf, Out: out, LSE: lse,
+			Q: qBuf, KCache: kc, VCache: vc, BlockTables: tables, KVLens: lensBuf, Out: out, LSE: lse,
 			NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: dim, BlockSize: bs,
 			NumBlocks: numBlocks, MaxBlocksPerSeq: pages, MaxKVLen: pages * bs,
 			DType: pagedkv.F16, CacheDType: pagedkv.F16,

@@ -136,33 +136,33 @@ func relayout(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, arena *check.
 	}
 	elems := len(slots) * kvHeads * headDim
 	gather := pagedkv.GatherArgs{
-		KeyCache: k, ValueCache: v, NumTokens: len(slots), NumKVHeads: kvHeads,
+		KCache: k, VCache: v, NumTokens: len(slots), NumKVHeads: kvHeads,
 		HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks, CacheDType: cache,
 	}
 	var set check.Setter
 	set.To(&gather.SlotMapping)(check.Upload(arena, s, slots, 8))
-	set.To(&gather.KeyOut)(arena.Alloc(int64(elems * cache.Size())))
-	set.To(&gather.ValueOut)(arena.Alloc(int64(elems * cache.Size())))
+	set.To(&gather.KOut)(arena.Alloc(int64(elems * cache.Size())))
+	set.To(&gather.VOut)(arena.Alloc(int64(elems * cache.Size())))
 	require.NoError(t, set.Err)
 	require.NoError(t, r.Gather(s, &gather))
 	app := pagedkv.AppendArgs{
-		Key: gather.KeyOut, Value: gather.ValueOut, SlotMapping: gather.SlotMapping,
+		K: gather.KOut, V: gather.VOut, SlotMapping: gather.SlotMapping,
 		NumTokens: len(slots), NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
 		NumBlocks: numBlocks, DType: cache, CacheDType: cache,
 	}
 	if cache == pagedkv.E4M3 {
 		app.DType, app.KScale, app.VScale = pagedkv.F16, 1, 1
-		set.To(&app.Key)(widenE4M3(arena, s, gather.KeyOut, elems))
-		set.To(&app.Value)(widenE4M3(arena, s, gather.ValueOut, elems))
+		set.To(&app.K)(widenE4M3(arena, s, gather.KOut, elems))
+		set.To(&app.V)(widenE4M3(arena, s, gather.VOut, elems))
 	}
 	laid := map[pagedkv.CacheLayout][2]pagedkv.Buffer{}
 	for _, layout := range laidLayouts {
 		app.Layout = layout
-		set.To(&app.KeyCache)(arena.Alloc(k.Bytes))
-		set.To(&app.ValueCache)(arena.Alloc(v.Bytes))
+		set.To(&app.KCache)(arena.Alloc(k.Bytes))
+		set.To(&app.VCache)(arena.Alloc(v.Bytes))
 		require.NoError(t, set.Err)
 		require.NoError(t, r.Append(s, &app))
-		laid[layout] = [2]pagedkv.Buffer{app.KeyCache, app.ValueCache}
+		laid[layout] = [2]pagedkv.Buffer{app.KCache, app.VCache}
 	}
 	return laid
 }

@@ -132,7 +132,7 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := varlenProblem(t, r, s, g, c)
 			a := p.Args
-			assertLayoutsAgree(t, r, s, p, a.KeyCache, a.ValueCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType,
+			assertLayoutsAgree(t, r, s, p, a.KCache, a.VCache, a.NumBlocks, a.BlockSize, c.KVHeads, c.HeadDim, c.CacheDType,
 				check.Tolerance(c.DType)/64, func(want, got []float64) { logDisagreement(t, p, want, got) })
 		})
 	}
@@ -245,10 +245,10 @@ func TestVarlenEqualsDecode(t *testing.T) {
 				pos[i] = lens[i] - 1
 			}
 			a := pagedkv.VarlenArgs{
-				Q: d.Args.Q, KeyCache: d.Args.KeyCache, ValueCache: d.Args.ValueCache, BlockTables: d.Args.BlockTables,
-				NumSeqs: c.Seqs, TotalQTokens: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+				Q: d.Args.Q, KCache: d.Args.KCache, VCache: d.Args.VCache, BlockTables: d.Args.BlockTables,
+				NumSeqs: c.Seqs, NumTokens: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 				BlockSize: c.BlockSize, NumBlocks: d.Args.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq, MaxKVLen: d.Args.MaxKVLen,
-				QTokenStride: d.Args.QSeqStride, Causal: true, HostCuSeqlensQ: cu, HostPosOffsets: pos,
+				QTokenStride: d.Args.QTokenStride, Causal: true, HostCuSeqlensQ: cu, HostPosOffsets: pos,
 				DType: c.DType, CacheDType: c.CacheDType, KScale: d.Args.KScale, VScale: d.Args.VScale,
 			}
 			arena := check.NewArena(r)
@@ -290,7 +290,7 @@ func TestVarlenGraphReplay(t *testing.T) {
 		t.Run(c.String(), func(t *testing.T) {
 			p := varlenProblem(t, r, s, g, c)
 			// The capture's bounds: its drawn token count and sequence count.
-			budget := p.Args.TotalQTokens
+			budget := p.Args.NumTokens
 			p.Args.HostCuSeqlensQ, p.Args.HostPosOffsets = nil, nil
 			plan, err := r.PlanVarlenGraph(&p.Args)
 			require.NoError(t, err)
@@ -424,10 +424,10 @@ func TestSequenceAttention(t *testing.T) {
 		want, wantLSE, err := d.Run(r, s)
 		require.NoError(t, err)
 		a := pagedkv.SequenceArgs{
-			Q: d.Args.Q, KeyCache: d.Args.KeyCache, ValueCache: d.Args.ValueCache, BlockTables: d.Args.BlockTables,
+			Q: d.Args.Q, KCache: d.Args.KCache, VCache: d.Args.VCache, BlockTables: d.Args.BlockTables,
 			KVLens: d.Args.KVLens, Out: d.Args.Out, LSE: d.Args.LSE, NumSeqs: c.Seqs, QLen: 1, HostKVLens: lens,
 			NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
-			NumBlocks: d.Args.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq, QTokenStride: d.Args.QSeqStride,
+			NumBlocks: d.Args.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq, QTokenStride: d.Args.QTokenStride,
 			DType: c.DType, CacheDType: c.CacheDType,
 		}
 		require.NoError(t, d.Poison(s))
@@ -472,7 +472,7 @@ func TestVarlenWorkspace(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, graph.Close()) })
 	// Other lengths within the capture's token budget.
 	replay := c
-	replay.MaxQLen = min(c.MaxQLen, p.Args.TotalQTokens/c.Seqs)
+	replay.MaxQLen = min(c.MaxQLen, p.Args.NumTokens/c.Seqs)
 	cu, pos := check.VarlenLens(g, replay)
 	require.NoError(t, p.SetLens(s, cu, pos))
 	require.NoError(t, p.Poison(s))
@@ -628,7 +628,7 @@ func TestVarlenMixedBatch(t *testing.T) {
 			require.NoError(t, err)
 			assert.Zero(t, plan.DecodePrefix, "no host lengths")
 			a = p.Args
-			a.OutTokenStride, a.OutHeadStride = shape.HeadDim, p.Args.TotalQTokens*shape.HeadDim
+			a.OutTokenStride, a.OutHeadStride = shape.HeadDim, p.Args.NumTokens*shape.HeadDim
 			plan, err = r.PlanVarlen(s, &a)
 			require.NoError(t, err)
 			assert.Zero(t, plan.DecodePrefix, "head-major Out")

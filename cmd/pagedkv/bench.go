@@ -393,12 +393,12 @@ func (b *bencher) benchAppend() error {
 			for t := range slots {
 				slots[t] = int64(own[t/blockSize]*blockSize + t%blockSize)
 			}
-			a := pagedkv.AppendArgs{KeyCache: kc, ValueCache: vc, NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim,
+			a := pagedkv.AppendArgs{KCache: kc, VCache: vc, NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim,
 				BlockSize: blockSize, NumBlocks: numBlocks, DType: pagedkv.F16, CacheDType: pagedkv.F16}
-			if a.Key, err = check.Upload(b.arena, b.s, kRaw, 1); err != nil {
+			if a.K, err = check.Upload(b.arena, b.s, kRaw, 1); err != nil {
 				return err
 			}
-			if a.Value, err = check.Upload(b.arena, b.s, vRaw, 1); err != nil {
+			if a.V, err = check.Upload(b.arena, b.s, vRaw, 1); err != nil {
 				return err
 			}
 			if a.SlotMapping, err = check.Upload(b.arena, b.s, slots, 8); err != nil {
@@ -427,7 +427,7 @@ func (b *bencher) benchAppend() error {
 		if tokens != 65536 {
 			continue
 		}
-		gather := pagedkv.GatherArgs{KeyCache: kc, ValueCache: vc, SlotMapping: sets[0].SlotMapping, KeyOut: sets[0].Key, ValueOut: sets[0].Value,
+		gather := pagedkv.GatherArgs{KCache: kc, VCache: vc, SlotMapping: sets[0].SlotMapping, KOut: sets[0].K, VOut: sets[0].V,
 			NumTokens: tokens, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks,
 			CacheDType: pagedkv.F16, Layout: pagedkv.LayoutShuffle}
 		if err := b.gatherRow(shape, "prefill slots", bytes, &gather); err != nil {
@@ -541,8 +541,8 @@ func (b *bencher) benchRope() error {
 		set.To(&args.V)(check.Upload(a, b.s, kRaw, 1))
 		set.To(&args.QOut)(a.Alloc(int64(len(qRaw))))
 		set.To(&args.KOut)(a.Alloc(int64(len(kRaw))))
-		set.To(&args.KeyCache)(a.Alloc(cacheBytes))
-		set.To(&args.ValueCache)(a.Alloc(cacheBytes))
+		set.To(&args.KCache)(a.Alloc(cacheBytes))
+		set.To(&args.VCache)(a.Alloc(cacheBytes))
 		set.To(&args.Positions)(check.Upload(a, b.s, positions, 8))
 		set.To(&args.SlotMapping)(check.Upload(a, b.s, slots, 8))
 		set.To(&args.CosSin)(check.Upload(a, b.s, cosSin, 4))
@@ -629,8 +629,8 @@ func (b *bencher) benchQKV() error {
 		cacheBytes := int64(maxBlocks * blockSize * kvHeads * headDim * 2)
 		set.To(&args.QKV)(check.Upload(a, b.s, qkvRaw, 1))
 		set.To(&args.QOut)(a.Alloc(int64(tokens * qHeads * headDim * 2)))
-		set.To(&args.KeyCache)(a.Alloc(cacheBytes))
-		set.To(&args.ValueCache)(a.Alloc(cacheBytes))
+		set.To(&args.KCache)(a.Alloc(cacheBytes))
+		set.To(&args.VCache)(a.Alloc(cacheBytes))
 		set.To(&args.BlockTables)(check.Upload(a, b.s, tables, 4))
 		set.To(&args.PosOffsets)(check.Upload(a, b.s, []int64{0}, 8))
 		set.To(&args.Cos)(check.Upload(a, b.s, table, 4))
@@ -946,7 +946,7 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	defer a.Free()
 	qRaw, _ := check.RandomTensor(b.g, c.q, seqs*qHeads*headDim, 1)
 	base := pagedkv.DecodeArgs{
-		KeyCache: pool.k, ValueCache: pool.v,
+		KCache: pool.k, VCache: pool.v,
 		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
 		NumBlocks: blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxLen, DType: c.q, CacheDType: c.cache,
 		KVCapacity: pagesPerSeq * blockSize, Layout: c.layout,

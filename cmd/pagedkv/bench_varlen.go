@@ -164,8 +164,8 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	defer a.Free()
 	qRaw, _ := check.RandomTensor(b.g, q, totalQ*qHeads*benchHeadDim, 1)
 	base := pagedkv.VarlenArgs{
-		KeyCache: pool.k, ValueCache: pool.v,
-		NumSeqs: seqs, TotalQTokens: totalQ, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: benchHeadDim,
+		KCache: pool.k, VCache: pool.v,
+		NumSeqs: seqs, NumTokens: totalQ, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: benchHeadDim,
 		BlockSize: benchBlockSize, NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxKV, Causal: true,
 		HostCuSeqlensQ: bt.cu, HostPosOffsets: bt.pos, DType: q, CacheDType: cache,
 	}
@@ -247,13 +247,13 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	}
 	rowBytes, tableRow := int64(qHeads*benchHeadDim*q.Size()), int64(pagesPerSeq*4)
 	decBase := pagedkv.DecodeArgs{
-		KeyCache: pool.k, ValueCache: pool.v,
+		KCache: pool.k, VCache: pool.v,
 		NumSeqs: d, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: benchHeadDim, BlockSize: benchBlockSize,
 		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: int(slices.Max(bt.kvLens[:d])), HostKVLens: bt.kvLens[:d],
 		DType: q, CacheDType: cache, KScale: base.KScale, VScale: base.VScale,
 	}
 	preBase := base
-	preBase.NumSeqs, preBase.TotalQTokens = seqs-d, totalQ-d
+	preBase.NumSeqs, preBase.NumTokens = seqs-d, totalQ-d
 	preBase.MaxKVLen = int(slices.Max(bt.kvLens[d:]))
 	preBase.HostCuSeqlensQ, preBase.HostPosOffsets = restCu, bt.pos[d:]
 	set.To(&decBase.Q)(base.Q.Slice(0, int64(d)*rowBytes))

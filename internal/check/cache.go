@@ -90,7 +90,7 @@ type AppendProblem struct {
 	Arena *Arena
 
 	KeyRaw, ValueRaw     []byte
-	KeyCache, ValueCache []byte // initial cache contents (random bytes)
+	KCache, VCache []byte // initial cache contents (random bytes)
 	SlotMapping, Remap   []int64
 }
 
@@ -105,22 +105,22 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 	p.KeyRaw, _ = RandomTensor(g, c.DType, max(c.Tokens*tokenStride, 8), 2)
 	p.ValueRaw, _ = RandomTensor(g, c.DType, max(c.Tokens*tokenStride, 8), 2)
 	numSlots := c.NumBlocks * c.BlockSize
-	p.KeyCache, p.ValueCache = RandomCaches(g, numSlots*c.KVHeads*c.HeadDim*c.CacheDType.Size())
+	p.KCache, p.VCache = RandomCaches(g, numSlots*c.KVHeads*c.HeadDim*c.CacheDType.Size())
 	p.SlotMapping, p.Remap = c.drawSlots(g)
 	a := &p.Args
 	*a = pagedkv.AppendArgs{
 		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
-		KeyTokenStride: tokenStride, KeyHeadStride: headStride, ValueTokenStride: tokenStride, ValueHeadStride: headStride,
+		KTokenStride: tokenStride, KHeadStride: headStride, VTokenStride: tokenStride, VHeadStride: headStride,
 		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout,
 	}
 	if c.CacheDType == pagedkv.E4M3 {
 		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
 	}
 	var set Setter
-	set.To(&a.Key)(Upload(p.Arena, s, p.KeyRaw, 1))
-	set.To(&a.Value)(Upload(p.Arena, s, p.ValueRaw, 1))
-	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KeyCache, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, p.ValueCache, 1))
+	set.To(&a.K)(Upload(p.Arena, s, p.KeyRaw, 1))
+	set.To(&a.V)(Upload(p.Arena, s, p.ValueRaw, 1))
+	set.To(&a.KCache)(Upload(p.Arena, s, p.KCache, 1))
+	set.To(&a.VCache)(Upload(p.Arena, s, p.VCache, 1))
 	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.SlotMapping, 8))
 	if p.Remap != nil {
 		set.To(&a.SlotRemap)(Upload(p.Arena, s, p.Remap, 8))
@@ -140,22 +140,22 @@ func (p *AppendProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error
 	if err := s.Fault(); err != nil {
 		return err
 	}
-	gotK := make([]byte, len(p.KeyCache))
-	gotV := make([]byte, len(p.ValueCache))
-	if err := pagedkv.Download(s, gotK, p.Args.KeyCache); err != nil {
+	gotK := make([]byte, len(p.KCache))
+	gotV := make([]byte, len(p.VCache))
+	if err := pagedkv.Download(s, gotK, p.Args.KCache); err != nil {
 		return err
 	}
-	if err := pagedkv.Download(s, gotV, p.Args.ValueCache); err != nil {
+	if err := pagedkv.Download(s, gotV, p.Args.VCache); err != nil {
 		return err
 	}
 	c, a := p.Shape, &p.Args
-	wantK := append([]byte(nil), p.KeyCache...)
-	wantV := append([]byte(nil), p.ValueCache...)
+	wantK := append([]byte(nil), p.KCache...)
+	wantV := append([]byte(nil), p.VCache...)
 	ref.CacheAppendFlash(ref.CacheAppend{
-		Key: p.KeyRaw, Value: p.ValueRaw, KeyCache: wantK, ValueCache: wantV, SlotMapping: p.SlotMapping, SlotRemap: p.Remap,
+		Key: p.KeyRaw, Value: p.ValueRaw, KCache: wantK, VCache: wantV, SlotMapping: p.SlotMapping, SlotRemap: p.Remap,
 		NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
-		KeyTokenStride: a.KeyTokenStride, ValueTokenStride: a.ValueTokenStride,
-		KeyHeadStride: a.KeyHeadStride, ValueHeadStride: a.ValueHeadStride,
+		KTokenStride: a.KTokenStride, VTokenStride: a.VTokenStride,
+		KHeadStride: a.KHeadStride, VHeadStride: a.VHeadStride,
 		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: a.KScale, VScale: a.VScale,
 		Layout: ref.Layout(c.Layout),
 	})
@@ -189,11 +189,11 @@ func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wa
 		poison[i] = 0xA5
 	}
 	a := pagedkv.GatherArgs{NumTokens: c.Tokens, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
-		NumBlocks: c.NumBlocks, CacheDType: c.CacheDType, Layout: c.Layout, KeyCache: p.Args.KeyCache, ValueCache: p.Args.ValueCache}
+		NumBlocks: c.NumBlocks, CacheDType: c.CacheDType, Layout: c.Layout, KCache: p.Args.KCache, VCache: p.Args.VCache}
 	var set Setter
 	set.To(&a.SlotMapping)(Upload(p.Arena, s, slots, 8))
-	set.To(&a.KeyOut)(Upload(p.Arena, s, poison, 1))
-	set.To(&a.ValueOut)(Upload(p.Arena, s, poison, 1))
+	set.To(&a.KOut)(Upload(p.Arena, s, poison, 1))
+	set.To(&a.VOut)(Upload(p.Arena, s, poison, 1))
 	if set.Err != nil {
 		return set.Err
 	}
@@ -205,15 +205,15 @@ func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wa
 	}
 	gotK := make([]byte, len(poison))
 	gotV := make([]byte, len(poison))
-	if err := pagedkv.Download(s, gotK, a.KeyOut); err != nil {
+	if err := pagedkv.Download(s, gotK, a.KOut); err != nil {
 		return err
 	}
-	if err := pagedkv.Download(s, gotV, a.ValueOut); err != nil {
+	if err := pagedkv.Download(s, gotV, a.VOut); err != nil {
 		return err
 	}
 	refK := append([]byte(nil), poison...)
 	refV := append([]byte(nil), poison...)
-	ref.CacheGatherTokens(ref.CacheGather{KeyCache: wantK, ValueCache: wantV, SlotMapping: slots, KeyOut: refK, ValueOut: refV,
+	ref.CacheGatherTokens(ref.CacheGather{KCache: wantK, VCache: wantV, SlotMapping: slots, KOut: refK, VOut: refV,
 		NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
 		CacheDType: ref.DType(c.CacheDType), Layout: ref.Layout(c.Layout)})
 	if i := FirstDiff(refK, gotK); i >= 0 {
@@ -238,12 +238,12 @@ func (p *AppendProblem) gatherAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream, wa
 			continue
 		}
 		for h := range c.KVHeads {
-			src := (t*p.Args.KeyTokenStride + h*p.Args.KeyHeadStride) * size
+			src := (t*p.Args.KTokenStride + h*p.Args.KHeadStride) * size
 			dst := (t*c.KVHeads + h) * in
 			if i := FirstDiff(p.KeyRaw[src:src+in], gotK[dst:dst+in]); i >= 0 {
 				return errorf("%v: round trip of token %d head %d differs at byte %d", c, t, h, i)
 			}
-			src = (t*p.Args.ValueTokenStride + h*p.Args.ValueHeadStride) * size
+			src = (t*p.Args.VTokenStride + h*p.Args.VHeadStride) * size
 			if i := FirstDiff(p.ValueRaw[src:src+in], gotV[dst:dst+in]); i >= 0 {
 				return errorf("%v: value round trip of token %d head %d differs at byte %d", c, t, h, i)
 			}

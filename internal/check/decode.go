@@ -116,13 +116,13 @@ func NewDecodeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c Dec
 	*a = pagedkv.DecodeArgs{
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxBlocksPerSeq: c.MaxBlocksPerSeq,
-		MaxKVLen: maxLen(p.Lens), QSeqStride: qStride,
+		MaxKVLen: maxLen(p.Lens), QTokenStride: qStride,
 		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale, Layout: c.Layout,
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
-	set.To(&a.KeyCache)(Upload(p.Arena, s, caches.kRaw, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, caches.vRaw, 1))
+	set.To(&a.KCache)(Upload(p.Arena, s, caches.kRaw, 1))
+	set.To(&a.VCache)(Upload(p.Arena, s, caches.vRaw, 1))
 	set.To(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
 	set.To(&a.KVLens)(Upload(p.Arena, s, p.Lens, 4))
 	set.To(&a.Out)(p.Arena.Alloc(int64(c.Seqs * rowElems * c.DType.Size())))
@@ -172,7 +172,7 @@ func (p *DecodeProblem) Reference() ([]float64, []float64) {
 		scale = 1 / math.Sqrt(float64(c.HeadDim))
 	}
 	return ref.PagedDecode(ref.Decode{
-		Q: p.Q, KeyCache: p.K, ValueCache: p.V, BlockTables: p.Tables, KVLens: p.Lens,
+		Q: p.Q, KCache: p.K, VCache: p.V, BlockTables: p.Tables, KVLens: p.Lens,
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, MaxBlocksPerSeq: c.MaxBlocksPerSeq, Scale: scale,
 		Layout: ref.Layout(c.Layout), X: 16 / c.CacheDType.Size(),
@@ -200,7 +200,7 @@ func (p *DecodeProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch
 
 // UseCaches points the problem at the caches k and v, in layout l.
 func (p *DecodeProblem) UseCaches(k, v pagedkv.Buffer, l pagedkv.CacheLayout) {
-	p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = k, v, l
+	p.Args.KCache, p.Args.VCache, p.Args.Layout = k, v, l
 }
 
 // Fetch downloads out and LSE after the work on s, and fails on a recorded fault.

@@ -75,7 +75,7 @@ func RunMLA(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c MLAShape) err
 	}
 	qScale, kScale := 0.05+g.Float32(), 0.05+g.Float32()
 	args := pagedkv.MLARopeQuantArgs{NumTokens: c.Tokens, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, LoraRank: c.Lora, RopeDim: c.Rope,
-		MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX, DType: c.DType, QScale: qScale, KScale: kScale,
+		MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX, DType: c.DType, QOutScale: qScale, KOutScale: kScale,
 		QNopeTokenStride: qn.tokenStride, QRopeTokenStride: qr.tokenStride, KNopeTokenStride: kn.tokenStride, KRopeTokenStride: kr.tokenStride}
 	qOutBytes := c.Tokens * c.QHeads * (c.Lora + c.Rope)
 	var set Setter

@@ -163,8 +163,8 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	withOffset := func(raw []byte, off int64) []byte { return append(make([]byte, off), raw...) }
 	set.To(&args.QKV)(Upload(a, s, withOffset(qkvRaw, c.QKVOffset), 1))
 	set.To(&args.QOut)(a.Alloc(c.QOutOffset + int64(tokens*c.QHeads*hd*size)))
-	set.To(&args.KeyCache)(Upload(a, s, kc, 1))
-	set.To(&args.ValueCache)(Upload(a, s, vc, 1))
+	set.To(&args.KCache)(Upload(a, s, kc, 1))
+	set.To(&args.VCache)(Upload(a, s, vc, 1))
 	set.To(&args.BlockTables)(Upload(a, s, tables, 4))
 	if c.Varlen {
 		set.To(&args.CuSeqlensQ)(Upload(a, s, cu, 4))
@@ -197,7 +197,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	for _, d := range []struct {
 		dst []byte
 		src pagedkv.Buffer
-	}{{qOutAll, args.QOut}, {gotK, args.KeyCache}, {gotV, args.ValueCache}} {
+	}{{qOutAll, args.QOut}, {gotK, args.KCache}, {gotV, args.VCache}} {
 		if err := pagedkv.Download(s, d.dst, d.src); err != nil {
 			return err
 		}
@@ -295,9 +295,9 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	if i := FirstDiff(kc, gotK); i >= 0 {
 		return errorf("%v: key cache byte %d outside the written rows changed", c, i)
 	}
-	ref.CacheAppendFlash(ref.CacheAppend{Key: vRaw, Value: vRaw, KeyCache: make([]byte, cacheBytes), ValueCache: vc, SlotMapping: slots,
+	ref.CacheAppendFlash(ref.CacheAppend{Key: vRaw, Value: vRaw, KCache: make([]byte, cacheBytes), VCache: vc, SlotMapping: slots,
 		NumTokens: tokens, NumKVHeads: c.KVHeads, HeadDim: hd, BlockSize: c.BlockSize, NumBlocks: numBlocks,
-		KeyTokenStride: kvElems, ValueTokenStride: kvElems, KeyHeadStride: hd, ValueHeadStride: hd,
+		KTokenStride: kvElems, VTokenStride: kvElems, KHeadStride: hd, VHeadStride: hd,
 		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: args.VScale, VScale: args.VScale,
 		Layout: ref.Layout(c.Layout)})
 	if i := FirstDiff(vc, gotV); i >= 0 {

@@ -65,7 +65,7 @@ type RopeProblem struct {
 
 	Q, K, V              []float64 // decoded inputs, contiguous
 	KRaw, VRaw           []byte    // contiguous raw K and V, [Tokens+KVOnly, KVHeads, HeadDim]
-	KeyCache, ValueCache []byte    // initial cache bytes
+	KCache, VCache []byte    // initial cache bytes
 	Positions            []int64   // positions with offsets applied
 	CosSin               []float32
 	SlotMapping, Remap   []int64
@@ -117,7 +117,7 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 		p.Positions[t] = positions[t] + offsets[t]
 	}
 	numSlots := c.NumBlocks * c.BlockSize
-	p.KeyCache, p.ValueCache = RandomCaches(g, numSlots*p.kvElems*c.CacheDType.Size())
+	p.KCache, p.VCache = RandomCaches(g, numSlots*p.kvElems*c.CacheDType.Size())
 	p.SlotMapping = RandomSlots(g, kvTokens, g.Perm(numSlots))
 	if c.Remap {
 		p.Remap = RandomRemap(g, numSlots)
@@ -141,11 +141,11 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 	if c.Zeros {
 		set.To(&a.ZerosOut)(p.Arena.Alloc(int64(c.Tokens * p.qElems * size)))
 	}
-	set.To(&a.KeyCache)(Upload(p.Arena, s, p.KeyCache, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, p.ValueCache, 1))
+	set.To(&a.KCache)(Upload(p.Arena, s, p.KCache, 1))
+	set.To(&a.VCache)(Upload(p.Arena, s, p.VCache, 1))
 	set.To(&a.Positions)(Upload(p.Arena, s, positions, 8))
 	if c.Offsets {
-		set.To(&a.Offsets)(Upload(p.Arena, s, offsets, 8))
+		set.To(&a.PositionDeltas)(Upload(p.Arena, s, offsets, 8))
 	}
 	set.To(&a.CosSin)(Upload(p.Arena, s, p.CosSin, 4))
 	set.To(&a.SlotMapping)(Upload(p.Arena, s, p.SlotMapping, 8))
@@ -178,12 +178,12 @@ func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 	size := c.DType.Size()
 	qOut := make([]byte, c.Tokens*p.qElems*size)
 	kOut := make([]byte, c.Tokens*p.kvElems*size)
-	gotK := make([]byte, len(p.KeyCache))
-	gotV := make([]byte, len(p.ValueCache))
+	gotK := make([]byte, len(p.KCache))
+	gotV := make([]byte, len(p.VCache))
 	for _, d := range []struct {
 		dst []byte
 		src pagedkv.Buffer
-	}{{qOut, a.QOut}, {kOut, a.KOut}, {gotK, a.KeyCache}, {gotV, a.ValueCache}} {
+	}{{qOut, a.QOut}, {kOut, a.KOut}, {gotK, a.KCache}, {gotV, a.VCache}} {
 		if err := pagedkv.Download(s, d.dst, d.src); err != nil {
 			return err
 		}
@@ -208,12 +208,12 @@ func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 		}
 	}
 	keyFinal := append(append([]byte(nil), kOut...), p.KRaw[len(kOut):]...)
-	expK := append([]byte(nil), p.KeyCache...)
-	expV := append([]byte(nil), p.ValueCache...)
+	expK := append([]byte(nil), p.KCache...)
+	expV := append([]byte(nil), p.VCache...)
 	ref.CacheAppendFlash(ref.CacheAppend{
-		Key: keyFinal, Value: p.VRaw, KeyCache: expK, ValueCache: expV, SlotMapping: p.SlotMapping, SlotRemap: p.Remap,
+		Key: keyFinal, Value: p.VRaw, KCache: expK, VCache: expV, SlotMapping: p.SlotMapping, SlotRemap: p.Remap,
 		NumTokens: c.Tokens + c.KVOnly, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
-		KeyTokenStride: p.kvElems, ValueTokenStride: p.kvElems, KeyHeadStride: c.HeadDim, ValueHeadStride: c.HeadDim,
+		KTokenStride: p.kvElems, VTokenStride: p.kvElems, KHeadStride: c.HeadDim, VHeadStride: c.HeadDim,
 		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: a.KScale, VScale: a.VScale, Layout: ref.Layout(c.Layout),
 	})
 	if i := FirstDiff(expK, gotK); i >= 0 {

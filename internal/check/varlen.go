@@ -137,15 +137,15 @@ func NewVarlenProblemWith(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c
 
 	a := &p.Args
 	*a = pagedkv.VarlenArgs{
-		NumSeqs: c.Seqs, TotalQTokens: total, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
+		NumSeqs: c.Seqs, NumTokens: total, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: mbps, MaxKVLen: maxKV,
 		QTokenStride: qStride, Causal: c.Causal, HostCuSeqlensQ: cu, HostPosOffsets: pos,
 		DType: c.DType, CacheDType: c.CacheDType, KScale: caches.kScale, VScale: caches.vScale, Layout: c.Layout,
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
-	set.To(&a.KeyCache)(Upload(p.Arena, s, caches.kRaw, 1))
-	set.To(&a.ValueCache)(Upload(p.Arena, s, caches.vRaw, 1))
+	set.To(&a.KCache)(Upload(p.Arena, s, caches.kRaw, 1))
+	set.To(&a.VCache)(Upload(p.Arena, s, caches.vRaw, 1))
 	set.To(&a.BlockTables)(Upload(p.Arena, s, p.Tables, 4))
 	set.To(&a.CuSeqlensQ)(Upload(p.Arena, s, cu, 4))
 	set.To(&a.PosOffsets)(Upload(p.Arena, s, pos, 4))
@@ -158,7 +158,7 @@ func NewVarlenProblemWith(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c
 }
 
 // SetLens uploads new lengths into the problem's device arrays (for graph
-// replay: at most the capture's TotalQTokens tokens over its NumSeqs
+// replay: at most the capture's NumTokens tokens over its NumSeqs
 // sequences); the host copies in Args stay those of the capture.
 func (p *VarlenProblem) SetLens(s *pagedkv.Stream, cu, pos []int32) error {
 	p.CuSeqlensQ, p.PosOffsets = cu, pos
@@ -177,7 +177,7 @@ func (p *VarlenProblem) Reference() ([]float64, []float64) {
 	}
 	total := int(p.CuSeqlensQ[c.Seqs])
 	return ref.PagedVarlen(ref.Varlen{
-		Q: p.Q[:total*c.QHeads*c.HeadDim], KeyCache: p.K, ValueCache: p.V, BlockTables: p.Tables,
+		Q: p.Q[:total*c.QHeads*c.HeadDim], KCache: p.K, VCache: p.V, BlockTables: p.Tables,
 		CuSeqlensQ: p.CuSeqlensQ, PosOffsets: p.PosOffsets,
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, MaxBlocksPerSeq: p.Args.MaxBlocksPerSeq, Causal: c.Causal, Scale: scale,
@@ -206,7 +206,7 @@ func (p *VarlenProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch
 
 // UseCaches points the problem at the caches k and v, in layout l.
 func (p *VarlenProblem) UseCaches(k, v pagedkv.Buffer, l pagedkv.CacheLayout) {
-	p.Args.KeyCache, p.Args.ValueCache, p.Args.Layout = k, v, l
+	p.Args.KCache, p.Args.VCache, p.Args.Layout = k, v, l
 }
 
 func (p *VarlenProblem) run(s *pagedkv.Stream, op func() error) ([]float64, []float32, error) {
@@ -269,7 +269,7 @@ func (p *VarlenProblem) SequenceArgs(kvLens pagedkv.Buffer) pagedkv.SequenceArgs
 	a, c := &p.Args, p.Shape
 	qLen := int(p.CuSeqlensQ[1] - p.CuSeqlensQ[0])
 	return pagedkv.SequenceArgs{
-		Q: a.Q, KeyCache: a.KeyCache, ValueCache: a.ValueCache, BlockTables: a.BlockTables, KVLens: kvLens,
+		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables, KVLens: kvLens,
 		Out: a.Out, LSE: a.LSE, NumSeqs: 1, QLen: qLen, HostKVLens: []int32{p.PosOffsets[0] + int32(qLen)},
 		NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
 		NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, QTokenStride: a.QTokenStride,

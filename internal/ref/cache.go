@@ -6,13 +6,13 @@ import "fmt"
 // little-endian bytes; strides count elements, not bytes.
 type CacheAppend struct {
 	// Key and Value are the new tokens, dtype DType. Element (t, h, d) of Key
-	// is at t*KeyTokenStride + h*KeyHeadStride + d (Value likewise with its
+	// is at t*KTokenStride + h*KHeadStride + d (Value likewise with its
 	// own strides).
 	Key, Value []byte
-	// KeyCache and ValueCache are the paged caches, dtype CacheDType, in flash
+	// KCache and VCache are the paged caches, dtype CacheDType, in flash
 	// layout [NumBlocks, BlockSize, NumKVHeads, HeadDim]. They are written in
 	// place.
-	KeyCache, ValueCache []byte
+	KCache, VCache []byte
 	// SlotMapping[t] is the cache slot (block*BlockSize + row) of token t;
 	// a negative slot skips the token.
 	SlotMapping []int64
@@ -22,8 +22,8 @@ type CacheAppend struct {
 
 	NumTokens, NumKVHeads, HeadDim, BlockSize, NumBlocks int
 
-	KeyTokenStride, ValueTokenStride int
-	KeyHeadStride, ValueHeadStride   int
+	KTokenStride, VTokenStride int
+	KHeadStride, VHeadStride   int
 
 	// DType is the dtype of Key and Value; CacheDType is the dtype of the
 	// caches. Either CacheDType == DType, or CacheDType == E4M3 and DType is
@@ -69,7 +69,7 @@ func CacheIndex(l Layout, value bool, slot, h, d, numKVHeads, headDim, blockSize
 }
 
 // CacheAppendFlash writes each token of a.Key and a.Value into its slot of
-// a.KeyCache and a.ValueCache ("reshape and cache", flash layout).
+// a.KCache and a.VCache ("reshape and cache", flash layout).
 //
 // When a.CacheDType == a.DType the element bits are copied unchanged. When
 // a.CacheDType is E4M3, each element x becomes E4M3FromFloat32(float32(x) /
@@ -89,9 +89,9 @@ func CacheAppendFlash(a CacheAppend) {
 	inSize, cacheSize := a.DType.Size(), a.CacheDType.Size()
 	numSlots := a.NumBlocks * a.BlockSize
 	tokenElems := a.NumKVHeads * a.HeadDim
-	if want := numSlots * tokenElems * cacheSize; len(a.KeyCache) < want || len(a.ValueCache) < want {
+	if want := numSlots * tokenElems * cacheSize; len(a.KCache) < want || len(a.VCache) < want {
 		panic(fmt.Sprintf("ref: CacheAppendFlash: caches hold %d and %d bytes, want %d",
-			len(a.KeyCache), len(a.ValueCache), want))
+			len(a.KCache), len(a.VCache), want))
 	}
 	if len(a.SlotMapping) < a.NumTokens {
 		panic(fmt.Sprintf("ref: CacheAppendFlash: SlotMapping has %d entries, want %d",
@@ -132,21 +132,21 @@ func CacheAppendFlash(a CacheAppend) {
 			panic(fmt.Sprintf("ref: CacheAppendFlash: token %d has slot %d, cache has %d slots",
 				t, slot, numSlots))
 		}
-		copyToken(a.KeyCache, a.Key, false, t, int(slot), a.KeyTokenStride, a.KeyHeadStride, a.KScale)
-		copyToken(a.ValueCache, a.Value, true, t, int(slot), a.ValueTokenStride, a.ValueHeadStride, a.VScale)
+		copyToken(a.KCache, a.Key, false, t, int(slot), a.KTokenStride, a.KHeadStride, a.KScale)
+		copyToken(a.VCache, a.Value, true, t, int(slot), a.VTokenStride, a.VHeadStride, a.VScale)
 	}
 }
 
 // CacheGather holds the arguments of CacheGatherTokens.
 type CacheGather struct {
-	// KeyCache and ValueCache are the caches, dtype CacheDType, in Layout.
-	KeyCache, ValueCache []byte
+	// KCache and VCache are the caches, dtype CacheDType, in Layout.
+	KCache, VCache []byte
 	// SlotMapping[t] is the slot gathered into row t; a negative slot leaves
 	// row t untouched.
 	SlotMapping []int64
-	// KeyOut and ValueOut are [len(SlotMapping), NumKVHeads, HeadDim] of dtype
+	// KOut and VOut are [len(SlotMapping), NumKVHeads, HeadDim] of dtype
 	// CacheDType, written in place.
-	KeyOut, ValueOut []byte
+	KOut, VOut []byte
 
 	NumKVHeads, HeadDim, BlockSize, NumBlocks int
 	CacheDType                                DType
@@ -172,8 +172,8 @@ func CacheGatherTokens(a CacheGather) {
 				oi := (t*a.NumKVHeads+h)*a.HeadDim + d
 				ki := CacheIndex(a.Layout, false, int(slot), h, d, a.NumKVHeads, a.HeadDim, a.BlockSize, x)
 				vi := CacheIndex(a.Layout, true, int(slot), h, d, a.NumKVHeads, a.HeadDim, a.BlockSize, x)
-				copy(a.KeyOut[oi*size:(oi+1)*size], a.KeyCache[ki*size:(ki+1)*size])
-				copy(a.ValueOut[oi*size:(oi+1)*size], a.ValueCache[vi*size:(vi+1)*size])
+				copy(a.KOut[oi*size:(oi+1)*size], a.KCache[ki*size:(ki+1)*size])
+				copy(a.VOut[oi*size:(oi+1)*size], a.VCache[vi*size:(vi+1)*size])
 			}
 		}
 	}

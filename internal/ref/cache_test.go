@@ -20,8 +20,8 @@ func cacheCase(t *testing.T, rng *rand.Rand, in, cache DType, slots, remap []int
 		NumTokens: len(slots), NumKVHeads: numKVHeads, HeadDim: headDim,
 		BlockSize: blockSize, NumBlocks: numBlocks,
 		// Padding between heads and tokens, different for K and V.
-		KeyTokenStride: numKVHeads*(headDim+2) + 1, KeyHeadStride: headDim + 2,
-		ValueTokenStride: numKVHeads * headDim * 2, ValueHeadStride: headDim,
+		KTokenStride: numKVHeads*(headDim+2) + 1, KHeadStride: headDim + 2,
+		VTokenStride: numKVHeads * headDim * 2, VHeadStride: headDim,
 		DType: in, CacheDType: cache, KScale: 0.37, VScale: 2.5,
 	}
 	random := func(n int) []float32 {
@@ -31,11 +31,11 @@ func cacheCase(t *testing.T, rng *rand.Rand, in, cache DType, slots, remap []int
 		}
 		return vals
 	}
-	a.Key = EncodeSlice(in, random(len(slots)*a.KeyTokenStride))
-	a.Value = EncodeSlice(in, random(len(slots)*a.ValueTokenStride))
+	a.Key = EncodeSlice(in, random(len(slots)*a.KTokenStride))
+	a.Value = EncodeSlice(in, random(len(slots)*a.VTokenStride))
 	cacheBytes := numBlocks * blockSize * numKVHeads * headDim * cache.Size()
-	a.KeyCache = bytes.Repeat([]byte{poison}, cacheBytes)
-	a.ValueCache = bytes.Repeat([]byte{poison}, cacheBytes)
+	a.KCache = bytes.Repeat([]byte{poison}, cacheBytes)
+	a.VCache = bytes.Repeat([]byte{poison}, cacheBytes)
 	return a
 }
 
@@ -51,8 +51,8 @@ func checkCache(t *testing.T, a CacheAppend, written map[int64]int) {
 		tokStride, hStride int
 		scale              float32
 	}{
-		{"K", a.Key, a.KeyCache, a.KeyTokenStride, a.KeyHeadStride, a.KScale},
-		{"V", a.Value, a.ValueCache, a.ValueTokenStride, a.ValueHeadStride, a.VScale},
+		{"K", a.Key, a.KCache, a.KTokenStride, a.KHeadStride, a.KScale},
+		{"V", a.Value, a.VCache, a.VTokenStride, a.VHeadStride, a.VScale},
 	} {
 		for slot := range int64(a.NumBlocks * a.BlockSize) {
 			tok, ok := written[slot]
@@ -134,19 +134,19 @@ func TestCacheAppendFlashE4M3Values(t *testing.T) {
 	a := CacheAppend{
 		Key:         EncodeSlice(F16, []float32{3, 1000}),
 		Value:       EncodeSlice(F16, []float32{-0.75, 1e-4}),
-		KeyCache:    make([]byte, 2),
-		ValueCache:  make([]byte, 2),
+		KCache:    make([]byte, 2),
+		VCache:  make([]byte, 2),
 		SlotMapping: []int64{0},
 		NumTokens:   1, NumKVHeads: 1, HeadDim: 2, BlockSize: 1, NumBlocks: 1,
-		KeyTokenStride: 2, ValueTokenStride: 2, KeyHeadStride: 2, ValueHeadStride: 2,
+		KTokenStride: 2, VTokenStride: 2, KHeadStride: 2, VHeadStride: 2,
 		DType: F16, CacheDType: E4M3, KScale: 0.5, VScale: 0.25,
 	}
 	CacheAppendFlash(a)
 	// 3/0.5 = 6 = 1.5·2^2; 1000/0.5 saturates to 448.
-	assert.Equal(t, []byte{0x4c, 0x7e}, a.KeyCache)
+	assert.Equal(t, []byte{0x4c, 0x7e}, a.KCache)
 	// -0.75/0.25 = -3 = -1.5·2^1; 1e-4 (as f16) / 0.25 is below half of 2^-9.
-	assert.Equal(t, []byte{0xc4, 0x00}, a.ValueCache)
-	assert.Equal(t, []float64{6, 448}, DecodeSlice(E4M3, a.KeyCache))
+	assert.Equal(t, []byte{0xc4, 0x00}, a.VCache)
+	assert.Equal(t, []float64{6, 448}, DecodeSlice(E4M3, a.KCache))
 }
 
 func TestCacheAppendFlashPanics(t *testing.T) {
@@ -171,7 +171,7 @@ func TestCacheAppendFlashPanics(t *testing.T) {
 	}
 	t.Run("cache too small", func(t *testing.T) {
 		a := cacheCase(t, rng, F16, F16, []int64{0}, nil)
-		a.ValueCache = a.ValueCache[:len(a.ValueCache)-1]
+		a.VCache = a.VCache[:len(a.VCache)-1]
 		assert.Panics(t, func() { CacheAppendFlash(a) })
 	})
 }
@@ -217,13 +217,13 @@ func TestCacheGatherInvertsAppend(t *testing.T) {
 	for _, l := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
 		kc := make([]byte, blocks*bs*heads*dim*2)
 		vc := make([]byte, len(kc))
-		CacheAppendFlash(CacheAppend{Key: key, Value: key, KeyCache: kc, ValueCache: vc, SlotMapping: slots,
+		CacheAppendFlash(CacheAppend{Key: key, Value: key, KCache: kc, VCache: vc, SlotMapping: slots,
 			NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
-			KeyTokenStride: heads * dim, ValueTokenStride: heads * dim, KeyHeadStride: dim, ValueHeadStride: dim,
+			KTokenStride: heads * dim, VTokenStride: heads * dim, KHeadStride: dim, VHeadStride: dim,
 			DType: F16, CacheDType: F16, Layout: l})
 		ko := make([]byte, len(key))
 		vo := make([]byte, len(key))
-		CacheGatherTokens(CacheGather{KeyCache: kc, ValueCache: vc, SlotMapping: slots, KeyOut: ko, ValueOut: vo,
+		CacheGatherTokens(CacheGather{KCache: kc, VCache: vc, SlotMapping: slots, KOut: ko, VOut: vo,
 			NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks, CacheDType: F16, Layout: l})
 		require.Equal(t, key, ko, "layout %d keys", l)
 		require.Equal(t, key, vo, "layout %d values", l)

@@ -12,9 +12,9 @@ import (
 type Decode struct {
 	// Q is [NumSeqs, NumQHeads, HeadDim].
 	Q []float64
-	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim]
+	// KCache and VCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim]
 	// in LayoutFlash, or in Layout (see CacheIndex) with its X.
-	KeyCache, ValueCache []float64
+	KCache, VCache []float64
 	// Layout is the caches' layout (the zero value is LayoutFlash); X is
 	// its x, 16 bytes over the cache element size (8 for 16-bit caches, 16
 	// for fp8), unused for LayoutFlash.
@@ -54,15 +54,15 @@ func PagedDecode(a Decode) (out, lse []float64) {
 		panic(fmt.Sprintf("ref: PagedDecode: BlockSize=%d", a.BlockSize))
 	}
 	rowElems := a.NumKVHeads * a.HeadDim
-	numBlocks := len(a.KeyCache) / (a.BlockSize * rowElems)
-	if len(a.ValueCache) != len(a.KeyCache) {
-		panic(fmt.Sprintf("ref: PagedDecode: KeyCache has %d elements, ValueCache %d", len(a.KeyCache), len(a.ValueCache)))
+	numBlocks := len(a.KCache) / (a.BlockSize * rowElems)
+	if len(a.VCache) != len(a.KCache) {
+		panic(fmt.Sprintf("ref: PagedDecode: KCache has %d elements, VCache %d", len(a.KCache), len(a.VCache)))
 	}
 	group := a.NumQHeads / a.NumKVHeads
 
 	out = make([]float64, a.NumSeqs*a.NumQHeads*a.HeadDim)
 	lse = make([]float64, a.NumSeqs*a.NumQHeads)
-	c := newPagedCache("PagedDecode", a.KeyCache, a.ValueCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
+	c := newPagedCache("PagedDecode", a.KCache, a.VCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.MaxBlocksPerSeq, numBlocks)
 	for s := range a.NumSeqs {
 		rows := c.rows("PagedDecode", s, int(a.KVLens[s]))

@@ -21,11 +21,11 @@ func oneBlockDecode(q []float64, k, v [][]float64, scale float64) Decode {
 		BlockSize: max(len(k), 1), MaxBlocksPerSeq: 1,
 		Scale: scale,
 	}
-	a.KeyCache = make([]float64, a.BlockSize*d)
-	a.ValueCache = make([]float64, a.BlockSize*d)
+	a.KCache = make([]float64, a.BlockSize*d)
+	a.VCache = make([]float64, a.BlockSize*d)
 	for j := range k {
-		copy(a.KeyCache[j*d:], k[j])
-		copy(a.ValueCache[j*d:], v[j])
+		copy(a.KCache[j*d:], k[j])
+		copy(a.VCache[j*d:], v[j])
 	}
 	return a
 }
@@ -91,9 +91,9 @@ func TestPagedDecodeGQA(t *testing.T) {
 	// One token per sequence, so each output is its KV head's v row.
 	a := Decode{
 		Q:        []float64{1, 2, 3, 4, 5, 6, 7, 8},
-		KeyCache: []float64{1, 1, 2, 2},
+		KCache: []float64{1, 1, 2, 2},
 		// Block 0, row 0: KV head 0 then KV head 1.
-		ValueCache:  []float64{10, 20, 30, 40},
+		VCache:  []float64{10, 20, 30, 40},
 		BlockTables: []int32{0},
 		KVLens:      []int32{1},
 		NumSeqs:     1, NumQHeads: 4, NumKVHeads: 2, HeadDim: 2,
@@ -152,8 +152,8 @@ func TestPagedDecodePageTablePermutation(t *testing.T) {
 	layout := func(physical []int) Decode {
 		a := Decode{
 			Q:           q,
-			KeyCache:    random(numBlocks * blockSize * rowElems),
-			ValueCache:  random(numBlocks * blockSize * rowElems),
+			KCache:    random(numBlocks * blockSize * rowElems),
+			VCache:  random(numBlocks * blockSize * rowElems),
 			BlockTables: make([]int32, numSeqs*maxBlocks),
 			KVLens:      kvLens,
 			NumSeqs:     numSeqs, NumQHeads: numQHeads, NumKVHeads: numKVHeads, HeadDim: headDim,
@@ -166,8 +166,8 @@ func TestPagedDecodePageTablePermutation(t *testing.T) {
 				a.BlockTables[s*maxBlocks+p] = int32(block)
 				for r := range blockSize {
 					at := (block*blockSize + r) * rowElems
-					copy(a.KeyCache[at:], logicalK[s][p*blockSize+r])
-					copy(a.ValueCache[at:], logicalV[s][p*blockSize+r])
+					copy(a.KCache[at:], logicalK[s][p*blockSize+r])
+					copy(a.VCache[at:], logicalV[s][p*blockSize+r])
 				}
 			}
 		}
@@ -253,10 +253,10 @@ func TestPagedAttentionLayouts(t *testing.T) {
 	for i, b := range rng.Perm(numBlocks)[:len(tables)] {
 		tables[i] = int32(b)
 	}
-	dec := Decode{Q: random(2 * numQHeads * headDim), KeyCache: kc, ValueCache: vc, BlockTables: tables,
+	dec := Decode{Q: random(2 * numQHeads * headDim), KCache: kc, VCache: vc, BlockTables: tables,
 		KVLens: []int32{37, 64}, NumSeqs: 2, NumQHeads: numQHeads, NumKVHeads: numKVHeads, HeadDim: headDim,
 		BlockSize: blockSize, MaxBlocksPerSeq: maxBlocks, Scale: 0.2}
-	vl := Varlen{Q: random(7 * numQHeads * headDim), KeyCache: kc, ValueCache: vc, BlockTables: tables,
+	vl := Varlen{Q: random(7 * numQHeads * headDim), KCache: kc, VCache: vc, BlockTables: tables,
 		CuSeqlensQ: []int32{0, 5, 7}, PosOffsets: []int32{20, 57}, NumSeqs: 2, NumQHeads: numQHeads,
 		NumKVHeads: numKVHeads, HeadDim: headDim, BlockSize: blockSize, MaxBlocksPerSeq: maxBlocks, Causal: true, Scale: 0.2}
 	wantDec, wantDecLSE := PagedDecode(dec)
@@ -264,10 +264,10 @@ func TestPagedAttentionLayouts(t *testing.T) {
 	for _, l := range []Layout{LayoutXSplit, LayoutShuffle} {
 		for _, x := range []int{8, 16} {
 			d, v := dec, vl
-			d.KeyCache = relayout(kc, l, false, numKVHeads, headDim, blockSize, x)
-			d.ValueCache = relayout(vc, l, true, numKVHeads, headDim, blockSize, x)
+			d.KCache = relayout(kc, l, false, numKVHeads, headDim, blockSize, x)
+			d.VCache = relayout(vc, l, true, numKVHeads, headDim, blockSize, x)
 			d.Layout, d.X = l, x
-			v.KeyCache, v.ValueCache, v.Layout, v.X = d.KeyCache, d.ValueCache, l, x
+			v.KCache, v.VCache, v.Layout, v.X = d.KCache, d.VCache, l, x
 			out, lse := PagedDecode(d)
 			assert.Equal(t, wantDec, out, "decode, layout %d, x %d", l, x)
 			assert.Equal(t, wantDecLSE, lse, "decode, layout %d, x %d", l, x)

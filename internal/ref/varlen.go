@@ -10,9 +10,9 @@ import "fmt"
 type Varlen struct {
 	// Q is [CuSeqlensQ[NumSeqs], NumQHeads, HeadDim], token-major.
 	Q []float64
-	// KeyCache and ValueCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim]
+	// KCache and VCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim]
 	// in LayoutFlash, or in Layout with its X, as for Decode.
-	KeyCache, ValueCache []float64
+	KCache, VCache []float64
 	Layout               Layout
 	X                    int
 	// BlockTables is [NumSeqs, MaxBlocksPerSeq], as for Decode.
@@ -47,8 +47,8 @@ func PagedVarlen(a Varlen) (out, lse []float64) {
 		panic(fmt.Sprintf("ref: PagedVarlen: BlockSize=%d, %d CuSeqlensQ (first %v), %d PosOffsets for %d sequences",
 			a.BlockSize, len(a.CuSeqlensQ), a.CuSeqlensQ[:min(1, len(a.CuSeqlensQ))], len(a.PosOffsets), a.NumSeqs))
 	}
-	if len(a.ValueCache) != len(a.KeyCache) {
-		panic(fmt.Sprintf("ref: PagedVarlen: KeyCache has %d elements, ValueCache %d", len(a.KeyCache), len(a.ValueCache)))
+	if len(a.VCache) != len(a.KCache) {
+		panic(fmt.Sprintf("ref: PagedVarlen: KCache has %d elements, VCache %d", len(a.KCache), len(a.VCache)))
 	}
 	for s := range a.NumSeqs {
 		if a.CuSeqlensQ[s+1] < a.CuSeqlensQ[s] || a.PosOffsets[s] < 0 {
@@ -56,8 +56,8 @@ func PagedVarlen(a Varlen) (out, lse []float64) {
 		}
 	}
 	group := a.NumQHeads / a.NumKVHeads
-	c := newPagedCache("PagedVarlen", a.KeyCache, a.ValueCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
-		a.BlockSize, a.MaxBlocksPerSeq, len(a.KeyCache)/(a.BlockSize*a.NumKVHeads*a.HeadDim))
+	c := newPagedCache("PagedVarlen", a.KCache, a.VCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
+		a.BlockSize, a.MaxBlocksPerSeq, len(a.KCache)/(a.BlockSize*a.NumKVHeads*a.HeadDim))
 	total := int(a.CuSeqlensQ[a.NumSeqs])
 	out = make([]float64, total*a.NumQHeads*a.HeadDim)
 	lse = make([]float64, total*a.NumQHeads)

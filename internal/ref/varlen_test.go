@@ -32,8 +32,8 @@ func randomVarlen(g *rand.Rand, seqs int, causal bool) Varlen {
 	}
 	fill := func(n int) []float64 { return normals(g, n) }
 	a.Q = fill(int(a.CuSeqlensQ[seqs]) * a.NumQHeads * a.HeadDim)
-	a.KeyCache = fill(numBlocks * a.BlockSize * a.NumKVHeads * a.HeadDim)
-	a.ValueCache = fill(len(a.KeyCache))
+	a.KCache = fill(numBlocks * a.BlockSize * a.NumKVHeads * a.HeadDim)
+	a.VCache = fill(len(a.KCache))
 	return a
 }
 
@@ -41,7 +41,7 @@ func randomVarlen(g *rand.Rand, seqs int, causal bool) Varlen {
 // its first kvLen KV tokens.
 func decodeOf(a Varlen, s, t, kvLen int) Decode {
 	return Decode{
-		Q: a.Q[t*a.NumQHeads*a.HeadDim:][:a.NumQHeads*a.HeadDim], KeyCache: a.KeyCache, ValueCache: a.ValueCache,
+		Q: a.Q[t*a.NumQHeads*a.HeadDim:][:a.NumQHeads*a.HeadDim], KCache: a.KCache, VCache: a.VCache,
 		BlockTables: a.BlockTables[s*a.MaxBlocksPerSeq:][:a.MaxBlocksPerSeq], KVLens: []int32{int32(kvLen)},
 		NumSeqs: 1, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, MaxBlocksPerSeq: a.MaxBlocksPerSeq, Scale: a.Scale,
@@ -91,8 +91,8 @@ func TestPagedVarlenCausalIgnoresTheFuture(t *testing.T) {
 	rowElems := a.NumKVHeads * a.HeadDim
 	off := (block*a.BlockSize + rowInBlock) * rowElems
 	for i := range rowElems {
-		a.KeyCache[off+i] += 3
-		a.ValueCache[off+i] -= 2
+		a.KCache[off+i] += 3
+		a.VCache[off+i] -= 2
 	}
 	after, _ := PagedVarlen(a)
 	row := a.NumQHeads * a.HeadDim
