@@ -19,21 +19,19 @@ const (
 // applies RoPE, writes q token-major and K/V into the paged cache (any
 // CacheLayout), for one sequence or a batch of them (varlen).
 //
-//   - QKV: [NumTokens, (NumQHeads+2·NumKVHeads)·HeadDim] of DType starting
-//     QKVOffset bytes into the buffer, token stride QKVTokenStride elements
-//     (0 = contiguous): q heads, then k heads, then v heads.
+//   - QKV: [NumTokens, (NumQHeads+2·NumKVHeads)·HeadDim] of DType, token
+//     stride QKVTokenStride elements (0 = contiguous): q heads, then k heads,
+//     then v heads. A view inside a larger buffer is a Buffer.Slice of it.
 //   - CuSeqlensQ (optional): int32 [NumSeqs+1], token t belongs to sequence s
 //     when CuSeqlensQ[s] ≤ t < CuSeqlensQ[s+1]; left out, all tokens are one
-//     sequence (NumSeqs must be 1). PosOffsets: int64 [NumSeqs]; token t of
+//     sequence (NumSeqs must be 1). PosOffsets: int32 [NumSeqs]; token t of
 //     sequence s sits at position PosOffsets[s] + t − CuSeqlensQ[s], its RoPE
 //     position and its place in the cache.
 //   - Norm: NormNone or NormQK with QNormWeight and KNormWeight ([HeadDim] of
 //     DType) and Eps: x·w/√(mean(x²)+Eps) in f32.
-//   - Cos, Sin: two separate f32 tables [MaxPos, RotDim], RotDim = HeadDim or
-//     HeadDim/2 (unlike RopeCacheArgs.CosSin, one table whose rows hold RotDim
-//     cosines then RotDim sines); NeoX as in RopeCacheArgs.
-//   - QOut: [NumTokens, NumQHeads, HeadDim] of DType starting QOutOffset bytes
-//     into the buffer.
+//   - CosSin, RotDim, NeoX: as in RopeCacheArgs (one f32 table [MaxPos,
+//     2·RotDim], each row RotDim cosines then RotDim sines).
+//   - QOut: [NumTokens, NumQHeads, HeadDim] of DType.
 //   - KCache, VCache: in Layout (LayoutFlash, the default: [NumBlocks,
 //     BlockSize, NumKVHeads, HeadDim]; LayoutXSplit and LayoutShuffle as
 //     CacheLayout describes, with their limits on HeadDim and BlockSize) of
@@ -46,7 +44,7 @@ const (
 //     than the flash layout's 16-byte rows.
 //
 // Aliasing: QOut, KCache and VCache must not overlap each other or any
-// input (QKV, CuSeqlensQ, PosOffsets, BlockTables, Cos, Sin, QNormWeight,
+// input (QKV, CuSeqlensQ, PosOffsets, BlockTables, CosSin, QNormWeight,
 // KNormWeight). Not even QOut over QKV's own q heads is in place: each block
 // copies the QKV rows of its next tokens ahead (cp.async) while it writes the
 // rows of earlier ones. The inputs may overlap one another.
@@ -56,14 +54,12 @@ const (
 // 2^31 elements (int64, bounded so that no address can overflow).
 type QKVNormRopeArgs struct {
 	QKV                      Buffer
-	QKVOffset                int64
 	QKVTokenStride           int
 	QOut                     Buffer
-	QOutOffset               int64
 	KCache, VCache           Buffer
 	BlockTables              Buffer
 	CuSeqlensQ, PosOffsets   Buffer
-	Cos, Sin                 Buffer
+	CosSin                   Buffer
 	QNormWeight, KNormWeight Buffer
 	Norm                     NormMode
 	Eps                      float32
@@ -80,27 +76,10 @@ type QKVNormRopeArgs struct {
 
 const qkvArg = "QKVNormRopeArgs"
 
-// views returns QKV and QOut from their offsets.
-func (a *QKVNormRopeArgs) views() (qkv, qOut Buffer, err error) {
-	if a.QKVOffset < 0 || a.QKVOffset > a.QKV.Bytes {
-		return qkv, qOut, errf("%s.QKVOffset=%d is outside QKV of %d bytes; allowed: 0..%d", qkvArg, a.QKVOffset, a.QKV.Bytes, max(a.QKV.Bytes, 0))
-	}
-	if a.QOutOffset < 0 || a.QOutOffset > a.QOut.Bytes {
-		return qkv, qOut, errf("%s.QOutOffset=%d is outside QOut of %d bytes; allowed: 0..%d", qkvArg, a.QOutOffset, a.QOut.Bytes, max(a.QOut.Bytes, 0))
-	}
-	if qkv, err = a.QKV.Slice(a.QKVOffset, a.QKV.Bytes-a.QKVOffset); err != nil {
-		return qkv, qOut, errf("%s.QKVOffset=%d is outside QKV (pointer %#x, %d bytes)", qkvArg, a.QKVOffset, uintptr(a.QKV.Ptr), a.QKV.Bytes)
-	}
-	if qOut, err = a.QOut.Slice(a.QOutOffset, a.QOut.Bytes-a.QOutOffset); err != nil {
-		return qkv, qOut, errf("%s.QOutOffset=%d is outside QOut (pointer %#x, %d bytes)", qkvArg, a.QOutOffset, uintptr(a.QOut.Ptr), a.QOut.Bytes)
-	}
-	return qkv, qOut, nil
-}
-
-// rows returns the token rows of qkv, the QKV view.
-func (a *QKVNormRopeArgs) rows(qkv Buffer) tokenRows {
+// rows returns the token rows of QKV.
+func (a *QKVNormRopeArgs) rows() tokenRows {
 	return tokenRows{"QKV", "QKVTokenStride", "", "NumTokens", "", "(NumQHeads+2·NumKVHeads)·HeadDim",
-		qkv, a.NumTokens, 1, (a.NumQHeads + 2*a.NumKVHeads) * a.HeadDim, a.QKVTokenStride, 0}
+		a.QKV, a.NumTokens, 1, (a.NumQHeads + 2*a.NumKVHeads) * a.HeadDim, a.QKVTokenStride, 0}
 }
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
@@ -157,24 +136,17 @@ func (a *QKVNormRopeArgs) Validate() error {
 	default:
 		return errf("%s.Norm=%d is not supported; allowed: NormNone, NormQK", qkvArg, int(a.Norm))
 	}
-	qkv, qOut, err := a.views()
+	if err := a.rows().check(qkvArg, a.DType); err != nil {
+		return err
+	}
+	table, err := size(qkvArg, "MaxPos·2·RotDim", 4, int64(a.MaxPos), 2*int64(a.RotDim))
 	if err != nil {
 		return err
 	}
-	if err := a.rows(qkv).check(qkvArg, a.DType); err != nil {
+	if err := buffer(qkvArg, "CosSin", a.CosSin, table, 4); err != nil {
 		return err
 	}
-	table, err := size(qkvArg, "MaxPos·RotDim", 4, int64(a.MaxPos), int64(a.RotDim))
-	if err != nil {
-		return err
-	}
-	if err := buffer(qkvArg, "Cos", a.Cos, table, 4); err != nil {
-		return err
-	}
-	if err := buffer(qkvArg, "Sin", a.Sin, table, 4); err != nil {
-		return err
-	}
-	if err := buffer(qkvArg, "PosOffsets", a.PosOffsets, int64(a.NumSeqs)*8, 8); err != nil {
+	if err := buffer(qkvArg, "PosOffsets", a.PosOffsets, int64(a.NumSeqs)*4, 4); err != nil {
 		return err
 	}
 	if !a.CuSeqlensQ.IsZero() {
@@ -196,14 +168,14 @@ func (a *QKVNormRopeArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	return buffer(qkvArg, "QOut", qOut, qBytes, 16)
+	return buffer(qkvArg, "QOut", a.QOut, qBytes, 16)
 }
 
 // qkvNormRopeParams is the parameter list of the qkv_norm_rope_* kernels, in
 // PTX order (kernels_src/qkv.cu).
 type qkvNormRopeParams struct {
 	QKV, QOut, KCache, VCache, CuSeqlens, PosOffsets, BlockTables driver.DevicePtr
-	QWeight, KWeight, Cos, Sin                                    driver.DevicePtr
+	QWeight, KWeight, CosSin                                      driver.DevicePtr
 	MaxPos                                                        int64
 	RotDim                                                        int32
 	Fault                                                         driver.DevicePtr
@@ -236,12 +208,11 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 // params returns the kernel parameters of a valid a, with fault as the fault
 // record.
 func (a *QKVNormRopeArgs) params(fault driver.DevicePtr) qkvNormRopeParams {
-	qkv, qOut, _ := a.views()
-	ts, _ := a.rows(qkv).strides()
+	ts, _ := a.rows().strides()
 	p := qkvNormRopeParams{
-		QKV: qkv.Ptr, QOut: qOut.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr, CuSeqlens: a.CuSeqlensQ.Ptr,
+		QKV: a.QKV.Ptr, QOut: a.QOut.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr, CuSeqlens: a.CuSeqlensQ.Ptr,
 		PosOffsets: a.PosOffsets.Ptr, BlockTables: a.BlockTables.Ptr, QWeight: a.QNormWeight.Ptr, KWeight: a.KNormWeight.Ptr,
-		Cos: a.Cos.Ptr, Sin: a.Sin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: fault,
+		CosSin: a.CosSin.Ptr, MaxPos: int64(a.MaxPos), RotDim: int32(a.RotDim), Fault: fault,
 		NumTokens: int32(a.NumTokens), NumSeqs: int32(a.NumSeqs), NumQHeads: int32(a.NumQHeads), NumKVHeads: int32(a.NumKVHeads),
 		HeadDim: int32(a.HeadDim), QKVTokenStride: ts, MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks), Norm: int32(a.Norm), Eps: a.Eps,

@@ -530,7 +530,7 @@ func FuzzRopeCacheValidate(f *testing.F) {
 // --- QKVNormRopeArgs ---
 
 type qkvSpec struct {
-	QKVOffset, QKVTokenStride, QOutOffset int64
+	QKVTokenStride                        int64
 	Norm                                  int64
 	Eps                                   float32
 	NumTokens, NumSeqs                    int64
@@ -545,14 +545,14 @@ type qkvSpec struct {
 	KCacheSize, VCacheSize                int64
 	BlockTablesSize                       int64
 	CuSeqlensQSize, PosOffsetsSize        int64
-	CosSize, SinSize                      int64
+	CosSinSize                            int64
 	QNormWeightSize, KNormWeightSize      int64
 	Abs, Absent, Misalign                 uint16
 }
 
 // qkvNoNorm are the bits of the norm weights; qkvNoCu the bit of CuSeqlensQ.
 const (
-	qkvNoNorm = 1<<9 | 1<<10
+	qkvNoNorm = 1<<8 | 1<<9
 	qkvNoCu   = 1 << 5
 )
 
@@ -589,13 +589,11 @@ func randQKVSpec(g gen) qkvSpec {
 	} else {
 		s.NumSeqs, s.Absent = 1, s.Absent|qkvNoCu
 	}
-	s.QKVOffset = g.wild(g.pick(0, 0, 16, 4096))
-	s.QOutOffset = g.wild(g.pick(0, 0, 32))
 	s.QKVTokenStride = g.wild(g.stride((s.NumQHeads + 2*s.NumKVHeads) * s.HeadDim))
-	sz := g.sizes(11)
+	sz := g.sizes(10)
 	s.QKVSize, s.QOutSize, s.KCacheSize, s.VCacheSize, s.BlockTablesSize = sz[0], sz[1], sz[2], sz[3], sz[4]
-	s.CuSeqlensQSize, s.PosOffsetsSize, s.CosSize, s.SinSize, s.QNormWeightSize, s.KNormWeightSize = sz[5], sz[6], sz[7], sz[8], sz[9], sz[10]
-	s.Abs, s.Misalign = g.rare(11, 100), g.rare(11, 100)
+	s.CuSeqlensQSize, s.PosOffsetsSize, s.CosSinSize, s.QNormWeightSize, s.KNormWeightSize = sz[5], sz[6], sz[7], sz[8], sz[9]
+	s.Abs, s.Misalign = g.rare(10, 100), g.rare(10, 100)
 	return s
 }
 

@@ -539,10 +539,10 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 	if a.Layout != LayoutFlash {
 		vAlign = cs
 	}
-	// Cos and sin rows: rot floats at pos·rot, pos < MaxPos.
+	// Table rows: 2·rot floats (rot cosines, rot sines) at pos·2·rot, pos < MaxPos.
 	tLo, tHi := empty()
 	if T > 0 && p.MaxPos > 0 && rot > 0 {
-		tLo, tHi = span(4, bi(0), badd(bmul(bi(p.MaxPos-1), bi(rot)), bi(rot)))
+		tLo, tHi = span(4, bi(0), badd(bmul(bi(p.MaxPos-1), bi(2*rot)), bi(2*rot)))
 	}
 	seqs := int64(1) // without cu_seqlens every token is sequence 0
 	if a.CuSeqlensQ.Ptr != 0 {
@@ -552,7 +552,7 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 	cuLo, cuHi := empty()
 	btLo, btHi := empty()
 	if T > 0 {
-		poLo, poHi = span(8, bi(0), bi(seqs))
+		poLo, poHi = span(4, bi(0), bi(seqs))
 		cuLo, cuHi = span(4, bi(0), bi(S+1))
 		btLo, btHi = span(4, bi(0), bmul(bi(seqs), bi(int64(p.MaxBlocksPerSeq))))
 	}
@@ -560,19 +560,17 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 	if p.Norm != 0 && T > 0 && upr > 0 {
 		wLo, wHi = span(in, bi(0), bi(headReach))
 	}
-	qkvAt, qOutAt := bi(a.QKVOffset), bi(a.QOutOffset)
 	m.regions = []region{
-		{param: "QKV", field: "QKV", buf: a.QKV, at: qkvAt, lo: qkvLo, hi: qkvHi, align: 16},
-		{param: "QOut", field: "QOut", buf: a.QOut, at: qOutAt, lo: qoLo, hi: qoHi, align: 16},
+		reg("QKV", "QKV", a.QKV, qkvLo, qkvHi, 16),
+		reg("QOut", "QOut", a.QOut, qoLo, qoHi, 16),
 		reg("KCache", "KCache", a.KCache, kLo, kHi, 8*cs),
 		reg("VCache", "VCache", a.VCache, vLo, vHi, vAlign),
 		opt(reg("CuSeqlens", "CuSeqlensQ", a.CuSeqlensQ, cuLo, cuHi, 4)),
-		reg("PosOffsets", "PosOffsets", a.PosOffsets, poLo, poHi, 8),
+		reg("PosOffsets", "PosOffsets", a.PosOffsets, poLo, poHi, 4),
 		reg("BlockTables", "BlockTables", a.BlockTables, btLo, btHi, 4),
 		reg("QWeight", "QNormWeight", a.QNormWeight, wLo, wHi, 16),
 		reg("KWeight", "KNormWeight", a.KNormWeight, wLo, wHi, 16),
-		reg("Cos", "Cos", a.Cos, tLo, tHi, 4),
-		reg("Sin", "Sin", a.Sin, tLo, tHi, 4),
+		reg("CosSin", "CosSin", a.CosSin, tLo, tHi, 4),
 	}
 	return m
 }

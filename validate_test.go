@@ -533,8 +533,8 @@ func goodQKV() QKVNormRopeArgs {
 	return QKVNormRopeArgs{
 		QKV: fakeBuffer(tok * (qh + 2*kh) * d * 2), QOut: fakeBuffer(tok * qh * d * 2),
 		KCache: fakeBuffer(nb * bs * kh * d * 2), VCache: fakeBuffer(nb * bs * kh * d * 2),
-		BlockTables: fakeBuffer(seqs * mb * 4), CuSeqlensQ: fakeBuffer((seqs + 1) * 4), PosOffsets: fakeBuffer(seqs * 8),
-		Cos: fakeBuffer(maxPos * rot * 4), Sin: fakeBuffer(maxPos * rot * 4),
+		BlockTables: fakeBuffer(seqs * mb * 4), CuSeqlensQ: fakeBuffer((seqs + 1) * 4), PosOffsets: fakeBuffer(seqs * 4),
+		CosSin:      fakeBuffer(maxPos * 2 * rot * 4),
 		QNormWeight: fakeBuffer(d * 2), KNormWeight: fakeBuffer(d * 2), Norm: NormQK, Eps: 1e-6,
 		NumTokens: tok, NumSeqs: seqs, NumQHeads: qh, NumKVHeads: kh, HeadDim: d, BlockSize: bs, NumBlocks: nb,
 		MaxBlocksPerSeq: mb, MaxPos: maxPos, RotDim: rot, NeoX: true, DType: BF16, CacheDType: BF16,
@@ -550,10 +550,6 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 	require.NoError(t, strided.Validate())
 	strided.QKV.Bytes--
 	require.ErrorContains(t, strided.Validate(), "QKVNormRopeArgs.QKV holds 48127 bytes; the shapes need 48128")
-	offset := goodQKV()
-	offset.QKVOffset, offset.QKV.Bytes = 4096, offset.QKV.Bytes+4096
-	offset.QOutOffset, offset.QOut.Bytes = 32, offset.QOut.Bytes+32
-	require.NoError(t, offset.Validate())
 	one := goodQKV()
 	one.CuSeqlensQ, one.NumSeqs, one.Norm, one.Eps, one.QNormWeight, one.KNormWeight = Buffer{}, 1, NormNone, 0, Buffer{}, Buffer{}
 	require.NoError(t, one.Validate())
@@ -590,17 +586,15 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 		{"eps", func(a *QKVNormRopeArgs) { a.Eps = 0 }, "QKVNormRopeArgs.Eps=0 is not allowed with NormQK; allowed: a finite value > 0"},
 		{"weight small", func(a *QKVNormRopeArgs) { a.KNormWeight.Bytes = 128 }, "QKVNormRopeArgs.KNormWeight holds 128 bytes; the shapes need 256"},
 		{"norm mode", func(a *QKVNormRopeArgs) { a.Norm = 5 }, "QKVNormRopeArgs.Norm=5 is not supported; allowed: NormNone, NormQK"},
-		{"offset outside", func(a *QKVNormRopeArgs) { a.QKVOffset = a.QKV.Bytes + 16 }, "QKVNormRopeArgs.QKVOffset=36880 is outside QKV of 36864 bytes; allowed: 0..36864"},
-		{"offset negative", func(a *QKVNormRopeArgs) { a.QOutOffset = -16 }, "QKVNormRopeArgs.QOutOffset=-16 is outside QOut of 24576 bytes"},
-		{"offset leaves too little", func(a *QKVNormRopeArgs) { a.QKVOffset = 16 }, "QKVNormRopeArgs.QKV holds 36848 bytes; the shapes need 36864"},
-		{"offset misaligned", func(a *QKVNormRopeArgs) { a.QKVOffset, a.QKV.Bytes = 8, a.QKV.Bytes+8 }, "QKVNormRopeArgs.QKV pointer 0x7f0000000008 is not 16-byte aligned"},
-		{"q out offset", func(a *QKVNormRopeArgs) { a.QOutOffset = 32 }, "QKVNormRopeArgs.QOut holds 24544 bytes; the shapes need 24576"},
+		{"qkv small", func(a *QKVNormRopeArgs) { a.QKV.Bytes -= 16 }, "QKVNormRopeArgs.QKV holds 36848 bytes; the shapes need 36864"},
+		{"qkv misaligned", func(a *QKVNormRopeArgs) { a.QKV.Ptr += 8 }, "QKVNormRopeArgs.QKV pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"q out small", func(a *QKVNormRopeArgs) { a.QOut.Bytes -= 32 }, "QKVNormRopeArgs.QOut holds 24544 bytes; the shapes need 24576"},
 		{"token stride", func(a *QKVNormRopeArgs) { a.QKVTokenStride = 1000 }, "QKVNormRopeArgs.QKVTokenStride=1000 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 1536 (the heads' span)"},
 		{"cu seqlens small", func(a *QKVNormRopeArgs) { a.CuSeqlensQ.Bytes = 12 }, "QKVNormRopeArgs.CuSeqlensQ holds 12 bytes; the shapes need 16"},
 		{"pos offsets", func(a *QKVNormRopeArgs) { a.PosOffsets = Buffer{} }, "QKVNormRopeArgs.PosOffsets is missing"},
 		{"tables", func(a *QKVNormRopeArgs) { a.BlockTables.Bytes = 64 }, "QKVNormRopeArgs.BlockTables holds 64 bytes; the shapes need 96"},
-		{"cos", func(a *QKVNormRopeArgs) { a.Cos.Bytes-- }, "QKVNormRopeArgs.Cos holds 1048575 bytes; the shapes need 1048576"},
-		{"sin misaligned", func(a *QKVNormRopeArgs) { a.Sin.Ptr += 2 }, "QKVNormRopeArgs.Sin pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"cos sin", func(a *QKVNormRopeArgs) { a.CosSin.Bytes-- }, "QKVNormRopeArgs.CosSin holds 2097151 bytes; the shapes need 2097152"},
+		{"cos sin misaligned", func(a *QKVNormRopeArgs) { a.CosSin.Ptr += 2 }, "QKVNormRopeArgs.CosSin pointer 0x7f0000000002 is not 4-byte aligned"},
 		{"cache", func(a *QKVNormRopeArgs) { a.VCache.Bytes -= 2 }, "QKVNormRopeArgs.VCache holds 262142 bytes; the shapes need 262144"},
 		{"fp8 scale", func(a *QKVNormRopeArgs) { a.CacheDType = E4M3 }, "QKVNormRopeArgs.KScale=0 is not allowed with an e4m3 cache"},
 		{"dtype", func(a *QKVNormRopeArgs) { a.DType = E4M3 }, "QKVNormRopeArgs.DType=e4m3 is not supported; allowed: f16, bf16"},

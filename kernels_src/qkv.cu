@@ -6,14 +6,15 @@
 //                token stride qkv_token_stride elements: q heads, k heads, v heads.
 //   cu_seqlens   optional int32 [num_seqs + 1]: token t belongs to sequence s
 //                with cu_seqlens[s] ≤ t < cu_seqlens[s+1] (null: one sequence).
-//   pos_offsets  int64 [num_seqs]: token t of sequence s is at position
+//   pos_offsets  int32 [num_seqs]: token t of sequence s is at position
 //                pos_offsets[s] + t − cu_seqlens[s], which is both its RoPE
 //                position and its cache position.
 //   norm         0: no norm; 1: RMSNorm of every q head with q_weight [head_dim]
 //                and every k head with k_weight [head_dim] (of <in>):
 //                x · w / sqrt(mean(x²) + eps), in f32.
-//   cos, sin     f32 [max_pos, rot] with rot = head_dim (one per element) or
-//                head_dim/2 (one per pair); neox as rope.cuh.
+//   cos_sin      f32 [max_pos, 2·rot]: each row rot cosines, then rot sines,
+//                with rot = head_dim (one per element) or head_dim/2 (one per
+//                pair); neox as rope.cuh.
 //   q_out        [num_tokens, num_q_heads, head_dim] of <in>.
 //   key_cache,   in layout (cache.cuh: flash [num_blocks, block_size,
 //   value_cache  num_kv_heads, head_dim], x-split or shuffle), <in> or fp8 e4m3
@@ -121,9 +122,9 @@ template <typename In, bool FP8>
 __device__ __forceinline__ void qkv_norm_rope(
     const In* __restrict__ qkv, In* __restrict__ q_out, void* __restrict__ key_cache,
     void* __restrict__ value_cache, const int* __restrict__ cu_seqlens,
-    const int64_t* __restrict__ pos_offsets, const int* __restrict__ block_tables,
-    const In* __restrict__ q_weight, const In* __restrict__ k_weight, const float* __restrict__ cos_t,
-    const float* __restrict__ sin_t, int64_t max_pos, int rot, unsigned long long* fault,
+    const int* __restrict__ pos_offsets, const int* __restrict__ block_tables,
+    const In* __restrict__ q_weight, const In* __restrict__ k_weight,
+    const float* __restrict__ cos_sin, int64_t max_pos, int rot, unsigned long long* fault,
     int num_tokens, int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
     int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
     int norm, float eps, float k_scale, float v_scale, int neox, int layout) {
@@ -149,7 +150,7 @@ __device__ __forceinline__ void qkv_norm_rope(
   const int per_pass = U * (int)blockDim.x;
   const int passes = (units + per_pass - 1) / per_pass;
   const float inv_dim = 1.0f / head_dim;  // exact: head_dim is a power of two
-  const bool vec = ((reinterpret_cast<uintptr_t>(cos_t) | reinterpret_cast<uintptr_t>(sin_t)) & 15) == 0;
+  const bool vec = (reinterpret_cast<uintptr_t>(cos_sin) & 15) == 0;  // rows are 16-byte multiples: rot % 4 == 0
   const int bs_mask = (1 << block_size_log2) - 1;
 
   // This block's run of token groups, and its steps (the same count for
@@ -199,20 +200,14 @@ __device__ __forceinline__ void qkv_norm_rope(
       meta->seq = seq;
     }
     if (pos < 0 || pos >= max_pos) return;
-    // The cos and sin rows, rot floats each, in 16- or 4-byte pieces.
+    // The token's table row, rot cosines then rot sines, staged as it is
+    // stored, in 16- or 4-byte pieces.
     float* rows = reinterpret_cast<float*>(stage + geo.data_bytes()) + threadIdx.y * 2 * rot;
-    const int64_t at = pos * rot;
+    const float* row = cos_sin + pos * 2 * rot;
     if (vec) {
-      for (int i = x; i < rot / 2; i += blockDim.x) {
-        const int f = (i % (rot / 4)) * 4;
-        const bool is_sin = i >= rot / 4;
-        cp_async16(smem_addr(rows + (is_sin ? rot : 0) + f), (is_sin ? sin_t : cos_t) + at + f, 16);
-      }
+      for (int i = x; i < rot / 2; i += blockDim.x) cp_async16(smem_addr(rows + 4 * i), row + 4 * i, 16);
     } else {
-      for (int i = x; i < 2 * rot; i += blockDim.x) {
-        const int f = i % rot;
-        cp_async4(smem_addr(rows + i), (i >= rot ? sin_t : cos_t) + at + f);
-      }
+      for (int i = x; i < 2 * rot; i += blockDim.x) cp_async4(smem_addr(rows + i), row + i);
     }
     if (x == 0) {
       const int64_t page = pos >> block_size_log2;
@@ -386,14 +381,14 @@ __device__ __forceinline__ void qkv_norm_rope(
 #define PKV_QKV(name, In, FP8)                                                                    \
   extern "C" __global__ void __launch_bounds__(256) name(                                         \
       const In* qkv, In* q_out, void* key_cache, void* value_cache, const int* cu_seqlens,        \
-      const int64_t* pos_offsets, const int* block_tables, const In* q_weight,                    \
-      const In* k_weight, const float* cos_t, const float* sin_t, int64_t max_pos, int rot,       \
+      const int* pos_offsets, const int* block_tables, const In* q_weight, const In* k_weight,    \
+      const float* cos_sin, int64_t max_pos, int rot,                                             \
       unsigned long long* fault, int num_tokens, int num_seqs, int num_q_heads, int num_kv_heads, \
       int head_dim, int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2,        \
       int64_t num_blocks, int norm, float eps, float k_scale, float v_scale, int neox,            \
       int layout) {                                                                               \
     pkv::qkv_norm_rope<In, FP8>(qkv, q_out, key_cache, value_cache, cu_seqlens, pos_offsets,      \
-                                block_tables, q_weight, k_weight, cos_t, sin_t, max_pos, rot,     \
+                                block_tables, q_weight, k_weight, cos_sin, max_pos, rot,          \
                                 fault, num_tokens, num_seqs, num_q_heads, num_kv_heads, head_dim, \
                                 qkv_token_stride, max_blocks_per_seq, block_size_log2,            \
                                 num_blocks, norm, eps, k_scale, v_scale, neox, layout);           \

@@ -617,7 +617,7 @@ func (b *bencher) benchQKV() error {
 		width := (qHeads + 2*kvHeads) * headDim
 		qkvRaw, _ := check.RandomTensor(b.g, pagedkv.F16, tokens*width, 1)
 		wRaw, _ := check.RandomTensor(b.g, pagedkv.F16, headDim, 1)
-		table := make([]float32, tokens*headDim/2)
+		table := make([]float32, tokens*headDim) // MaxPos rows of RotDim cosines and RotDim sines
 		for i := range table {
 			table[i] = float32(2*b.g.Float64() - 1)
 		}
@@ -632,9 +632,8 @@ func (b *bencher) benchQKV() error {
 		set.To(&args.KCache)(a.Alloc(cacheBytes))
 		set.To(&args.VCache)(a.Alloc(cacheBytes))
 		set.To(&args.BlockTables)(check.Upload(a, b.s, tables, 4))
-		set.To(&args.PosOffsets)(check.Upload(a, b.s, []int64{0}, 8))
-		set.To(&args.Cos)(check.Upload(a, b.s, table, 4))
-		set.To(&args.Sin)(check.Upload(a, b.s, table, 4))
+		set.To(&args.PosOffsets)(check.Upload(a, b.s, []int32{0}, 4))
+		set.To(&args.CosSin)(check.Upload(a, b.s, table, 4))
 		set.To(&args.QNormWeight)(check.Upload(a, b.s, wRaw, 1))
 		set.To(&args.KNormWeight)(check.Upload(a, b.s, wRaw, 1))
 		err := set.Err

@@ -18,8 +18,8 @@ type QKVShape struct {
 	DType, CacheDType           pagedkv.DType
 	Norm, NeoX, HalfRot, Varlen bool
 	PadToken                    int   // extra QKV token stride, a multiple of 8
-	QKVOffset, QOutOffset       int64 // byte offsets, multiples of 16
-	TableOffset                 int64 // where Cos and Sin start in their buffers, a multiple of 4 bytes
+	QKVOffset, QOutOffset       int64 // byte offsets of the QKV and QOut views (Buffer.Slice), multiples of 16
+	TableOffset                 int64 // where CosSin starts in its buffer, a multiple of 4 bytes
 	Layout                      pagedkv.CacheLayout
 	Fault                       QKVFault
 }
@@ -92,12 +92,12 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	defer a.Free()
 	lens := make([]int, c.Seqs)
 	cu := make([]int32, c.Seqs+1)
-	posOff := make([]int64, c.Seqs)
+	posOff := make([]int32, c.Seqs)
 	maxPosNeeded := 0
 	for i := range lens {
 		lens[i] = 1 + g.IntN(c.MaxLen)
 		cu[i+1] = cu[i] + int32(lens[i])
-		posOff[i] = int64(g.IntN(300))
+		posOff[i] = int32(g.IntN(300))
 		maxPosNeeded = max(maxPosNeeded, int(posOff[i])+lens[i])
 	}
 	tokens := int(cu[c.Seqs])
@@ -111,7 +111,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	last, badPage, badBlock := c.Seqs-1, -1, int32(0)
 	switch c.Fault {
 	case QKVPositionFault:
-		posOff[last] = int64(maxPos + g.IntN(3))
+		posOff[last] = int32(maxPos + g.IntN(3))
 	case QKVBlockFault:
 		badPage = int(posOff[last]) / c.BlockSize
 		badBlock = []int32{-1, int32(numBlocks), int32(numBlocks + 7)}[g.IntN(3)]
@@ -126,20 +126,15 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	if c.HalfRot {
 		rot = hd / 2
 	}
-	cosT := make([]float32, maxPos*rot)
-	sinT := make([]float32, maxPos*rot)
-	combined := make([]float32, maxPos*2*rot)
-	for p := range maxPos {
-		for i := range rot {
-			cosT[p*rot+i], sinT[p*rot+i] = float32(2*g.Float64()-1), float32(2*g.Float64()-1)
-			combined[p*2*rot+i], combined[p*2*rot+rot+i] = cosT[p*rot+i], sinT[p*rot+i]
-		}
+	combined := make([]float32, maxPos*2*rot) // each row rot cosines, then rot sines
+	for i := range combined {
+		combined[i] = float32(2*g.Float64() - 1)
 	}
 	kvElems := c.KVHeads * hd
 	cacheBytes := numBlocks * c.BlockSize * kvElems * c.CacheDType.Size()
 	kc, vc := RandomCaches(g, cacheBytes)
 	args := pagedkv.QKVNormRopeArgs{
-		QKVOffset: c.QKVOffset, QKVTokenStride: stride, QOutOffset: c.QOutOffset,
+		QKVTokenStride: stride,
 		NumTokens: tokens, NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: hd,
 		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: maxBlocks, MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX,
 		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout,
@@ -160,44 +155,47 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 		set.To(&args.QNormWeight)(Upload(a, s, qwRaw, 1))
 		set.To(&args.KNormWeight)(Upload(a, s, kwRaw, 1))
 	}
+	// QKV and QOut are views (Buffer.Slice) c.QKVOffset and c.QOutOffset
+	// bytes into larger buffers.
+	view := func(b pagedkv.Buffer, off int64, err error) (pagedkv.Buffer, error) {
+		if err != nil {
+			return b, err
+		}
+		return b.Slice(off, b.Bytes-off)
+	}
 	withOffset := func(raw []byte, off int64) []byte { return append(make([]byte, off), raw...) }
-	set.To(&args.QKV)(Upload(a, s, withOffset(qkvRaw, c.QKVOffset), 1))
-	set.To(&args.QOut)(a.Alloc(c.QOutOffset + int64(tokens*c.QHeads*hd*size)))
+	qkvBuf, err := Upload(a, s, withOffset(qkvRaw, c.QKVOffset), 1)
+	set.To(&args.QKV)(view(qkvBuf, c.QKVOffset, err))
+	qOutBuf, err := a.Alloc(c.QOutOffset + int64(tokens*c.QHeads*hd*size))
+	set.To(&args.QOut)(view(qOutBuf, c.QOutOffset, err))
 	set.To(&args.KCache)(Upload(a, s, kc, 1))
 	set.To(&args.VCache)(Upload(a, s, vc, 1))
 	set.To(&args.BlockTables)(Upload(a, s, tables, 4))
 	if c.Varlen {
 		set.To(&args.CuSeqlensQ)(Upload(a, s, cu, 4))
 	}
-	set.To(&args.PosOffsets)(Upload(a, s, posOff, 8))
-	table := func(tab []float32) (pagedkv.Buffer, error) {
-		b, err := Upload(a, s, append(make([]float32, c.TableOffset/4), tab...), 4)
-		if err != nil {
-			return b, err
-		}
-		return b.Slice(c.TableOffset, b.Bytes-c.TableOffset)
-	}
-	set.To(&args.Cos)(table(cosT))
-	set.To(&args.Sin)(table(sinT))
+	set.To(&args.PosOffsets)(Upload(a, s, posOff, 4))
+	tableBuf, err := Upload(a, s, append(make([]float32, c.TableOffset/4), combined...), 4)
+	set.To(&args.CosSin)(view(tableBuf, c.TableOffset, err))
 	if set.Err != nil {
 		return set.Err
 	}
 	if err := s.Fill32(args.QOut, NaNPattern(c.DType)); err != nil {
 		return err
 	}
-	err := r.QKVNormRope(s, &args)
+	err = r.QKVNormRope(s, &args)
 	if err == nil { // with CheckBounds the launch itself returns the fault
 		err = s.Fault()
 	}
 	if err := checkQKVFault(c, err, cu, posOff, maxPos, badPage, badBlock); err != nil {
 		return err
 	}
-	qOutAll := make([]byte, args.QOut.Bytes)
+	qOutAll := make([]byte, qOutBuf.Bytes)
 	gotK, gotV := make([]byte, cacheBytes), make([]byte, cacheBytes)
 	for _, d := range []struct {
 		dst []byte
 		src pagedkv.Buffer
-	}{{qOutAll, args.QOut}, {gotK, args.KCache}, {gotV, args.VCache}} {
+	}{{qOutAll, qOutBuf}, {gotK, args.KCache}, {gotV, args.VCache}} {
 		if err := pagedkv.Download(s, d.dst, d.src); err != nil {
 			return err
 		}
@@ -210,7 +208,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	slots := make([]int64, tokens)
 	for sq := range c.Seqs {
 		for t := int(cu[sq]); t < int(cu[sq+1]); t++ {
-			p := posOff[sq] + int64(t-int(cu[sq]))
+			p := int64(posOff[sq]) + int64(t-int(cu[sq]))
 			positions[t], slots[t] = p, -1
 			if p >= int64(maxPos) {
 				continue
@@ -308,7 +306,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 
 // checkQKVFault checks the stream's fault record after a RunQKV launch
 // against the fault c plants (see QKVFault).
-func checkQKVFault(c QKVShape, err error, cu []int32, posOff []int64, maxPos, badPage int, badBlock int32) error {
+func checkQKVFault(c QKVShape, err error, cu []int32, posOff []int32, maxPos, badPage int, badBlock int32) error {
 	if c.Fault == QKVNoFault {
 		return err
 	}
@@ -321,7 +319,7 @@ func checkQKVFault(c QKVShape, err error, cu []int32, posOff []int64, maxPos, ba
 	case QKVPositionFault:
 		// Any token of the last sequence may be the one recorded.
 		first, end := int64(cu[last]), int64(cu[last+1])
-		if fe.Code != 5 || fe.A < first || fe.A >= end || fe.B != posOff[last]+fe.A-first || fe.C != int64(maxPos) {
+		if fe.Code != 5 || fe.A < first || fe.A >= end || fe.B != int64(posOff[last])+fe.A-first || fe.C != int64(maxPos) {
 			return errorf("%v: fault %+v, want code 5 for a token in [%d, %d) at position %d + (token − %d), table of %d rows",
 				c, *fe, first, end, posOff[last], first, maxPos)
 		}
