@@ -40,7 +40,7 @@ import (
 // V may be two strided views of one fused KV activation.
 //
 // Bounds: NumTokens ≤ 2^30, NumKVHeads ≤ 2^16 and HeadDim (the kernel's int32
-// counts); NumBlocks ≤ 2^40 (the slot count is int64); strides ≤ 2^31
+// counts); NumBlocks·BlockSize ≤ 2^31−1 (as in every op); strides ≤ 2^31
 // elements (int64 in the kernel, bounded so that no address it forms can
 // overflow).
 type AppendArgs struct {
@@ -57,7 +57,7 @@ type AppendArgs struct {
 	DType, CacheDType DType
 	KScale, VScale    float32
 	Layout            CacheLayout
-	HostSlotMapping   []int64
+	HostSlotMapping   []int32
 }
 
 const appendArg = "AppendArgs"
@@ -71,7 +71,7 @@ const slotRunSamples = 256
 // to slotRunSamples tokens spread over the batch (after the first), at
 // least 7 in 8 take the slot after their predecessor's. A prefill's
 // slots in pages of 16 break a run at 1 token in 16 at most.
-func slotRuns(slots []int64) bool {
+func slotRuns(slots []int32) bool {
 	pairs := len(slots) - 1
 	if pairs < 1 {
 		return false
@@ -261,10 +261,7 @@ func (a *GatherArgs) Validate() error {
 	if err := inRange(gatherArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
-	if err := powerOfTwo(gatherArg, "BlockSize", a.BlockSize, 1, 256); err != nil {
-		return err
-	}
-	if err := inRange(gatherArg, "NumBlocks", a.NumBlocks, 1, 1<<40); err != nil {
+	if err := checkPool(gatherArg, a.NumBlocks, a.BlockSize); err != nil {
 		return err
 	}
 	if err := checkLayout(gatherArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {

@@ -170,10 +170,7 @@ func (c cacheTarget) check(arg string) error {
 	if err := inRange(arg, c.tokensF, c.tokens, 0, 1<<30); err != nil {
 		return err
 	}
-	if err := powerOfTwo(arg, "BlockSize", c.blockSize, 1, 256); err != nil {
-		return err
-	}
-	if err := inRange(arg, "NumBlocks", c.blocks, 1, 1<<40); err != nil {
+	if err := checkPool(arg, c.blocks, c.blockSize); err != nil {
 		return err
 	}
 	if err := checkLayout(arg, c.layout, c.cache, c.headDim, c.blockSize); err != nil {

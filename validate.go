@@ -51,8 +51,27 @@ const maxElems = int64(1) << 56
 // spans) no such address, in bytes, comes near 2^63.
 const maxStride = int64(1) << 31
 
-// maxPoolRows bounds NumBlocks·BlockSize of a paged attention's pool.
-const maxPoolRows = int64(1) << 32
+// maxPoolRows bounds NumBlocks·BlockSize, the slots of a paged cache, in
+// every op: every slot and pool row fits an int32, so one host index type
+// ([]int32) serves every op, and the kernels index pool rows in 32 bits. A
+// pool of 2^31 slots is terabytes per layer, beyond any GPU.
+const maxPoolRows = int64(math.MaxInt32)
+
+// checkPool checks BlockSize and NumBlocks of a paged cache, the same way in
+// every op.
+func checkPool(arg string, numBlocks, blockSize int) error {
+	if err := powerOfTwo(arg, "BlockSize", blockSize, 1, 256); err != nil {
+		return err
+	}
+	if err := inRange(arg, "NumBlocks", numBlocks, 1, math.MaxInt32); err != nil {
+		return err
+	}
+	if int64(numBlocks)*int64(blockSize) > maxPoolRows {
+		return errf("%s.NumBlocks=%d is too large for BlockSize=%d; allowed: NumBlocks·BlockSize at most 2^31−1 (at most %d blocks)",
+			arg, numBlocks, blockSize, maxPoolRows/int64(blockSize))
+	}
+	return nil
+}
 
 // maxDecodeSeqs is DecodeArgs' largest NumSeqs (the decode grid's y); a
 // mixed Varlen runs at most this many leading sequences as a decode.
@@ -288,17 +307,8 @@ func (p *pagedAttention) heads() error {
 // pages checks the block size, the pool, the block tables' width and the
 // KV lengths planned for.
 func (p *pagedAttention) pages() error {
-	if err := powerOfTwo(p.arg, "BlockSize", p.blockSize, 1, 256); err != nil {
+	if err := checkPool(p.arg, p.numBlocks, p.blockSize); err != nil {
 		return err
-	}
-	if err := inRange(p.arg, "NumBlocks", p.numBlocks, 1, math.MaxInt32); err != nil {
-		return err
-	}
-	// The varlen loaders index pool rows (block·BlockSize + offset) in 32
-	// bits; no pool that fits a GPU comes near 2^32 rows.
-	if int64(p.numBlocks)*int64(p.blockSize) > maxPoolRows {
-		return errf("%s.NumBlocks=%d is too large for BlockSize=%d; allowed: NumBlocks·BlockSize at most 2^32 (at most %d blocks)",
-			p.arg, p.numBlocks, p.blockSize, maxPoolRows/int64(p.blockSize))
 	}
 	// The kernels hold token positions in int32, and the decode's split
 	// arithmetic reaches up to MaxSplits−1 pages and a tile past the table's

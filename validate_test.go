@@ -62,7 +62,7 @@ func TestAppendArgsValidate(t *testing.T) {
 	fp8.CacheDType, fp8.KScale, fp8.VScale = E4M3, 0.5, 2
 	require.NoError(t, fp8.Validate())
 	host := goodAppend()
-	host.HostSlotMapping = make([]int64, host.NumTokens)
+	host.HostSlotMapping = make([]int32, host.NumTokens)
 	require.NoError(t, host.Validate())
 
 	cases := []badCase[AppendArgs]{
@@ -78,7 +78,7 @@ func TestAppendArgsValidate(t *testing.T) {
 		{"value missing", func(a *AppendArgs) { a.V = Buffer{} }, "AppendArgs.V is missing"},
 		{"cache small", func(a *AppendArgs) { a.VCache.Bytes -= 2 }, "AppendArgs.VCache holds"},
 		{"slots small", func(a *AppendArgs) { a.SlotMapping.Bytes = 72 }, "AppendArgs.SlotMapping holds 72 bytes; the shapes need 80"},
-		{"host slots", func(a *AppendArgs) { a.HostSlotMapping = make([]int64, 9) }, "AppendArgs.HostSlotMapping has 9 values; allowed: none, or NumTokens=10"},
+		{"host slots", func(a *AppendArgs) { a.HostSlotMapping = make([]int32, 9) }, "AppendArgs.HostSlotMapping has 9 values; allowed: none, or NumTokens=10"},
 		{"misaligned", func(a *AppendArgs) { a.K.Ptr += 8 }, "AppendArgs.K pointer 0x7f0000000008 is not 16-byte aligned"},
 		{"token stride", func(a *AppendArgs) { a.KTokenStride = 100 }, "AppendArgs.KTokenStride=100 is not allowed"},
 		{"token stride short", func(a *AppendArgs) { a.KTokenStride = 256 }, "AppendArgs.KTokenStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512"},
@@ -167,7 +167,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"fp8 scale", func(a *DecodeArgs) { a.CacheDType = E4M3 }, "DecodeArgs.KScale=0 is not allowed with an e4m3 cache"},
 		{"cache dtype", func(a *DecodeArgs) { a.CacheDType = BF16 }, "DecodeArgs.CacheDType=bf16 is not supported with DType=f16"},
 		{"seqs", func(a *DecodeArgs) { a.NumSeqs = 0 }, "DecodeArgs.NumSeqs=0 is out of range"},
-		{"pool rows", func(a *DecodeArgs) { a.NumBlocks = 1<<28 + 1 }, "DecodeArgs.NumBlocks=268435457 is too large for BlockSize=16; allowed: NumBlocks·BlockSize at most 2^32 (at most 268435456 blocks)"},
+		{"pool rows", func(a *DecodeArgs) { a.NumBlocks = 1<<28 + 1 }, "DecodeArgs.NumBlocks=268435457 is too large for BlockSize=16; allowed: NumBlocks·BlockSize at most 2^31−1 (at most 134217727 blocks)"},
 		{"misaligned cache", func(a *DecodeArgs) { a.VCache.Ptr += 2 }, "DecodeArgs.VCache pointer"},
 	}
 	expectErrors(t, goodDecode, cases)
@@ -310,11 +310,16 @@ func TestIssue12Overflows(t *testing.T) {
 			_, err := fakeBuffer(4096).Slice(1, math.MaxInt64)
 			return err
 		}, "pagedkv: Buffer.Slice(1, 9223372036854775807) is outside a buffer of 4096 bytes; allowed: off ≥ 0, n ≥ 0, off+n ≤ 4096"},
-		{"cache too large for int64", func() error {
+		{"largest cache, no overflow", func() error {
 			a := GatherArgs{KCache: fakeBuffer(1), VCache: fakeBuffer(1), NumKVHeads: 1 << 16, HeadDim: 256,
+				BlockSize: 256, NumBlocks: 1<<23 - 1, CacheDType: F16}
+			return a.Validate()
+		}, "pagedkv: GatherArgs.KCache holds 1 bytes; the shapes need 72057585447993344"},
+		{"pool beyond int32 slots", func() error {
+			a := GatherArgs{KCache: fakeBuffer(1), VCache: fakeBuffer(1), NumKVHeads: 1, HeadDim: 8,
 				BlockSize: 256, NumBlocks: 1 << 40, CacheDType: F16}
 			return a.Validate()
-		}, "pagedkv: GatherArgs.NumBlocks=1099511627776 is too large: NumBlocks·BlockSize·NumKVHeads·HeadDim is more than 2^56 elements; allowed: at most 16777216 with the other sizes as given"},
+		}, "pagedkv: GatherArgs.NumBlocks=1099511627776 is out of range; allowed: 1..2147483647"},
 		{"decode sequence length beyond the kernels' int32 positions", func() error {
 			a := goodDecode()
 			a.MaxBlocksPerSeq = 1<<26 + 1
@@ -787,7 +792,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"block size big", func(a *VarlenArgs) { a.BlockSize = 512 }, "VarlenArgs.BlockSize=512 is not allowed; allowed: a power of two from 1 to 256"},
 		{"blocks", func(a *VarlenArgs) { a.NumBlocks = 0 }, "VarlenArgs.NumBlocks=0 is out of range; allowed: 1..2147483647"},
 		{"blocks big", func(a *VarlenArgs) { a.NumBlocks = 1 << 31 }, "VarlenArgs.NumBlocks=2147483648 is out of range; allowed: 1..2147483647"},
-		{"pool rows", func(a *VarlenArgs) { a.NumBlocks, a.BlockSize = 1<<30, 8 }, "VarlenArgs.NumBlocks=1073741824 is too large for BlockSize=8; allowed: NumBlocks·BlockSize at most 2^32 (at most 536870912 blocks)"},
+		{"pool rows", func(a *VarlenArgs) { a.NumBlocks, a.BlockSize = 1<<30, 8 }, "VarlenArgs.NumBlocks=1073741824 is too large for BlockSize=8; allowed: NumBlocks·BlockSize at most 2^31−1 (at most 268435455 blocks)"},
 		{"max blocks", func(a *VarlenArgs) { a.MaxBlocksPerSeq = 0 }, "VarlenArgs.MaxBlocksPerSeq=0 is out of range; allowed: 1..67108864 (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)"},
 		{"max blocks big", func(a *VarlenArgs) { a.MaxBlocksPerSeq = 1<<26 + 1 }, "VarlenArgs.MaxBlocksPerSeq=67108865 is out of range; allowed: 1..67108864 (MaxBlocksPerSeq·BlockSize at most 2^30 tokens)"},
 		{"max kv", func(a *VarlenArgs) { a.MaxKVLen = 257 }, "VarlenArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
@@ -856,7 +861,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"cache too large", func(a *VarlenArgs) {
 			a.NumBlocks, a.BlockSize, a.NumKVHeads, a.NumQHeads, a.Q.Bytes = math.MaxInt32, 256, 4096, 4096, 1<<40
 		},
-			"VarlenArgs.NumBlocks=2147483647 is too large for BlockSize=256; allowed: NumBlocks·BlockSize at most 2^32"},
+			"VarlenArgs.NumBlocks=2147483647 is too large for BlockSize=256; allowed: NumBlocks·BlockSize at most 2^31−1"},
 	}
 	expectErrors(t, goodVarlen, cases)
 }
@@ -994,10 +999,10 @@ func TestValidateAllocatesNothing(t *testing.T) {
 // TestSlotRuns pins what makes an append's host slots a prefill's: at least
 // 7 in 8 tokens after the first take the slot after their predecessor's.
 func TestSlotRuns(t *testing.T) {
-	run := func(starts ...int64) []int64 { // runs of 16 slots from each start
-		var s []int64
+	run := func(starts ...int32) []int32 { // runs of 16 slots from each start
+		var s []int32
 		for _, b := range starts {
-			for i := range int64(16) {
+			for i := range int32(16) {
 				s = append(s, b+i)
 			}
 		}
@@ -1005,8 +1010,8 @@ func TestSlotRuns(t *testing.T) {
 	}
 	assert.True(t, slotRuns(run(32, 96, 0, 512)), "a prefill's pages, in any order")
 	assert.True(t, slotRuns(run(5)), "one run from inside a page")
-	assert.False(t, slotRuns([]int64{7, 3, 90, 12, 13, 40}), "random slots")
-	assert.False(t, slotRuns([]int64{4}), "one token")
+	assert.False(t, slotRuns([]int32{7, 3, 90, 12, 13, 40}), "random slots")
+	assert.False(t, slotRuns([]int32{4}), "one token")
 	assert.False(t, slotRuns(nil))
 	half := run(0, 64)
 	for i := 0; i < len(half); i += 2 {
@@ -1017,9 +1022,9 @@ func TestSlotRuns(t *testing.T) {
 	// pages of 16 in random order, and the same slots shuffled.
 	g := rand.New(rand.NewPCG(1, 2))
 	pages := g.Perm(4096)
-	prefill := make([]int64, 65536)
+	prefill := make([]int32, 65536)
 	for t := range prefill {
-		prefill[t] = int64(pages[t/16]*16 + t%16)
+		prefill[t] = int32(pages[t/16]*16 + t%16)
 	}
 	assert.True(t, slotRuns(prefill))
 	g.Shuffle(len(prefill), func(i, j int) { prefill[i], prefill[j] = prefill[j], prefill[i] })

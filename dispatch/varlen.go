@@ -36,15 +36,15 @@ type varlenGeometry struct{ headDim, cacheSize, rows, keys int }
 // VarlenShape describes one paged varlen attention launch, as the host
 // knows it.
 type VarlenShape struct {
-	NumSeqs      int
-	NumTokens int // the query tokens of the batch (a graph: the most any replay has)
-	NumQHeads    int
-	NumKVHeads   int
-	HeadDim      int
-	MaxKVLen     int // the largest KV length (pos_offset + q_len) of the batch, or a graph's capacity
-	DType        DType
-	CacheDType   DType
-	Layout       Layout // the caches' layout (the x-split and shuffle ones: blocks of x or more, which the root package checks)
+	NumSeqs    int
+	NumTokens  int // the query tokens of the batch (a graph: the most any replay has)
+	NumQHeads  int
+	NumKVHeads int
+	HeadDim    int
+	MaxKVLen   int // the largest KV length (pos_offset + q_len) of the batch, or a graph's capacity
+	DType      DType
+	CacheDType DType
+	Layout     Layout // the caches' layout (the x-split and shuffle ones: blocks of x or more, which the root package checks)
 	// HostCuSeqlensQ (optional): the host's copy of the batch's query
 	// bounds ([NumSeqs+1], checked by the caller), so the planner counts the
 	// row tiles the batch really has; without it, it plans for the grid.

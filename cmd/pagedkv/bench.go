@@ -404,7 +404,7 @@ func (b *bencher) benchAppend() error {
 			if a.SlotMapping, err = check.Upload(b.arena, b.s, slots, 8); err != nil {
 				return err
 			}
-			a.HostSlotMapping = slots // an engine has them (AppendArgs.HostSlotMapping)
+			a.HostSlotMapping = hostSlots(slots) // an engine has them (AppendArgs.HostSlotMapping)
 			sets[i] = a
 		}
 		shape := fmt.Sprintf("T=%d KH=%d D=%d bs=%d", tokens, kvHeads, headDim, blockSize)
@@ -443,7 +443,7 @@ func (b *bencher) benchAppend() error {
 			if randomSets[i].SlotMapping, err = check.Upload(b.arena, b.s, random, 8); err != nil {
 				return err
 			}
-			randomSets[i].HostSlotMapping = random
+			randomSets[i].HostSlotMapping = hostSlots(random)
 		}
 		if err := b.appendRows(shape, "random slots", bytes, randomSets, allLayouts); err != nil {
 			return err
@@ -1213,4 +1213,13 @@ func (b *bencher) print() {
 		}
 	}
 	tw.Flush()
+}
+
+// hostSlots is the host copy of device slots (int64) as AppendArgs takes it.
+func hostSlots(slots []int64) []int32 {
+	h := make([]int32, len(slots))
+	for i, v := range slots {
+		h[i] = int32(v)
+	}
+	return h
 }

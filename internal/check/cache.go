@@ -89,9 +89,9 @@ type AppendProblem struct {
 	Args  pagedkv.AppendArgs
 	Arena *Arena
 
-	KeyRaw, ValueRaw     []byte
-	KCache, VCache []byte // initial cache contents (random bytes)
-	SlotMapping, Remap   []int64
+	KeyRaw, ValueRaw   []byte
+	KCache, VCache     []byte // initial cache contents (random bytes)
+	SlotMapping, Remap []int64
 }
 
 // NewAppendProblem draws random inputs, caches pre-filled with random bytes

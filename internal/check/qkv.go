@@ -135,7 +135,7 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	kc, vc := RandomCaches(g, cacheBytes)
 	args := pagedkv.QKVNormRopeArgs{
 		QKVTokenStride: stride,
-		NumTokens: tokens, NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: hd,
+		NumTokens:      tokens, NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: hd,
 		BlockSize: c.BlockSize, NumBlocks: numBlocks, MaxBlocksPerSeq: maxBlocks, MaxPos: maxPos, RotDim: rot, NeoX: c.NeoX,
 		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout,
 	}

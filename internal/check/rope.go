@@ -63,14 +63,14 @@ type RopeProblem struct {
 	Args  pagedkv.RopeCacheArgs
 	Arena *Arena
 
-	Q, K, V              []float64 // decoded inputs, contiguous
-	KRaw, VRaw           []byte    // contiguous raw K and V, [Tokens+KVOnly, KVHeads, HeadDim]
-	KCache, VCache []byte    // initial cache bytes
-	Positions            []int64   // positions with offsets applied
-	CosSin               []float32
-	SlotMapping, Remap   []int64
-	rot, maxPos          int
-	qElems, kvElems      int
+	Q, K, V            []float64 // decoded inputs, contiguous
+	KRaw, VRaw         []byte    // contiguous raw K and V, [Tokens+KVOnly, KVHeads, HeadDim]
+	KCache, VCache     []byte    // initial cache bytes
+	Positions          []int64   // positions with offsets applied
+	CosSin             []float32
+	SlotMapping, Remap []int64
+	rot, maxPos        int
+	qElems, kvElems    int
 }
 
 // NewRopeProblem draws random inputs, a random cos/sin table and slots, and

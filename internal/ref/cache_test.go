@@ -134,8 +134,8 @@ func TestCacheAppendFlashE4M3Values(t *testing.T) {
 	a := CacheAppend{
 		Key:         EncodeSlice(F16, []float32{3, 1000}),
 		Value:       EncodeSlice(F16, []float32{-0.75, 1e-4}),
-		KCache:    make([]byte, 2),
-		VCache:  make([]byte, 2),
+		KCache:      make([]byte, 2),
+		VCache:      make([]byte, 2),
 		SlotMapping: []int64{0},
 		NumTokens:   1, NumKVHeads: 1, HeadDim: 2, BlockSize: 1, NumBlocks: 1,
 		KTokenStride: 2, VTokenStride: 2, KHeadStride: 2, VHeadStride: 2,

@@ -90,10 +90,10 @@ func TestPagedDecodeGQA(t *testing.T) {
 	// 4 query heads share 2 KV heads: heads 0,1 read KV head 0; 2,3 read 1.
 	// One token per sequence, so each output is its KV head's v row.
 	a := Decode{
-		Q:        []float64{1, 2, 3, 4, 5, 6, 7, 8},
+		Q:      []float64{1, 2, 3, 4, 5, 6, 7, 8},
 		KCache: []float64{1, 1, 2, 2},
 		// Block 0, row 0: KV head 0 then KV head 1.
-		VCache:  []float64{10, 20, 30, 40},
+		VCache:      []float64{10, 20, 30, 40},
 		BlockTables: []int32{0},
 		KVLens:      []int32{1},
 		NumSeqs:     1, NumQHeads: 4, NumKVHeads: 2, HeadDim: 2,
@@ -152,8 +152,8 @@ func TestPagedDecodePageTablePermutation(t *testing.T) {
 	layout := func(physical []int) Decode {
 		a := Decode{
 			Q:           q,
-			KCache:    random(numBlocks * blockSize * rowElems),
-			VCache:  random(numBlocks * blockSize * rowElems),
+			KCache:      random(numBlocks * blockSize * rowElems),
+			VCache:      random(numBlocks * blockSize * rowElems),
 			BlockTables: make([]int32, numSeqs*maxBlocks),
 			KVLens:      kvLens,
 			NumSeqs:     numSeqs, NumQHeads: numQHeads, NumKVHeads: numKVHeads, HeadDim: headDim,

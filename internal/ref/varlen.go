@@ -13,8 +13,8 @@ type Varlen struct {
 	// KCache and VCache are [NumBlocks, BlockSize, NumKVHeads, HeadDim]
 	// in LayoutFlash, or in Layout with its X, as for Decode.
 	KCache, VCache []float64
-	Layout               Layout
-	X                    int
+	Layout         Layout
+	X              int
 	// BlockTables is [NumSeqs, MaxBlocksPerSeq], as for Decode.
 	BlockTables []int32
 	// CuSeqlensQ is [NumSeqs+1]: sequence s owns query tokens
