@@ -72,8 +72,6 @@ type DecodeArgs struct {
 	DType, CacheDType     DType
 	Scale, KScale, VScale float32
 	Layout                CacheLayout
-
-	mixedPart // zero, but for the decode of a mixed Varlen (kvBias)
 }
 
 const decodeArg = "DecodeArgs"
@@ -184,7 +182,7 @@ type pagedDecodeParams struct {
 
 // params returns the kernel parameters of a valid a that do not depend on
 // the plan, with fault as the fault record.
-func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
+func (a *DecodeArgs) params(fault driver.DevicePtr, part mixedPart) pagedDecodeParams {
 	pa := a.paged()
 	scale, kScale, vScale := pa.kernelScales()
 	qs := pa.qStride(a.QTokenStride)
@@ -193,7 +191,7 @@ func (a *DecodeArgs) params(fault driver.DevicePtr) pagedDecodeParams {
 		BlockTables: a.BlockTables.Ptr, KVLens: a.KVLens.Ptr, Fault: fault,
 		QTokenStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Scale: scale, KScale: kScale, VScale: vScale, Layout: int32(a.Layout), KVBias: a.kvBias,
+		Scale: scale, KScale: kScale, VScale: vScale, Layout: int32(a.Layout), KVBias: part.kvBias,
 	}
 }
 
@@ -315,23 +313,19 @@ func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
 		if err != nil {
 			return err
 		}
-		return r.launchDecode(s, a, &plan, fn, capturing)
+		return r.launchDecode(s, a, mixedPart{}, &plan, fn, capturing)
 	})
 }
 
-// PlanDecodeWith plans a for maxKV with explicit knobs instead of the
-// configuration's: benchmarks use it to force split counts. Launch the plan
-// with DecodeWithPlan.
-func (r *Runtime) PlanDecodeWith(a *DecodeArgs, maxKV int, k dispatch.Knobs) (dispatch.Plan, error) {
+// PlanDecodeWith plans a eagerly (for a.MaxKVLen and a.HostKVLens, as
+// Decode would) with explicit knobs instead of the configuration's:
+// benchmarks use it to force split counts. Launch the plan with
+// DecodeWithPlan.
+func (r *Runtime) PlanDecodeWith(a *DecodeArgs, k dispatch.Knobs) (dispatch.Plan, error) {
 	if err := a.Validate(); err != nil {
 		return dispatch.Plan{}, err
 	}
-	shape := a.shape(false, 0)
-	shape.MaxKVLen = maxKV
-	if maxKV != a.MaxKVLen {
-		shape.HostKVLens = nil
-	}
-	plan, _, err := r.planAndLoad(shape, k)
+	plan, _, err := r.planAndLoad(a.shape(false, 0), k)
 	return plan, err
 }
 
@@ -340,6 +334,16 @@ func (r *Runtime) PlanDecodeWith(a *DecodeArgs, maxKV int, k dispatch.Knobs) (di
 // error, never a launch. Its SharedBytes may give the kernel another ring
 // depth (dispatch.DecodeStagesShared) within the device's limit.
 func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) error {
+	return r.decodeWithPlan(s, a, mixedPart{}, plan)
+}
+
+// launchPart runs a as the decode part of a mixed batch (batchPart).
+func (a *DecodeArgs) launchPart(r *Runtime, s *Stream, part mixedPart, plan *dispatch.Plan) error {
+	return r.decodeWithPlan(s, a, part, *plan)
+}
+
+// decodeWithPlan is DecodeWithPlan for one part of a batch (see mixedPart).
+func (r *Runtime) decodeWithPlan(s *Stream, a *DecodeArgs, part mixedPart, plan dispatch.Plan) error {
 	if err := r.live(); err != nil {
 		return err
 	}
@@ -353,12 +357,12 @@ func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) e
 	if err != nil {
 		return err
 	}
-	return r.enqueue(s, func(capturing bool) error { return r.launchDecode(s, a, &plan, fn, capturing) })
+	return r.enqueue(s, func(capturing bool) error { return r.launchDecode(s, a, part, &plan, fn, capturing) })
 }
 
 // launchDecode enqueues the kernels of plan. Call it inside r.do (enqueue).
-func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
-	p := a.params(s.fault)
+func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, mixed mixedPart, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
+	p := a.params(s.fault, mixed)
 	var part decodePartitionParams
 	var partFn driver.Function
 	if plan.Balanced() {
@@ -381,7 +385,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, plan *dispatch.Plan, fn
 		if plan.Balanced() {
 			p.Work = sc.base + driver.DevicePtr(plan.WorkOffset*4)
 			part = decodePartitionParams{
-				Work: p.Work, KVLens: a.KVLens.Ptr, KVBias: a.kvBias, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
+				Work: p.Work, KVLens: a.KVLens.Ptr, KVBias: mixed.kvBias, NumSeqs: int32(a.NumSeqs), Items: int32(plan.Grid.Y), Wave: int32(plan.BalanceWave),
 				MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), MinPages: int32(plan.BalanceMinPages),
 			}
 		}

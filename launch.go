@@ -185,6 +185,17 @@ func (m *planMemo) put(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *di
 	m.next = (m.next + 1) % len(m.entries)
 }
 
+// batchPart is an op that can run as one part of a mixed batch: the
+// decode of a mixed Varlen's leading one-token sequences.
+type batchPart interface {
+	launchPart(r *Runtime, s *Stream, part mixedPart, plan *dispatch.Plan) error
+}
+
+// runPart launches op as one part of a mixed batch, following plan.
+func runPart(r *Runtime, s *Stream, op batchPart, part mixedPart, plan *dispatch.Plan) error {
+	return op.launchPart(r, s, part, plan)
+}
+
 // mixedPart holds what the kernels of one part of a mixed Varlen (a decode
 // of its leading one-token sequences and a varlen of the rest, see
 // planMixed) apply to the batch's own device arrays, so that neither part

@@ -23,6 +23,12 @@ import (
 //   - Out: head-major [NumQHeads, QLen, HeadDim] of DType for one sequence
 //     (for QLen 1 that is also [NumSeqs, NumQHeads, HeadDim], as Decode
 //     writes it). LSE (optional): f32 [NumSeqs·QLen, NumQHeads].
+//   - KVCapacity, Workspace: as for DecodeArgs and VarlenArgs (the graph's
+//     KV capacity, 0 = KV_CAPACITY; the engine's own split-K scratch, sized
+//     from the plan of the op the call runs).
+//
+// Aliasing: Out and LSE must not overlap each other or any input; the inputs
+// may overlap one another. Workspace must not overlap any other buffer.
 //
 // QLen == 1 runs the batched decode (Decode) over the NumSeqs sequences.
 // QLen > 1 needs NumSeqs == 1 (several sequences with several query tokens
@@ -40,12 +46,14 @@ import (
 type SequenceArgs struct {
 	Q, KCache, VCache, BlockTables, KVLens Buffer
 	Out, LSE                               Buffer
+	Workspace                              Buffer
 
 	NumSeqs, QLen                         int
 	HostKVLens                            []int32
 	NumQHeads, NumKVHeads, HeadDim        int
 	BlockSize, NumBlocks, MaxBlocksPerSeq int
 	QTokenStride                          int
+	KVCapacity                            int
 	DType, CacheDType                     DType
 	Layout                                CacheLayout
 	Scale, KScale, VScale                 float32
@@ -62,10 +70,10 @@ func (a *SequenceArgs) Validate() error {
 	// The op a runs checks the rest; its errors name a's fields.
 	if a.QLen == 1 {
 		d := a.decode()
-		return sequenceError(d.Validate(), "DecodeArgs", "QTokenStride")
+		return sequenceError(d.Validate(), "DecodeArgs")
 	}
 	v := a.varlen(validateArgsPtr)
-	return sequenceError(v.Validate(), "VarlenArgs", "")
+	return sequenceError(v.Validate(), "VarlenArgs")
 }
 
 // checkLengths checks what only SequenceArgs decides: the path its lengths
@@ -95,11 +103,22 @@ func (a *SequenceArgs) checkLengths() error {
 	return nil
 }
 
+// sequenceFields maps the fields of the op a SequenceArgs runs that
+// SequenceArgs spells otherwise to SequenceArgs' own, for errors: the
+// varlen's query tokens are QLen, and its output strides are Out's
+// head-major layout.
+var sequenceFields = strings.NewReplacer(
+	"VarlenArgs.NumTokens", sequenceArg+".QLen",
+	"VarlenArgs.OutTokenStride", sequenceArg+".Out (head-major)",
+	"VarlenArgs.OutHeadStride", sequenceArg+".Out (head-major)",
+	"VarlenArgs.", sequenceArg+".",
+	"DecodeArgs.", sequenceArg+".",
+)
+
 // sequenceError renames the fields named by err, when it is a validation
-// error of the op whose argument struct is arg, to SequenceArgs' (qStride:
-// that struct's name for QTokenStride, "" when it is the same); other
-// errors (faults, driver errors) pass through.
-func sequenceError(err error, arg, qStride string) error {
+// error of the op whose argument struct is arg, to the SequenceArgs fields
+// the caller set; other errors (faults, driver errors) pass through.
+func sequenceError(err error, arg string) error {
 	if err == nil {
 		return nil
 	}
@@ -108,10 +127,10 @@ func sequenceError(err error, arg, qStride string) error {
 		return err
 	}
 	msg := strings.TrimPrefix(ae.Error(), "pagedkv: ")
-	if qStride != "" {
-		msg = strings.ReplaceAll(msg, arg+"."+qStride, arg+".QTokenStride")
+	if !strings.Contains(msg, arg+".") {
+		return err
 	}
-	return errf("%s", strings.ReplaceAll(msg, arg+".", sequenceArg+"."))
+	return errf("%s", sequenceFields.Replace(msg))
 }
 
 // validateArgsPtr stands in for the stream's record (sequenceArgs) when
@@ -127,7 +146,7 @@ func (a *SequenceArgs) decode() DecodeArgs {
 	}
 	return DecodeArgs{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables,
-		KVLens: a.KVLens, Out: a.Out, LSE: a.LSE,
+		KVLens: a.KVLens, Out: a.Out, LSE: a.LSE, Workspace: a.Workspace, KVCapacity: a.KVCapacity,
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
 		MaxKVLen: maxKV, QTokenStride: a.QTokenStride, HostKVLens: a.HostKVLens,
@@ -142,7 +161,7 @@ func (a *SequenceArgs) varlen(args driver.DevicePtr) VarlenArgs {
 	return VarlenArgs{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables,
 		CuSeqlensQ: Buffer{Ptr: args, Bytes: 8}, PosOffsets: Buffer{Ptr: args + 8, Bytes: 4},
-		Out: a.Out, LSE: a.LSE,
+		Out: a.Out, LSE: a.LSE, Workspace: a.Workspace, KVCapacity: a.KVCapacity,
 		NumSeqs: 1, NumTokens: a.QLen, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: kv,
 		QTokenStride: a.QTokenStride, OutTokenStride: a.HeadDim, OutHeadStride: a.QLen * a.HeadDim, Causal: true,
@@ -166,14 +185,14 @@ func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
 	if a.QLen == 1 {
 		// Decode validates; its errors name a's fields.
 		d := a.decode()
-		return sequenceError(r.Decode(s, &d), "DecodeArgs", "QTokenStride")
+		return sequenceError(r.Decode(s, &d), "DecodeArgs")
 	}
 	args := s.sequenceArgs()
 	v := a.varlen(args)
 	// Checked before the lengths are written: nothing reaches the stream
 	// for bad arguments.
 	if err := v.Validate(); err != nil {
-		return sequenceError(err, "VarlenArgs", "")
+		return sequenceError(err, "VarlenArgs")
 	}
 	for i, n := range [...]uint32{0, uint32(a.QLen), uint32(int(a.HostKVLens[0]) - a.QLen)} {
 		if err := s.Fill32(Buffer{Ptr: args + driver.DevicePtr(4*i), Bytes: 4}, n); err != nil {

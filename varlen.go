@@ -89,8 +89,6 @@ type VarlenArgs struct {
 	DType, CacheDType     DType
 	Layout                CacheLayout
 	Scale, KScale, VScale float32
-
-	mixedPart // zero, but for the varlen of a mixed Varlen (cuBase)
 }
 
 const varlenArg = "VarlenArgs"
@@ -279,7 +277,7 @@ type varlenMergeParams struct {
 
 // params returns the kernel parameters of a valid a that do not depend on
 // the plan, with fault as the fault record.
-func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
+func (a *VarlenArgs) params(fault driver.DevicePtr, part mixedPart) pagedVarlenParams {
 	pa := a.paged()
 	scale, kScale, vScale := pa.kernelScales()
 	qs := pa.qStride(a.QTokenStride)
@@ -293,7 +291,7 @@ func (a *VarlenArgs) params(fault driver.DevicePtr) pagedVarlenParams {
 		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr, Fault: fault,
 		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.NumTokens), NumQHeads: int32(a.NumQHeads),
 		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: a.cuBase, SeqBase: a.seqBase,
+		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: part.cuBase, SeqBase: part.seqBase,
 	}
 }
 
@@ -425,7 +423,7 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 		if err != nil {
 			return err
 		}
-		return r.launchVarlen(s, a, &plan, capturing)
+		return r.launchVarlen(s, a, mixedPart{}, &plan, capturing)
 	})
 }
 
@@ -443,12 +441,12 @@ func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) e
 	if err := checkVarlenPlan(a, &plan); err != nil {
 		return err
 	}
-	return r.enqueue(s, func(capturing bool) error { return r.launchVarlen(s, a, &plan, capturing) })
+	return r.enqueue(s, func(capturing bool) error { return r.launchVarlen(s, a, mixedPart{}, &plan, capturing) })
 }
 
 // launchVarlen enqueues the kernels of plan: the varlen kernel, and for
 // split-K the merge. Call it inside r.do (enqueue).
-func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, capturing bool) error {
+func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part mixedPart, plan *dispatch.Plan, capturing bool) error {
 	if a.NumTokens == 0 {
 		return nil
 	}
@@ -456,7 +454,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 	if err != nil {
 		return err
 	}
-	p := a.params(s.fault)
+	p := a.params(s.fault, part)
 	var merge varlenMergeParams
 	var mergeFn driver.Function
 	if plan.Splits > 1 {
@@ -483,7 +481,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, plan *dispatch.Plan, ca
 			Out: a.Out.Ptr, LSE: a.LSE.Ptr, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
 			CuSeqlensQ: a.CuSeqlensQ.Ptr, OutTokenStride: p.OutTokenStride, OutHeadStride: p.OutHeadStride,
 			NumSeqs: int32(a.NumSeqs), Rows: rows, NumQHeads: int32(a.NumQHeads), Splits: int32(plan.Splits),
-			CuBase: a.cuBase,
+			CuBase: part.cuBase,
 		}
 	}
 	err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
@@ -557,12 +555,14 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 // mixedSplit is a valid VarlenArgs cut into a decode of its first d
 // sequences and a varlen of the rest; their workspaces are set at launch.
 type mixedSplit struct {
-	d      int
-	decode DecodeArgs
-	rest   VarlenArgs
-	dplan  dispatch.Plan
-	vplan  dispatch.Plan
-	host   *[]int32 // the decode's HostKVLens and the rest's HostCuSeqlensQ, from mixedHost
+	d          int
+	decode     DecodeArgs
+	decodePart mixedPart // kvBias 1: its KVLens are the batch's PosOffsets
+	rest       VarlenArgs
+	restPart   mixedPart // cuBase and seqBase of its first sequence
+	dplan      dispatch.Plan
+	vplan      dispatch.Plan
+	host       *[]int32 // the decode's HostKVLens and the rest's HostCuSeqlensQ, from mixedHost
 }
 
 // mixedHost holds the host lengths planMixed derives ([n+1] int32 per
@@ -673,9 +673,9 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	rest.PosOffsets = tail(a.PosOffsets, int64(d)*4)
 	rest.BlockTables = tail(a.BlockTables, int64(d)*int64(a.MaxBlocksPerSeq)*4)
 	m.decode.KVLens = a.PosOffsets
-	m.decode.kvBias = 1
+	m.decodePart.kvBias = 1
 	rest.CuSeqlensQ = tail(a.CuSeqlensQ, int64(d)*4)
-	rest.cuBase, rest.seqBase = cu[d], int32(d)
+	m.restPart.cuBase, m.restPart.seqBase = cu[d], int32(d)
 	m.rest = rest
 	if err != nil || m.rest.Validate() != nil {
 		m.release()
@@ -721,8 +721,8 @@ func (r *Runtime) launchMixed(s *Stream, m *mixedSplit) error {
 			}
 		}
 	}
-	if err := r.DecodeWithPlan(s, &m.decode, m.dplan); err != nil {
+	if err := runPart(r, s, &m.decode, m.decodePart, &m.dplan); err != nil {
 		return err
 	}
-	return r.launchVarlen(s, &m.rest, &m.vplan, false)
+	return r.launchVarlen(s, &m.rest, m.restPart, &m.vplan, false)
 }

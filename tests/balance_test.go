@@ -134,7 +134,7 @@ func newGrowthCase(t *testing.T) *growthCase {
 	gc.big = decodeProblem(t, r, s, g, c)
 	k := dispatch.DefaultKnobs()
 	k.ForcedSplits = 64
-	gc.bigPlan, err = r.PlanDecodeWith(&gc.big.Args, gc.big.Args.MaxKVLen, k)
+	gc.bigPlan, err = r.PlanDecodeWith(&gc.big.Args, k)
 	require.NoError(t, err)
 	require.Greater(t, gc.bigPlan.ScratchFloats, 2*plan.ScratchFloats)
 	return gc

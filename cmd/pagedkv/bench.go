@@ -1017,7 +1017,7 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	if c.balancedAB {
 		k := b.knobs()
 		k.Balance = dispatch.SplitOn
-		bp, err := b.r.PlanDecodeWith(&sets[0], maxLen, k)
+		bp, err := b.r.PlanDecodeWith(&sets[0], k)
 		if err != nil {
 			return res, err
 		}
@@ -1041,7 +1041,7 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	for _, forced := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128} {
 		k := b.knobs()
 		k.ForcedSplits = forced
-		fp, err := b.r.PlanDecodeWith(&sets[0], maxLen, k)
+		fp, err := b.r.PlanDecodeWith(&sets[0], k)
 		if err == nil && b.stages != 0 {
 			fp, err = b.withStages(fp)
 		}

@@ -128,7 +128,7 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 		return func(p *check.DecodeProblem, g *rand.Rand) (attnResult, dispatch.Plan, error) {
 			k := dispatch.DefaultKnobs()
 			k.ForcedSplits = splits(g)
-			plan, err := r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
+			plan, err := r.PlanDecodeWith(&p.Args, k)
 			if err != nil {
 				return attnResult{}, plan, err
 			}

@@ -195,7 +195,7 @@ func (p *DecodeProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan 
 // PlanWith plans the problem's current arguments with knobs k
 // (Runtime.PlanDecodeWith at its MaxKVLen).
 func (p *DecodeProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch.Plan, error) {
-	return r.PlanDecodeWith(&p.Args, p.Args.MaxKVLen, k)
+	return r.PlanDecodeWith(&p.Args, k)
 }
 
 // UseCaches points the problem at the caches k and v, in layout l.
