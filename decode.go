@@ -148,7 +148,7 @@ func (a *DecodeArgs) shape(graph bool, kvCapacity int) dispatch.DecodeShape {
 	s := dispatch.DecodeShape{
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, MaxKVLen: a.MaxKVLen, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
-		DType: a.DType, CacheDType: a.CacheDType, HostKVLens: a.HostKVLens, Layout: dispatch.Layout(a.Layout),
+		DType: a.DType, CacheDType: a.CacheDType, HostKVLens: a.HostKVLens, Layout: a.Layout,
 	}
 	if graph {
 		s.MaxKVLen, s.HostKVLens, s.Graph = a.capacity(kvCapacity), nil, true
@@ -414,7 +414,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 	group := a.NumQHeads / a.NumKVHeads
 	// The kernels for the caches' layout (fp8 ones have a build for the
 	// x-split and shuffle layouts).
-	layout := dispatch.Layout(a.Layout)
+	layout := a.Layout
 	named := func(name string, err error) (string, error) { return dispatch.DecodeLayoutKernel(name, layout), err }
 	// A group the narrow kernels serve may also run on the wide ones, which
 	// serve every group (PAGEDKV_DECODE_NARROW=0).

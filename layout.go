@@ -12,29 +12,17 @@ import (
 // ops), and the cache a write targets (cacheTarget: Append, RopeCache,
 // QKVNormRope).
 
-// CacheLayout is the memory layout of a paged K/V cache pair. x is 16 bytes
-// over the cache element size: 8 for f16/bf16, 16 for fp8.
-type CacheLayout int
+// CacheLayout is the memory layout of a paged K/V cache pair (see
+// dispatch.Layout for each layout's shape). One type serves every op, the
+// planner and the kernels' layout parameter.
+type CacheLayout = dispatch.Layout
 
+// The cache layouts.
 const (
-	// LayoutFlash: K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim].
-	LayoutFlash CacheLayout = iota
-	// LayoutXSplit ("paged"): K [NumBlocks, NumKVHeads, HeadDim/x, BlockSize, x],
-	// V [NumBlocks, NumKVHeads, HeadDim, BlockSize]. HeadDim must be a
-	// multiple of x.
-	LayoutXSplit
-	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
-	// BlockSize/x, HeadDim, x]. HeadDim and BlockSize must be multiples of x.
-	LayoutShuffle
+	LayoutFlash   = dispatch.LayoutFlash   // K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim]
+	LayoutXSplit  = dispatch.LayoutXSplit  // K [NumBlocks, NumKVHeads, HeadDim/x, BlockSize, x], V [NumBlocks, NumKVHeads, HeadDim, BlockSize]
+	LayoutShuffle = dispatch.LayoutShuffle // K as LayoutXSplit, V [NumBlocks, NumKVHeads, BlockSize/x, HeadDim, x]
 )
-
-// String returns "flash", "x-split" or "shuffle" (dispatch.Layout's names).
-func (l CacheLayout) String() string {
-	if l >= LayoutFlash && l <= LayoutShuffle {
-		return dispatch.Layout(l).String()
-	}
-	return "CacheLayout(" + itoa(int(l)) + ")"
-}
 
 // checkLayout checks the layout and the multiples of x it needs.
 func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {

@@ -240,7 +240,7 @@ func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
 	s := dispatch.VarlenShape{
 		NumSeqs: a.NumSeqs, NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
 		HeadDim: a.HeadDim, MaxKVLen: a.MaxKVLen, DType: a.DType, CacheDType: a.CacheDType,
-		Layout: dispatch.Layout(a.Layout),
+		Layout: a.Layout,
 	}
 	if graph {
 		s.MaxKVLen = kvCapacity
@@ -505,7 +505,7 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 	}
 	// Any kernel of the head dim will do (PlanVarlen picks by the queries'
 	// lengths and the device).
-	layout := dispatch.Layout(a.Layout)
+	layout := a.Layout
 	kernel, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, false)
 	if err != nil {
 		return err
@@ -615,7 +615,7 @@ func (a *VarlenArgs) decodePrefix() int {
 	if d == 0 || d == n || d > maxDecodeSeqs {
 		return 0
 	}
-	layout := dispatch.Layout(a.Layout)
+	layout := a.Layout
 	short, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, true)
 	if err != nil {
 		return 0

@@ -54,15 +54,22 @@ func ParseDType(s string) (DType, error) {
 	return 0, fmt.Errorf("dispatch: dtype %q is not supported; supported: f16, bf16, e4m3", s)
 }
 
-// Layout is the memory layout of a paged K/V cache, as the attention
-// planners name kernels by it; its values are pagedkv.CacheLayout's.
-type Layout uint8
+// Layout is the memory layout of a paged K/V cache pair; pagedkv.CacheLayout
+// is this type. x is 16 bytes over the cache element size: 8 for f16/bf16,
+// 16 for fp8.
+type Layout int
 
-// The cache layouts (see pagedkv.CacheLayout).
+// The cache layouts.
 const (
-	LayoutFlash   Layout = iota // K, V [blocks, block_size, kv_heads, head_dim]
-	LayoutXSplit                // vLLM's: K [blocks, kv_heads, head_dim/x, block_size, x], V [blocks, kv_heads, head_dim, block_size]
-	LayoutShuffle               // K as LayoutXSplit, V [blocks, kv_heads, block_size/x, head_dim, x]
+	// LayoutFlash: K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim].
+	LayoutFlash Layout = iota
+	// LayoutXSplit (vLLM's "paged" layout): K [NumBlocks, NumKVHeads,
+	// HeadDim/x, BlockSize, x], V [NumBlocks, NumKVHeads, HeadDim, BlockSize].
+	// HeadDim must be a multiple of x.
+	LayoutXSplit
+	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
+	// BlockSize/x, HeadDim, x]. HeadDim and BlockSize must be multiples of x.
+	LayoutShuffle
 )
 
 // String returns "flash", "x-split" or "shuffle".
