@@ -159,10 +159,34 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	plan, err := dispatch.PlanAppend(r.appendShape(a))
+	plan, err := dispatch.PlanAppend(r.appendShape(a, dispatch.AppendPathAuto))
 	if err != nil {
 		return err
 	}
+	return r.launchAppend(s, a, &plan)
+}
+
+// AppendWithPlan runs a on s following plan, which must be a plan of
+// PlanAppendWith for a (either path); another plan is an error, never a
+// launch.
+func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.Plan) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	for _, path := range []dispatch.AppendPath{dispatch.AppendPathTokens, dispatch.AppendPathPages} {
+		if p, err := dispatch.PlanAppend(r.appendShape(a, path)); err == nil && p == plan {
+			return r.launchAppend(s, a, &plan)
+		}
+	}
+	return errf("AppendWithPlan: the plan (kernel %s, claim %q, grid %v) is not a plan for this AppendArgs; take one from PlanAppendWith",
+		plan.Kernel, plan.AppendClaim, plan.Grid)
+}
+
+// launchAppend enqueues plan's launches for a valid a.
+func (r *Runtime) launchAppend(s *Stream, a *AppendArgs, plan *dispatch.Plan) error {
 	p := a.params(s.fault)
 	if plan.AppendClaim != "" {
 		// The claims go first, without the CHECK_BOUNDS check: a fault there
@@ -182,24 +206,33 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 			return err
 		}
 	}
-	return launchPlan(r, s, &plan, &p)
+	return launchPlan(r, s, plan, &p)
 }
 
 // PlanAppend returns the plan Append follows for a: the token path, or the
 // page path (Plan.AppendClaim set; see Append).
 func (r *Runtime) PlanAppend(a *AppendArgs) (dispatch.Plan, error) {
+	return r.PlanAppendWith(a, dispatch.AppendPathAuto)
+}
+
+// PlanAppendWith returns the plan of a on path: the planner's choice
+// (AppendPathAuto), or the token or page path forced (tests and benchmarks;
+// the page path needs the x-split or shuffle layout, BlockSize ≥ x and a
+// power-of-two HeadDim, else the token path is the plan). Launch it with
+// AppendWithPlan.
+func (r *Runtime) PlanAppendWith(a *AppendArgs, path dispatch.AppendPath) (dispatch.Plan, error) {
 	if err := r.live(); err != nil {
 		return dispatch.Plan{}, err
 	}
 	if err := a.Validate(); err != nil {
 		return dispatch.Plan{}, err
 	}
-	return dispatch.PlanAppend(r.appendShape(a))
+	return dispatch.PlanAppend(r.appendShape(a, path))
 }
 
-// appendShape is the planner's view of a valid a.
-func (r *Runtime) appendShape(a *AppendArgs) dispatch.AppendShape {
-	return dispatch.AppendShape{
+// appendShape is the planner's view of a valid a on path.
+func (r *Runtime) appendShape(a *AppendArgs, path dispatch.AppendPath) dispatch.AppendShape {
+	return dispatch.AppendShape{Path: path,
 		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
 		SM90: r.info.computeCapability() >= 90, Flash: a.Layout == LayoutFlash,
 		BlockSize: a.BlockSize, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),

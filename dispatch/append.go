@@ -40,7 +40,21 @@ type AppendShape struct {
 	// after its predecessor's), which the token path writes in whole
 	// sectors; such an append keeps the token path.
 	SlotRuns bool
+	// Path chooses between the token and the page path: AppendPathAuto
+	// (the rule of AppendPagesMinCover) or one forced, for tests and
+	// benchmarks. A forced page path still needs an eligible shape.
+	Path AppendPath
 }
+
+// AppendPath is the path an append takes: token by token, or page by page.
+type AppendPath int
+
+// The append paths.
+const (
+	AppendPathAuto   AppendPath = iota // the planner's rule (AppendPagesMinCover, SlotRuns)
+	AppendPathTokens                   // one thread per token
+	AppendPathPages                    // claims, then one block per page, where eligible
+)
 
 // AppendPagesMinCover: an append into the x-split or shuffle layout whose
 // tokens could fill at least 1/AppendPagesMinCover of the cache's slots
@@ -50,13 +64,12 @@ type AppendShape struct {
 // cache_append_pages_* writes one page per block in whole 16-byte pieces
 // (kernels_src/append.cuh). A sparser
 // append keeps the token path, whose cost does not grow with the cache.
-// H200, session 13, T = 65536 into a cache of 65536 slots: random slots
-// 86–87% of copy on the page path against 4–5% on the token path, prefill
-// slots 84% against 89–90% (without the host's slots the planner cannot
-// tell them apart; with them, AppendShape.SlotRuns keeps a prefill's
-// append on the token path; the cover of 4 itself is not tuned). Set it
-// before planning starts; 0 turns the page path off.
-var AppendPagesMinCover int64 = 4
+// On the H200, T = 65536 into a cache of 65536 slots: random slots 86–87%
+// of copy on the page path against 4–5% on the token path, prefill slots
+// 84% against 89–90% (without the host's slots the planner cannot tell
+// them apart; with them, AppendShape.SlotRuns keeps a prefill's append on
+// the token path; the cover of 4 itself is not tuned).
+const AppendPagesMinCover = 4
 
 // AppendFlashFP8Tokens is how many tokens one thread of an fp8 append into
 // the flash layout moves on a compute_90 device (the _t2_sm90 kernels): its
@@ -96,8 +109,11 @@ func PlanAppend(a AppendShape) (Plan, error) {
 // a's dtypes are valid (PlanAppend checked them).
 func planAppendPages(a AppendShape) (Plan, bool) {
 	x := 16 / max(a.CacheDType.Size(), 1)
-	if a.Flash || a.SlotRuns || AppendPagesMinCover <= 0 || a.BlockSize < x || a.HeadDim&(a.HeadDim-1) != 0 ||
-		a.NumTokens == 0 || a.NumSlots <= 0 || int64(a.NumTokens)*AppendPagesMinCover < a.NumSlots {
+	if a.Path == AppendPathTokens || a.Flash || a.BlockSize < x || a.HeadDim&(a.HeadDim-1) != 0 ||
+		a.NumTokens == 0 || a.NumSlots <= 0 {
+		return Plan{}, false
+	}
+	if a.Path == AppendPathAuto && (a.SlotRuns || int64(a.NumTokens)*AppendPagesMinCover < a.NumSlots) {
 		return Plan{}, false
 	}
 	ii, _ := activationIndex(a.DType)

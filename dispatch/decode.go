@@ -5,12 +5,10 @@ import (
 	"math"
 )
 
-// Tunables of the split heuristic. They are read by every PlanDecode call; set
-// them (for experiments and benchmarks) before planning starts, never while
-// another goroutine plans. Each comment says what its value trades and gives
-// one H200 measurement behind it; every run that set or moved a value is in
-// docs/perf-notes.md, Planner, "Tunables: the measurements behind them".
-var (
+// Tunables of the split heuristic. Each comment says what its value trades
+// and gives one H200 measurement behind it; docs/design.md collects them.
+// Benchmarks that need another split count force it through Knobs.
+const (
 	// SplitCostTokens is what one more split costs (its block's fixed work
 	// and its share of the merge), in KV tokens streamed by one block. A
 	// split decode then takes about kv/s + SplitCostTokens·s, least at

@@ -691,10 +691,12 @@ func TestPlanAppendPages(t *testing.T) {
 	token(func(a *AppendShape) { a.HeadDim = 96 })
 	token(func(a *AppendShape) { a.NumTokens = 16383 }) // 16383·4 < 65536
 	token(func(a *AppendShape) { a.BlockSize, a.NumSlots = 0, 0 })
-	was := AppendPagesMinCover
-	AppendPagesMinCover = 0
-	token(func(*AppendShape) {})
-	AppendPagesMinCover = was
+	token(func(a *AppendShape) { a.Path = AppendPathTokens })
+	pages := dense
+	pages.NumTokens, pages.Path = 1, AppendPathPages // forced: any cover
+	p, err = PlanAppend(pages)
+	require.NoError(t, err)
+	assert.NotEmpty(t, p.AppendClaim, "a forced page path")
 	edge := dense
 	edge.NumTokens = 16384 // 16384·4 = 65536: the page path
 	p, err = PlanAppend(edge)

@@ -85,7 +85,10 @@ func TestAppendMatchesReference(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s_pages%v", c, pages), func(t *testing.T) {
-				defer appendPages(pages)()
+				c.Path = dispatch.AppendPathTokens
+				if pages {
+					c.Path = dispatch.AppendPathPages
+				}
 				p, err := check.NewAppendProblem(r, r.Stream(), g, c)
 				require.NoError(t, err)
 				t.Cleanup(func() { require.NoError(t, p.Arena.Free()) })
@@ -93,17 +96,6 @@ func TestAppendMatchesReference(t *testing.T) {
 			})
 		}
 	}
-}
-
-// appendPages makes every eligible append take the page path (pages) or
-// none, and returns the function that restores the planner's rule.
-func appendPages(pages bool) func() {
-	was := dispatch.AppendPagesMinCover
-	dispatch.AppendPagesMinCover = 0
-	if pages {
-		dispatch.AppendPagesMinCover = 1 << 30 // NumTokens ≤ 2^30: the product cannot overflow
-	}
-	return func() { dispatch.AppendPagesMinCover = was }
 }
 
 // TestAppendFP8RoundTrip checks that values written to an e4m3 cache decode,

@@ -493,11 +493,12 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 			}
 			continue
 		}
-		was := dispatch.AppendPagesMinCover
-		dispatch.AppendPagesMinCover = 0
+		tokenPlan, err := b.r.PlanAppendWith(&sets[0], dispatch.AppendPathTokens)
+		if err != nil {
+			return err
+		}
 		err = b.row(fmt.Sprintf("%s %s %s, token path", shape, layout, slots), float64(bytes),
-			func() error { call++; return b.r.Append(b.s, &sets[call%len(sets)]) })
-		dispatch.AppendPagesMinCover = was
+			func() error { call++; return b.r.AppendWithPlan(b.s, &sets[call%len(sets)], tokenPlan) })
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/internal/ref"
 )
 
@@ -20,6 +21,7 @@ type AppendShape struct {
 	// random slot, as decode steps do.
 	PageRuns bool
 	Layout   pagedkv.CacheLayout
+	Path     dispatch.AppendPath // the path the check forces (auto: the planner's)
 }
 
 func (c AppendShape) String() string {
@@ -134,7 +136,11 @@ func NewAppendProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c App
 // RunAndCheck appends on s and compares both caches with the reference bit
 // for bit.
 func (p *AppendProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
-	if err := r.Append(s, &p.Args); err != nil {
+	plan, err := r.PlanAppendWith(&p.Args, p.Shape.Path)
+	if err != nil {
+		return err
+	}
+	if err := r.AppendWithPlan(s, &p.Args, plan); err != nil {
 		return err
 	}
 	if err := s.Fault(); err != nil {
