@@ -64,21 +64,6 @@
 #include "cache.cuh"
 #include "mma.cuh"
 
-// PKV_TRACE(point) marks a moment of a block's life for the timeline harness
-// lab/trace/decode_timeline.cu, which defines PKV_DECODE_TRACE and the
-// macro's body. Everywhere else it is empty, so the kernels compile exactly
-// as without it. Points: 0 entry, 1 warp 0's first tile has landed, 2 warp 0
-// is past the main loop, 3 before the split-K counter, 4 exit, 5 exit of a
-// block that merged splits (the last one to finish; in a cluster, every
-// block), kept apart from 4 so the merge can be timed; inside the global
-// merge, 6 once the block knows it is the last (after the atomic) and 7
-// once the weights are in shared memory.
-#ifndef PKV_DECODE_TRACE
-#define PKV_TRACE(point) ((void)0)
-#elif !defined(PKV_TRACE)
-#error "PKV_DECODE_TRACE needs PKV_TRACE(point) defined before decode.cuh is included"
-#endif
-
 namespace pkv {
 
 constexpr int kDecodeThreads = 128;
@@ -132,7 +117,7 @@ __device__ __forceinline__ int vt_at(bool xsplit, int d, int h) {
 // pairs), so each 128-byte line of the cache (8 tokens) lands in one
 // 128-byte line of shared memory, and ldmatrix reads tile row ρ from slot
 // fp8_slot(fp8_token(ρ)): the 8 rows of a matrix fall in 8 distinct bank
-// groups (lab/fragments/decode_fp8_laid.py checks the pairing and both).
+// groups.
 __device__ __forceinline__ int fp8_token(int rho) { return ((rho & 6) << 1) | (rho & 1) | ((rho >> 2) & 2); }
 __device__ __forceinline__ int fp8_slot(int t) { return t ^ ((t >> 2) & 2); }
 
@@ -299,7 +284,6 @@ __device__ __forceinline__ void global_merge(T* __restrict__ out, float* __restr
     }
   }
   __syncthreads();
-  PKV_TRACE(7);
   // Every thread runs the same passes, so the shuffles below see whole warps.
   for (int base = 0; base < columns; base += kDecodeThreads / tpi) {
     const int c = base + (int)threadIdx.x / tpi;
@@ -690,7 +674,6 @@ __device__ __forceinline__ void paged_decode(
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
     int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
     const int4* __restrict__ work, int layout, int kv_bias) {
-  PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
   constexpr int QCH = D / 8;         // 16-byte chunks per q row
@@ -1007,7 +990,6 @@ __device__ __forceinline__ void paged_decode(
     } else {
       cp_async_wait<3>();
     }
-    if (i == 0) PKV_TRACE(1);
     __syncwarp();
     unsigned char* kt = ring + (slot * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     slot = slot == stages - 1 ? 0 : slot + 1;
@@ -1129,7 +1111,6 @@ __device__ __forceinline__ void paged_decode(
   const bool fp8_d = kFP8 && flash;
   cp_async_wait<0>();
   bad.report(fault, seq, block_size_log2);
-  PKV_TRACE(2);
 
   // Merge the four warps: each writes its heads < G to shared memory (the
   // ring is free once every warp is past its loop).
@@ -1218,12 +1199,10 @@ __device__ __forceinline__ void paged_decode(
     }
   }
   if (splits == 1) {
-    PKV_TRACE(4);
     return;
   }
   if constexpr (CLUSTER) {
     cluster_merge<T, D>(out, lse, o_s, split_m_s, split_l_s, seq, kvh, G, num_q_heads, split, splits);
-    PKV_TRACE(5);
     return;
   }
 
@@ -1233,7 +1212,6 @@ __device__ __forceinline__ void paged_decode(
   // counter's atomic releases this block's partials and acquires the
   // others' (atomic_add_acq_rel).
   __syncthreads();
-  PKV_TRACE(3);
   if (threadIdx.x == 0) {
     unsigned int* counter = counters + (int64_t)seq * num_kv_heads + kvh;
     last_s = atomic_add_acq_rel(counter, 1u) == (unsigned int)(splits - 1);
@@ -1241,15 +1219,12 @@ __device__ __forceinline__ void paged_decode(
   }
   __syncthreads();
   if (!last_s) {
-    PKV_TRACE(4);
     return;
   }
-  PKV_TRACE(6);
   global_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, (int64_t)item.first * num_q_heads + kvh * G,
                      (int64_t)seq * num_q_heads + kvh * G, num_q_heads, G, splits,
                      reinterpret_cast<float*>(ring),  // o_s is done
                      m_s[0], l_s[0]);
-  PKV_TRACE(5);
 }
 
 }  // namespace pkv
