@@ -80,7 +80,7 @@ constexpr int kMaxSplits = 64;
 // the x-split and shuffle layouts: with both main loops the flash
 // layout's fp8 rows ran 1–2.6% slower than a flash-only build, and a build
 // with the x-split and shuffle loop only ran those layouts 1–3.8% slower
-// than the one with both (same H200 call, session 16); the 16-bit kernels
+// than the one with both (same H200 call, 2026-12-02); the 16-bit kernels
 // have the first build only.
 constexpr int kLayoutsAny = 0, kLayoutsFlash = 1;
 
@@ -98,9 +98,9 @@ struct BoolC {
 // either layout: the shuffle layout's tile is h-major, chunk h·D + d.
 // Either way the two 16-byte halves of a 32-byte sector of the cache land
 // side by side: cp.async splits a sector whose halves land apart into two
-// requests (Nsight Compute, session 13: a lane-per-row K tile read 32
-// sectors and wrote 32 shared wavefronts per instruction instead of 16
-// and 4, and decode ran at 77% of copy).
+// requests (Nsight Compute on the H200: a lane-per-row K tile reads 32
+// sectors and writes 32 shared wavefronts per instruction instead of 16
+// and 4, and decode runs at 77% of copy).
 __device__ __forceinline__ int vt_chunk(int d, int h) { return 2 * d + (h ^ ((d >> 2) & 1)); }
 template <int D>
 __device__ __forceinline__ int vt_at(bool xsplit, int d, int h) {
@@ -210,7 +210,7 @@ __device__ __forceinline__ void cluster_merge(T* __restrict__ out, float* __rest
 // barrier, covers the reads of every thread after it: the pattern of
 // cooperative groups' grid sync, with a lighter fence than __threadfence's
 // sequentially consistent one (MEMBAR.ALL against MEMBAR.SC on sm_90:
-// seqs=1, kv=32768 41.5 → 41.0 µs, session 21).
+// seqs=1, kv=32768 41.5 → 41.0 µs, H200, 2026-12-02).
 __device__ __forceinline__ unsigned int atomic_add_acq_rel(unsigned int* p, unsigned int v) {
   unsigned int old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -227,10 +227,10 @@ __device__ __forceinline__ unsigned int atomic_add_acq_rel(unsigned int* p, unsi
 // goes to tpi adjacent lanes, each adding every tpi-th split with
 // kMergeBatch 16-byte loads in flight, and the lanes add up by shuffles
 // (tpi > 1 only where the G·D/4 columns leave threads idle). Each batch
-// costs an L2 round trip (32 splits at G·D = 512: 4 batches, about 2 µs);
-// 16 loads in flight (session 10), all rows staged at once (session 20) or
-// the columns spread over several merging blocks (session 21) were no
-// faster: the merge is a chain of round trips (docs/perf-notes.md, Decode).
+// costs an L2 round trip (32 splits at G·D = 512: 4 batches, about 2 µs).
+// 16 loads in flight, all rows staged at once, or the columns spread over
+// several merging blocks are no faster (H200, 2026-12-02): the merge is a
+// chain of round trips, not bound by one SM's L2 rate.
 template <typename T, int D>
 __device__ __forceinline__ void global_merge(T* __restrict__ out, float* __restrict__ lse,
                                              const float* __restrict__ partial_out,
@@ -389,7 +389,7 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
   };
   // Thread t's sequences t + kDecodeThreads·k, k < kCached, keep their page
   // counts in registers: the binary search below passes over every sequence
-  // once per step, and kv_lens' load latency was each step's cost. Sequences
+  // once per step, and kv_lens' load latency would be each step's cost. Sequences
   // past them (batches over kCached·kDecodeThreads) are read again each time.
   constexpr int kCached = 4;
   int cached[kCached];
@@ -682,8 +682,8 @@ __device__ __forceinline__ void paged_decode(
   constexpr bool kFP8 = sizeof(C) == 1;
   // q's A fragments stay in registers for the whole loop (KSTEPS·4 of them,
   // 32 at D = 128) instead of being read from shared memory for every tile:
-  // 1024 blocks of 512 tokens took 77 → 73 µs (docs/perf-notes.md, Decode
-  // 17). Not at D = 256, whose output tile alone takes 128 registers, nor for
+  // 1024 blocks of 512 tokens take 73 µs instead of 77 (H200, 2026-12-02).
+  // Not at D = 256, whose output tile alone takes 128 registers, nor for
   // fp8 caches, whose k order reads q per half k-step.
   constexpr bool kQInRegs = !kFP8 && !NARROW && D <= 128;
   constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers

@@ -8,7 +8,7 @@
 # selects steps; BENCH_ARGS passes flags to pagedkv bench. Tests and bench
 # load modules as PAGEDKV_LOAD_SASS says (auto by default: SASS except where
 # the driver's JIT makes faster code). Three more steps measure the load
-# paths (issue 15): coldstart (run it first on a fresh machine: module
+# paths: coldstart (run it first on a fresh machine: module
 # loads with every SASS, then the PTX JIT cold and again with the driver's
 # JIT cache warm), and sass and ptx (the GPU tests and the bench with every
 # module's SASS, and with the PTX only, for an A/B in one call). sanitize-all
@@ -88,10 +88,10 @@ for step in $STEPS; do
     ;;
   sanitize-all)
     # Every GPU test under each tool in TOOLS (default: memcheck racecheck),
-    # every (tool, group) in its own process, all at once (session 12: 16
-    # processes on one H200 took 8 minutes; racecheck's decode group is cut
-    # in four, as its graph and concurrent-stream tests together took 8
-    # minutes under it in session 17); SAN_GROUPS picks groups by name (default: all of
+    # every (tool, group) in its own process, all at once (16 processes on
+    # one H200 take about 8 minutes; racecheck's decode group is cut in four,
+    # as its graph and concurrent-stream tests together take 8 minutes under
+    # it); SAN_GROUPS picks groups by name (default: all of
     # them, see names above), SAN_LIMIT is each process's time limit.
     dsplit='TestDecodeMatchesReference|TestDecodeGraphReplay|TestDecodeConcurrentStreams'
     for tool in ${TOOLS:-memcheck racecheck}; do

@@ -1,5 +1,5 @@
 /* launch_floor.c: the host cost of driver calls from C on this machine, to
- * compare with the Go binding's (tests: BenchmarkHostPath, issue 15). It
+ * compare with the Go binding's (tests: BenchmarkHostPath). It
  * loads the same empty kernel BenchmarkHostPath launches and times, per call:
  * cuCtxGetCurrent, cuStreamIsCapturing, and cuLaunchKernel of the empty
  * kernel on a non-blocking stream (synchronizing every 32 launches, untimed,
