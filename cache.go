@@ -63,8 +63,8 @@ type AppendArgs struct {
 const appendArg = "AppendArgs"
 
 // slotRunSamples is how many tokens slotRuns looks at: a full pass over
-// 65536 slots cost about 25 µs of host time per Append (H200 host, session
-// 14 run 5), more than the launch it decides.
+// 65536 slots costs about 25 µs of host time per Append (H200 host,
+// 2026-12-02), more than the launch it decides.
 const slotRunSamples = 256
 
 // slotRuns reports whether slots come in runs of consecutive slots: of up

@@ -84,8 +84,8 @@ func TestPlannerNamesAreEmbedded(t *testing.T) {
 // rings: their dynamic shared memory must be declared 128-byte aligned. The
 // kernels' static shared memory comes first, and a ring that starts off a
 // 128-byte line makes every swizzled row straddle two lines: the H200 then
-// asked L2 for every K/V sector twice and the decode ran 10-20% slower
-// (docs/perf-notes.md, Decode entry 16).
+// asks L2 for every K/V sector twice and the decode runs 10-20% slower
+// (2026-12-02).
 func TestRingSharedMemoryAligned(t *testing.T) {
 	checked := 0
 	for _, mod := range ptx.Modules() {

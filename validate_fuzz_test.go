@@ -154,7 +154,7 @@ func specFrom[S any](data []byte) S {
 }
 
 // wildValues are the values the generators try where a field wants an
-// ordinary one: the limits of int32 and int64 and the cases.
+// ordinary one: the limits of int32 and int64 and the overflow cases.
 var wildValues = []int64{
 	0, -1, -8, 1, 8, 3, 1 << 16, 1<<16 + 1, 1 << 20, 1 << 30, 1<<30 + 1, 1<<31 - 1, 1 << 31, 1<<31 + 8, 1 << 32,
 	1<<32 + 2, 1 << 40, 1 << 53, 1 << 56, 1 << 61, 1 << 62, math.MaxInt64, math.MinInt64,
@@ -282,8 +282,8 @@ func randDecodeSpec(g gen) decodeSpec {
 	return s
 }
 
-// decodeSeeds are the cases: Q sized as the old, wrapping check
-// computed it (8192 bytes: 4 sequences' worth of nothing plus one row).
+// decodeSeeds are overflow cases: Q sized as a wrapping size check would
+// compute it (8192 bytes: 4 sequences' worth of nothing plus one row).
 func decodeSeeds() []decodeSpec {
 	good := goodDecodeSpec()
 	s5, s9 := good, good
@@ -360,8 +360,8 @@ func randAppendSpec(g gen) appendSpec {
 	return s
 }
 
-// appendSeeds are the cases: a stride of 2^62 with Key and Value
-// sized for contiguous rows, which the old check let through.
+// appendSeeds are overflow cases: a stride of 2^62 with Key and Value
+// sized for contiguous rows, which a wrapping size check lets through.
 func appendSeeds() []appendSpec {
 	good := goodAppendSpec()
 	const contiguous = 10 * 4 * 128 * 2
@@ -500,16 +500,16 @@ func randRopeSpec(g gen) ropeSpec {
 	return s
 }
 
-// ropeSeeds are the cases: a q stride of 2^62 with Q sized for
-// contiguous rows; 2^53 q heads of 16 tokens, whose sizes wrapped to 0; and
-// 2^32+2 q heads, which reached the kernel as 2.
+// ropeSeeds are overflow cases: a q stride of 2^62 with Q sized for
+// contiguous rows; 2^53 q heads of 16 tokens, whose sizes wrap to 0 in
+// int64; and 2^32+2 q heads, which an int32 kernel parameter would see as 2.
 func ropeSeeds() []ropeSpec {
 	good := goodRopeSpec()
 	stride, wrap, trunc := good, good, good
 	stride.QTokenStride, stride.QSize, stride.Abs = 1<<62, 10*8*64*2, 1
 	wrap.NumTokens, wrap.NumQHeads = 16, 1<<53
 	wrap.QSize, wrap.QOutSize, wrap.Abs = 0, 0, 1|1<<3
-	trunc.NumQHeads = 1<<32 + 2 // with Q, QOut of any size the old check asked for
+	trunc.NumQHeads = 1<<32 + 2 // with Q, QOut of any size a truncating check would ask for
 	trunc.QSize, trunc.QOutSize, trunc.Abs = 1<<50, 1<<50, 1|1<<3
 	return []ropeSpec{good, stride, wrap, trunc}
 }

@@ -233,10 +233,10 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 	expectErrors(t, good, cases)
 }
 
-// TestIssue12Overflows pins the issue's cases: extents that wrapped int64,
-// and counts that did not fit the kernels' int32 parameters, are errors that
-// name the field the caller set and what it may be.
-func TestIssue12Overflows(t *testing.T) {
+// TestOverflows pins the overflow cases: extents that wrap int64, and
+// counts that do not fit the kernels' int32 parameters, are errors that name
+// the field the caller set and what it may be.
+func TestOverflows(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		err  func() error
@@ -965,7 +965,7 @@ func TestSequenceArgsValidate(t *testing.T) {
 }
 
 // BenchmarkValidate times the host checks of the attention ops, which every
-// call runs before planning (issue 15's host path): they must allocate
+// call runs before planning (part of the host path): they must allocate
 // nothing.
 func BenchmarkValidate(b *testing.B) {
 	d, v := goodDecode(), goodVarlen()

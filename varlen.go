@@ -538,7 +538,7 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 // schedulers send every step) runs badly as one varlen launch: one kernel
 // serves both, and the 64-row kernel the decode rows call for computes the
 // chunks a fifth slower than the 128-row one, while the 128-row kernel
-// gives each decode row a block with one computing warp (session 11:
+// gives each decode row a block with one computing warp (H200, 2026-12-02:
 // 526 µs, or 554 with the 128-row kernel, against 379 µs for a Decode plus
 // a Varlen of the chunks). So when the host's lengths show a prefix of
 // one-token sequences that alone makes the batch take the 64-row kernel,
@@ -550,7 +550,7 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 // and the block tables from sequence d on, with cuBase the host's
 // CuSeqlensQ[d] (its kernels subtract it from every bound, and clamp and
 // record bounds that then fall outside its tokens, as for any batch), so
-// no kernel rewrites them first (docs/perf-notes.md, Varlen, session 18).
+// no kernel rewrites them first.
 
 // mixedSplit is a valid VarlenArgs cut into a decode of its first d
 // sequences and a varlen of the rest; their workspaces are set at launch.

@@ -369,7 +369,7 @@ func TestDecodeKey(t *testing.T) {
 	assert.NotEqual(t, uniform.Key(), lopsided.Key())
 	assert.NotEqual(t, s.Key(), uniform.Key())
 	// So is the layout: a plan cached for one would name the wrong fp8
-	// kernel for another (session 16's TestDecodeLayoutsAgree).
+	// kernel for another (TestDecodeLayoutsAgree in tests/ checks it on a GPU).
 	shuffle := s
 	shuffle.Layout = LayoutShuffle
 	assert.NotEqual(t, s.Key(), shuffle.Key())

@@ -15,30 +15,30 @@ const (
 	// s = √(kv / SplitCostTokens): fewer splits leave each block a longer
 	// stream, more add fixed work and merging. Forced split counts ignore
 	// it. At 32 the rule gives the best forced split count of seqs=1 at
-	// every kv: 4, 8, 16, 32 at kv 512…32768 (session 4 run 19).
+	// every kv: 4, 8, 16, 32 at kv 512…32768 (H200, 2026-11-29).
 	SplitCostTokens = 32.0
 	// ClusterSplitCostTokens is SplitCostTokens for splits that merge on
 	// chip in a thread-block cluster: the merge costs less, so more splits
 	// pay. seqs=1, kv=512 takes 7.2 µs as 8 clustered splits against 8.0
-	// as the 4 that SplitCostTokens would give (session 4 run 18).
+	// as the 4 that SplitCostTokens would give (H200, 2026-11-29).
 	ClusterSplitCostTokens = 8.0
 	// ClusterMaxSplitTokens is the longest split, in KV tokens, that still
 	// runs as a cluster: the on-chip merge saves a short split the global
 	// merge's round trips, but a long one streams faster in the plain
 	// kernel (seqs=8, kv=8192 takes 73.1 µs with 4 global splits against
-	// 78.0 with 3 (2731 tokens) in clusters: session 4 runs 18 and 19). At
-	// 2048 tokens clusters still win: the same shape as ×4 clusters 70.6 µs
-	// against 73.2 as ×4 global (session 6 run 5), and group 16 (64/4
+	// 78.0 with 3 (2731 tokens) in clusters: H200, 2026-11-29). At 2048
+	// tokens clusters still win: the same shape as ×4 clusters 70.6 µs
+	// against 73.2 as ×4 global (H200, 2026-12-01), and group 16 (64/4
 	// heads, seqs=8, kv=8192) as ×6 clusters (1366 tokens) 46.6 µs against
-	// 53.8 as the ×8 global merge the limit of 1024 left it (session 9
-	// run 2).
+	// 53.8 as the ×8 global merge a limit of 1024 would leave it (H200,
+	// 2026-12-02).
 	ClusterMaxSplitTokens = 2048
 	// OneWaveRingBytes is the ring depth, in bytes of K and V rows per warp,
 	// of a decode launch whose grid fits in one wave (every block resident
 	// at once): at least two stages, at most the deep ring of
 	// DecodeSharedBytes. Such grids stream faster from the shallower ring
 	// (2 stages at head dim 128, 16-bit: seqs=32, kv=2048 67.4 µs against
-	// 68.9 with 3, both at 2 blocks per SM: Decode 17). A grid of several
+	// 68.9 with 3, both at 2 blocks per SM; H200, 2026-12-02). A grid of several
 	// waves keeps the deep ring, where the shallow one loses, unless its
 	// blocks are short (ShallowRingMaxTokens).
 	OneWaveRingBytes = 16 << 10
@@ -46,7 +46,7 @@ const (
 	// KiB per warp at head dim 128 instead of 4, so that 4 blocks share an
 	// SM instead of 3; fp8 blocks are bound by their math (the e4m3
 	// moves), and more warps per SM hide it (seqs=32, kv=8192 153.7 →
-	// 146.8 µs: session 6 run 3).
+	// 146.8 µs: H200, 2026-12-01).
 	OneWaveRingBytesFP8 = 12 << 10
 	// ShallowRingMaxTokens: a grid of several waves whose blocks each stream
 	// at most this many KV tokens also gets the one-wave ring, when that
@@ -54,7 +54,7 @@ const (
 	// than the deep one: a short block's ramp and drain are a large part of
 	// its life, and a third block per SM hides them, while long blocks
 	// stream faster from the deep ring. Narrow kernels, seqs=128, kv=512:
-	// 73.4 µs against 76.4 with the deep ring (session 5 run 7).
+	// 73.4 µs against 76.4 with the deep ring (H200, 2026-11-29).
 	ShallowRingMaxTokens = 1024
 	// BalanceMinChunkTokens is the shortest split a balanced plan cuts: the
 	// √ rule's optimum for a 2048-token sequence is 8 splits of 256 (a value
@@ -71,7 +71,7 @@ const (
 	// gives, from the sequence's own length, so a long sequence among few is
 	// spread over the GPU already, and the balanced plan's extra launch and
 	// global merge cost more than they save (seqs=1 kv=512 18.6 µs balanced
-	// against 7.4 with ×8 clusters: session 6 run 3).
+	// against 7.4 with ×8 clusters: H200, 2026-12-01).
 	BalanceGraphMinSeqs = 16
 )
 
@@ -463,10 +463,10 @@ func balancedWave(s *DecodeShape, dev *DeviceFacts, occ int) int {
 // BalancedItems returns the work items of a balanced plan (see
 // partition_work in kernels_src/decode.cuh): one wave for a batch of fewer
 // sequences than a wave holds, so that the grid has no block beyond the
-// wave (unused blocks past a wave cost a one-wave decode up to 18%: session
-// 6 run 4, seqs=32 kv=32768 1157 µs with 81 items against 987 with 33);
-// else one wave of splits beside the sequences. Experiments that vary the
-// wave (pagedkv bench -exp-balance) build plans with it.
+// wave (unused blocks past a wave cost a one-wave decode up to 18%: H200,
+// 2026-12-01, seqs=32 kv=32768 1157 µs with 81 items against 987 with 33);
+// else one wave of splits beside the sequences. Plans that vary the wave
+// are built with it.
 func BalancedItems(numSeqs, wave int) int {
 	if numSeqs < wave {
 		return wave
@@ -514,9 +514,8 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 	// so the items outnumber the resident blocks and the longest-first
 	// order evens out the rounds (64 × rand(1..4000): 154.5 µs against 168.8
 	// with the shallow ring, 1x32768+127x512 (mean 764): 116.9 against
-	// 108.6; session 9 run 2, docs/perf-notes.md). A graph has no host
-	// lengths; one captured for a capacity above ShallowRingMaxTokens takes
-	// the deep ring (session 14: see docs/perf-notes.md).
+	// 108.6; H200, 2026-12-02). A graph has no host lengths; one captured
+	// for a capacity above ShallowRingMaxTokens takes the deep ring.
 	if shallow := shallowOccupancy(dev, kernel, twin); shallow > occ {
 		occ = shallow
 		if !long {
@@ -589,8 +588,8 @@ func chooseSplits(s *DecodeShape, dev *DeviceFacts, k *Knobs, kernel, twin strin
 	slots := int64(dev.SMs) * int64(occ)
 
 	// Fill one wave: as many splits as keep every block resident at once, up
-	// to the √ rule above. More splits would only add waves; the measured
-	// sweeps in docs/perf-notes.md back this rule.
+	// to the √ rule above. More splits would only add waves; the bench's
+	// forced-split sweeps on the H200 back this rule.
 	splits = int(min(max(slots/blocks, 1), int64(maxSplits)))
 	switch {
 	case k.SplitK == SplitOn:
@@ -655,7 +654,7 @@ func clustersFit(dev *DeviceFacts, kernel string) bool {
 
 // chooseClusterSplits returns the split count of an automatic plan whose
 // splits run as thread-block clusters, and the reason; 1 when clusters do
-// not help. The measured rules (docs/perf-notes.md, v7 and entry 16): take
+// not help. The rules, measured on the H200 (2026-11-29 to 2026-12-02): take
 // the most splits, up to MaxClusterSplits and
 // round(√(MaxKVLen/ClusterSplitCostTokens)), whose clusters all fit in one
 // wave (an extra, partial wave costs ~40%), as long as a split is at most

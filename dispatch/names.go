@@ -271,10 +271,10 @@ const (
 	DecodeMaxStages = 4
 	// DecodeDeepStagesFP8 is the deepest default ring of an fp8 cache's
 	// decode kernel: at head dim 128 three stages let 4 blocks share an SM
-	// where four stages let 3, and once the loop lost its integer overhead
-	// (session 18) the extra warps beat the deeper ring on long multi-wave
+	// where four stages let 3, and with the main loop's integer work as
+	// light as it is, the extra warps beat the deeper ring on long multi-wave
 	// grids (e4m3 seqs=128, kv=8192: 510.5 µs against 530.0; kv=32768:
-	// 1983.3 against 2091.5; H200, docs/perf-notes.md). Head dim 64 follows
+	// 1983.3 against 2091.5; H200, 2026-12-02). Head dim 64 follows
 	// unmeasured; head dim 256 held 3 already. A launch may still ask for 4
 	// (DecodeSharedLimit).
 	DecodeDeepStagesFP8 = 3
@@ -405,7 +405,7 @@ func AppendKernelName(dtype, cacheDType DType) (string, error) {
 // The fp8 kernels come in two builds: the flash layout's reads that layout
 // only (carrying the other layouts' loop cost it 1–2.6%), the _laid one
 // every layout (kLayoutsAny in kernels_src/decode.cuh; a build with the
-// x-split and shuffle loop only ran 1–3.8% slower, H200, session 16); the
+// x-split and shuffle loop only ran 1–3.8% slower, H200, 2026-12-02); the
 // 16-bit kernels take every layout at run time.
 func DecodeLayoutKernel(kernel string, layout Layout) string {
 	if layout == LayoutFlash {

@@ -862,7 +862,7 @@ func BenchmarkPlanAppend(b *testing.B) {
 
 // h200 is the H200 as pagedkv measured it: 2 blocks per SM of the head-dim
 // 128 kernels, and how many clusters of 1..8 of them fit at once
-// (cuOccupancyMaxActiveClusters, session 3).
+// (cuOccupancyMaxActiveClusters on the H200, 2026-11-29).
 func h200() DeviceFacts {
 	occ := map[string]int{}
 	for _, name := range DecodeKernelNames() {
@@ -890,7 +890,7 @@ func h200() DeviceFacts {
 }
 
 // TestPlanDecodeClusters pins the split plans of a device with clusters
-// against the H200 sweeps (docs/perf-notes.md, v7 and entry 16): the most
+// against the H200's forced-split sweeps (2026-11-29 to 2026-12-02): the most
 // splits whose clusters fit in one wave while a split is at most
 // ClusterMaxSplitTokens long; the plain kernel's plan for longer splits,
 // full grids, past 8 splits, with the knob off, or on a device without

@@ -304,8 +304,8 @@ __device__ __forceinline__ void cache_append(
       // Element row d+e of each lane's 8 rows is contiguous. x-split: the
       // page's row is 16 rows and lane p writes half p in store e (16-bit: one
       // whole sector). Shuffle: lane p writes its own x-block (trading pieces
-      // so that a store writes whole sectors measured slower: 26.6% against
-      // 39.6% of copy, docs/perf-notes.md).
+      // so that a store writes whole sectors runs slower: 26.6% against
+      // 39.6% of copy, H200, 2026-12-02).
       const int64_t vat = cache_place<X>(layout, true, slot[0], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
 #pragma unroll
       for (int e = 0; e < 8; ++e) store8<SIZE>(value_cache, vat + (int64_t)e * vs, 1, col[e]);

@@ -56,10 +56,11 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // maps an entry to the pool row of a KV position, reading block 0 for an
 // entry outside [0, num_blocks) and remembering it, and report records the
 // last such entry once, after the loop (kFaultBlockBeyondPool). Past a
-// sequence's end lookups return 0, which is always in the pool. Session 17
-// (ptxas 11.8, H200): with rows in 32 bits, the 128-row kernels' loop went
-// from 842 to 746 SASS instructions and the 64-row one's from 1189 to 774;
-// prefill ran 5–7% faster, small-query 15% (docs/perf-notes.md).
+// sequence's end lookups return 0, which is always in the pool. Without
+// branches and with rows in 32 bits, the 128-row kernels' loop is 746 SASS
+// instructions instead of 842 and the 64-row one's 774 instead of 1189
+// (ptxas 11.8); prefill runs 5–7% faster, small-query 15% (H200,
+// 2026-12-02).
 struct BadBlock {
   int pos = -1, blk = 0;
 

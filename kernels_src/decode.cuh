@@ -64,21 +64,6 @@
 #include "cache.cuh"
 #include "mma.cuh"
 
-// PKV_TRACE(point) marks a moment of a block's life for the timeline harness
-// lab/trace/decode_timeline.cu, which defines PKV_DECODE_TRACE and the
-// macro's body. Everywhere else it is empty, so the kernels compile exactly
-// as without it. Points: 0 entry, 1 warp 0's first tile has landed, 2 warp 0
-// is past the main loop, 3 before the split-K counter, 4 exit, 5 exit of a
-// block that merged splits (the last one to finish; in a cluster, every
-// block), kept apart from 4 so the merge can be timed; inside the global
-// merge, 6 once the block knows it is the last (after the atomic) and 7
-// once the weights are in shared memory.
-#ifndef PKV_DECODE_TRACE
-#define PKV_TRACE(point) ((void)0)
-#elif !defined(PKV_TRACE)
-#error "PKV_DECODE_TRACE needs PKV_TRACE(point) defined before decode.cuh is included"
-#endif
-
 namespace pkv {
 
 constexpr int kDecodeThreads = 128;
@@ -95,7 +80,7 @@ constexpr int kMaxSplits = 64;
 // the x-split and shuffle layouts: with both main loops the flash
 // layout's fp8 rows ran 1–2.6% slower than a flash-only build, and a build
 // with the x-split and shuffle loop only ran those layouts 1–3.8% slower
-// than the one with both (same H200 call, session 16); the 16-bit kernels
+// than the one with both (same H200 call, 2026-12-02); the 16-bit kernels
 // have the first build only.
 constexpr int kLayoutsAny = 0, kLayoutsFlash = 1;
 
@@ -113,9 +98,9 @@ struct BoolC {
 // either layout: the shuffle layout's tile is h-major, chunk h·D + d.
 // Either way the two 16-byte halves of a 32-byte sector of the cache land
 // side by side: cp.async splits a sector whose halves land apart into two
-// requests (Nsight Compute, session 13: a lane-per-row K tile read 32
-// sectors and wrote 32 shared wavefronts per instruction instead of 16
-// and 4, and decode ran at 77% of copy).
+// requests (Nsight Compute on the H200: a lane-per-row K tile reads 32
+// sectors and writes 32 shared wavefronts per instruction instead of 16
+// and 4, and decode runs at 77% of copy).
 __device__ __forceinline__ int vt_chunk(int d, int h) { return 2 * d + (h ^ ((d >> 2) & 1)); }
 template <int D>
 __device__ __forceinline__ int vt_at(bool xsplit, int d, int h) {
@@ -132,7 +117,7 @@ __device__ __forceinline__ int vt_at(bool xsplit, int d, int h) {
 // pairs), so each 128-byte line of the cache (8 tokens) lands in one
 // 128-byte line of shared memory, and ldmatrix reads tile row ρ from slot
 // fp8_slot(fp8_token(ρ)): the 8 rows of a matrix fall in 8 distinct bank
-// groups (lab/fragments/decode_fp8_laid.py checks the pairing and both).
+// groups.
 __device__ __forceinline__ int fp8_token(int rho) { return ((rho & 6) << 1) | (rho & 1) | ((rho >> 2) & 2); }
 __device__ __forceinline__ int fp8_slot(int t) { return t ^ ((t >> 2) & 2); }
 
@@ -225,7 +210,7 @@ __device__ __forceinline__ void cluster_merge(T* __restrict__ out, float* __rest
 // barrier, covers the reads of every thread after it: the pattern of
 // cooperative groups' grid sync, with a lighter fence than __threadfence's
 // sequentially consistent one (MEMBAR.ALL against MEMBAR.SC on sm_90:
-// seqs=1, kv=32768 41.5 → 41.0 µs, session 21).
+// seqs=1, kv=32768 41.5 → 41.0 µs, H200, 2026-12-02).
 __device__ __forceinline__ unsigned int atomic_add_acq_rel(unsigned int* p, unsigned int v) {
   unsigned int old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -242,10 +227,10 @@ __device__ __forceinline__ unsigned int atomic_add_acq_rel(unsigned int* p, unsi
 // goes to tpi adjacent lanes, each adding every tpi-th split with
 // kMergeBatch 16-byte loads in flight, and the lanes add up by shuffles
 // (tpi > 1 only where the G·D/4 columns leave threads idle). Each batch
-// costs an L2 round trip (32 splits at G·D = 512: 4 batches, about 2 µs);
-// 16 loads in flight (session 10), all rows staged at once (session 20) or
-// the columns spread over several merging blocks (session 21) were no
-// faster: the merge is a chain of round trips (docs/perf-notes.md, Decode).
+// costs an L2 round trip (32 splits at G·D = 512: 4 batches, about 2 µs).
+// 16 loads in flight, all rows staged at once, or the columns spread over
+// several merging blocks are no faster (H200, 2026-12-02): the merge is a
+// chain of round trips, not bound by one SM's L2 rate.
 template <typename T, int D>
 __device__ __forceinline__ void global_merge(T* __restrict__ out, float* __restrict__ lse,
                                              const float* __restrict__ partial_out,
@@ -299,7 +284,6 @@ __device__ __forceinline__ void global_merge(T* __restrict__ out, float* __restr
     }
   }
   __syncthreads();
-  PKV_TRACE(7);
   // Every thread runs the same passes, so the shuffles below see whole warps.
   for (int base = 0; base < columns; base += kDecodeThreads / tpi) {
     const int c = base + (int)threadIdx.x / tpi;
@@ -405,7 +389,7 @@ __device__ __forceinline__ void partition_work(int4* __restrict__ work, const in
   };
   // Thread t's sequences t + kDecodeThreads·k, k < kCached, keep their page
   // counts in registers: the binary search below passes over every sequence
-  // once per step, and kv_lens' load latency was each step's cost. Sequences
+  // once per step, and kv_lens' load latency would be each step's cost. Sequences
   // past them (batches over kCached·kDecodeThreads) are read again each time.
   constexpr int kCached = 4;
   int cached[kCached];
@@ -690,7 +674,6 @@ __device__ __forceinline__ void paged_decode(
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
     int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
     const int4* __restrict__ work, int layout, int kv_bias) {
-  PKV_TRACE(0);
   using Smem = DecodeSmem<C, D>;
   constexpr int CH = Smem::kChunks;
   constexpr int QCH = D / 8;         // 16-byte chunks per q row
@@ -699,8 +682,8 @@ __device__ __forceinline__ void paged_decode(
   constexpr bool kFP8 = sizeof(C) == 1;
   // q's A fragments stay in registers for the whole loop (KSTEPS·4 of them,
   // 32 at D = 128) instead of being read from shared memory for every tile:
-  // 1024 blocks of 512 tokens took 77 → 73 µs (docs/perf-notes.md, Decode
-  // 17). Not at D = 256, whose output tile alone takes 128 registers, nor for
+  // 1024 blocks of 512 tokens take 73 µs instead of 77 (H200, 2026-12-02).
+  // Not at D = 256, whose output tile alone takes 128 registers, nor for
   // fp8 caches, whose k order reads q per half k-step.
   constexpr bool kQInRegs = !kFP8 && !NARROW && D <= 128;
   constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
@@ -1007,7 +990,6 @@ __device__ __forceinline__ void paged_decode(
     } else {
       cp_async_wait<3>();
     }
-    if (i == 0) PKV_TRACE(1);
     __syncwarp();
     unsigned char* kt = ring + (slot * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
     slot = slot == stages - 1 ? 0 : slot + 1;
@@ -1129,7 +1111,6 @@ __device__ __forceinline__ void paged_decode(
   const bool fp8_d = kFP8 && flash;
   cp_async_wait<0>();
   bad.report(fault, seq, block_size_log2);
-  PKV_TRACE(2);
 
   // Merge the four warps: each writes its heads < G to shared memory (the
   // ring is free once every warp is past its loop).
@@ -1218,12 +1199,10 @@ __device__ __forceinline__ void paged_decode(
     }
   }
   if (splits == 1) {
-    PKV_TRACE(4);
     return;
   }
   if constexpr (CLUSTER) {
     cluster_merge<T, D>(out, lse, o_s, split_m_s, split_l_s, seq, kvh, G, num_q_heads, split, splits);
-    PKV_TRACE(5);
     return;
   }
 
@@ -1233,7 +1212,6 @@ __device__ __forceinline__ void paged_decode(
   // counter's atomic releases this block's partials and acquires the
   // others' (atomic_add_acq_rel).
   __syncthreads();
-  PKV_TRACE(3);
   if (threadIdx.x == 0) {
     unsigned int* counter = counters + (int64_t)seq * num_kv_heads + kvh;
     last_s = atomic_add_acq_rel(counter, 1u) == (unsigned int)(splits - 1);
@@ -1241,15 +1219,12 @@ __device__ __forceinline__ void paged_decode(
   }
   __syncthreads();
   if (!last_s) {
-    PKV_TRACE(4);
     return;
   }
-  PKV_TRACE(6);
   global_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, (int64_t)item.first * num_q_heads + kvh * G,
                      (int64_t)seq * num_q_heads + kvh * G, num_q_heads, G, splits,
                      reinterpret_cast<float*>(ring),  // o_s is done
                      m_s[0], l_s[0]);
-  PKV_TRACE(5);
 }
 
 }  // namespace pkv

@@ -101,7 +101,7 @@ struct VarlenConfig {
   static constexpr int kMTiles = MT;
   static constexpr int kKeys = KEYS;
   static constexpr int kRows = 16 * kVarlenWarps * kMTiles;
-  // Two stages: a third ran 3.6% slower at 8×2048 (docs/perf-notes.md).
+  // Two stages: a third runs 3.6% slower at 8×2048 (H200, 2026-12-02).
   static constexpr int kStages = 2;
 };
 
@@ -246,10 +246,10 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
 // shared memory a wavefront per global line it reads (see KVLines); a
 // thread then loads kRPT > 1 rows, r + kRPP·j for j < kRPT, and looks each
 // up in the block table itself. Shorter rows (fp8, or head dim 64) take 4
-// threads and one row a thread. Session 16, H200: 8 threads a row instead
-// of 4 made the 16-bit prefill rows 0–4.6% faster and the fp8 one (128-byte
-// rows) 6.4% slower; KVLines' lookups by shuffle cost these kernels 10%
-// (session 14).
+// threads and one row a thread. On the H200 (2026-12-02), 8 threads a row
+// instead of 4 make the 16-bit prefill rows 0–4.6% faster and the fp8 one
+// (128-byte rows) 6.4% slower; KVLines' lookups by shuffle would cost these
+// kernels 10%.
 template <typename T, typename C, int D, int MT, int KEYS>
 struct KVRow {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
@@ -307,9 +307,9 @@ struct KVRow {
 // 16-byte chunks) per instruction, so a warp's cp.async reads whole 128-byte
 // lines, each landing in one 128-byte piece of shared memory. cp.async
 // writes shared memory one wavefront per global line it reads (Nsight
-// Compute, session 14: KVRow's two threads per row made 16 wavefronts per
-// instruction where 4 carry the bytes, and the kernel ran at 60% of copy
-// where the shuffle layout's loader, which lands whole lines, ran at 79%).
+// Compute on the H200: KVRow's two threads per row make 16 wavefronts per
+// instruction where 4 carry the bytes, and the kernel runs at 60% of copy
+// where the shuffle layout's loader, which lands whole lines, runs at 79%).
 // A thread loads rows r0 + kRP·j, j < kPasses, chunk c of each; lane l
 // looks up the block of tile row l (and l + 32 for 64-key tiles), which the
 // loading lanes take by shuffle.
@@ -441,9 +441,9 @@ struct LaidLoad {
 // shuffle layout (LAYOUT; 16-bit caches, block_size ≥ 8). The tiles land as
 // the caches hold them, so that each 32-byte cache sector lands whole in one
 // 32-byte piece of shared memory (cp.async splits a sector whose halves land
-// apart: docs/perf-notes.md, session 13) and, for blocks of 16, each
+// apart: see vt_chunk in decode.cuh) and, for blocks of 16, each
 // 128-byte line in one 128-byte piece (cp.async writes shared memory a
-// wavefront per line it reads, at best: session 14):
+// wavefront per line it reads, at best: see KVLines):
 //   K piece-major: 16-byte piece c (elements 8c … 8c+7) of tile row r at
 //     c·kKeys + r (ldmatrix reads 8 rows of one piece, 128 contiguous
 //     bytes);
@@ -588,8 +588,8 @@ __device__ __forceinline__ LaneOffsets<CH> b_offsets(int lane) {
 // elements) and writes the two wide chunks it makes; consecutive threads
 // take consecutive rows of one chunk column, as ldmatrix reads them, so
 // the swizzle keeps both free of bank conflicts (LaidFP8KV::widen does the
-// same: session 15 measured the layouts' fp8 varlen faster than the flash
-// layout's, which read 8 bytes a thread).
+// same; 8 bytes a thread made the flash layout's fp8 varlen slower than
+// the layouts', H200, 2026-12-02).
 template <typename T, int D, int MT, int KEYS>
 __device__ __forceinline__ void widen_tile(unsigned char* wide, const unsigned char* stage) {
   using Smem = VarlenSmem<T, e4m3, D, MT, KEYS>;
@@ -799,9 +799,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   constexpr bool kFP8 = sizeof(C) == 1;
   constexpr bool LAID = LAYOUT != kLayoutFlash;
   // The _k64 entries run the tiles below every row's limit in a loop
-  // without the mask code: one loop with the mask in it spilled on the
-  // H200's JIT at 64 keys (session 19). The other entries keep one loop:
-  // split in two, theirs ran 0.7–2.5% slower on the H100 (session 20).
+  // without the mask code: one loop with the mask in it spills on the
+  // H200's JIT at 64 keys. The other entries keep one loop: split in two,
+  // theirs run 0.7–2.5% slower (H100, 2026-12-02).
   constexpr bool kSplitLoops = MT == 2 && KEYS == 64;
   // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
   // into a flash tile (LaidFP8KV).

@@ -40,14 +40,14 @@ func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass
 
 // jitFaster lists, per architecture, the modules whose embedded SASS ran
 // measurably slower than the code the driver's JIT makes of their PTX. On
-// the H200 (driver 13.0, 2026-12-01, session 8: pagedkv bench with each
-// load path in one device call, docs/perf-notes.md) ptxas 11.8's sm_90 code
-// for the varlen kernels took 9.5-16.9% longer on every bench row (16-bit
-// and fp8 caches) and for the fp8 decode kernels 2-4% longer on most rows,
-// while the 16-bit decode, cache, RoPE, QKV and MLA modules ran within ±2%.
-// The varlen modules over the x-split and shuffle layouts (session 14) and
-// the fp8 decode modules for them (_laid, session 16) are the same kernels
-// with other loaders and are listed with them, unmeasured.
+// the H200 (driver 13.0, 2026-12-01: pagedkv bench with each load path in
+// one device call) ptxas 11.8's sm_90 code for the varlen kernels takes
+// 9.5-16.9% longer on every bench row (16-bit and fp8 caches) and for the
+// fp8 decode kernels 2-4% longer on most rows, while the 16-bit decode,
+// cache, RoPE, QKV and MLA modules run within ±2%. The varlen modules over
+// the x-split and shuffle layouts and the fp8 decode modules for them
+// (_laid) are the same kernels with other loaders and are listed with
+// them, unmeasured.
 var jitFaster = map[int][]string{
 	90: {
 		"decode_bf16_e4m3", "decode_bf16_e4m3_sm90", "decode_f16_e4m3", "decode_f16_e4m3_sm90",

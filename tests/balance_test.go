@@ -163,10 +163,10 @@ func (gc *growthCase) replays(t *testing.T, launch func() error) {
 	}
 }
 
-// TestDecodeGraphAfterGrowth is the engine's sequence that used to write into
-// freed memory: capture a small split-K decode, grow the stream's scratch
-// with a larger eager one, then replay the graph. Run it under
-// compute-sanitizer memcheck.
+// TestDecodeGraphAfterGrowth is the engine's sequence that would write into
+// freed memory if growth freed a graph's scratch: capture a small split-K
+// decode, grow the stream's scratch with a larger eager one, then replay
+// the graph. Run it under compute-sanitizer memcheck.
 func TestDecodeGraphAfterGrowth(t *testing.T) {
 	gc := newGrowthCase(t)
 	graph := captureDecode(t, gc.r, gc.s, &gc.small.Args)

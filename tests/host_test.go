@@ -11,7 +11,7 @@ import (
 )
 
 // emptyPTX is a kernel that does nothing, taking one pointer: the floor of
-// a launch through the driver binding (issue 15's host-path breakdown).
+// a launch through the driver binding (BenchmarkHostPath's floor).
 const emptyPTX = `.version 7.8
 .target sm_80
 .address_size 64
@@ -43,7 +43,7 @@ func hostBench(b *testing.B, s *pagedkv.Stream, call func() error) {
 	}
 }
 
-// BenchmarkHostPath breaks the host side of the small calls down (issue 15):
+// BenchmarkHostPath breaks the host side of the small calls down:
 // the floor, a bare launch of an empty kernel through the same binding
 // (inside Context.Do, as every op launches; also without it, and through
 // cuLaunchKernelEx with a cluster of 1, as cluster decodes launch), the
@@ -186,7 +186,7 @@ func BenchmarkHostPath(b *testing.B) {
 }
 
 // TestHostPathAllocatesNothing holds the small calls' host side to zero heap
-// allocations in steady state (issue 15).
+// allocations in steady state.
 func TestHostPathAllocatesNothing(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)

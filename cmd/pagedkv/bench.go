@@ -67,20 +67,11 @@ type bencher struct {
 	arena  *check.Arena
 	l2     int64
 	status func(string)
-	// stages, when not 0, gives every decode launch a ring of that many
-	// stages instead of the planner's (an experiment knob: -stages).
-	stages int
 	// layouts, when set, also times every uniform decode row of the
 	// grid in the x-split and shuffle layouts (-layouts).
 	layouts bool
-	// expBalance, when set, also times variants of each balanced A/B plan
-	// (an experiment knob: -exp-balance), printed to stderr.
-	expBalance bool
 	// shape, when not nil, selects the rows to measure (-shape).
 	shape *regexp.Regexp
-	// noLeadIn, when set, starts each timed batch on an idle GPU, without
-	// measure's lead-in call (the method before session 18: -lead-in=false).
-	noLeadIn bool
 }
 
 // wants reports whether the row of dtype and shape is measured: every row
@@ -92,18 +83,15 @@ func (b *bencher) wants(dtype, shape string) bool {
 
 // benchOptions are pagedkv bench's flags, checked.
 type benchOptions struct {
-	Op         string // all, copy, append, decode or varlen
-	JSONPath   string // "" for none
-	Reps       int
-	Quick      bool
-	Sweep      bool
-	Stages     int // 0 for the planner's
-	ExpBalance bool
-	NoLeadIn   bool
-	Layouts    bool
-	Shape      *regexp.Regexp // nil: every row
-	Caches     []pagedkv.DType
-	Device     int
+	Op       string // all, copy, append, decode or varlen
+	JSONPath string // "" for none
+	Reps     int
+	Quick    bool
+	Sweep    bool
+	Layouts  bool
+	Shape    *regexp.Regexp // nil: every row
+	Caches   []pagedkv.DType
+	Device   int
 }
 
 // benchCaches are the -cache names.
@@ -118,9 +106,6 @@ func parseBench(args []string) (benchOptions, error) {
 	reps := fs.Int("reps", 15, "timed batches per measurement, 3 or more (the median is reported)")
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
-	stages := fs.Int("stages", 0, fmt.Sprintf("decode ring stages for every decode launch, %d..%d (0: the planner's)", dispatch.DecodeMinStages, dispatch.DecodeMaxStages))
-	expBalance := fs.Bool("exp-balance", false, "experiment: time variants of the balanced plan (wave ×1..3 at every ring depth) on the uniform rows and the ragged eager rows (stderr)")
-	leadIn := fs.Bool("lead-in", true, "queue each timed batch behind one untimed call, so the result is device time per call (false: the batch starts on an idle GPU and a batch of one call counts the host's time to its launch, the method before session 18)")
 	layouts := fs.Bool("layouts", false, "also time the uniform decode rows and the varlen rows in the x-split and shuffle layouts (rows end in the layout's name)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
@@ -133,8 +118,8 @@ func parseBench(args []string) (benchOptions, error) {
 		return benchOptions{}, err
 	}
 	o := benchOptions{Op: *op, JSONPath: *jsonPath, Reps: *reps, Quick: *quick, Sweep: !*noSweep,
-		Stages: *stages, ExpBalance: *expBalance, NoLeadIn: !*leadIn, Layouts: *layouts, Device: *device}
-	if o.Op == "cache" { // the issue tracker's name for the cache-op table
+		Layouts: *layouts, Device: *device}
+	if o.Op == "cache" { // an alias: the cache-writing ops
 		o.Op = "append"
 	}
 	switch o.Op {
@@ -145,10 +130,6 @@ func parseBench(args []string) (benchOptions, error) {
 	if o.Reps < 3 {
 		// Fewer batches leave no median worth the name.
 		return benchOptions{}, usagef("bench", "-reps=%d is not allowed; allowed: 3 or more", o.Reps)
-	}
-	if o.Stages != 0 && (o.Stages < dispatch.DecodeMinStages || o.Stages > dispatch.DecodeMaxStages) {
-		return benchOptions{}, usagef("bench", "-stages=%d is not allowed; allowed: 0 (the planner's) or %d..%d",
-			o.Stages, dispatch.DecodeMinStages, dispatch.DecodeMaxStages)
 	}
 	if *shape != "" {
 		re, err := regexp.Compile(*shape)
@@ -205,7 +186,7 @@ func runBench(args []string) error {
 	}
 	defer r.Close()
 	b := &bencher{r: r, s: r.Stream(), reps: o.Reps, g: rand.New(rand.NewPCG(1, 2)), arena: check.NewArena(r),
-		l2: int64(r.Info().L2Bytes), stages: o.Stages, expBalance: o.ExpBalance, noLeadIn: o.NoLeadIn, layouts: o.Layouts, shape: o.Shape}
+		l2: int64(r.Info().L2Bytes), layouts: o.Layouts, shape: o.Shape}
 	defer b.arena.Free()
 	if b.timer, err = b.s.NewTimer(); err != nil {
 		return err
@@ -255,9 +236,9 @@ func runBench(args []string) error {
 // Each batch is queued behind one untimed call (the lead-in), so the GPU
 // is busy when the start event is recorded and the host's time to the
 // batch's first launch hides behind it, as it does in an engine that queues
-// its step's work ahead: the result is device time per call. (Before
-// session 18 a batch of one call, every row over 300 µs, counted that host
-// time too; scripts/compare/torch_varlen.py measures the same way.)
+// its step's work ahead: the result is device time per call. Without it a
+// batch of one call (every row over 300 µs) would count that host time too.
+// scripts/compare/torch_varlen.py measures the same way.
 func (b *bencher) measure(fn func(i int) error) (float64, error) {
 	call := 0
 	next := func() error { call++; return fn(call) }
@@ -266,13 +247,7 @@ func (b *bencher) measure(fn func(i int) error) (float64, error) {
 			return 0, err
 		}
 	}
-	leadIn := func() error {
-		if b.noLeadIn {
-			return nil
-		}
-		return next()
-	}
-	if err := leadIn(); err != nil {
+	if err := next(); err != nil { // the lead-in
 		return 0, err
 	}
 	if err := b.timer.Start(); err != nil {
@@ -288,7 +263,7 @@ func (b *bencher) measure(fn func(i int) error) (float64, error) {
 	k := min(max(int(0.3/max(float64(ms), 1e-4)), 1), 64)
 	times := make([]float64, 0, b.reps)
 	for range b.reps {
-		if err := leadIn(); err != nil {
+		if err := next(); err != nil { // the lead-in
 			return 0, err
 		}
 		if err := b.timer.Start(); err != nil {
@@ -470,7 +445,7 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 		}
 		// Where the planner would take the page path without the host's
 		// slots (dispatch.AppendPagesMinCover), the other path beside it, for
-		// the A/B that sets the rule: the page path when the host's slots
+		// the comparison behind the rule: the page path when the host's slots
 		// keep the token path (a prefill's), else the token path.
 		bare := slices.Clone(sets)
 		for i := range bare {
@@ -812,7 +787,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 			}
 		}
 		// GQA group 16 (64 query / 4 KV heads), where few (sequence, KV
-		// head) items meet the cluster plan's one-wave rule (issue 11).
+		// head) items meet the cluster plan's one-wave rule.
 		g16 := decodeCase{q: q, cache: cache, lens: uniformLens(8, 8192), shape: "seqs=8 kv=8192 64/4 heads", qHeads: 64, kvHeads: 4, sweep: doSweep}
 		if err := b.decodeRow(pool, g16, ""); err != nil {
 			return err
@@ -844,7 +819,7 @@ type raggedCase struct {
 	lens []int32
 }
 
-// raggedCases are the serving batches of issue 11: one long request among
+// raggedCases are ragged serving batches: one long request among
 // short ones, first and last, and 64 lengths drawn in 1..4000 (fixed seed).
 func raggedCases() []raggedCase {
 	longFirst := uniformLens(128, 512)
@@ -986,12 +961,6 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 		return benchResult{}, err
 	}
 	decode := func(i int) error { return b.r.Decode(b.s, &sets[i%rot]) }
-	if b.stages != 0 {
-		if plan, err = b.withStages(plan); err != nil {
-			return benchResult{}, err
-		}
-		decode = func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], plan) }
-	}
 	if c.graph {
 		graphs, err := b.capture(sets)
 		if err != nil {
@@ -1025,15 +994,6 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 		if res.BalancedMicros, err = b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], bp) }); err != nil {
 			return res, err
 		}
-		if b.expBalance {
-			if err := b.balanceVariants(sets, rot, bp, res); err != nil {
-				return res, err
-			}
-		}
-	} else if b.expBalance && plan.Balanced() && !c.graph {
-		if err := b.balanceVariants(sets, rot, plan, res); err != nil {
-			return res, err
-		}
 	}
 	if !c.sweep {
 		return res, nil
@@ -1043,9 +1003,6 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 		k := b.knobs()
 		k.ForcedSplits = forced
 		fp, err := b.r.PlanDecodeWith(&sets[0], k)
-		if err == nil && b.stages != 0 {
-			fp, err = b.withStages(fp)
-		}
 		if err != nil {
 			return res, err
 		}
@@ -1064,36 +1021,6 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	}
 	res.RegretPct = 100 * (us/res.BestMicros - 1)
 	return res, nil
-}
-
-// balanceVariants times variants of balanced plan bp and prints them: the
-// deep ring; one spare item per KV head (no unused blocks when every
-// sequence is whole); the planner's single-pass or split plan as reference.
-func (b *bencher) balanceVariants(sets []pagedkv.DecodeArgs, rot int, bp dispatch.Plan, res benchResult) error {
-	a := &sets[0]
-	shape := dispatch.DecodeShape{NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim}
-	line := fmt.Sprintf("exp-balance %s %s: plan %.2f, balanced %.2f (r%d, wave %d, %d items)", res.DType, res.Shape, res.Micros, res.BalancedMicros,
-		dispatch.DecodeRingStages(bp.Kernel, int(bp.SharedBytes)), bp.BalanceWave, bp.Grid.Y)
-	// The wave times 1..3 (finer splits, more items), at each ring depth.
-	for m := 1; m <= 3; m++ {
-		for stages := dispatch.DecodeMinStages; stages <= dispatch.DecodeMaxStages; stages++ {
-			v := bp
-			v.BalanceWave = m * bp.BalanceWave
-			v.SetBalancedItems(&shape, dispatch.BalancedItems(a.NumSeqs, v.BalanceWave))
-			n, ok := dispatch.DecodeStagesShared(bp.Kernel, stages)
-			if !ok {
-				continue
-			}
-			v.SharedBytes = uint32(n)
-			us, err := b.measure(func(i int) error { return b.r.DecodeWithPlan(b.s, &sets[i%rot], v) })
-			if err != nil {
-				return fmt.Errorf("wave x%d r%d: %w", m, stages, err)
-			}
-			line += fmt.Sprintf(", w%d r%d %.2f", m, stages, us)
-		}
-	}
-	fmt.Fprintln(os.Stderr, line)
-	return nil
 }
 
 // knobs are the default knobs with the runtime's merge path and kernels, so
@@ -1137,16 +1064,6 @@ func (b *bencher) captureGraph(fn func() error) (*pagedkv.Graph, error) {
 		return nil, errors.Join(err, endErr)
 	}
 	return g, nil
-}
-
-// withStages returns plan with a ring of b.stages stages.
-func (b *bencher) withStages(plan dispatch.Plan) (dispatch.Plan, error) {
-	n, ok := dispatch.DecodeStagesShared(plan.Kernel, b.stages)
-	if !ok {
-		return plan, fmt.Errorf("pagedkv bench: -stages=%d is not allowed; allowed: %d..%d", b.stages, dispatch.DecodeMinStages, dispatch.DecodeMaxStages)
-	}
-	plan.SharedBytes = uint32(n)
-	return plan, nil
 }
 
 // planText describes a decode plan: its split count and merge, and its ring

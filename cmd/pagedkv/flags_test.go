@@ -42,12 +42,9 @@ func TestParseBench(t *testing.T) {
 		{[]string{"-op", "copy"}, func(o *benchOptions) { o.Op = "copy" }},
 		{[]string{"decode", "-quick", "-nosweep"}, func(o *benchOptions) { o.Op, o.Quick, o.Sweep = "decode", true, false }},
 		{[]string{"-reps", "3"}, func(o *benchOptions) { o.Reps = 3 }},
-		{[]string{"-stages", "0"}, func(o *benchOptions) {}},
-		{[]string{"-stages=2"}, func(o *benchOptions) { o.Stages = 2 }},
-		{[]string{"-stages=4"}, func(o *benchOptions) { o.Stages = 4 }},
 		{[]string{"-cache", "e4m3"}, func(o *benchOptions) { o.Caches = []pagedkv.DType{pagedkv.E4M3} }},
 		{[]string{"-cache", "bf16, f16"}, func(o *benchOptions) { o.Caches = []pagedkv.DType{pagedkv.BF16, pagedkv.F16} }},
-		{[]string{"-json", "out.json", "-exp-balance", "-device", "1"}, func(o *benchOptions) { o.JSONPath, o.ExpBalance, o.Device = "out.json", true, 1 }},
+		{[]string{"-json", "out.json", "-layouts", "-device", "1"}, func(o *benchOptions) { o.JSONPath, o.Layouts, o.Device = "out.json", true, 1 }},
 		{[]string{"-shape", "e4m3 seqs=8 kv=8192$"}, func(o *benchOptions) { o.Shape = regexp.MustCompile("e4m3 seqs=8 kv=8192$") }},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -61,16 +58,12 @@ func TestParseBench(t *testing.T) {
 }
 
 func TestParseBenchErrors(t *testing.T) {
-	stages := fmt.Sprintf("allowed: 0 (the planner's) or %d..%d", 2, 4)
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-reps", "-5"}, "pagedkv bench: -reps=-5 is not allowed; allowed: 3 or more"},
 		{[]string{"-reps=2"}, "pagedkv bench: -reps=2 is not allowed; allowed: 3 or more"},
-		{[]string{"-stages", "9"}, "pagedkv bench: -stages=9 is not allowed; " + stages},
-		{[]string{"-stages", "1"}, "pagedkv bench: -stages=1 is not allowed; " + stages},
-		{[]string{"-stages", "-1"}, "pagedkv bench: -stages=-1 is not allowed; " + stages},
 		{[]string{"-op", "rope"}, `pagedkv bench: -op="rope" is not allowed; allowed: all, copy, append (or cache), decode, varlen`},
 		{[]string{"prefill"}, `pagedkv bench: -op="prefill" is not allowed; allowed: all, copy, append (or cache), decode, varlen`},
 		{[]string{"-cache", "fp8"}, `pagedkv bench: -cache="fp8" is not allowed; allowed: a comma-separated list of f16, bf16, e4m3, each at most once`},
@@ -154,7 +147,7 @@ func TestHelp(t *testing.T) {
 		parse func([]string) error
 		flags []string
 	}{
-		{"bench", func(a []string) error { _, err := parseBench(a); return err }, []string{"-op", "-json", "-reps", "-quick", "-nosweep", "-stages", "-exp-balance", "-layouts", "-cache", "-shape", "-device"}},
+		{"bench", func(a []string) error { _, err := parseBench(a); return err }, []string{"-op", "-json", "-reps", "-quick", "-nosweep", "-layouts", "-cache", "-shape", "-device"}},
 		{"verify", func(a []string) error { _, err := parseVerify(a); return err }, []string{"-n", "-seed", "-device"}},
 		{"info", func(a []string) error { _, err := parseInfo(a); return err }, []string{"-device"}},
 	} {
@@ -166,6 +159,8 @@ func TestHelp(t *testing.T) {
 				for _, f := range tc.flags {
 					assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(f)+`( |$)`, help.Usage)
 				}
+				// Every flag is documented above, and there are no others.
+				assert.Len(t, regexp.MustCompile(`(?m)^  -`).FindAllString(help.Usage, -1), len(tc.flags), help.Usage)
 			})
 		}
 	}

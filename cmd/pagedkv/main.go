@@ -82,7 +82,7 @@ func noGPUReason(err error) (string, bool) {
 	case errors.Is(err, pagedkv.ErrNoDriver):
 		// The driver's text already names the libraries tried and the fix
 		// (a driver for CUDA 11.8 or newer, LD_LIBRARY_PATH); adding ours
-		// said it twice.
+		// would say it twice.
 		return err.Error(), true
 	case errors.Is(err, pagedkv.ErrNoDevice):
 		return "the NVIDIA driver sees no CUDA device on this machine (" + err.Error() + ")", true
