@@ -109,13 +109,17 @@ func Default() Config {
 // (Options.ConfigFile, else PAGEDKV_CONFIG) and the defaults, in that order of
 // precedence. It reads the environment and the file on every call.
 //
-// An error names the variable as its source spells it (PAGEDKV_KV_CAPACITY,
-// "path.yaml: kv_capacity" or Options.KVCapacity), the value and what is
-// allowed. A config file with an extension other than .yaml, .yml or .toml,
-// or with a key that is not a knob, is an error too, and so is a variable
-// in the environment that starts with PAGEDKV_ but is neither a knob's Env
-// nor one of NonKnobEnv (the error names each one, and the closest known
-// name where one is close).
+// Every source is parsed by one grammar per knob (see the package doc): a
+// value the environment rejects, the file rejects too, as written, and the
+// reverse. A knob's variable set to the empty string is an error, not unset.
+//
+// Every error wraps ErrInvalid. It names the variable as its source spells it
+// (PAGEDKV_KV_CAPACITY, "path.yaml: kv_capacity" or Options.KVCapacity), the
+// value as written and what is allowed. A config file with an extension other
+// than .yaml, .yml or .toml, that cannot be read or parsed, or with a key that
+// is not a knob, is an error too, and so is a variable in the environment that
+// starts with PAGEDKV_ but is neither a knob's Env nor one of NonKnobEnv (the
+// error names each one, and the closest known name where one is close).
 func Load(opts Options) (Config, error) {
 	if err := checkEnvNames(os.Environ()); err != nil {
 		return Config{}, err
@@ -123,9 +127,11 @@ func Load(opts Options) (Config, error) {
 
 	v := viper.New()
 
+	var fileVals map[string]fileValue
 	path, origin := configFile(opts)
 	if path != "" {
-		if err := readFile(v, path, origin); err != nil {
+		var err error
+		if fileVals, err = readFile(v, path, origin); err != nil {
 			return Config{}, err
 		}
 	}
@@ -133,12 +139,14 @@ func Load(opts Options) (Config, error) {
 	// The file keys are read above before anything else is registered, so
 	// that AllKeys listed only what the file holds. Defaults and environment
 	// bindings come now; viper's own precedence (Set > env > file > default)
-	// then matches the documented one.
+	// then matches the documented one. An empty variable is set (and then
+	// rejected by the grammar), never a silent fall-through to the file.
 	v.SetEnvPrefix(strings.TrimSuffix(EnvPrefix, "_"))
+	v.AllowEmptyEnv(true)
 	for _, k := range keys {
 		v.SetDefault(k.File, k.Default)
 		if err := v.BindEnv(k.File, k.Env); err != nil {
-			return Config{}, fmt.Errorf("config: binding %s: %w", k.Env, err)
+			return Config{}, errorf("binding %s: %w", k.Env, err)
 		}
 	}
 
@@ -156,25 +164,23 @@ func Load(opts Options) (Config, error) {
 		}
 
 		var name, shown, raw string
-		envVal, envSet := os.LookupEnv(k.Env)
+		_, envSet := os.LookupEnv(k.Env)
 		switch {
-		case envSet && envVal == "" && k.File == KeyPagedFlashSplits:
-			// The one key where an empty variable is a value ("auto") rather
-			// than unset; viper treats empty variables as unset, so it is
-			// handled here.
-			name, raw, shown = k.Env, "", `""`
-			c.Sources[k.File] = SourceEnv
-		case envSet && envVal != "":
+		case envSet:
 			raw = fmt.Sprint(v.Get(k.File))
 			name, shown = k.Env, strconv.Quote(raw)
 			c.Sources[k.File] = SourceEnv
 		case v.InConfig(k.File):
-			var err error
-			raw, shown, err = fileText(v.Get(k.File))
-			if err != nil {
-				return Config{}, invalid(path+": "+k.File, shown, err, k)
-			}
 			name = path + ": " + k.File
+			fv, ok := fileVals[k.File]
+			switch {
+			case !ok:
+				// Viper found the key where the file's own reading did not.
+				return Config{}, errorf("%s: %s: the value as written cannot be found; allowed: %s", path, k.File, k.Allowed)
+			case !fv.scalar:
+				return Config{}, invalid(name, fmt.Sprintf("%v", v.Get(k.File)), errNotScalar, k)
+			}
+			raw, shown = fv.text, fv.shown
 			c.Sources[k.File] = FileSource(path)
 		default:
 			raw = fmt.Sprint(v.Get(k.File))
@@ -198,7 +204,10 @@ func configFile(opts Options) (path, origin string) {
 	return os.Getenv(EnvConfigFile), EnvConfigFile
 }
 
-func readFile(v *viper.Viper, path, origin string) error {
+// readFile reads the config file at path into v and returns its values as
+// written (see fileValues). A key that is not a knob, or a knob without a
+// value, is an error.
+func readFile(v *viper.Viper, path, origin string) (map[string]fileValue, error) {
 	var typ string
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
 	case ".yaml", ".yml":
@@ -206,51 +215,38 @@ func readFile(v *viper.Viper, path, origin string) error {
 	case ".toml":
 		typ = "toml"
 	default:
-		return fmt.Errorf("config: %s=%q has extension %q; allowed: .yaml, .yml, .toml", origin, path, ext)
+		return nil, errorf("%s=%q has extension %q; allowed: .yaml, .yml, .toml", origin, path, ext)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("config: reading %s=%q: %w", origin, path, err)
+		return nil, errorf("reading %s=%q: %w", origin, path, err)
 	}
 	v.SetConfigType(typ)
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-		return fmt.Errorf("config: parsing %s=%q as %s: %w", origin, path, typ, err)
+		return nil, errorf("parsing %s=%q as %s: %w", origin, path, typ, err)
 	}
+	vals, err := fileValues(typ, data)
+	if err != nil {
+		return nil, errorf("parsing %s=%q as %s: %w", origin, path, typ, err)
+	}
+	// Viper lists neither a key whose value is an empty mapping nor one
+	// with a null value; the file's own top-level keys fill the gap.
 	fileKeys := v.AllKeys()
+	for fk := range vals {
+		fileKeys = append(fileKeys, fk)
+	}
 	slices.Sort(fileKeys)
+	fileKeys = slices.Compact(fileKeys)
 	for _, fk := range fileKeys {
 		k, ok := lookupKey(fk)
 		if !ok {
-			return fmt.Errorf("config: %s: unknown key %q; known keys: %s", path, fk, knownFileKeys())
+			return nil, errorf("%s: unknown key %q; known keys: %s", path, fk, knownFileKeys())
 		}
-		if !v.InConfig(fk) {
-			return fmt.Errorf("config: %s: %s has no value; allowed: %s", path, fk, k.Allowed)
+		if !v.InConfig(fk) || vals[fk].null {
+			return nil, errorf("%s: %s has no value; allowed: %s", path, fk, k.Allowed)
 		}
 	}
-	return nil
-}
-
-// fileText turns a value decoded from YAML or TOML into the text the parsers
-// take, and the text an error message shows (strings quoted, numbers and
-// booleans not). Anything other than a scalar is rejected.
-func fileText(v any) (raw, shown string, err error) {
-	switch x := v.(type) {
-	case string:
-		return x, strconv.Quote(x), nil
-	case bool:
-		s := strconv.FormatBool(x)
-		return s, s, nil
-	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-		s := fmt.Sprint(x)
-		return s, s, nil
-	case float32, float64:
-		// Not an integer as far as the parsers go, even when integral: only
-		// plain integers are accepted.
-		s := fmt.Sprint(x)
-		return s, s, nil
-	default:
-		return "", fmt.Sprintf("%v", x), valueError("is not a scalar")
-	}
+	return vals, nil
 }
 
 func showOption(v any) string {
@@ -260,6 +256,8 @@ func showOption(v any) string {
 	return fmt.Sprint(v)
 }
 
+// invalid is the error for a value that the knob k's grammar or range
+// rejects: "config: NAME=VALUE reason; allowed: ...".
 func invalid(name, shown string, reason error, k key) error {
-	return fmt.Errorf("config: %s=%s %v; allowed: %s", name, shown, reason, k.Allowed)
+	return errorf("%s=%s %v; allowed: %s", name, shown, reason, k.Allowed)
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,7 +77,6 @@ func TestEnvValues(t *testing.T) {
 	}{
 		{"PAGEDKV_KV_CAPACITY", "1", func(t *testing.T, c Config) { assert.Equal(t, 1, c.KVCapacity) }},
 		{"PAGEDKV_KV_CAPACITY", "16777216", func(t *testing.T, c Config) { assert.Equal(t, 1<<24, c.KVCapacity) }},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
 		{"PAGEDKV_PAGED_FLASH_SPLITS", "auto", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
 		{"PAGEDKV_PAGED_FLASH_SPLITS", "AUTO", func(t *testing.T, c Config) { assert.Equal(t, 0, c.PagedFlashSplits) }},
 		{"PAGEDKV_PAGED_FLASH_SPLITS", "1", func(t *testing.T, c Config) { assert.Equal(t, 1, c.PagedFlashSplits) }},
@@ -108,29 +108,18 @@ func TestEnvValues(t *testing.T) {
 	}
 }
 
-func TestEmptyEnvIsUnset(t *testing.T) {
+func TestEmptyEnvIsError(t *testing.T) {
 	for _, k := range Keys() {
-		if k.File == KeyPagedFlashSplits {
-			continue
-		}
 		t.Run(k.Env, func(t *testing.T) {
 			clearEnv(t)
+			// A file value must not win silently over the empty variable.
+			t.Setenv(EnvConfigFile, writeFile(t, "c.yaml", k.File+": "+k.Default+"\n"))
 			t.Setenv(k.Env, "")
-			c, err := Load(Options{})
-			require.NoError(t, err)
-			assert.Equal(t, SourceDefault, c.Source(k.File))
+			_, err := Load(Options{})
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Equal(t, "config: "+k.Env+`="" is empty; allowed: `+k.Allowed, err.Error())
 		})
 	}
-}
-
-func TestEmptySplitsEnvOverridesFile(t *testing.T) {
-	clearEnv(t)
-	t.Setenv(EnvConfigFile, writeFile(t, "c.yaml", "paged_flash_splits: 8\n"))
-	t.Setenv("PAGEDKV_PAGED_FLASH_SPLITS", "")
-	c, err := Load(Options{})
-	require.NoError(t, err)
-	assert.Equal(t, 0, c.PagedFlashSplits)
-	assert.Equal(t, SourceEnv, c.Source(KeyPagedFlashSplits))
 }
 
 func TestEnvErrors(t *testing.T) {
@@ -140,10 +129,10 @@ func TestEnvErrors(t *testing.T) {
 		{"PAGEDKV_KV_CAPACITY", "16777217", `config: PAGEDKV_KV_CAPACITY="16777217" is out of range; allowed: 1..16777216`},
 		{"PAGEDKV_KV_CAPACITY", "1e3", `config: PAGEDKV_KV_CAPACITY="1e3" is not an integer; allowed: 1..16777216`},
 		{"PAGEDKV_KV_CAPACITY", " 5", `config: PAGEDKV_KV_CAPACITY=" 5" is not an integer; allowed: 1..16777216`},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "0", `config: PAGEDKV_PAGED_FLASH_SPLITS="0" is out of range; allowed: "auto" (or empty) or 1..64`},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "65", `config: PAGEDKV_PAGED_FLASH_SPLITS="65" is out of range; allowed: "auto" (or empty) or 1..64`},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "256", `config: PAGEDKV_PAGED_FLASH_SPLITS="256" is out of range; allowed: "auto" (or empty) or 1..64`},
-		{"PAGEDKV_PAGED_FLASH_SPLITS", "four", `config: PAGEDKV_PAGED_FLASH_SPLITS="four" is not an integer; allowed: "auto" (or empty) or 1..64`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "0", `config: PAGEDKV_PAGED_FLASH_SPLITS="0" is out of range; allowed: auto (any case) or 1..64`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "65", `config: PAGEDKV_PAGED_FLASH_SPLITS="65" is out of range; allowed: auto (any case) or 1..64`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "256", `config: PAGEDKV_PAGED_FLASH_SPLITS="256" is out of range; allowed: auto (any case) or 1..64`},
+		{"PAGEDKV_PAGED_FLASH_SPLITS", "four", `config: PAGEDKV_PAGED_FLASH_SPLITS="four" is not an integer; allowed: auto (any case) or 1..64`},
 		{"PAGEDKV_PAGED_FLASH", "yes", `config: PAGEDKV_PAGED_FLASH="yes" is not a boolean; allowed: 1, 0, true, false, on, off (any case)`},
 		{"PAGEDKV_PAGED_FLASH", "2", `config: PAGEDKV_PAGED_FLASH="2" is not a boolean; allowed: 1, 0, true, false, on, off (any case)`},
 		{"PAGEDKV_SPLIT_K_ATTN", "2", `config: PAGEDKV_SPLIT_K_ATTN="2" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
@@ -161,7 +150,7 @@ func TestEnvErrors(t *testing.T) {
 			clearEnv(t)
 			t.Setenv(tt.env, tt.value)
 			_, err := Load(Options{})
-			require.Error(t, err)
+			require.ErrorIs(t, err, ErrInvalid)
 			assert.Equal(t, tt.want, err.Error())
 		})
 	}
@@ -174,17 +163,17 @@ func TestOptionErrors(t *testing.T) {
 		want string
 	}{
 		{"capacity", Options{KVCapacity: ptr(0)}, `config: Options.KVCapacity=0 is out of range; allowed: 1..16777216`},
-		{"splits", Options{PagedFlashSplits: ptr(65)}, `config: Options.PagedFlashSplits=65 is out of range; allowed: "auto" (or empty) or 1..64`},
-		{"splits negative", Options{PagedFlashSplits: ptr(-1)}, `config: Options.PagedFlashSplits=-1 is out of range; allowed: "auto" (or empty) or 1..64`},
+		{"splits", Options{PagedFlashSplits: ptr(65)}, `config: Options.PagedFlashSplits=65 is out of range; allowed: auto (any case) or 1..64`},
+		{"splits negative", Options{PagedFlashSplits: ptr(-1)}, `config: Options.PagedFlashSplits=-1 is out of range; allowed: auto (any case) or 1..64`},
 		{"split mode", Options{SplitKAttn: ptr(SplitMode("yes"))}, `config: Options.SplitKAttn="yes" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
-		{"split mode empty", Options{DecodeBalance: ptr(SplitMode(""))}, `config: Options.DecodeBalance="" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
+		{"split mode empty", Options{DecodeBalance: ptr(SplitMode(""))}, `config: Options.DecodeBalance="" is empty; allowed: auto, 1, 0, true, false, on, off (any case)`},
 		{"scratch", Options{ScratchLimitBytes: ptr(int64(-5))}, `config: Options.ScratchLimitBytes=-5 is out of range; allowed: an integer >= 0 (0 = no limit)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clearEnv(t)
 			_, err := Load(tt.opts)
-			require.Error(t, err)
+			require.ErrorIs(t, err, ErrInvalid)
 			assert.Equal(t, tt.want, err.Error())
 		})
 	}
@@ -233,7 +222,7 @@ func TestFileErrors(t *testing.T) {
 		{"c.toml", "scratch_limit_bytes = -1\n", `config: PATH: scratch_limit_bytes=-1 is out of range; allowed: an integer >= 0 (0 = no limit)`},
 		{"c.yaml", "split_k_attn: 2\n", `config: PATH: split_k_attn=2 is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
 		{"c.toml", "decode_balance = \"yes\"\n", `config: PATH: decode_balance="yes" is not allowed; allowed: auto, 1, 0, true, false, on, off (any case)`},
-		{"c.yaml", "paged_flash_splits: 65\n", `config: PATH: paged_flash_splits=65 is out of range; allowed: "auto" (or empty) or 1..64`},
+		{"c.yaml", "paged_flash_splits: 65\n", `config: PATH: paged_flash_splits=65 is out of range; allowed: auto (any case) or 1..64`},
 		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
 		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
 		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, decode_narrow, decode_balance, load_sass`},
@@ -246,7 +235,7 @@ func TestFileErrors(t *testing.T) {
 			path := writeFile(t, tt.name, tt.body)
 			t.Setenv(EnvConfigFile, path)
 			_, err := Load(Options{})
-			require.Error(t, err)
+			require.ErrorIs(t, err, ErrInvalid)
 			assert.Equal(t, strings.ReplaceAll(tt.want, "PATH", path), err.Error())
 		})
 	}
@@ -256,7 +245,8 @@ func TestFileMissing(t *testing.T) {
 	clearEnv(t)
 	path := filepath.Join(t.TempDir(), "absent.yaml")
 	_, err := Load(Options{ConfigFile: &path})
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "the cause stays visible")
 	assert.Contains(t, err.Error(), `config: reading Options.ConfigFile="`+path+`"`)
 }
 
@@ -501,7 +491,7 @@ func TestUnknownEnv(t *testing.T) {
 				assert.NoError(t, err)
 				return
 			}
-			require.Error(t, err)
+			require.ErrorIs(t, err, ErrInvalid)
 			assert.Equal(t, tt.want+"; known variables: "+knownEnvText, err.Error())
 		})
 	}
@@ -525,7 +515,7 @@ func TestCheckEnvNames(t *testing.T) {
 				assert.NoError(t, err)
 				return
 			}
-			require.Error(t, err)
+			require.ErrorIs(t, err, ErrInvalid)
 			assert.Equal(t, tt.want, err.Error())
 		})
 	}

@@ -57,7 +57,7 @@ func checkEnvNames(environ []string) error {
 	if len(unknown) > 1 {
 		noun = "variables"
 	}
-	return fmt.Errorf("config: unknown environment %s %s; known variables: %s",
+	return errorf("unknown environment %s %s; known variables: %s",
 		noun, strings.Join(unknown, ", "), strings.Join(known, ", "))
 }
 

@@ -70,7 +70,9 @@ func (m SplitMode) String() string { return string(m) }
 func (m SplitMode) Valid() bool { return m == SplitAuto || m == SplitOff || m == SplitOn }
 
 // Key describes one knob. Keys returns the full list; the CLI's info command
-// and the README print it.
+// and the README print it. Allowed holds for every source alike: the
+// environment, the config file (values as written) and Options. The empty
+// string is never allowed: PAGEDKV_X= is an error, not an unset knob.
 type Key struct {
 	Env         string // environment variable, e.g. PAGEDKV_KV_CAPACITY
 	File        string // config-file key, e.g. kv_capacity
@@ -111,11 +113,11 @@ var keys = []key{
 	{
 		Key: Key{
 			Env: EnvPrefix + "PAGED_FLASH_SPLITS", File: KeyPagedFlashSplits, Field: "PagedFlashSplits",
-			Default: "auto", Allowed: `"auto" (or empty) or ` + intRange(1, MaxPagedFlashSplits),
+			Default: "auto", Allowed: "auto (any case) or " + intRange(1, MaxPagedFlashSplits),
 			Description: "Split count for split-K batched decode; auto (0 in Go) lets the planner choose; a forced count is lowered where a sequence has fewer pages (each split takes whole pages) or the scratch limit is smaller, and the plan says so.",
 		},
 		parse: func(s string) (any, error) {
-			if s == "" || strings.EqualFold(s, "auto") {
+			if strings.EqualFold(s, "auto") {
 				return 0, nil
 			}
 			return intParser(1, MaxPagedFlashSplits)(s)
@@ -251,6 +253,9 @@ var keys = []key{
 // parseBool accepts as SplitOn or SplitOff: one grammar for on and off across
 // the knobs.
 func parseSplitMode(s string) (any, error) {
+	if s == "" {
+		return nil, errEmpty
+	}
 	if strings.EqualFold(s, "auto") {
 		return SplitAuto, nil
 	}
@@ -319,23 +324,43 @@ type valueError string
 func (e valueError) Error() string { return string(e) }
 
 const (
-	errNotInteger valueError = "is not an integer"
-	errOutOfRange valueError = "is out of range"
-	errNotAllowed valueError = "is not allowed"
-	errNotBool    valueError = "is not a boolean"
+	errEmpty           valueError = "is empty"
+	errNotInteger      valueError = "is not an integer"
+	errNotPlainInteger valueError = `is not a plain integer (no "+" sign, leading zero or -0)`
+	errOutOfRange      valueError = "is out of range"
+	errNotAllowed      valueError = "is not allowed"
+	errNotBool         valueError = "is not a boolean"
+	errNotScalar       valueError = "is not a scalar"
 )
 
 func intRange(lo, hi int64) string { return fmt.Sprintf("%d..%d", lo, hi) }
 
-// parseInt accepts plain base-10 integers only: no units, exponents,
-// hexadecimal or digit separators.
+// parseInt accepts one spelling per integer: "0", or decimal digits without
+// a leading zero after an optional "-" (no knob takes a negative value, but
+// "-1" reads better as out of range than as not an integer). Everything else
+// is rejected rather than read one way by one source and another way (or not
+// at all) by the next: a "+" sign, leading zeros (octal in YAML, an error in
+// TOML), "-0", exponents and fractions (floats in YAML and TOML, even when
+// integral, like 5e2 or 512.0), hexadecimal, octal and binary prefixes, digit
+// separators, units and surrounding space.
 func parseInt(s string) (int64, error) {
+	if s == "" {
+		return 0, errEmpty
+	}
+	sign, digits := "", s
+	if s[0] == '-' || s[0] == '+' {
+		sign, digits = s[:1], s[1:]
+	}
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, errNotInteger
+	}
+	if sign == "+" || (digits[0] == '0' && (len(digits) > 1 || sign == "-")) {
+		return 0, errNotPlainInteger
+	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
-			return 0, errOutOfRange
-		}
-		return 0, errNotInteger
+		// The text is all digits, so the one way left to fail is range.
+		return 0, errOutOfRange
 	}
 	return n, nil
 }
@@ -360,7 +385,13 @@ func checkRange(n, lo, hi int64) error {
 	return nil
 }
 
+// parseBool accepts 1, 0, true, false, on and off, in any case, and nothing
+// else: not yes and no (a boolean in YAML 1.1, a string in YAML 1.2), not
+// other integers, not surrounding space.
 func parseBool(s string) (any, error) {
+	if s == "" {
+		return nil, errEmpty
+	}
 	switch strings.ToLower(s) {
 	case "1", "true", "on":
 		return true, nil
