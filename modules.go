@@ -1,9 +1,11 @@
 package pagedkv
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pagedkv/pagedkv/config"
@@ -54,14 +56,17 @@ func (r *Runtime) function(name string) (driver.Function, bool, error) {
 	return f, true, nil
 }
 
-// LoadModule loads one embedded module (if not yet loaded): its machine code
-// for this GPU when LOAD_SASS asks for it and one is embedded (falling back to
-// the PTX if the driver refuses it), else its PTX, which the driver
-// JIT-compiles. It resolves the entry points and records their occupancy
-// for the planner, and returns how long the load took (zero when it was
-// already loaded; ModuleImage says what was loaded). Errors carry the
-// driver's JIT log. A module whose PTX needs a higher compute capability than
-// the device has (the *_sm90 modules on Ampere or Ada) is an error matching
+// LoadModule loads one embedded module (if not yet loaded), in the order
+// planImages gives for LOAD_SASS and what is embedded: by default the
+// driver JIT's own machine code recorded for this GPU's architecture
+// (ptx.JITCubin) where the running driver is at least as new as the one that
+// recorded it, else ptxas's machine code (ptx.SASS), else the PTX, which the
+// driver JIT-compiles; an image the driver refuses falls back to the next.
+// It resolves the entry points and records their occupancy for the planner,
+// and returns how long the load took (zero when it was already loaded;
+// ModuleImage says what was loaded and why). Errors carry the driver's JIT
+// log. A module whose PTX needs a higher compute capability than the device
+// has (the *_sm90 modules on Ampere or Ada) is an error matching
 // ErrComputeCapability, returned without asking the driver.
 func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	if err := r.live(); err != nil {
@@ -80,71 +85,214 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	}
 	entries := moduleEntries(name)
 	start := time.Now()
-	load := moduleLoad{image: "ptx"}
-	var funcs map[string]driver.Function
-	var facts moduleFacts
-	var err error
-	// The module's machine code for this GPU, where LOAD_SASS asks for it
-	// and one is embedded; a driver that refuses it gets the PTX.
-	if sass, arch, ok := r.sass(name); ok {
-		load.module, funcs, facts, err = r.loadImage(name, sass, entries)
+	choice, sass, jit := r.imageChoice(name)
+	var (
+		loaded  loadedModule
+		funcs   map[string]driver.Function
+		facts   moduleFacts
+		refused []error
+	)
+	for _, c := range planImages(choice) {
+		image := sass
+		switch c.kind {
+		case imageJIT:
+			image = jit
+		case imagePTX:
+			var err error
+			if image, err = ptx.Module(name); err != nil {
+				return 0, err
+			}
+		}
+		mod, f, mf, err := r.loadImage(name, image, entries)
 		if err == nil {
-			load.image = fmt.Sprintf("sass sm_%d", arch)
-		} else {
-			if load.module != 0 {
-				_ = r.do(load.module.Unload)
-				load.module = 0
-			}
-			load.sassErr = err
+			loaded = loadedModule{module: mod, image: ModuleImage{Image: c.label(), Reason: c.why, Refused: errors.Join(refused...)}}
+			funcs, facts = f, mf
+			break
 		}
-	}
-	if load.module == 0 {
-		image, err := ptx.Module(name)
-		if err != nil {
-			return 0, err
+		if mod != 0 {
+			_ = r.do(mod.Unload)
 		}
-		load.module, funcs, facts, err = r.loadImage(name, image, entries)
-		if err != nil {
-			if load.module != 0 {
-				_ = r.do(load.module.Unload)
-			}
-			return time.Since(start), err
+		if c.kind == imagePTX {
+			return time.Since(start), errors.Join(append([]error{err}, refused...)...)
 		}
+		refused = append(refused, fmt.Errorf("%s: %w", c.label(), err))
 	}
 	elapsed := time.Since(start)
-	load.duration = elapsed
+	loaded.image.LoadTime = elapsed
 	r.mu.Lock()
-	r.modules[name] = load
+	r.modules[name] = loaded
 	maps.Copy(r.funcs, funcs)
 	r.facts.Store(facts.addTo(r.facts.Load()))
 	r.mu.Unlock()
 	return elapsed, nil
 }
 
-// sass returns module's embedded machine code for this GPU and its
-// architecture when LOAD_SASS asks for it and there is one (see ptx.SASS):
-// auto skips the modules whose SASS is slower than the JIT's code on this
-// architecture (ptx.JITFaster), on takes every one, off none.
-func (r *Runtime) sass(module string) ([]byte, int, bool) {
-	if r.cfg.LoadSASS == config.SplitOff {
-		return nil, 0, false
+// imageChoice returns what planImages decides from for the embedded module
+// name on this device, with the cubins it may load: ptxas's SASS (nil
+// unless LOAD_SASS is auto or on and one runs here) and the recorded JIT
+// code (nil unless LOAD_SASS is auto and some is recorded for the device's
+// architecture).
+func (r *Runtime) imageChoice(name string) (c imageChoice, sass, jit []byte) {
+	c = imageChoice{mode: r.cfg.LoadSASS, cc: r.info.computeCapability(), driver: r.info.DriverVersion}
+	if c.mode != config.SplitOff {
+		sass, c.sassArch, _ = ptx.SASS(name, c.cc)
+		c.jitFaster = c.sassArch > 0 && ptx.JITFaster(name, c.sassArch)
 	}
-	image, arch, ok := ptx.SASS(module, r.info.computeCapability())
-	if ok && r.cfg.LoadSASS == config.SplitAuto && ptx.JITFaster(module, arch) {
-		return nil, 0, false
+	if c.mode != config.SplitOff && c.mode != config.SplitOn { // auto
+		jit, c.jitDriver, _ = ptx.JITCubin(name, c.cc)
 	}
-	return image, arch, ok
+	return c, sass, jit
 }
 
-// ModuleImage reports what was loaded for module name: "ptx" or "sass
-// sm_XX", and, when LOAD_SASS asked for its SASS but the driver refused it
-// and the PTX was loaded instead, why. ok is false when the module is not
-// loaded.
-func (r *Runtime) ModuleImage(name string) (image string, sassErr error, ok bool) {
+// imageKind is a kind of image a module can load from.
+type imageKind int
+
+const (
+	// imageJIT is the machine code the driver's JIT made of the module's
+	// PTX on a GPU of the device's architecture, recorded by pagedkv
+	// jit-record (ptx.JITCubin).
+	imageJIT imageKind = iota
+	// imageSASS is the machine code ptxas assembled from the module's PTX
+	// (ptx.SASS).
+	imageSASS
+	// imagePTX is the PTX, which the driver JIT-compiles at load.
+	imagePTX
+)
+
+// imageChoice is what planImages decides from, for one module on one
+// device.
+type imageChoice struct {
+	mode   config.SplitMode // LOAD_SASS
+	cc     int              // the device's compute capability, major*10+minor
+	driver int              // the running driver's version (cuDriverGetVersion)
+	// sassArch is the architecture of the module's ptxas SASS the device
+	// runs (ptx.SASS); 0 when there is none.
+	sassArch int
+	// jitFaster is ptx.JITFaster for the module at sassArch: its SASS runs
+	// slower than the driver's JIT code.
+	jitFaster bool
+	// jitDriver is the version of the driver that recorded the module's JIT
+	// code for exactly cc (ptx.JITCubin); 0 when none is recorded.
+	jitDriver int
+}
+
+// imageCandidate is one image a load tries, and why it is tried.
+type imageCandidate struct {
+	kind imageKind
+	arch int // the cubin's architecture (e.g. 90); 0 for the PTX
+	why  string
+}
+
+// label names the image: "jit-cubin sm_90", "sass sm_90" or "ptx".
+func (c imageCandidate) label() string {
+	switch c.kind {
+	case imageJIT:
+		return fmt.Sprintf("jit-cubin sm_%d", c.arch)
+	case imageSASS:
+		return fmt.Sprintf("sass sm_%d", c.arch)
+	}
+	return "ptx"
+}
+
+// planImages returns the images a module loads from, in the order to try
+// them (a driver that refuses one gets the next), the PTX always last, each
+// with the reason it is tried:
+//
+//   - LOAD_SASS=0: the PTX only.
+//   - LOAD_SASS=1: ptxas's SASS where the device runs one, then the PTX.
+//   - auto: the recorded JIT code (the driver's own code, without the
+//     JIT's load time) where it is recorded for the device's architecture
+//     and the running driver is at least as new as the recording one (an
+//     older driver may not load a newer one's cubin); then ptxas's SASS,
+//     then the PTX. A module whose SASS runs slower than the JIT's code
+//     (jitFaster) with no JIT code recorded loads its PTX, paying the JIT
+//     at load for the faster code; with JIT code recorded for a newer
+//     driver it loads its SASS (fast to load, slower to run) rather than
+//     stalling on the JIT, and the PTX only if the driver refuses that.
+func planImages(c imageChoice) []imageCandidate {
+	var out []imageCandidate
+	// first adds the first image to try; then adds one tried when every
+	// image before it was refused.
+	first := func(kind imageKind, arch int, why string) {
+		out = []imageCandidate{{kind: kind, arch: arch, why: why}}
+	}
+	then := func(kind imageKind, arch int) {
+		tried := make([]string, len(out))
+		for i, prev := range out {
+			tried[i] = prev.label()
+		}
+		out = append(out, imageCandidate{kind: kind, arch: arch, why: "the driver refused the " + strings.Join(tried, " and the ")})
+	}
+	sm := fmt.Sprintf("sm_%d", c.cc)
+	switch c.mode {
+	case config.SplitOff:
+		first(imagePTX, 0, "PAGEDKV_LOAD_SASS=0")
+		return out
+	case config.SplitOn:
+		if c.sassArch == 0 {
+			first(imagePTX, 0, "no SASS for "+sm)
+			return out
+		}
+		first(imageSASS, c.sassArch, "PAGEDKV_LOAD_SASS=1")
+		then(imagePTX, 0)
+		return out
+	}
+	recorded := c.jitDriver > 0
+	if recorded && c.driver >= c.jitDriver {
+		first(imageJIT, c.cc, fmt.Sprintf("driver %d recorded, %d running", c.jitDriver, c.driver))
+		if c.sassArch > 0 {
+			then(imageSASS, c.sassArch)
+		}
+		then(imagePTX, 0)
+		return out
+	}
+	tooOld := fmt.Sprintf("recorded JIT code needs driver ≥ %d, running %d", c.jitDriver, c.driver)
+	switch {
+	case c.sassArch == 0 && recorded:
+		first(imagePTX, 0, "no SASS for "+sm+"; "+tooOld)
+	case c.sassArch == 0:
+		first(imagePTX, 0, "no SASS for "+sm)
+	case c.jitFaster && !recorded:
+		first(imagePTX, 0, fmt.Sprintf("its sm_%d SASS runs slower than the driver's JIT code, and no JIT code is recorded for %s", c.sassArch, sm))
+	case recorded:
+		first(imageSASS, c.sassArch, tooOld)
+		then(imagePTX, 0)
+	default:
+		first(imageSASS, c.sassArch, "PAGEDKV_LOAD_SASS=auto")
+		then(imagePTX, 0)
+	}
+	return out
+}
+
+// ModuleImage says which image of an embedded module a Runtime loaded, why
+// and how long the load took.
+type ModuleImage struct {
+	// Image is what loaded: "jit-cubin sm_XX" (the driver JIT's machine
+	// code recorded by pagedkv jit-record), "sass sm_XX" (ptxas's machine
+	// code) or "ptx" (JIT-compiled by the driver at load).
+	Image string
+	// Reason says why that image, e.g. "driver 13000 recorded, 13000
+	// running" or "recorded JIT code needs driver ≥ 13000, running 12080".
+	Reason string
+	// LoadTime is how long the load took, resolving the entry points and
+	// measuring their occupancy included.
+	LoadTime time.Duration
+	// Refused holds why the driver refused each image tried before Image,
+	// joined; nil when the first image tried loaded.
+	Refused error
+}
+
+// String returns the image and the reason, e.g. "sass sm_90
+// (PAGEDKV_LOAD_SASS=auto)".
+func (m ModuleImage) String() string { return m.Image + " (" + m.Reason + ")" }
+
+// ModuleImage reports which image was loaded for module name and why; ok is
+// false when the module is not loaded.
+func (r *Runtime) ModuleImage(name string) (image ModuleImage, ok bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	m, ok := r.modules[name]
-	return m.image, m.sassErr, ok
+	return m.image, ok
 }
 
 // moduleEntries returns the entry points of the embedded module name, sorted.
@@ -159,7 +307,7 @@ func moduleEntries(name string) []string {
 	return entries
 }
 
-// loadImage JIT-loads image, the PTX of module name, resolves entries in
+// loadImage loads image, a cubin or the PTX of module name, resolves entries in
 // it and measures each for the planner (moduleFacts.measure) as it is
 // resolved. It records nothing in r. On an error after the driver loaded the
 // image, mod is that module, for the caller to unload.

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/pagedkv/pagedkv/config"
 	"github.com/pagedkv/pagedkv/dispatch"
@@ -64,7 +63,7 @@ type Runtime struct {
 
 	mu       sync.RWMutex // guards funcs and modules
 	funcs    map[string]driver.Function
-	modules  map[string]moduleLoad
+	modules  map[string]loadedModule
 	loadMu   sync.Mutex // serializes module loads
 	closed   atomic.Bool
 	closeMu  sync.Mutex
@@ -86,14 +85,10 @@ type DeviceInfo struct {
 	DriverVersion          int
 }
 
-// moduleLoad records how loading one embedded module went.
-type moduleLoad struct {
-	module   driver.Module
-	duration time.Duration
-	image    string // what was loaded: "ptx", or "sass sm_XX"
-	// sassErr is why the module's SASS did not load when LOAD_SASS asked for
-	// it and the PTX was loaded instead; nil otherwise.
-	sassErr error
+// loadedModule is one loaded embedded module and how its load went.
+type loadedModule struct {
+	module driver.Module
+	image  ModuleImage
 }
 
 // Open initializes the driver, retains the primary context of the device in
@@ -142,7 +137,7 @@ func Open(opts Options) (*Runtime, error) {
 		varlenKnobs: varlenKnobsFrom(cfg),
 		info:        info,
 		funcs:       map[string]driver.Function{},
-		modules:     map[string]moduleLoad{},
+		modules:     map[string]loadedModule{},
 		streams:     map[*Stream]struct{}{},
 	}
 	r.facts.Store(&dispatch.DeviceFacts{
@@ -264,7 +259,7 @@ func (r *Runtime) Close() error {
 		mod := m.module
 		errs = append(errs, r.ctx.Do(mod.Unload))
 	}
-	r.modules = map[string]moduleLoad{}
+	r.modules = map[string]loadedModule{}
 	r.funcs = map[string]driver.Function{}
 	r.mu.Unlock()
 	errs = append(errs, r.device.PrimaryCtxRelease())

@@ -368,8 +368,19 @@ func rawCall(addr uintptr, args ...uintptr) Result {
 // never a panic; only then does it register the table.
 func bindTable(lib string, lookup func(name string) (uintptr, error)) error {
 	syms := symbols()
-	addrs := make([]uintptr, len(syms))
-	var missing []string
+	addrs, missing := lookupSymbols(syms, lookup)
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s lacks %s; the driver is older than CUDA 11.8, install a newer NVIDIA driver",
+			ErrNoDriver, lib, strings.Join(missing, ", "))
+	}
+	registerSymbols(syms, addrs)
+	return nil
+}
+
+// lookupSymbols returns the address of every symbol of syms (0 where
+// missing) and the names of the missing ones.
+func lookupSymbols(syms []symbol, lookup func(name string) (uintptr, error)) (addrs []uintptr, missing []string) {
+	addrs = make([]uintptr, len(syms))
 	for i, s := range syms {
 		addr, err := lookup(s.name)
 		if err != nil || addr == 0 {
@@ -378,10 +389,11 @@ func bindTable(lib string, lookup func(name string) (uintptr, error)) error {
 		}
 		addrs[i] = addr
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s lacks %s; the driver is older than CUDA 11.8, install a newer NVIDIA driver",
-			ErrNoDriver, lib, strings.Join(missing, ", "))
-	}
+	return addrs, missing
+}
+
+// registerSymbols binds each variable of syms to its address in addrs.
+func registerSymbols(syms []symbol, addrs []uintptr) {
 	for i, s := range syms {
 		if s.raw != nil {
 			s.raw(addrs[i])
@@ -389,12 +401,12 @@ func bindTable(lib string, lookup func(name string) (uintptr, error)) error {
 			purego.RegisterFunc(s.fptr, addrs[i])
 		}
 	}
-	return nil
 }
 
-// unbindTable sets every function variable back to nil (tests only).
+// unbindTable sets every function variable, the optional ones included,
+// back to nil (tests only).
 func unbindTable() {
-	for _, s := range symbols() {
+	for _, s := range append(symbols(), linkSymbols()...) {
 		v := reflect.ValueOf(s.fptr).Elem()
 		v.Set(reflect.Zero(v.Type()))
 	}

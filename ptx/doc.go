@@ -5,10 +5,15 @@
 // build or run pagedkv. Beside each module's PTX lies its machine code
 // (SASS): cubins that ptxas assembled from that PTX for sm_80, sm_86, sm_89
 // and sm_90 (sm_90 only for the *_sm90 modules), embedded gzip-compressed;
-// SASS picks the one a device runs, which loads without the JIT.
+// SASS picks the one a device runs, which loads without the JIT. Where
+// ptxas's code runs slower than the driver JIT's (JITFaster), the JIT's own
+// code can be recorded on a GPU by `pagedkv jit-record` into jit.json and
+// <name>.sm_XX.jit.cubin.gz; JITCubin returns it.
 //
-// Everything here except embed.go, manifest.go, entry.go, arch.go, doc.go and
-// the tests is generated: run `go run ./cmd/ptxgen` (needs nvcc 11.8 and its
-// ptxas) after changing kernels_src/. A test fails when the manifest no
-// longer matches the sources, or an embedded PTX or cubin its manifest hash.
+// Everything here except embed.go, manifest.go, entry.go, arch.go, doc.go,
+// the recorded JIT files and the tests is generated: run `go run
+// ./cmd/ptxgen` (needs nvcc 11.8 and its ptxas) after changing kernels_src/.
+// A test fails when the manifest no longer matches the sources, an embedded
+// PTX or cubin its manifest hash, or a recorded JIT cubin the PTX it was
+// made from (record it again on a GPU, or delete it).
 package ptx

@@ -15,9 +15,11 @@ import (
 
 // FS holds every generated module as <name>.ptx, its machine code as
 // <name>.sm_XX.cubin.gz (one gzip-compressed cubin per architecture listed in
-// the module's manifest record), and manifest.json.
+// the module's manifest record), and manifest.json; and, recorded on GPUs
+// rather than generated, jit.json with the <name>.sm_XX.jit.cubin.gz it lists
+// (see JITCubin).
 //
-//go:embed *.ptx *.cubin.gz manifest.json
+//go:embed *.ptx *.cubin.gz manifest.json jit.json
 var FS embed.FS
 
 // Module returns the PTX text of the named module (a Module* constant, e.g.
@@ -58,10 +60,30 @@ var jitFaster = map[int][]string{
 }
 
 // JITFaster reports whether module's SASS for architecture arch (e.g. 90)
-// was measured slower than the driver's JIT of its PTX, so that loading the
-// PTX is the faster choice there (at the JIT's load time: a few seconds per
-// module without the driver's JIT cache).
+// was measured slower than the driver's JIT of its PTX, so that the JIT's
+// code is the faster choice there: recorded (JITCubin), or else made at
+// load time (a few seconds per module without the driver's JIT cache).
 func JITFaster(module string, arch int) bool { return slices.Contains(jitFaster[arch], module) }
+
+// JITFasterModules returns the modules JITFaster reports for architecture
+// arch (e.g. 90), sorted: the ones `pagedkv jit-record` records there.
+func JITFasterModules(arch int) []string { return slices.Sorted(slices.Values(jitFaster[arch])) }
+
+// JITCubin returns the machine code the driver's JIT made of module's PTX
+// on a GPU of compute capability arch (major*10+minor, e.g. 90), as
+// recorded by `pagedkv jit-record` in jit.json, decompressed, with the
+// version of the driver that made it (cuDriverGetVersion, e.g. 13000): the
+// cubin needs that driver or a newer one. ok is false when none is recorded
+// for exactly that architecture (the JIT's code is made for one device), for
+// an unknown module, and (which the ptx tests rule out) for a cubin that
+// does not decompress. Each call decompresses afresh; the image is the
+// caller's.
+func JITCubin(module string, arch int) (image []byte, driverVersion int, ok bool) {
+	return jitCubin(FS, module, arch)
+}
+
+// ReadJITRecord decodes the embedded jit.json.
+func ReadJITRecord() (JITRecord, error) { return readJITRecord(FS) }
 
 // Modules returns the names of the embedded modules, sorted.
 func Modules() []string { return modules(FS) }
@@ -99,6 +121,42 @@ func sass(fsys fs.FS, module string, cc int) ([]byte, int, bool) {
 		return image, arch, true
 	}
 	return nil, 0, false
+}
+
+func jitCubin(fsys fs.FS, module string, arch int) ([]byte, int, bool) {
+	if module == "" || strings.ContainsAny(module, `/\.`) || arch <= 0 {
+		return nil, 0, false
+	}
+	rec, err := readJITRecord(fsys)
+	if err != nil {
+		return nil, 0, false
+	}
+	sm := fmt.Sprintf("sm_%d", arch)
+	img, ok := rec.Image(module, sm)
+	if !ok {
+		return nil, 0, false
+	}
+	gz, err := fs.ReadFile(fsys, ptxfile.JITCubinFile(module, sm))
+	if err != nil {
+		return nil, 0, false
+	}
+	image, err := gunzip(gz)
+	if err != nil {
+		return nil, 0, false
+	}
+	return image, img.DriverVersion, true
+}
+
+func readJITRecord(fsys fs.FS) (JITRecord, error) {
+	data, err := fs.ReadFile(fsys, ptxfile.JITFile)
+	if err != nil {
+		return JITRecord{}, fmt.Errorf("ptx: %w", err)
+	}
+	r, err := ptxfile.ParseJITRecord(data)
+	if err != nil {
+		return JITRecord{}, fmt.Errorf("ptx: %w", err)
+	}
+	return r, nil
 }
 
 func gunzip(gz []byte) ([]byte, error) {

@@ -16,3 +16,13 @@ type ModuleInfo = ptxfile.ModuleInfo
 // SASSImage is one cubin in a ModuleInfo: the architecture ptxas assembled
 // the module's PTX for, and the cubin's hash and size.
 type SASSImage = ptxfile.SASSImage
+
+// JITRecord lists the machine code the driver's JIT made of modules' PTX,
+// recorded on GPUs by `pagedkv jit-record` (jit.json). It is defined in
+// ptxfile beside the Manifest.
+type JITRecord = ptxfile.JITRecord
+
+// JITImage is one recorded cubin in a JITRecord: the module, the
+// architecture and driver it was made for and by, the hash of the PTX it
+// was made from, and the cubin's hash and size.
+type JITImage = ptxfile.JITImage

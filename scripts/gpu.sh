@@ -5,9 +5,11 @@
 # Steps: info, tests (every test group in its own process, all at once),
 # verify, bench, then the GPU tests under compute-sanitizer
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
-# selects steps; BENCH_ARGS passes flags to pagedkv bench. Tests and bench
-# load modules as PAGEDKV_LOAD_SASS says (auto by default: SASS except where
-# the driver's JIT makes faster code). Three more steps measure the load
+# selects steps; BENCH_ARGS passes flags to pagedkv bench. jitrecord records
+# the driver JIT's code for ptx/ (pagedkv jit-record) into $OUT/jit.tar.
+# Tests and bench load modules as PAGEDKV_LOAD_SASS says (auto by default:
+# the recorded JIT code, else SASS except where the driver's JIT makes
+# faster code). Three more steps measure the load
 # paths: coldstart (run it first on a fresh machine: module
 # loads with every SASS, then the PTX JIT cold and again with the driver's
 # JIT cache warm), and sass and ptx (the GPU tests and the bench with every
@@ -75,6 +77,13 @@ for step in $STEPS; do
     done
     ;;
   verify) run verify 240 .gpu/pagedkv verify -n 25 ;;
+  jitrecord)
+    # The driver JIT's code for the modules whose SASS is slower than it
+    # (pagedkv jit-record), as $OUT/jit.tar: $OUT brings back 8 files at
+    # most. Unpack it into ptx/ (tar -C ptx -xf jit.tar) and commit.
+    rm -rf /tmp/pagedkv-jit
+    run jit-record 600 .gpu/pagedkv jit-record -out /tmp/pagedkv-jit && tar -C /tmp/pagedkv-jit -cf "$OUT/jit.tar" .
+    ;;
   coldstart)
     PAGEDKV_LOAD_SASS=1 run info-sass 120 .gpu/pagedkv info
     run info-ptx-cold 120 .gpu/pagedkv info
@@ -142,10 +151,11 @@ append;T=4096 .*flash prefill slots$;cache_append"}"
     ;;
   esac
 done
-echo "==== info"; head -40 "$OUT/info.log" 2>/dev/null
+echo "==== info"; head -40 "$OUT/info.log" 2>/dev/null; grep -E 'modules loaded in' "$OUT/info.log" 2>/dev/null
 for f in info-sass info-ptx-cold info-ptx-warm; do
-  [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E ' ok |FAILED|did not load' "$OUT/$f.log" | sed -E 's/\[[^]]*\]//; s/  +/ /g'; }
+  [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E ' ok |FAILED|refused first|modules loaded in' "$OUT/$f.log" | sed -E 's/\[[^]]*\]//; s/  +/ /g'; }
 done
+[ -f "$OUT/jit-record.log" ] && { echo "==== jit-record"; sed -n '1,/^wrote /p' "$OUT/jit-record.log"; }
 for f in tests-sass tests-ptx; do
   [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E '^(--- FAIL|FAIL|ok|PASS)' "$OUT/$f.log" | head; }
 done

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/pagedkv/pagedkv"
 	"github.com/pagedkv/pagedkv/config"
@@ -32,8 +33,10 @@ func parseInfo(args []string) (infoOptions, error) {
 	return o, nil
 }
 
-// runInfo prints the driver, the device, the configuration in effect and
-// how each embedded module JIT-loads. Without a driver or a device it prints
+// runInfo prints the driver, the device, the configuration in effect, and
+// loads every embedded module, printing per module which image loaded (the
+// recorded JIT code, the SASS or the PTX), why and how long it took, and
+// the total load time last. Without a driver or a device it prints
 // what it can know without one (the configuration, the embedded modules)
 // and one line saying why there is no GPU, and succeeds: info describes the
 // machine, and a machine without a GPU is a valid answer.
@@ -66,14 +69,16 @@ func runInfo(args []string) error {
 	fmt.Println()
 	printConfig(os.Stdout, r.Config())
 
-	fmt.Println("\nmodules (load on this GPU: the embedded SASS, or the driver's JIT of the PTX, as PAGEDKV_LOAD_SASS says)")
-	failed, width := 0, nameWidth(pagedkv.Modules())
+	fmt.Println("\nmodules (loaded on this GPU as PAGEDKV_LOAD_SASS says: the recorded JIT code, the embedded SASS or the PTX, and why)")
+	failed, loaded, width := 0, 0, nameWidth(pagedkv.Modules())
+	var total time.Duration
 	for _, m := range pagedkv.Modules() {
 		entries, err := moduleEntries(m)
 		if err != nil {
 			return err
 		}
 		took, err := r.LoadModule(m)
+		total += took
 		if errors.Is(err, pagedkv.ErrComputeCapability) {
 			// A module built for a newer GPU (*_sm90 below 9.0) cannot load
 			// here by design; that is not a JIT failure.
@@ -82,20 +87,25 @@ func runInfo(args []string) error {
 		}
 		if err != nil {
 			failed++
-			fmt.Printf("  %-*s  %s  FAILED after %v:\n%v\n", width, m, entries, took.Round(1e6), err)
+			fmt.Printf("  %-*s  %s  FAILED after %v:\n%v\n", width, m, entries, took.Round(time.Millisecond), err)
 			continue
 		}
-		image, sassErr, _ := r.ModuleImage(m)
-		fmt.Printf("  %-*s  %s  ok  %8.1f ms  %s\n", width, m, entries, float64(took.Microseconds())/1000, image)
-		if sassErr != nil {
-			fmt.Printf("    (its SASS did not load, so its PTX did: %v)\n", sassErr)
+		loaded++
+		image, _ := r.ModuleImage(m)
+		fmt.Printf("  %-*s  %s  ok  %8.1f ms  %s\n", width, m, entries, milliseconds(took), image)
+		if image.Refused != nil {
+			fmt.Printf("    (refused first: %v)\n", image.Refused)
 		}
 	}
+	fmt.Printf("\n%d modules loaded in %.1f ms\n", loaded, milliseconds(total))
 	if failed > 0 {
 		return fmt.Errorf("pagedkv: %d module(s) failed to load on %s", failed, d.Name)
 	}
 	return nil
 }
+
+// milliseconds returns d in milliseconds, to a microsecond.
+func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // printNoGPU writes info's report for a machine without a usable GPU: the
 // configuration, the embedded modules and, last, one line with reason.

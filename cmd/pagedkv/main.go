@@ -1,9 +1,10 @@
 // Command pagedkv inspects a GPU for pagedkv, benchmarks its kernels and
 // verifies them against the float64 reference.
 //
-//	pagedkv info             driver, device, configuration, module JIT loads
+//	pagedkv info             driver, device, configuration, module loads
 //	pagedkv bench [op]       copy bandwidth, then every kernel against it
 //	pagedkv verify [flags]   random shapes against internal/ref
+//	pagedkv jit-record       the driver JIT's code for this GPU, into ptx/
 package main
 
 import (
@@ -27,6 +28,8 @@ func main() {
 		err = runBench(os.Args[2:])
 	case "verify":
 		err = runVerify(os.Args[2:])
+	case "jit-record":
+		err = runJITRecord(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		usage()
 		return
@@ -54,13 +57,19 @@ func usage() {
 
 commands:
   info     driver version, device, configuration in effect and its sources,
-           and whether every embedded module JIT-loads on this GPU (without a
-           GPU: the configuration, the embedded modules and why there is none)
+           and how every embedded module loads on this GPU: which image, why,
+           and how long (without a GPU: the configuration, the embedded
+           modules and why there is none)
   bench    device-to-device copy bandwidth, then the kernels as a fraction of it
            (varlen attention also in TFLOP/s):
            pagedkv bench [all|copy|append|decode|varlen] [flags]
   verify   a correctness sweep on random shapes against the float64 reference,
            counted per op family (pagedkv verify -h lists them)
+  jit-record
+           records the driver JIT's machine code for the modules whose
+           embedded SASS is slower than the JIT's, for this GPU's
+           architecture, into a folder to copy into ptx/:
+           pagedkv jit-record -out DIR
 
 pagedkv <command> -h lists the command's flags. Flags are checked before the
 GPU is opened; a bad one exits with status 2.

@@ -39,7 +39,9 @@ type module struct {
 // generate compiles every kernels_src/*.cu and writes <name>.ptx, the
 // <name>.sm_XX.cubin.gz that ptxas assembles from that PTX for each of the
 // module's sassTargets, manifest.json and names.go into outDir, removing
-// *.ptx and *.cubin.gz files there that it no longer produces. nvcc and
+// *.ptx and *.cubin.gz files there that it no longer produces, except the
+// recorded JIT cubins (*.jit.cubin.gz, listed in jit.json), which only a
+// GPU can make and which it leaves, like jit.json, as they are. nvcc and
 // ptxas run in parallel, at most GOMAXPROCS at a time, each module's ptxas
 // jobs as soon as its PTX is ready; every failing module and architecture is
 // reported. Nothing is written unless everything succeeded.
@@ -117,20 +119,29 @@ func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifes
 	if err := os.WriteFile(filepath.Join(outDir, namesFile), names, 0o644); err != nil {
 		return ptxfile.Manifest{}, err
 	}
+	if err := removeStale(outDir, keep); err != nil {
+		return ptxfile.Manifest{}, err
+	}
+	return m, nil
+}
+
+// removeStale removes the *.ptx and *.cubin.gz files in outDir that keep
+// does not name, except the recorded JIT cubins (*.jit.cubin.gz).
+func removeStale(outDir string, keep map[string]bool) error {
 	for _, pattern := range []string{"*.ptx", "*.cubin.gz"} {
 		stale, err := filepath.Glob(filepath.Join(outDir, pattern))
 		if err != nil {
-			return ptxfile.Manifest{}, err
+			return err
 		}
 		for _, p := range stale {
-			if !keep[filepath.Base(p)] {
+			if !keep[filepath.Base(p)] && !ptxfile.IsJITCubinFile(filepath.Base(p)) {
 				if err := os.Remove(p); err != nil {
-					return ptxfile.Manifest{}, err
+					return err
 				}
 			}
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // buildAll compiles one module (holding a slot of sem while nvcc runs), then

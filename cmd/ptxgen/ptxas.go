@@ -77,24 +77,10 @@ func assemble(ctx context.Context, ptxas, dir, arch, in, out string) error {
 	return nil
 }
 
-// compressCubin gzips a cubin reproducibly: best compression and a header
-// without name, comment or modification time, so one Go release always
-// turns the same cubin into the same bytes. Another release's compress/flate
-// may not, which is why -check compares cubins decompressed.
-func compressCubin(cubin []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(cubin); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
+// compressCubin gzips a cubin reproducibly (ptxfile.CompressCubin): the
+// same cubin always gives the same bytes with one Go release, and -check
+// compares cubins decompressed for the others.
+func compressCubin(cubin []byte) ([]byte, error) { return ptxfile.CompressCubin(cubin) }
 
 // cubinDigest decompresses a .cubin.gz and returns the cubin's hex SHA-256
 // and size, the values its manifest record holds.

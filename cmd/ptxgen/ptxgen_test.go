@@ -316,6 +316,18 @@ func TestCompareDirsSASS(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, diffs)
 
+	// A recorded JIT cubin and jit.json are not ptxgen's: not compared.
+	recorded := dir(t, "", a, map[string][]byte{
+		"a.sm_80.cubin.gz":     gz(t, gzip.BestCompression, "A80"),
+		"a.sm_86.cubin.gz":     gz(t, gzip.BestCompression, "A86"),
+		"a.sm_90.cubin.gz":     gz(t, gzip.BestCompression, "A90"),
+		"a.sm_90.jit.cubin.gz": gz(t, gzip.BestCompression, "JIT90"),
+		ptxfile.JITFile:        []byte(`{"images": []}`),
+	})
+	diffs, err = compareDirs(recorded, want)
+	require.NoError(t, err)
+	assert.Empty(t, diffs)
+
 	old := a
 	old.SASS = []ptxfile.SASSImage{img("sm_75", "A75"), img("sm_80", "A80"), img("sm_86", "old")}
 	have := dir(t, "", old, map[string][]byte{
@@ -333,4 +345,22 @@ func TestCompareDirsSASS(t *testing.T) {
 		"module a, sm_90: a.sm_90.cubin.gz is missing",
 		"module a: manifest.json record differs (sm_75 SASS is no longer built; sm_86 SASS changed; sm_90 SASS is new)",
 	}, diffs)
+}
+
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.ptx", "gone.ptx", "a.sm_90.cubin.gz", "gone.sm_90.cubin.gz",
+		"a.sm_90.jit.cubin.gz", "gone.sm_90.jit.cubin.gz", ptxfile.JITFile, ptxfile.ManifestFile, "embed.go"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), nil, 0o644))
+	}
+	require.NoError(t, removeStale(dir, map[string]bool{"a.ptx": true, "a.sm_90.cubin.gz": true}))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	assert.Equal(t, []string{"a.ptx", "a.sm_90.cubin.gz", "a.sm_90.jit.cubin.gz", "embed.go",
+		"gone.sm_90.jit.cubin.gz", ptxfile.JITFile, ptxfile.ManifestFile}, left,
+		"the recorded JIT files stay, even one whose module is gone (the ptx tests flag it)")
 }
