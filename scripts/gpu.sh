@@ -5,8 +5,10 @@
 # Steps: info, tests (every test group in its own process, all at once),
 # verify, bench, then the GPU tests under compute-sanitizer
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
-# selects steps; BENCH_ARGS passes flags to pagedkv bench. jitrecord records
-# the driver JIT's code for ptx/ (pagedkv jit-record) into $OUT/jit.tar.
+# selects steps; BENCH_ARGS passes flags to pagedkv bench. jitharvest
+# collects the driver JIT's code for ptx/ into $OUT/cc.tgz (then
+# scripts/jit_harvest.py); jitrecord records the linker's (pagedkv
+# jit-record), which differs from the JIT's and is refused by its check.
 # Tests and bench load modules as PAGEDKV_LOAD_SASS says (auto by default:
 # the recorded JIT code, else SASS except where the driver's JIT makes
 # faster code). Three more steps measure the load
@@ -83,6 +85,14 @@ for step in $STEPS; do
     # most. Unpack it into ptx/ (tar -C ptx -xf jit.tar) and commit.
     rm -rf /tmp/pagedkv-jit
     run jit-record 600 .gpu/pagedkv jit-record -out /tmp/pagedkv-jit && tar -C /tmp/pagedkv-jit -cf "$OUT/jit.tar" .
+    ;;
+  jitharvest)
+    # The driver JIT's own code for ptx/: every module's PTX loaded into an
+    # empty JIT cache, returned as $OUT/cc.tgz; scripts/jit_harvest.py turns
+    # it into ptx/*.jit.cubin.gz and ptx/jit.json.
+    rm -rf /tmp/pagedkv-cc
+    CUDA_CACHE_PATH=/tmp/pagedkv-cc CUDA_CACHE_MAXSIZE=4294967296 PAGEDKV_LOAD_SASS=0 \
+      run jit-harvest 300 .gpu/pagedkv info && tar -C /tmp -czf "$OUT/cc.tgz" pagedkv-cc
     ;;
   coldstart)
     PAGEDKV_LOAD_SASS=1 run info-sass 120 .gpu/pagedkv info
