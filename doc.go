@@ -1,24 +1,51 @@
 // Package pagedkv runs paged-KV attention and KV-cache kernels on NVIDIA GPUs
-// from pure Go: no cgo, and no CUDA toolkit to build or to run.
+// from pure Go: no cgo, and no CUDA toolkit to build or to run. It serves Go
+// inference engines, which own the model, the scheduler and the block
+// allocator; pagedkv owns the kernels that touch the paged cache.
 //
-// CUDA C kernels are compiled to PTX once (cmd/ptxgen), embedded in the
-// binary (package ptx), JIT-loaded by the driver on first use, and launched
-// through the CUDA driver API (package driver, bound at run time with purego).
-// A Runtime owns one device: its primary context, its loaded modules, its
-// streams and its split-K scratch pools. The ops: Append and Gather (paged
-// cache writes and their inverse, in the flash, x-split and shuffle layouts),
-// RopeCache (RoPE fused with the cache write), QKVNormRope (split QKV, RMSNorm,
-// RoPE, cache write; varlen), MLARopeQuant and MLAConcatQ (MLA inputs), and
-// Decode (batched paged decode attention). Each op takes an argument struct whose
-// Validate method checks every shape, dtype, alignment and buffer capacity the
-// host can see before anything is launched; the op's plan comes from package
-// dispatch, a pure function of the shape, the device and the configuration.
+// The ops, each a Runtime method taking an argument struct: Append and Gather
+// (K/V rows into their cache slots, and the exact inverse), RopeCache (RoPE
+// fused with the cache write), QKVNormRope (split a fused QKV activation,
+// RMSNorm, RoPE, q out and K/V into the cache, for one sequence or a varlen
+// batch), MLARopeQuant and MLAConcatQ (the MLA input step); and attention:
+// Decode (batched decode, one query token per sequence), Varlen (prefill,
+// chunked prefill, verify steps and mixed batches over the paged cache,
+// causal or not) and SequenceAttention (one sequence's new tokens, picking
+// Decode or Varlen). Queries and inputs are f16 or bf16; caches hold the same
+// type or fp8 e4m3 with per-tensor scales, in the flash, x-split or shuffle
+// layout (CacheLayout). Attention takes head dims 64, 128 and 256 and GQA
+// groups of 1 to 16.
 //
-// Indices that live in device memory (slot mappings, block tables, kv
-// lengths) cannot be checked by the host without a copy. Kernels never read
-// or write outside the buffers for any value of them: an out-of-range slot is
-// not written, a kv length beyond the block table is clamped, a block id
-// outside the pool reads block 0, and the first such fault of a stream is
-// recorded in that stream's fault record. Stream.Fault reports it; with
-// PAGEDKV_CHECK_BOUNDS=1 every op synchronizes and returns it as an error.
+// A Runtime owns one device: its primary context, the modules it has loaded,
+// its streams and their split-K scratch pools; it is safe for concurrent use.
+// CUDA C kernels are compiled to PTX and to machine code (SASS) for sm_80,
+// sm_86, sm_89 and sm_90, embedded in the binary (package ptx), and loaded by
+// the driver (libcuda, opened at run time through package driver) when an op
+// first needs them. PAGEDKV_LOAD_SASS picks the image: auto, the default,
+// loads the SASS where the device runs it, except for modules whose SASS
+// runs slower than the driver JIT's code (on sm_90: varlen and fp8 decode),
+// which load JIT code recorded by `pagedkv jit-record` or else their PTX; 1
+// loads SASS wherever there is some; 0 always loads the PTX. Each op's plan
+// (single-pass or split-K, and how many splits) comes from package dispatch,
+// a pure function of the shape, the device and the configuration (package
+// config: options, PAGEDKV_ environment, file).
+//
+// Every argument struct's Validate method checks each shape, dtype,
+// alignment, stride and buffer capacity the host can see before anything is
+// launched; its errors match ErrInvalidArgument. Indices that live in device
+// memory (slot mappings, block tables, kv lengths, query bounds) cannot be
+// checked by the host without a copy. Kernels never read or write outside
+// the buffers for any value of them: an out-of-range slot is not written, a
+// kv length beyond the block table is clamped, a block id outside the pool
+// reads block 0, and the first such fault of a stream is recorded in that
+// stream's fault record. Stream.Fault reports it; with PAGEDKV_CHECK_BOUNDS=1
+// every op synchronizes and returns it as an error.
+//
+// Decode and Varlen can be captured into CUDA graphs (Stream.BeginCapture)
+// for a KV capacity and replayed with any lengths up to it; reserve the
+// stream's scratch first (ReserveDecode, ReserveVarlen), or pass a Workspace.
+// A Graph keeps the scratch it captured until Graph.Close.
+//
+// The README has the support tables and measurements; docs/design.md the
+// design, the planner's rules and the naming table.
 package pagedkv

@@ -7,9 +7,10 @@ import (
 	"github.com/pagedkv/pagedkv"
 )
 
-// Example is the README's library snippet: open a runtime, write one token
-// per sequence into a paged f16 cache and decode. Without a GPU it stops at
-// Open; `go test` compiles it either way, so the README stays true.
+// Example is the README's quick start: open a runtime, write one token per
+// sequence into a paged f16 cache and decode. Without a GPU it stops at Open.
+// `go test` compiles it, and TestReadmeGoBlocksAreExamples checks that the
+// README shows this body verbatim, so the README's code stays current.
 func Example() {
 	const (
 		seqs, qHeads, kvHeads, headDim = 4, 32, 8, 128
@@ -27,17 +28,28 @@ func Example() {
 	defer rt.Close()
 	s := rt.Stream() // or rt.NewStream(): one per concurrent caller
 
+	// A Memory frees its device memory once it is unreachable: hold each one
+	// until the work that uses it is done.
+	var held []*pagedkv.Memory
+	defer func() {
+		for _, m := range held {
+			_ = m.Free()
+		}
+	}()
 	alloc := func(bytes int64) pagedkv.Buffer {
 		m, err := rt.Alloc(bytes)
 		if err != nil {
 			panic(err)
 		}
-		return m.Buffer // freed with the runtime here; call m.Free() in real code
+		held = append(held, m)
+		return m.Buffer
 	}
 	cacheBytes := int64(numBlocks * blockSize * kvHeads * headDim * 2)
 	kc, vc := alloc(cacheBytes), alloc(cacheBytes)
 	k, v := alloc(seqs*kvHeads*headDim*2), alloc(seqs*kvHeads*headDim*2)
 	q, out := alloc(seqs*qHeads*headDim*2), alloc(seqs*qHeads*headDim*2)
+	// Real code fills k, v and q from the model with pagedkv.Upload
+	// (pagedkv.F16FromFloat32 converts float32 values).
 
 	// Sequence i owns blocks i·maxBlocks…; its next token goes to slot lens[i].
 	tables := make([]int32, seqs*maxBlocks)
