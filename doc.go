@@ -22,10 +22,12 @@
 // sm_86, sm_89 and sm_90, embedded in the binary (package ptx), and loaded by
 // the driver (libcuda, opened at run time through package driver) when an op
 // first needs them. PAGEDKV_LOAD_SASS picks the image: auto, the default,
-// loads the SASS where the device runs it, except for modules whose SASS
-// runs slower than the driver JIT's code (on sm_90: varlen and fp8 decode),
-// which load JIT code recorded by `pagedkv jit-record` or else their PTX; 1
-// loads SASS wherever there is some; 0 always loads the PTX. Each op's plan
+// loads the driver JIT's own code where it is embedded for the device's
+// architecture and the running driver is at least as new as the one that
+// recorded it (on sm_90, for the varlen and fp8 decode modules, whose ptxas
+// SASS runs slower), else the SASS where the device runs it, else the PTX,
+// which the driver JIT-compiles; 1 loads the SASS wherever there is some; 0
+// always loads the PTX. Each op's plan
 // (single-pass or split-K, and how many splits) comes from package dispatch,
 // a pure function of the shape, the device and the configuration (package
 // config: options, PAGEDKV_ environment, file).
