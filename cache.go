@@ -114,6 +114,9 @@ func (a *AppendArgs) target() cacheTarget {
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *AppendArgs) Validate() error {
+	if a == nil {
+		return errf("the *AppendArgs is nil")
+	}
 	if err := a.target().check(appendArg); err != nil {
 		return err
 	}
@@ -153,7 +156,7 @@ type cacheClaimParams struct {
 // writes each token's index into its slot's K row, the second overwrites
 // it page by page with the tokens' K and V.
 func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("Append", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {
@@ -170,7 +173,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 // PlanAppendWith for a (either path); another plan is an error, never a
 // launch.
 func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.Plan) error {
-	if err := r.live(); err != nil {
+	if err := r.on("AppendWithPlan", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {
@@ -282,6 +285,9 @@ const gatherArg = "GatherArgs"
 
 // Validate checks every shape, dtype, layout, alignment and buffer capacity.
 func (a *GatherArgs) Validate() error {
+	if a == nil {
+		return errf("the *GatherArgs is nil")
+	}
 	if !a.CacheDType.Valid() {
 		return errf("%s.CacheDType=%s is not supported; allowed: f16, bf16, e4m3", gatherArg, a.CacheDType)
 	}
@@ -342,7 +348,7 @@ type cacheGatherParams struct {
 
 // Gather copies the cache slots of a back to token-major rows on stream s.
 func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("Gather", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {

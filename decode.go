@@ -79,6 +79,9 @@ const decodeArg = "DecodeArgs"
 // Validate checks every shape, dtype, alignment and buffer capacity the host
 // can see.
 func (a *DecodeArgs) Validate() error {
+	if a == nil {
+		return errf("the *DecodeArgs is nil")
+	}
 	p := a.paged()
 	if err := p.types(); err != nil {
 		return err
@@ -206,7 +209,7 @@ type decodePartitionParams struct {
 // (graph capture plans for KV_CAPACITY). It loads the kernel's module if
 // needed, so the occupancy it plans with is the device's own.
 func (r *Runtime) PlanDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, error) {
-	return r.planOn(s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
+	return r.planOn("PlanDecode", s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
 		plan, _, err := r.planFor(a, capturing)
 		return plan, err
 	})
@@ -268,6 +271,9 @@ func (r *Runtime) planAndLoad(shape dispatch.DecodeShape, k dispatch.Knobs) (dis
 // enough for the pool, which keeps the biggest reservation). A decode with its
 // own Workspace needs no reservation.
 func (r *Runtime) ReserveDecode(s *Stream, a *DecodeArgs) error {
+	if err := r.on("ReserveDecode", s); err != nil {
+		return err
+	}
 	plan, err := r.PlanDecodeGraph(a)
 	if err != nil || !a.Workspace.IsZero() {
 		return err
@@ -302,7 +308,7 @@ func (r *Runtime) PlanDecodeGraph(a *DecodeArgs) (dispatch.Plan, error) {
 // remembered plan for a shape seen before) and one or two launches, all in
 // one pass through the Runtime's context.
 func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("Decode", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {
@@ -322,6 +328,9 @@ func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
 // benchmarks use it to force split counts. Launch the plan with
 // DecodeWithPlan.
 func (r *Runtime) PlanDecodeWith(a *DecodeArgs, k dispatch.Knobs) (dispatch.Plan, error) {
+	if err := r.live(); err != nil {
+		return dispatch.Plan{}, err
+	}
 	if err := a.Validate(); err != nil {
 		return dispatch.Plan{}, err
 	}
@@ -344,7 +353,7 @@ func (a *DecodeArgs) launchPart(r *Runtime, s *Stream, part mixedPart, plan *dis
 
 // decodeWithPlan is DecodeWithPlan for one part of a batch (see mixedPart).
 func (r *Runtime) decodeWithPlan(s *Stream, a *DecodeArgs, part mixedPart, plan dispatch.Plan) error {
-	if err := r.live(); err != nil {
+	if err := r.on("DecodeWithPlan", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {

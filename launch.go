@@ -53,11 +53,12 @@ func (r *Runtime) enqueue(s *Stream, launch func(capturing bool) error) error {
 	})
 }
 
-// planOn returns the plan an attention op would follow on s right now: after
+// planOn returns the plan an attention op would follow on s right now (op
+// names the call for the errors): after
 // r is checked live and validate passes, plan runs in enqueue's pass with
 // whether s is capturing (a graph's plan then).
-func (r *Runtime) planOn(s *Stream, validate func() error, plan func(capturing bool) (dispatch.Plan, error)) (dispatch.Plan, error) {
-	if err := r.live(); err != nil {
+func (r *Runtime) planOn(op string, s *Stream, validate func() error, plan func(capturing bool) (dispatch.Plan, error)) (dispatch.Plan, error) {
+	if err := r.on(op, s); err != nil {
 		return dispatch.Plan{}, err
 	}
 	if err := validate(); err != nil {

@@ -49,6 +49,17 @@ type Memory struct {
 	cleanup runtime.Cleanup // frees the memory if Free is never called
 }
 
+// IsZero reports whether m holds no memory (a nil Memory does not).
+func (m *Memory) IsZero() bool { return m == nil || m.Buffer.IsZero() }
+
+// Slice returns the view [off, off+n) of m's memory (see Buffer.Slice).
+func (m *Memory) Slice(off, n int64) (Buffer, error) {
+	if m == nil {
+		return Buffer{}, errf("Memory.Slice(%d, %d): the *Memory is nil", off, n)
+	}
+	return m.Buffer.Slice(off, n)
+}
+
 // Alloc allocates bytes of device memory (uninitialized).
 func (r *Runtime) Alloc(bytes int64) (*Memory, error) {
 	if err := r.live(); err != nil {
@@ -72,8 +83,12 @@ func (r *Runtime) Alloc(bytes int64) (*Memory, error) {
 }
 
 // Free releases the memory after the device has finished every operation
-// already enqueued (cuMemFree synchronizes). It is safe to call more than once.
+// already enqueued (cuMemFree synchronizes). It is safe to call more than
+// once, and on a nil Memory (it does nothing).
 func (m *Memory) Free() error {
+	if m == nil || m.r == nil {
+		return nil
+	}
 	var err error
 	m.once.Do(func() {
 		m.cleanup.Stop()
@@ -89,6 +104,9 @@ func (m *Memory) Free() error {
 // for the copy (and everything enqueued on s before it) to finish.
 // UploadAsync does not wait.
 func Upload[T any](s *Stream, dst Buffer, src []T) error {
+	if err := s.use("Upload"); err != nil {
+		return err
+	}
 	n := int64(len(src)) * int64(unsafe.Sizeof(*new(T)))
 	if n == 0 {
 		return nil
@@ -109,6 +127,9 @@ func Upload[T any](s *Stream, dst Buffer, src []T) error {
 // after every op already enqueued on s, and waits for it. DownloadAsync does
 // not wait.
 func Download[T any](s *Stream, dst []T, src Buffer) error {
+	if err := s.use("Download"); err != nil {
+		return err
+	}
 	n := int64(len(dst)) * int64(unsafe.Sizeof(*new(T)))
 	if n == 0 {
 		return nil
@@ -130,8 +151,8 @@ func (s *Stream) Fill(b Buffer, v byte) error {
 	if b.Bytes < 0 {
 		return errf("Fill of a buffer of %d bytes; allowed: a size ≥ 0", b.Bytes)
 	}
-	if b.Bytes == 0 {
-		return nil
+	if err := s.use("Stream.Fill"); err != nil || b.Bytes == 0 {
+		return err
 	}
 	return s.r.do(func() error { return driver.MemsetD8Async(b.Ptr, v, uint64(b.Bytes), s.s) })
 }
@@ -142,8 +163,8 @@ func (s *Stream) Fill32(b Buffer, v uint32) error {
 	if b.Bytes%4 != 0 || b.Bytes < 0 {
 		return errf("Fill32 needs a multiple of 4 bytes, got %d", b.Bytes)
 	}
-	if b.Bytes == 0 {
-		return nil
+	if err := s.use("Stream.Fill32"); err != nil || b.Bytes == 0 {
+		return err
 	}
 	return s.r.do(func() error { return driver.MemsetD32Async(b.Ptr, v, uint64(b.Bytes/4), s.s) })
 }
@@ -152,6 +173,9 @@ func (s *Stream) Fill32(b Buffer, v uint32) error {
 func (s *Stream) Copy(dst, src Buffer) error {
 	if dst.Bytes != src.Bytes || src.Bytes < 0 {
 		return errf("Copy of %d bytes into %d bytes", src.Bytes, dst.Bytes)
+	}
+	if err := s.use("Stream.Copy"); err != nil {
+		return err
 	}
 	return s.r.do(func() error { return driver.MemcpyDtoDAsync(dst.Ptr, src.Ptr, uint64(src.Bytes), s.s) })
 }
@@ -208,9 +232,10 @@ func (r *Runtime) AllocHost(bytes int64) (*HostMemory, error) {
 	return h, nil
 }
 
-// Bytes returns the memory as a byte slice, or nil once it is freed.
+// Bytes returns the memory as a byte slice, or nil once it is freed (or for
+// a nil HostMemory).
 func (h *HostMemory) Bytes() []byte {
-	if h.freed.Load() {
+	if h == nil || h.freed.Load() {
 		return nil
 	}
 	return unsafe.Slice((*byte)(h.ptr), h.bytes)
@@ -259,8 +284,12 @@ func hasPointers(t reflect.Type) bool {
 // not call it while a stream of that device is being captured, or while a
 // graph whose copies use the memory may still be replayed. It is safe to
 // call more than once. After Runtime.Close it only forgets the memory, which
-// went with the context or stays allocated until the context goes.
+// went with the context or stays allocated until the context goes. On a nil
+// HostMemory it does nothing.
 func (h *HostMemory) Free() error {
+	if h == nil || h.r == nil {
+		return nil
+	}
 	var err error
 	h.once.Do(func() {
 		// Removed first, under the write lock: a copy that found h has
@@ -378,14 +407,11 @@ func copyBytes[T any](op, arg, bufArg string, n int, limit int64) (int64, error)
 // Enqueued during graph capture, the copy is captured instead: each replay
 // reads src then, so its HostMemory must outlive the graph.
 func UploadAsync[T any](s *Stream, dst Buffer, src []T) error {
-	if s == nil {
-		return errf("UploadAsync: the stream is nil")
+	if err := s.use("UploadAsync"); err != nil {
+		return err
 	}
 	n, err := copyBytes[T]("UploadAsync", "src", "dst", len(src), dst.Bytes)
 	if err != nil || n == 0 {
-		return err
-	}
-	if err := s.r.live(); err != nil {
 		return err
 	}
 	p := unsafe.Pointer(unsafe.SliceData(src))
@@ -411,14 +437,11 @@ func UploadAsync[T any](s *Stream, dst Buffer, src []T) error {
 // during graph capture, the copy is captured instead: each replay writes dst
 // then, so its HostMemory must outlive the graph.
 func DownloadAsync[T any](s *Stream, dst []T, src Buffer) error {
-	if s == nil {
-		return errf("DownloadAsync: the stream is nil")
+	if err := s.use("DownloadAsync"); err != nil {
+		return err
 	}
 	n, err := copyBytes[T]("DownloadAsync", "dst", "src", len(dst), src.Bytes)
 	if err != nil || n == 0 {
-		return err
-	}
-	if err := s.r.live(); err != nil {
 		return err
 	}
 	p := unsafe.Pointer(unsafe.SliceData(dst))

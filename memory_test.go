@@ -167,13 +167,13 @@ func TestAsyncCopyChecks(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"upload on nil stream", UploadAsync(nilStream, dst, backing[:8]), "pagedkv: UploadAsync: the stream is nil"},
+		{"upload on nil stream", UploadAsync(nilStream, dst, backing[:8]), "pagedkv: UploadAsync: the *Stream is nil"},
 		{"upload too large", UploadAsync(s, dst, backing[:65]), "pagedkv: UploadAsync: src is 65 values × 1 bytes, more than the 64 bytes of dst"},
 		{"upload typed too large", UploadAsync(s, dst, unsafe.Slice((*uint32)(unsafe.Pointer(&backing[0])), 17)), "src is 17 values × 4 bytes, more than the 64 bytes of dst"},
 		{"upload from Go memory", UploadAsync(s, dst, goMem), "does not lie inside one HostMemory; asynchronous copies need page-locked memory from Runtime.AllocHost (use Upload for Go memory)"},
 		{"upload past the end of host memory", UploadAsync(s, dst, backing[2040:2050]), "pagedkv: UploadAsync: src (10 bytes at"},
 		{"upload from another device's host memory", UploadAsync(s, dst, other[:8]), "pagedkv: UploadAsync: src is host memory of a Runtime of device 1 and the stream belongs to device 0"},
-		{"download on nil stream", DownloadAsync(nilStream, backing[:8], dst), "pagedkv: DownloadAsync: the stream is nil"},
+		{"download on nil stream", DownloadAsync(nilStream, backing[:8], dst), "pagedkv: DownloadAsync: the *Stream is nil"},
 		{"download too large", DownloadAsync(s, backing[:100], dst), "pagedkv: DownloadAsync: dst is 100 values × 1 bytes, more than the 64 bytes of src"},
 		{"download into Go memory", DownloadAsync(s, goMem, dst), "(use Download for Go memory)"},
 		{"download from a negative-size buffer", DownloadAsync(s, backing[:1], Buffer{Ptr: 0x1000, Bytes: -1}), "more than the -1 bytes of src"},

@@ -62,6 +62,9 @@ func (a *MLARopeQuantArgs) rows() (qn, qr, kn, kr tokenRows) {
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *MLARopeQuantArgs) Validate() error {
+	if a == nil {
+		return errf("the *MLARopeQuantArgs is nil")
+	}
 	if a.DType != F16 && a.DType != BF16 {
 		return errf("%s.DType=%s is not supported; allowed: f16, bf16", mlaArg, a.DType)
 	}
@@ -149,7 +152,7 @@ type mlaRopeQuantParams struct {
 
 // MLARopeQuant runs the MLA rope + fp8 quantization step on stream s.
 func (r *Runtime) MLARopeQuant(s *Stream, a *MLARopeQuantArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("MLARopeQuant", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {
@@ -219,6 +222,9 @@ func (a *MLAConcatQArgs) rows() (qn, qr tokenRows) {
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *MLAConcatQArgs) Validate() error {
+	if a == nil {
+		return errf("the *MLAConcatQArgs is nil")
+	}
 	if a.DType != F16 && a.DType != BF16 {
 		return errf("%s.DType=%s is not supported; allowed: f16, bf16", concatArg, a.DType)
 	}
@@ -264,7 +270,7 @@ type mlaConcatQParams struct {
 
 // MLAConcatQ concatenates the nope and rope parts of q on stream s.
 func (r *Runtime) MLAConcatQ(s *Stream, a *MLAConcatQArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("MLAConcatQ", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {

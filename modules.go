@@ -289,6 +289,9 @@ func (m ModuleImage) String() string { return m.Image + " (" + m.Reason + ")" }
 // ModuleImage reports which image was loaded for module name and why; ok is
 // false when the module is not loaded.
 func (r *Runtime) ModuleImage(name string) (image ModuleImage, ok bool) {
+	if r == nil {
+		return ModuleImage{}, false
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	m, ok := r.modules[name]
@@ -444,14 +447,27 @@ func checkComputeCapability(module string, need int, d DeviceInfo) error {
 
 // Occupancy reports the resident blocks per SM of a loaded kernel (0 if it
 // is not loaded), as the planner sees it.
-func (r *Runtime) Occupancy(kernel string) int { return r.facts.Load().Occupancy[kernel] }
+func (r *Runtime) Occupancy(kernel string) int {
+	if r == nil || r.facts.Load() == nil {
+		return 0
+	}
+	return r.facts.Load().Occupancy[kernel]
+}
 
 // Facts returns the device facts the planner uses.
-func (r *Runtime) Facts() dispatch.DeviceFacts { return *r.facts.Load() }
+func (r *Runtime) Facts() dispatch.DeviceFacts {
+	if r == nil || r.facts.Load() == nil {
+		return dispatch.DeviceFacts{}
+	}
+	return *r.facts.Load()
+}
 
 // KernelAttributes reports register count, local (spill) bytes and static
 // shared bytes of a kernel, loading its module if needed.
 func (r *Runtime) KernelAttributes(name string) (regs, localBytes, sharedBytes int, err error) {
+	if err := r.live(); err != nil {
+		return 0, 0, 0, err
+	}
 	f, _, err := r.function(name)
 	if err != nil {
 		return 0, 0, 0, err

@@ -84,6 +84,9 @@ func (a *QKVNormRopeArgs) rows() tokenRows {
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *QKVNormRopeArgs) Validate() error {
+	if a == nil {
+		return errf("the *QKVNormRopeArgs is nil")
+	}
 	if err := inRange(qkvArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
@@ -190,7 +193,7 @@ type qkvNormRopeParams struct {
 
 // QKVNormRope runs the split + norm + RoPE + cache write on stream s.
 func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("QKVNormRope", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {

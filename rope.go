@@ -92,6 +92,9 @@ func (a *RopeCacheArgs) rows() (q, k, v tokenRows) {
 
 // Validate checks every shape, dtype, stride, alignment and buffer capacity.
 func (a *RopeCacheArgs) Validate() error {
+	if a == nil {
+		return errf("the *RopeCacheArgs is nil")
+	}
 	if err := inRange(ropeArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
@@ -187,7 +190,7 @@ type ropeCacheParams struct {
 // RopeCache rotates q and k and writes k and v into the paged caches on
 // stream s, in one launch.
 func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("RopeCache", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {

@@ -224,18 +224,39 @@ func splitMode(m config.SplitMode) dispatch.SplitMode {
 	return dispatch.SplitAuto
 }
 
-// Info describes the device.
-func (r *Runtime) Info() DeviceInfo { return r.info }
+// Info describes the device (the zero DeviceInfo for a nil Runtime).
+func (r *Runtime) Info() DeviceInfo {
+	if r == nil {
+		return DeviceInfo{}
+	}
+	return r.info
+}
 
-// Config is the configuration in effect, with the source of each value.
-func (r *Runtime) Config() config.Config { return r.cfg }
+// Config is the configuration in effect, with the source of each value (the
+// zero Config for a nil Runtime).
+func (r *Runtime) Config() config.Config {
+	if r == nil {
+		return config.Config{}
+	}
+	return r.cfg
+}
 
-// Stream is the Runtime's own stream, used by callers that need only one.
-func (r *Runtime) Stream() *Stream { return r.stream }
+// Stream is the Runtime's own stream, used by callers that need only one
+// (nil for a nil Runtime, which every op refuses).
+func (r *Runtime) Stream() *Stream {
+	if r == nil {
+		return nil
+	}
+	return r.stream
+}
 
 // Close frees the Runtime's streams, scratch buffers and modules and releases
-// the primary context. It is safe to call more than once.
+// the primary context. It is safe to call more than once, and on a nil
+// Runtime (it does nothing).
 func (r *Runtime) Close() error {
+	if r == nil {
+		return nil
+	}
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
 	if r.closed.Swap(true) {
@@ -266,9 +287,34 @@ func (r *Runtime) Close() error {
 	return errors.Join(errs...)
 }
 
+// live is every entry point's first check: r is an open Runtime.
 func (r *Runtime) live() error {
+	if r == nil {
+		return errf("the *Runtime is nil; open one with pagedkv.Open")
+	}
 	if r.closed.Load() {
 		return ErrClosed
+	}
+	return nil
+}
+
+// on is the first check of every op that enqueues on a stream: r is open and
+// s is an open Stream of r. A Stream of another Runtime, even of the same
+// device, is refused: its split-K scratch and fault record belong to that
+// Runtime.
+// op names the call for the errors.
+func (r *Runtime) on(op string, s *Stream) error {
+	if err := r.live(); err != nil {
+		return err
+	}
+	if s == nil {
+		return errf("%s: the *Stream is nil; pass Runtime.Stream() or a Stream from NewStream or WrapStream", op)
+	}
+	if s.r != r {
+		return errf("%s: the Stream belongs to another Runtime; use a Stream of the Runtime that runs the op", op)
+	}
+	if s.closed.Load() {
+		return errf("%s: the Stream (%#x) is closed", op, uintptr(s.s))
 	}
 	return nil
 }

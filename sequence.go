@@ -64,6 +64,9 @@ const sequenceArg = "SequenceArgs"
 // Validate checks what SequenceAttention decides on and what the op it runs
 // will check again: the lengths, and the arguments of that op.
 func (a *SequenceArgs) Validate() error {
+	if a == nil {
+		return errf("the *SequenceArgs is nil")
+	}
 	if err := a.checkLengths(); err != nil {
 		return err
 	}
@@ -79,6 +82,9 @@ func (a *SequenceArgs) Validate() error {
 // checkLengths checks what only SequenceArgs decides: the path its lengths
 // pick and that they fit the cache.
 func (a *SequenceArgs) checkLengths() error {
+	if a == nil {
+		return errf("the *%s is nil", sequenceArg)
+	}
 	if a.QLen < 1 {
 		return errf("%s.QLen=%d is out of range; allowed: ≥ 1", sequenceArg, a.QLen)
 	}
@@ -176,7 +182,7 @@ func (a *SequenceArgs) varlen(args driver.DevicePtr) VarlenArgs {
 // token per sequence, else a causal varlen over the one sequence with a
 // head-major output (see SequenceArgs).
 func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("SequenceAttention", s); err != nil {
 		return err
 	}
 	if err := a.checkLengths(); err != nil {

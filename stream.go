@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/pagedkv/pagedkv/driver"
@@ -95,6 +96,9 @@ type Stream struct {
 	// pagedkv added (fault record, scratch) in stream order and never
 	// destroys or waits for the stream.
 	owned bool
+	// closed is set by Close (and Runtime.Close): every later use is
+	// refused before it reaches the driver.
+	closed atomic.Bool
 }
 
 // LegacyStream is the handle WrapStream takes for the legacy default stream
@@ -234,11 +238,31 @@ func (r *Runtime) WrapStream(handle uintptr) (*Stream, error) {
 }
 
 // Handle is the raw CUstream, for interoperation with other CUDA libraries.
-// For a wrapped stream it is the handle given to WrapStream.
-func (s *Stream) Handle() uintptr { return uintptr(s.s) }
+// For a wrapped stream it is the handle given to WrapStream; 0 for a nil
+// Stream.
+func (s *Stream) Handle() uintptr {
+	if s == nil {
+		return 0
+	}
+	return uintptr(s.s)
+}
+
+// use is the first check of every method of s and of every function that
+// takes a stream, op: s is an open Stream of an open Runtime.
+func (s *Stream) use(op string) error {
+	if s == nil {
+		return errf("%s: the *Stream is nil; use Runtime.Stream() or a Stream from NewStream or WrapStream", op)
+	}
+	return s.r.on(op, s)
+}
 
 // Synchronize waits until every op enqueued on the stream has finished.
-func (s *Stream) Synchronize() error { return s.r.do(s.s.Synchronize) }
+func (s *Stream) Synchronize() error {
+	if err := s.use("Stream.Synchronize"); err != nil {
+		return err
+	}
+	return s.r.do(s.s.Synchronize)
+}
 
 // Close releases the stream. For a stream from NewStream it waits for the
 // stream, frees its fault record and scratch buffers and destroys it. For a
@@ -246,9 +270,12 @@ func (s *Stream) Synchronize() error { return s.r.do(s.s.Synchronize) }
 // in stream order, after every op already enqueued, without waiting and
 // without destroying the CUstream; it is an error while the stream is being
 // captured (end the capture first). The Runtime's own stream is closed by
-// Runtime.Close. Closing a closed Stream does nothing; any other use of it
-// afterwards is a bug.
+// Runtime.Close. Closing a closed (or nil) Stream does nothing; any other
+// use of it afterwards is refused.
 func (s *Stream) Close() error {
+	if s == nil || s.r == nil || s.closed.Load() {
+		return nil
+	}
 	if s == s.r.stream {
 		return fmt.Errorf("pagedkv: the Runtime's own stream is closed by Runtime.Close")
 	}
@@ -266,6 +293,7 @@ func (s *Stream) destroy() error {
 	if !ok {
 		return nil
 	}
+	s.closed.Store(true)
 	if err := errors.Join(s.r.scratch.Drop(uintptr(s.s)), s.r.counters.Drop(uintptr(s.s))); err != nil {
 		return err
 	}
@@ -304,6 +332,7 @@ func (s *Stream) release() error {
 	if !ok {
 		return nil
 	}
+	s.closed.Store(true)
 	errs := []error{s.r.scratch.Drop(uintptr(s.s)), s.r.counters.Drop(uintptr(s.s))}
 	fault := s.fault
 	// Kernels given a null record track no faults (common.cuh): a launch on
@@ -330,6 +359,9 @@ func (s *Stream) capturing() (bool, error) {
 // index a kernel recorded on it since the last call (a *FaultError), or nil,
 // and clears the record.
 func (s *Stream) Fault() error {
+	if err := s.use("Stream.Fault"); err != nil {
+		return err
+	}
 	var rec [4]uint64
 	err := s.r.do(func() error {
 		if err := s.s.Synchronize(); err != nil {
@@ -382,6 +414,9 @@ func (s *Stream) afterLaunch(capturing bool) error {
 // is destroyed, so the scratch buffers leased into it stay allocated until
 // the Runtime is closed.
 func (s *Stream) BeginCapture() error {
+	if err := s.use("Stream.BeginCapture"); err != nil {
+		return err
+	}
 	s.r.scratch.BeginCapture(uintptr(s.s))
 	s.r.counters.BeginCapture(uintptr(s.s))
 	err := s.r.do(func() error { return s.s.BeginCapture(driver.CaptureModeRelaxed) })
@@ -411,10 +446,15 @@ type Graph struct {
 	g    driver.Graph
 	exec driver.GraphExec
 	pins [2]*scratch.Pins // the split-K scratch and counters it captured
+	// closed makes Close idempotent and Launch after Close an error.
+	closed atomic.Bool
 }
 
 // EndCapture ends the capture begun by BeginCapture and instantiates the graph.
 func (s *Stream) EndCapture() (*Graph, error) {
+	if err := s.use("Stream.EndCapture"); err != nil {
+		return nil, err
+	}
 	gr := &Graph{r: s.r}
 	err := s.r.do(func() error {
 		var err error
@@ -436,13 +476,30 @@ func (s *Stream) EndCapture() (*Graph, error) {
 	return gr, nil
 }
 
-// Launch replays the graph on stream s.
-func (g *Graph) Launch(s *Stream) error { return g.r.do(func() error { return g.exec.Launch(s.s) }) }
+// Launch replays the graph on stream s, a Stream of the graph's Runtime.
+func (g *Graph) Launch(s *Stream) error {
+	if g == nil {
+		return errf("Graph.Launch: the *Graph is nil")
+	}
+	if err := g.r.on("Graph.Launch", s); err != nil {
+		return err
+	}
+	if g.closed.Load() {
+		return errf("Graph.Launch: the graph is closed")
+	}
+	return g.r.do(func() error { return g.exec.Launch(s.s) })
+}
 
 // Close destroys the graph. It waits for the device to finish the work
 // already enqueued (the graph's replays among it) before the scratch the
-// graph pinned may be freed.
+// graph pinned may be freed. Closing a closed (or nil) Graph does nothing.
 func (g *Graph) Close() error {
+	if g == nil || g.closed.Swap(true) {
+		return nil
+	}
+	if g.r.closed.Load() {
+		return nil // destroyed with the Runtime's context
+	}
 	err := g.r.do(func() error {
 		if err := g.exec.Destroy(); err != nil {
 			return err
@@ -462,10 +519,14 @@ func (g *Graph) Close() error {
 type Timer struct {
 	s          *Stream
 	start, end driver.Event
+	closed     bool
 }
 
 // NewTimer creates the two events of a timer on stream s.
 func (s *Stream) NewTimer() (*Timer, error) {
+	if err := s.use("Stream.NewTimer"); err != nil {
+		return nil, err
+	}
 	t := &Timer{s: s}
 	err := s.r.do(func() error {
 		var err error
@@ -479,10 +540,29 @@ func (s *Stream) NewTimer() (*Timer, error) {
 }
 
 // Start records the start event.
-func (t *Timer) Start() error { return t.s.r.do(func() error { return t.start.Record(t.s.s) }) }
+func (t *Timer) Start() error {
+	if err := t.use("Timer.Start"); err != nil {
+		return err
+	}
+	return t.s.r.do(func() error { return t.start.Record(t.s.s) })
+}
+
+// use checks that t is an open Timer on an open Stream.
+func (t *Timer) use(op string) error {
+	if t == nil {
+		return errf("%s: the *Timer is nil; create one with Stream.NewTimer", op)
+	}
+	if t.closed {
+		return errf("%s: the Timer is closed", op)
+	}
+	return t.s.use(op)
+}
 
 // Stop records the end event, waits for it and returns the milliseconds since Start.
 func (t *Timer) Stop() (float32, error) {
+	if err := t.use("Timer.Stop"); err != nil {
+		return 0, err
+	}
 	var ms float32
 	err := t.s.r.do(func() error {
 		if err := t.end.Record(t.s.s); err != nil {
@@ -498,8 +578,16 @@ func (t *Timer) Stop() (float32, error) {
 	return ms, err
 }
 
-// Close destroys the timer's events.
+// Close destroys the timer's events. Closing a closed (or nil) Timer does
+// nothing. A Timer, unlike an Event, is for one goroutine at a time.
 func (t *Timer) Close() error {
+	if t == nil || t.closed {
+		return nil
+	}
+	t.closed = true
+	if t.s.r.closed.Load() {
+		return nil // destroyed with the Runtime's context
+	}
 	return t.s.r.do(func() error {
 		if err := t.start.Destroy(); err != nil {
 			return err
@@ -598,8 +686,8 @@ func (e *Event) Synchronize() error {
 // completes when s has finished it. e must belong to a Runtime of s's
 // device. See Event for recording during graph capture.
 func (s *Stream) Record(e *Event) error {
-	if s == nil {
-		return errf("Stream.Record: the stream is nil")
+	if err := s.use("Stream.Record"); err != nil {
+		return err
 	}
 	if e == nil {
 		return errf("Stream.Record(nil): the event is nil")
@@ -615,9 +703,6 @@ func (s *Stream) Record(e *Event) error {
 	if e.r.ctx != s.r.ctx {
 		return errf("Stream.Record: the event belongs to device %d and the stream to device %d; record an event of the stream's own device", e.r.info.Ordinal, s.r.info.Ordinal)
 	}
-	if err := s.r.live(); err != nil {
-		return err
-	}
 	return s.r.do(func() error { return e.e.Record(s.s) })
 }
 
@@ -627,8 +712,8 @@ func (s *Stream) Record(e *Event) error {
 // event never recorded is already complete. e may belong to a Runtime of
 // another device. See Event for waiting during graph capture.
 func (s *Stream) Wait(e *Event) error {
-	if s == nil {
-		return errf("Stream.Wait: the stream is nil")
+	if err := s.use("Stream.Wait"); err != nil {
+		return err
 	}
 	if e == nil {
 		return errf("Stream.Wait(nil): the event is nil")
@@ -640,9 +725,6 @@ func (s *Stream) Wait(e *Event) error {
 	}
 	if e.r.closed.Load() {
 		return errf("Stream.Wait: the event's Runtime is closed")
-	}
-	if err := s.r.live(); err != nil {
-		return err
 	}
 	return s.r.do(func() error { return s.s.WaitEvent(e.e) })
 }

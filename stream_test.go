@@ -59,12 +59,12 @@ func TestEventArgumentChecks(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"record on nil stream", nilStream.Record(fakeEvent(dev0)), "pagedkv: Stream.Record: the stream is nil"},
+		{"record on nil stream", nilStream.Record(fakeEvent(dev0)), "pagedkv: Stream.Record: the *Stream is nil; use Runtime.Stream() or a Stream from NewStream or WrapStream"},
 		{"record nil event", s.Record(nil), "pagedkv: Stream.Record(nil): the event is nil"},
 		{"record closed event", s.Record(closedEvent), "pagedkv: Stream.Record: the event is closed"},
 		{"record event of another device", s.Record(fakeEvent(dev1)), "pagedkv: Stream.Record: the event belongs to device 1 and the stream to device 0; record an event of the stream's own device"},
 		{"record event of closed runtime", s.Record(fakeEvent(closedRT)), "pagedkv: Stream.Record: the event's Runtime is closed"},
-		{"wait on nil stream", nilStream.Wait(fakeEvent(dev0)), "pagedkv: Stream.Wait: the stream is nil"},
+		{"wait on nil stream", nilStream.Wait(fakeEvent(dev0)), "pagedkv: Stream.Wait: the *Stream is nil; use Runtime.Stream() or a Stream from NewStream or WrapStream"},
 		{"wait nil event", s.Wait(nil), "pagedkv: Stream.Wait(nil): the event is nil"},
 		{"wait closed event", s.Wait(closedEvent), "pagedkv: Stream.Wait: the event is closed"},
 		{"wait event of closed runtime", s.Wait(fakeEvent(closedRT)), "pagedkv: Stream.Wait: the event's Runtime is closed"},

@@ -105,6 +105,9 @@ const maxVarlenSeqs = 1 << 24
 // Validate checks every shape, dtype, alignment and buffer capacity the host
 // can see, and the host copies of the lengths when given.
 func (a *VarlenArgs) Validate() error {
+	if a == nil {
+		return errf("the *VarlenArgs is nil")
+	}
 	p := a.paged()
 	if err := p.types(); err != nil {
 		return err
@@ -301,7 +304,7 @@ func (a *VarlenArgs) params(fault driver.DevicePtr, part mixedPart) pagedVarlenP
 // of the varlen after the decode, with DecodePrefix set; VarlenWithPlan
 // does not take it.
 func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
-	return r.planOn(s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
+	return r.planOn("PlanVarlen", s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
 		if !capturing {
 			if m, ok := r.planMixed(s, a); ok {
 				m.release()
@@ -396,6 +399,9 @@ func (r *Runtime) PlanVarlenWith(a *VarlenArgs, k dispatch.Knobs) (dispatch.Plan
 // it (PlanVarlenGraph). Call it before BeginCapture; a varlen with its own
 // Workspace needs no reservation.
 func (r *Runtime) ReserveVarlen(s *Stream, a *VarlenArgs) error {
+	if err := r.on("ReserveVarlen", s); err != nil {
+		return err
+	}
 	plan, err := r.PlanVarlenGraph(a)
 	if err != nil || !a.Workspace.IsZero() {
 		return err
@@ -406,7 +412,7 @@ func (r *Runtime) ReserveVarlen(s *Stream, a *VarlenArgs) error {
 // Varlen runs paged varlen attention on stream s, following the plan
 // PlanVarlen gives. A batch with no query tokens launches nothing.
 func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
-	if err := r.live(); err != nil {
+	if err := r.on("Varlen", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {
@@ -432,7 +438,7 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 // the planner could give) in one launch; another plan, or one with a
 // DecodePrefix, is an error, never a launch.
 func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) error {
-	if err := r.live(); err != nil {
+	if err := r.on("VarlenWithPlan", s); err != nil {
 		return err
 	}
 	if err := a.Validate(); err != nil {
