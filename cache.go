@@ -33,11 +33,12 @@ import (
 //     sectors (H200, T = 65536: 89–90% of copy against 84%). The check
 //     samples up to 256 tokens (under a microsecond); without SlotRemap only.
 //
-// Aliasing: KCache and VCache must not overlap each other or any input
-// (K, V, SlotMapping, SlotRemap): some threads write the caches while
-// others still read their inputs, and the kernel takes every pointer as
-// restrict. The inputs may overlap one another (they are only read): K and
-// V may be two strided views of one fused KV activation.
+// Aliasing: KCache and VCache must not overlap each other or any input (K,
+// V, SlotMapping, SlotRemap): some threads write the caches while others
+// still read their inputs, and the kernel takes every pointer as restrict.
+// The inputs may overlap one another (they are only read): K and V may be
+// two strided views of one fused KV activation. Validate refuses an overlap
+// (ErrAliasing).
 //
 // Bounds: NumTokens ≤ 2^30, NumKVHeads ≤ 2^16 and HeadDim (the kernel's int32
 // counts); NumBlocks·BlockSize ≤ 2^31−1 (as in every op); strides ≤ 2^31
@@ -117,16 +118,20 @@ func (a *AppendArgs) Validate() error {
 	if a == nil {
 		return errf("the *AppendArgs is nil")
 	}
-	if err := a.target().check(appendArg); err != nil {
+	sp := spans{arg: appendArg}
+	if err := a.target().check(&sp); err != nil {
 		return err
 	}
 	if n := len(a.HostSlotMapping); n != 0 && n != a.NumTokens {
 		return errf("%s.HostSlotMapping has %d values; allowed: none, or NumTokens=%d", appendArg, n, a.NumTokens)
 	}
-	if err := a.keyRows().check(appendArg, a.DType); err != nil {
+	if err := a.keyRows().check(&sp, a.DType, read); err != nil {
 		return err
 	}
-	return a.valueRows().check(appendArg, a.DType)
+	if err := a.valueRows().check(&sp, a.DType, read); err != nil {
+		return err
+	}
+	return sp.check()
 }
 
 // cacheAppendParams is the parameter list of the cache_append_* kernels, in
@@ -306,16 +311,17 @@ func (a *GatherArgs) Validate() error {
 	if err := checkLayout(gatherArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
 		return err
 	}
+	sp := spans{arg: gatherArg}
 	esize := int64(a.CacheDType.Size())
 	cacheBytes, err := size(gatherArg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", esize,
 		int64(a.NumBlocks), int64(a.BlockSize), int64(a.NumKVHeads), int64(a.HeadDim))
 	if err != nil {
 		return err
 	}
-	if err := buffer(gatherArg, "KCache", a.KCache, cacheBytes, 16); err != nil {
+	if err := sp.buffer("KCache", a.KCache, cacheBytes, 16, read); err != nil {
 		return err
 	}
-	if err := buffer(gatherArg, "VCache", a.VCache, cacheBytes, 16); err != nil {
+	if err := sp.buffer("VCache", a.VCache, cacheBytes, 16, read); err != nil {
 		return err
 	}
 	if a.NumTokens > 0 {
@@ -323,17 +329,17 @@ func (a *GatherArgs) Validate() error {
 		if err != nil {
 			return err
 		}
-		if err := buffer(gatherArg, "SlotMapping", a.SlotMapping, int64(a.NumTokens)*8, 8); err != nil {
+		if err := sp.buffer("SlotMapping", a.SlotMapping, int64(a.NumTokens)*8, 8, read); err != nil {
 			return err
 		}
-		if err := buffer(gatherArg, "KOut", a.KOut, rows, 16); err != nil {
+		if err := sp.buffer("KOut", a.KOut, rows, 16, write); err != nil {
 			return err
 		}
-		if err := buffer(gatherArg, "VOut", a.VOut, rows, 16); err != nil {
+		if err := sp.buffer("VOut", a.VOut, rows, 16, write); err != nil {
 			return err
 		}
 	}
-	return nil
+	return sp.check()
 }
 
 // cacheGatherParams is the parameter list of the cache_gather_* kernels, in

@@ -48,12 +48,11 @@ import (
 //
 // Aliasing: Out and LSE must not overlap each other or any input; the inputs
 // may overlap one another (they are only read). Workspace must not overlap
-// any other buffer.
+// any other buffer. Validate refuses an overlap (ErrAliasing).
 //
 // Bounds: NumSeqs ≤ 65535 (the grid's y), NumKVHeads ≤ 2^16, NumQHeads ≤
-// 16·NumKVHeads, NumBlocks < 2^31 (block ids are int32) and NumBlocks ·
-// BlockSize ≤ 2^32 (pool rows are 32-bit in the kernels), MaxBlocksPerSeq ·
-// BlockSize ≤ 2^30 (token positions are int32 in the kernels, whose split
+// 16·NumKVHeads, NumBlocks·BlockSize ≤ 2^31−1 (as in every op: block ids
+// and pool rows are int32), MaxBlocksPerSeq·BlockSize ≤ 2^30 (token positions are int32 in the kernels, whose split
 // arithmetic reaches up to 63 pages and a tile past the table's end);
 // QTokenStride ≤ 2^31 elements.
 type DecodeArgs struct {
@@ -83,6 +82,7 @@ func (a *DecodeArgs) Validate() error {
 		return errf("the *DecodeArgs is nil")
 	}
 	p := a.paged()
+	sp := spans{arg: decodeArg}
 	if err := p.types(); err != nil {
 		return err
 	}
@@ -106,16 +106,16 @@ func (a *DecodeArgs) Validate() error {
 			return errf("%s.HostKVLens[%d]=%d is not allowed; allowed: 0..MaxKVLen=%d", decodeArg, i, n, a.MaxKVLen)
 		}
 	}
-	if err := p.scalars(); err != nil {
+	if err := p.scalars(&sp); err != nil {
 		return err
 	}
-	if _, err := p.qRows(a.Q, a.NumSeqs, a.QTokenStride, "NumSeqs", "QTokenStride"); err != nil {
+	if _, err := p.qRows(&sp, a.Q, a.NumSeqs, a.QTokenStride, "NumSeqs", "QTokenStride"); err != nil {
 		return err
 	}
-	if err := p.caches(); err != nil {
+	if err := p.caches(&sp); err != nil {
 		return err
 	}
-	if err := buffer(decodeArg, "KVLens", a.KVLens, int64(a.NumSeqs)*4, 4); err != nil {
+	if err := sp.buffer("KVLens", a.KVLens, int64(a.NumSeqs)*4, 4, read); err != nil {
 		return err
 	}
 	esize := int64(a.DType.Size())
@@ -123,15 +123,15 @@ func (a *DecodeArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(decodeArg, "Out", a.Out, outBytes, uintptr(esize)); err != nil {
+	if err := sp.buffer("Out", a.Out, outBytes, uintptr(esize), write); err != nil {
 		return err
 	}
 	if !a.LSE.IsZero() {
-		if err := buffer(decodeArg, "LSE", a.LSE, int64(a.NumSeqs)*int64(a.NumQHeads)*4, 4); err != nil {
+		if err := sp.buffer("LSE", a.LSE, int64(a.NumSeqs)*int64(a.NumQHeads)*4, 4, write); err != nil {
 			return err
 		}
 	}
-	return nil
+	return sp.check()
 }
 
 // paged returns a's share of the attention ops' checks.

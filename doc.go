@@ -34,7 +34,13 @@
 //
 // Every argument struct's Validate method checks each shape, dtype,
 // alignment, stride and buffer capacity the host can see before anything is
-// launched; its errors match ErrInvalidArgument. Indices that live in device
+// launched; its errors match ErrInvalidArgument. It also refuses an output
+// that overlaps any other buffer of the call (ErrAliasing, naming both
+// fields): the bytes compared run from each buffer's pointer to the last
+// byte its shape reaches. No op works in place; inputs may overlap one
+// another. Every op, and every method of Runtime, Stream, Graph, Timer,
+// Event, Memory and HostMemory, returns an error for a nil or closed handle
+// and for a Stream of another Runtime instead of panicking. Indices that live in device
 // memory (slot mappings, block tables, kv lengths, query bounds) cannot be
 // checked by the host without a copy. Kernels never read or write outside
 // the buffers for any value of them: an out-of-range slot is not written, a

@@ -99,8 +99,10 @@ func (r tokenRows) tokenStride(span int64) int64 {
 
 // check validates the strides (multiples of 8 elements up to maxStride that
 // keep heads and tokens apart) and that buf holds every element the shapes
-// address. The counts must already be in range.
-func (r tokenRows) check(arg string, d DType) error {
+// address, recording its span in sp with role out. The counts must already
+// be in range.
+func (r tokenRows) check(sp *spans, d DType, out bool) error {
+	arg := sp.arg
 	head := r.headStride()
 	row := int64(r.dim)
 	if head%8 != 0 || head < row || head > maxStride {
@@ -126,7 +128,7 @@ func (r tokenRows) check(arg string, d DType) error {
 	if err != nil {
 		return err
 	}
-	return buffer(arg, r.field, r.buf, need, 16)
+	return sp.buffer(r.field, r.buf, need, 16, out)
 }
 
 // cacheTarget is the destination of a cache write: the caches, the slots
@@ -141,8 +143,9 @@ type cacheTarget struct {
 }
 
 // check validates dtypes, shapes, layout, scales, cache capacities and the
-// slot buffers.
-func (c cacheTarget) check(arg string) error {
+// slot buffers, recording their spans in sp (the caches as outputs).
+func (c cacheTarget) check(sp *spans) error {
+	arg := sp.arg
 	if c.in != F16 && c.in != BF16 {
 		return errf("%s.DType=%s is not supported; allowed: f16, bf16", arg, c.in)
 	}
@@ -175,19 +178,20 @@ func (c cacheTarget) check(arg string) error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(arg, "KCache", c.keyCache, bytes, 16); err != nil {
+	if err := sp.buffer("KCache", c.keyCache, bytes, 16, write); err != nil {
 		return err
 	}
-	if err := buffer(arg, "VCache", c.valueCache, bytes, 16); err != nil {
+	if err := sp.buffer("VCache", c.valueCache, bytes, 16, write); err != nil {
 		return err
 	}
 	if c.tokens > 0 {
-		if err := buffer(arg, "SlotMapping", c.slotMapping, int64(c.tokens)*8, 8); err != nil { // tokens ≤ 2^30
+		if err := sp.buffer("SlotMapping", c.slotMapping, int64(c.tokens)*8, 8, read); err != nil { // tokens ≤ 2^30
 			return err
 		}
 	}
 	if !c.slotRemap.IsZero() {
-		if err := buffer(arg, "SlotRemap", c.slotRemap, 8, 8); err != nil {
+		// The kernels read the whole table (NumRemap from its size).
+		if err := sp.buffer("SlotRemap", c.slotRemap, c.slotRemap.Bytes, 8, read); err != nil {
 			return err
 		}
 		if c.slotRemap.Bytes%8 != 0 {

@@ -24,7 +24,8 @@ import (
 // Aliasing: QOut, KNopeOut and KRopeOut must not overlap each other or any
 // input (QNope, QRope, KNope, KRope, Positions, CosSin); the op is not in
 // place. The inputs may overlap one another (QNope and QRope may be strided
-// views of one q buffer, KNope and KRope of one k buffer).
+// views of one q buffer, KNope and KRope of one k buffer). Validate refuses
+// an overlap (ErrAliasing).
 //
 // Bounds: NumTokens ≤ 2^30, NumQHeads and NumKVHeads ≤ 2^12, LoraRank ≤ 4096,
 // RopeDim ≤ 512 (int32 in the kernel, which also counts a token's pieces in
@@ -97,9 +98,10 @@ func (a *MLARopeQuantArgs) Validate() error {
 			return errf("%s.%s=%g is not allowed; allowed: a finite value > 0 (the e4m3 outputs are %s)", mlaArg, sc.field, sc.v, sc.what)
 		}
 	}
+	sp := spans{arg: mlaArg}
 	qn, qr, kn, kr := a.rows()
 	for _, r := range []tokenRows{qn, qr, kn, kr} {
-		if err := r.check(mlaArg, a.DType); err != nil {
+		if err := r.check(&sp, a.DType, read); err != nil {
 			return err
 		}
 	}
@@ -107,11 +109,11 @@ func (a *MLARopeQuantArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(mlaArg, "CosSin", a.CosSin, table, 4); err != nil {
+	if err := sp.buffer("CosSin", a.CosSin, table, 4, read); err != nil {
 		return err
 	}
 	if a.NumTokens == 0 {
-		return nil
+		return sp.check()
 	}
 	t := int64(a.NumTokens)
 	for _, o := range []struct {
@@ -119,21 +121,22 @@ func (a *MLARopeQuantArgs) Validate() error {
 		buf         Buffer
 		esize       int64
 		counts      []int64
+		out         bool
 	}{
-		{"QOut", "NumTokens·NumQHeads·(LoraRank+RopeDim)", a.QOut, 1, []int64{t, int64(a.NumQHeads), int64(a.LoraRank + a.RopeDim)}},
-		{"KNopeOut", "NumTokens·NumKVHeads·LoraRank", a.KNopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.LoraRank)}},
-		{"KRopeOut", "NumTokens·NumKVHeads·RopeDim", a.KRopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.RopeDim)}},
-		{"Positions", "NumTokens", a.Positions, 8, []int64{t}},
+		{"QOut", "NumTokens·NumQHeads·(LoraRank+RopeDim)", a.QOut, 1, []int64{t, int64(a.NumQHeads), int64(a.LoraRank + a.RopeDim)}, write},
+		{"KNopeOut", "NumTokens·NumKVHeads·LoraRank", a.KNopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.LoraRank)}, write},
+		{"KRopeOut", "NumTokens·NumKVHeads·RopeDim", a.KRopeOut, 1, []int64{t, int64(a.NumKVHeads), int64(a.RopeDim)}, write},
+		{"Positions", "NumTokens", a.Positions, 8, []int64{t}, read},
 	} {
 		need, err := size(mlaArg, o.what, o.esize, o.counts...)
 		if err != nil {
 			return err
 		}
-		if err := buffer(mlaArg, o.field, o.buf, need, 8); err != nil {
+		if err := sp.buffer(o.field, o.buf, need, 8, o.out); err != nil {
 			return err
 		}
 	}
-	return nil
+	return sp.check()
 }
 
 // mlaRopeQuantParams is the parameter list of the mla_rope_quant_* kernels,
@@ -197,7 +200,8 @@ func (a *MLARopeQuantArgs) params(fault driver.DevicePtr) mlaRopeQuantParams {
 //
 // Aliasing: Out must not overlap QNope or QRope (the kernel takes every
 // pointer as restrict: a concat into one of its inputs is not in place);
-// QNope and QRope may overlap each other.
+// QNope and QRope may overlap each other. Validate refuses an overlap
+// (ErrAliasing).
 //
 // Bounds: NumTokens ≤ 2^30, NumQHeads ≤ 2^12, LoraRank and RopeDim ≤ 4096
 // (int32 in the kernel); strides ≤ 2^31 elements.
@@ -242,22 +246,26 @@ func (a *MLAConcatQArgs) Validate() error {
 			return errf("%s.%s=%d is not supported; allowed: a multiple of 8 from 8 to 4096", concatArg, d.field, d.v)
 		}
 	}
+	sp := spans{arg: concatArg}
 	qn, qr := a.rows()
-	if err := qn.check(concatArg, a.DType); err != nil {
+	if err := qn.check(&sp, a.DType, read); err != nil {
 		return err
 	}
-	if err := qr.check(concatArg, a.DType); err != nil {
+	if err := qr.check(&sp, a.DType, read); err != nil {
 		return err
 	}
 	if a.NumTokens == 0 {
-		return nil
+		return sp.check()
 	}
 	out, err := size(concatArg, "NumTokens·NumQHeads·(LoraRank+RopeDim)", int64(a.DType.Size()),
 		int64(a.NumTokens), int64(a.NumQHeads), int64(a.LoraRank+a.RopeDim))
 	if err != nil {
 		return err
 	}
-	return buffer(concatArg, "Out", a.Out, out, 16)
+	if err := sp.buffer("Out", a.Out, out, 16, write); err != nil {
+		return err
+	}
+	return sp.check()
 }
 
 // mlaConcatQParams is the parameter list of the mla_concat_q_* kernels, in

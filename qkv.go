@@ -43,11 +43,12 @@ const (
 //     written element by element (2 bytes per store): correct, and slower
 //     than the flash layout's 16-byte rows.
 //
-// Aliasing: QOut, KCache and VCache must not overlap each other or any
-// input (QKV, CuSeqlensQ, PosOffsets, BlockTables, CosSin, QNormWeight,
+// Aliasing: QOut, KCache and VCache must not overlap each other or any input
+// (QKV, CuSeqlensQ, PosOffsets, BlockTables, CosSin, QNormWeight,
 // KNormWeight). Not even QOut over QKV's own q heads is in place: each block
-// copies the QKV rows of its next tokens ahead (cp.async) while it writes the
-// rows of earlier ones. The inputs may overlap one another.
+// copies the QKV rows of its next tokens ahead (cp.async) while it writes
+// the rows of earlier ones. The inputs may overlap one another. Validate
+// refuses an overlap (ErrAliasing).
 //
 // Bounds: NumTokens ≤ 2^30, NumSeqs ≤ 2^20, NumQHeads ≤ 2^12,
 // MaxBlocksPerSeq·BlockSize < 2^31 (int32 in the kernel); QKVTokenStride ≤
@@ -99,7 +100,8 @@ func (a *QKVNormRopeArgs) Validate() error {
 	// The cache target: one slot per token.
 	t := cacheTarget{a.KCache, a.VCache, Buffer{}, Buffer{}, "NumTokens", 0, a.NumKVHeads, a.HeadDim, a.BlockSize, a.NumBlocks,
 		a.DType, a.CacheDType, a.KScale, a.VScale, a.Layout}
-	if err := t.check(qkvArg); err != nil {
+	sp := spans{arg: qkvArg}
+	if err := t.check(&sp); err != nil {
 		return err
 	}
 	if err := inRange(qkvArg, "NumSeqs", a.NumSeqs, 1, 1<<20); err != nil {
@@ -130,30 +132,30 @@ func (a *QKVNormRopeArgs) Validate() error {
 			return errf("%s.Eps=%g is not allowed with NormQK; allowed: a finite value > 0", qkvArg, a.Eps)
 		}
 		w := int64(a.HeadDim) * int64(a.DType.Size())
-		if err := buffer(qkvArg, "QNormWeight", a.QNormWeight, w, 16); err != nil {
+		if err := sp.buffer("QNormWeight", a.QNormWeight, w, 16, read); err != nil {
 			return err
 		}
-		if err := buffer(qkvArg, "KNormWeight", a.KNormWeight, w, 16); err != nil {
+		if err := sp.buffer("KNormWeight", a.KNormWeight, w, 16, read); err != nil {
 			return err
 		}
 	default:
 		return errf("%s.Norm=%d is not supported; allowed: NormNone, NormQK", qkvArg, int(a.Norm))
 	}
-	if err := a.rows().check(qkvArg, a.DType); err != nil {
+	if err := a.rows().check(&sp, a.DType, read); err != nil {
 		return err
 	}
 	table, err := size(qkvArg, "MaxPos·2·RotDim", 4, int64(a.MaxPos), 2*int64(a.RotDim))
 	if err != nil {
 		return err
 	}
-	if err := buffer(qkvArg, "CosSin", a.CosSin, table, 4); err != nil {
+	if err := sp.buffer("CosSin", a.CosSin, table, 4, read); err != nil {
 		return err
 	}
-	if err := buffer(qkvArg, "PosOffsets", a.PosOffsets, int64(a.NumSeqs)*4, 4); err != nil {
+	if err := sp.buffer("PosOffsets", a.PosOffsets, int64(a.NumSeqs)*4, 4, read); err != nil {
 		return err
 	}
 	if !a.CuSeqlensQ.IsZero() {
-		if err := buffer(qkvArg, "CuSeqlensQ", a.CuSeqlensQ, int64(a.NumSeqs+1)*4, 4); err != nil {
+		if err := sp.buffer("CuSeqlensQ", a.CuSeqlensQ, int64(a.NumSeqs+1)*4, 4, read); err != nil {
 			return err
 		}
 	}
@@ -161,17 +163,20 @@ func (a *QKVNormRopeArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(qkvArg, "BlockTables", a.BlockTables, tables, 4); err != nil {
+	if err := sp.buffer("BlockTables", a.BlockTables, tables, 4, read); err != nil {
 		return err
 	}
 	if a.NumTokens == 0 {
-		return nil
+		return sp.check()
 	}
 	qBytes, err := size(qkvArg, "NumTokens·NumQHeads·HeadDim", int64(a.DType.Size()), int64(a.NumTokens), int64(a.NumQHeads), int64(a.HeadDim))
 	if err != nil {
 		return err
 	}
-	return buffer(qkvArg, "QOut", a.QOut, qBytes, 16)
+	if err := sp.buffer("QOut", a.QOut, qBytes, 16, write); err != nil {
+		return err
+	}
+	return sp.check()
 }
 
 // qkvNormRopeParams is the parameter list of the qkv_norm_rope_* kernels, in

@@ -28,11 +28,12 @@ import (
 //     written once whatever the GQA group.
 //
 // Aliasing: the outputs (QOut, KOut, ZerosOut, KCache, VCache) must not
-// overlap each other or any input (Q, K, V, Positions, PositionDeltas, CosSin,
-// SlotMapping, SlotRemap). RoPE is not in place: QOut = Q (or KOut = K) is
-// not supported, as the kernel takes every pointer as restrict and may read
-// the inputs through the read-only cache. The inputs may overlap one another
-// (Q, K and V may be strided views of one fused QKV activation).
+// overlap each other or any input (Q, K, V, Positions, PositionDeltas,
+// CosSin, SlotMapping, SlotRemap). RoPE is not in place: QOut = Q (or KOut =
+// K) is not supported, as the kernel takes every pointer as restrict and may
+// read the inputs through the read-only cache. The inputs may overlap one
+// another (Q, K and V may be strided views of one fused QKV activation).
+// Validate refuses an overlap (ErrAliasing).
 //
 // Bounds: NumTokens, NumKVTokens ≤ 2^30 and NumQHeads, NumKVHeads ≤ 2^16
 // (the kernel holds them, and a token's (NumQHeads+NumKVHeads)·HeadDim/8
@@ -109,7 +110,8 @@ func (a *RopeCacheArgs) Validate() error {
 	if err := inRange(ropeArg, "NumQHeads", a.NumQHeads, 1, 1<<16); err != nil {
 		return err
 	}
-	if err := a.target().check(ropeArg); err != nil {
+	sp := spans{arg: ropeArg}
+	if err := a.target().check(&sp); err != nil {
 		return err
 	}
 	if a.NumQHeads%a.NumKVHeads != 0 {
@@ -123,7 +125,7 @@ func (a *RopeCacheArgs) Validate() error {
 	}
 	q, k, v := a.rows()
 	for _, r := range []tokenRows{q, k, v} {
-		if err := r.check(ropeArg, a.DType); err != nil {
+		if err := r.check(&sp, a.DType, read); err != nil {
 			return err
 		}
 	}
@@ -131,11 +133,11 @@ func (a *RopeCacheArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(ropeArg, "CosSin", a.CosSin, table, 4); err != nil {
+	if err := sp.buffer("CosSin", a.CosSin, table, 4, read); err != nil {
 		return err
 	}
 	if a.NumTokens == 0 {
-		return nil
+		return sp.check()
 	}
 	esize := int64(a.DType.Size())
 	qBytes, err := size(ropeArg, "NumTokens·NumQHeads·HeadDim", esize, int64(a.NumTokens), int64(a.NumQHeads), int64(a.HeadDim))
@@ -146,26 +148,26 @@ func (a *RopeCacheArgs) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := buffer(ropeArg, "QOut", a.QOut, qBytes, 16); err != nil {
+	if err := sp.buffer("QOut", a.QOut, qBytes, 16, write); err != nil {
 		return err
 	}
-	if err := buffer(ropeArg, "KOut", a.KOut, kBytes, 16); err != nil {
+	if err := sp.buffer("KOut", a.KOut, kBytes, 16, write); err != nil {
 		return err
 	}
 	if !a.ZerosOut.IsZero() {
-		if err := buffer(ropeArg, "ZerosOut", a.ZerosOut, qBytes, 16); err != nil {
+		if err := sp.buffer("ZerosOut", a.ZerosOut, qBytes, 16, write); err != nil {
 			return err
 		}
 	}
-	if err := buffer(ropeArg, "Positions", a.Positions, int64(a.NumTokens)*8, 8); err != nil {
+	if err := sp.buffer("Positions", a.Positions, int64(a.NumTokens)*8, 8, read); err != nil {
 		return err
 	}
 	if !a.PositionDeltas.IsZero() {
-		if err := buffer(ropeArg, "PositionDeltas", a.PositionDeltas, int64(a.NumTokens)*8, 8); err != nil {
+		if err := sp.buffer("PositionDeltas", a.PositionDeltas, int64(a.NumTokens)*8, 8, read); err != nil {
 			return err
 		}
 	}
-	return nil
+	return sp.check()
 }
 
 // ropeCacheParams is the parameter list of the rope_cache_* kernels, in PTX

@@ -29,6 +29,7 @@ import (
 //
 // Aliasing: Out and LSE must not overlap each other or any input; the inputs
 // may overlap one another. Workspace must not overlap any other buffer.
+// Validate refuses an overlap (ErrAliasing).
 //
 // QLen == 1 runs the batched decode (Decode) over the NumSeqs sequences.
 // QLen > 1 needs NumSeqs == 1 (several sequences with several query tokens
@@ -135,6 +136,9 @@ func sequenceError(err error, arg string) error {
 	msg := strings.TrimPrefix(ae.Error(), "pagedkv: ")
 	if !strings.Contains(msg, arg+".") {
 		return err
+	}
+	if errors.Is(err, ErrAliasing) {
+		return &argError{&aliasError{"pagedkv: " + sequenceFields.Replace(msg)}}
 	}
 	return errf("%s", sequenceFields.Replace(msg))
 }

@@ -221,6 +221,84 @@ func buffer(arg, field string, b Buffer, need int64, align uintptr) error {
 	return nil
 }
 
+// ErrAliasing is matched (errors.Is) by the error of an op whose output
+// overlaps another buffer it touches; it wraps ErrInvalidArgument.
+var ErrAliasing = &aliasSentinel{}
+
+type aliasSentinel struct{}
+
+func (*aliasSentinel) Error() string { return "pagedkv: buffers overlap" }
+func (*aliasSentinel) Unwrap() error { return ErrInvalidArgument }
+
+// aliasError names the two overlapping buffers; it matches ErrAliasing and
+// through it ErrInvalidArgument.
+type aliasError struct{ msg string }
+
+func (e *aliasError) Error() string { return e.msg }
+func (e *aliasError) Unwrap() error { return ErrAliasing }
+
+// Buffer roles for spans.
+const (
+	read  = false // an input: inputs may overlap one another
+	write = true  // an output: it may overlap nothing else the op touches
+)
+
+// touch is the bytes one buffer of an op touches: from its pointer to the
+// last byte its shape reaches (for a strided tensor every byte in between
+// counts).
+type touch struct {
+	field  string
+	lo, hi uint64 // [lo, hi)
+	out    bool
+}
+
+// spans collects the spans of one call's buffers as Validate checks them,
+// then checks that no output overlaps another buffer. Its array is sized
+// for the op with the most buffers (RopeCacheArgs: 13).
+type spans struct {
+	arg string
+	n   int
+	s   [16]touch
+}
+
+// buffer is buffer() that records b's first need bytes as a span.
+func (sp *spans) buffer(field string, b Buffer, need int64, align uintptr, out bool) error {
+	if err := buffer(sp.arg, field, b, need, align); err != nil {
+		return err
+	}
+	sp.add(field, b, need, out)
+	return nil
+}
+
+// add records the first n bytes of b (checked against b.Bytes) as a span.
+// An empty span overlaps nothing.
+func (sp *spans) add(field string, b Buffer, n int64, out bool) {
+	if n <= 0 || sp.n == len(sp.s) {
+		return
+	}
+	sp.s[sp.n] = touch{field: field, lo: uint64(b.Ptr), hi: uint64(b.Ptr) + uint64(n), out: out}
+	sp.n++
+}
+
+// check returns an ErrAliasing error for the first output that overlaps
+// another span, naming both fields and their byte ranges.
+func (sp *spans) check() error {
+	for i := range sp.n {
+		for j := i + 1; j < sp.n; j++ {
+			a, b := &sp.s[i], &sp.s[j]
+			if !a.out && !b.out || a.hi <= b.lo || b.hi <= a.lo {
+				continue
+			}
+			if !a.out {
+				a, b = b, a
+			}
+			return &argError{&aliasError{fmt.Sprintf("pagedkv: %s.%s [%#x, %#x) overlaps %s.%s [%#x, %#x); allowed: an output that overlaps no other buffer of the call (the inputs may overlap one another)",
+				sp.arg, a.field, a.lo, a.hi, sp.arg, b.field, b.lo, b.hi)}}
+		}
+	}
+	return nil
+}
+
 // inRange checks lo ≤ v ≤ hi.
 func inRange(arg, field string, v, lo, hi int) error {
 	if v < lo || v > hi {
@@ -329,11 +407,13 @@ func (p *pagedAttention) pages() error {
 }
 
 // scalars checks the workspace's alignment and the scales.
-func (p *pagedAttention) scalars() error {
+func (p *pagedAttention) scalars(sp *spans) error {
 	if !p.workspace.IsZero() {
 		if err := buffer(p.arg, "Workspace", p.workspace, 1, 256); err != nil {
 			return err
 		}
+		// The plan decides how much of it a call uses: all of it counts.
+		sp.add("Workspace", p.workspace, p.workspace.Bytes, write)
 	}
 	if p.scale < 0 || math.IsNaN(float64(p.scale)) || math.IsInf(float64(p.scale), 0) {
 		return errf("%s.Scale=%g is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0", p.arg, p.scale)
@@ -345,30 +425,30 @@ func (p *pagedAttention) scalars() error {
 }
 
 // caches checks that the caches hold the pool and BlockTables the tables.
-func (p *pagedAttention) caches() error {
+func (p *pagedAttention) caches(sp *spans) error {
 	cbytes, err := size(p.arg, "NumBlocks·BlockSize·NumKVHeads·HeadDim", int64(p.cacheDType.Size()),
 		int64(p.numBlocks), int64(p.blockSize), int64(p.numKVHeads), int64(p.headDim))
 	if err != nil {
 		return err
 	}
-	if err := buffer(p.arg, "KCache", p.keyCache, cbytes, 16); err != nil {
+	if err := sp.buffer("KCache", p.keyCache, cbytes, 16, read); err != nil {
 		return err
 	}
-	if err := buffer(p.arg, "VCache", p.valueCache, cbytes, 16); err != nil {
+	if err := sp.buffer("VCache", p.valueCache, cbytes, 16, read); err != nil {
 		return err
 	}
 	tableBytes, err := size(p.arg, "NumSeqs·MaxBlocksPerSeq", 4, int64(p.numSeqs), int64(p.maxBlocksPerSeq))
 	if err != nil {
 		return err
 	}
-	return buffer(p.arg, "BlockTables", p.blockTables, tableBytes, 4)
+	return sp.buffer("BlockTables", p.blockTables, tableBytes, 4, read)
 }
 
 // qRows checks a token- (or sequence-) major q of rows rows at stride
 // (elements; 0 = contiguous) named strideField: every row 16-byte aligned
 // and wide enough for its heads, and the buffer large enough. It returns
 // the stride in effect.
-func (p *pagedAttention) qRows(q Buffer, rows int, stride int, rowsField, strideField string) (int64, error) {
+func (p *pagedAttention) qRows(sp *spans, q Buffer, rows int, stride int, rowsField, strideField string) (int64, error) {
 	rowElems := int64(p.numQHeads) * int64(p.headDim)
 	qs := p.qStride(stride)
 	if qs < rowElems || qs%8 != 0 || qs > maxStride {
@@ -382,5 +462,5 @@ func (p *pagedAttention) qRows(q Buffer, rows int, stride int, rowsField, stride
 	if err != nil {
 		return 0, err
 	}
-	return qs, buffer(p.arg, "Q", q, qBytes, 16)
+	return qs, sp.buffer("Q", q, qBytes, 16, read)
 }

@@ -4,12 +4,16 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pagedkv/pagedkv/dispatch"
+	"github.com/pagedkv/pagedkv/driver"
 )
 
 // badCase is one invalid mutation of a good argument struct and the text
@@ -35,14 +39,32 @@ func expectErrors[T any, P validator[T]](t *testing.T, good func() T, cases []ba
 			c.mutate(&a)
 			err := P(&a).Validate()
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
+			assert.Regexp(t, wantPattern(c.want), err.Error())
 			assert.ErrorIs(t, err, ErrInvalidArgument)
 		})
 	}
 }
 
-// fakeBuffer is a buffer at a plausible, aligned device address.
-func fakeBuffer(bytes int64) Buffer { return Buffer{Ptr: 0x7f0000000000, Bytes: bytes} }
+// wantPattern is a regular expression for an expected error text, in which
+// "0x…" stands for any device address (fakeBuffer places each buffer at its
+// own).
+func wantPattern(want string) string {
+	parts := strings.Split(want, "0x…")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return strings.Join(parts, "0x[0-9a-f]+")
+}
+
+// fakeBuffer is a buffer at a plausible, aligned device address, 2^40
+// bytes past the one before it (wrapping after 256), so that the buffers of
+// one argument struct never overlap.
+func fakeBuffer(bytes int64) Buffer {
+	n := fakeBuffers.Add(1) % 256
+	return Buffer{Ptr: driver.DevicePtr(0x7f0000000000 + n<<40), Bytes: bytes}
+}
+
+var fakeBuffers atomic.Uint64
 
 func goodAppend() AppendArgs {
 	const t, h, d, bs, nb = 10, 4, 128, 16, 8
@@ -79,7 +101,7 @@ func TestAppendArgsValidate(t *testing.T) {
 		{"cache small", func(a *AppendArgs) { a.VCache.Bytes -= 2 }, "AppendArgs.VCache holds"},
 		{"slots small", func(a *AppendArgs) { a.SlotMapping.Bytes = 72 }, "AppendArgs.SlotMapping holds 72 bytes; the shapes need 80"},
 		{"host slots", func(a *AppendArgs) { a.HostSlotMapping = make([]int32, 9) }, "AppendArgs.HostSlotMapping has 9 values; allowed: none, or NumTokens=10"},
-		{"misaligned", func(a *AppendArgs) { a.K.Ptr += 8 }, "AppendArgs.K pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"misaligned", func(a *AppendArgs) { a.K.Ptr += 8 }, "AppendArgs.K pointer 0x… is not 16-byte aligned"},
 		{"token stride", func(a *AppendArgs) { a.KTokenStride = 100 }, "AppendArgs.KTokenStride=100 is not allowed"},
 		{"token stride short", func(a *AppendArgs) { a.KTokenStride = 256 }, "AppendArgs.KTokenStride=256 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 512"},
 		{"head stride", func(a *AppendArgs) { a.VHeadStride = 64 }, "AppendArgs.VHeadStride=64 is not allowed"},
@@ -173,15 +195,17 @@ func TestDecodeArgsValidate(t *testing.T) {
 	expectErrors(t, goodDecode, cases)
 }
 
-func TestGatherArgsValidate(t *testing.T) {
-	good := func() GatherArgs {
-		const tok, h, d, bs, nb = 10, 4, 128, 16, 8
-		return GatherArgs{
-			KCache: fakeBuffer(nb * bs * h * d * 2), VCache: fakeBuffer(nb * bs * h * d * 2), SlotMapping: fakeBuffer(tok * 8),
-			KOut: fakeBuffer(tok * h * d * 2), VOut: fakeBuffer(tok * h * d * 2),
-			NumTokens: tok, NumKVHeads: h, HeadDim: d, BlockSize: bs, NumBlocks: nb, CacheDType: F16, Layout: LayoutShuffle,
-		}
+func goodGather() GatherArgs {
+	const tok, h, d, bs, nb = 10, 4, 128, 16, 8
+	return GatherArgs{
+		KCache: fakeBuffer(nb * bs * h * d * 2), VCache: fakeBuffer(nb * bs * h * d * 2), SlotMapping: fakeBuffer(tok * 8),
+		KOut: fakeBuffer(tok * h * d * 2), VOut: fakeBuffer(tok * h * d * 2),
+		NumTokens: tok, NumKVHeads: h, HeadDim: d, BlockSize: bs, NumBlocks: nb, CacheDType: F16, Layout: LayoutShuffle,
 	}
+}
+
+func TestGatherArgsValidate(t *testing.T) {
+	good := goodGather
 	a := good()
 	require.NoError(t, a.Validate())
 	cases := []badCase[GatherArgs]{
@@ -592,14 +616,14 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 		{"weight small", func(a *QKVNormRopeArgs) { a.KNormWeight.Bytes = 128 }, "QKVNormRopeArgs.KNormWeight holds 128 bytes; the shapes need 256"},
 		{"norm mode", func(a *QKVNormRopeArgs) { a.Norm = 5 }, "QKVNormRopeArgs.Norm=5 is not supported; allowed: NormNone, NormQK"},
 		{"qkv small", func(a *QKVNormRopeArgs) { a.QKV.Bytes -= 16 }, "QKVNormRopeArgs.QKV holds 36848 bytes; the shapes need 36864"},
-		{"qkv misaligned", func(a *QKVNormRopeArgs) { a.QKV.Ptr += 8 }, "QKVNormRopeArgs.QKV pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"qkv misaligned", func(a *QKVNormRopeArgs) { a.QKV.Ptr += 8 }, "QKVNormRopeArgs.QKV pointer 0x… is not 16-byte aligned"},
 		{"q out small", func(a *QKVNormRopeArgs) { a.QOut.Bytes -= 32 }, "QKVNormRopeArgs.QOut holds 24544 bytes; the shapes need 24576"},
 		{"token stride", func(a *QKVNormRopeArgs) { a.QKVTokenStride = 1000 }, "QKVNormRopeArgs.QKVTokenStride=1000 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 1536 (the heads' span)"},
 		{"cu seqlens small", func(a *QKVNormRopeArgs) { a.CuSeqlensQ.Bytes = 12 }, "QKVNormRopeArgs.CuSeqlensQ holds 12 bytes; the shapes need 16"},
 		{"pos offsets", func(a *QKVNormRopeArgs) { a.PosOffsets = Buffer{} }, "QKVNormRopeArgs.PosOffsets is missing"},
 		{"tables", func(a *QKVNormRopeArgs) { a.BlockTables.Bytes = 64 }, "QKVNormRopeArgs.BlockTables holds 64 bytes; the shapes need 96"},
 		{"cos sin", func(a *QKVNormRopeArgs) { a.CosSin.Bytes-- }, "QKVNormRopeArgs.CosSin holds 2097151 bytes; the shapes need 2097152"},
-		{"cos sin misaligned", func(a *QKVNormRopeArgs) { a.CosSin.Ptr += 2 }, "QKVNormRopeArgs.CosSin pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"cos sin misaligned", func(a *QKVNormRopeArgs) { a.CosSin.Ptr += 2 }, "QKVNormRopeArgs.CosSin pointer 0x… is not 4-byte aligned"},
 		{"cache", func(a *QKVNormRopeArgs) { a.VCache.Bytes -= 2 }, "QKVNormRopeArgs.VCache holds 262142 bytes; the shapes need 262144"},
 		{"fp8 scale", func(a *QKVNormRopeArgs) { a.CacheDType = E4M3 }, "QKVNormRopeArgs.KScale=0 is not allowed with an e4m3 cache"},
 		{"dtype", func(a *QKVNormRopeArgs) { a.DType = E4M3 }, "QKVNormRopeArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
@@ -648,7 +672,7 @@ func TestMLARopeQuantArgsValidate(t *testing.T) {
 		{"q nope small", func(a *MLARopeQuantArgs) { a.QNope.Bytes-- }, "MLARopeQuantArgs.QNope holds 98303 bytes; the shapes need 98304"},
 		{"q out small", func(a *MLARopeQuantArgs) { a.QOut.Bytes-- }, "MLARopeQuantArgs.QOut holds 55295 bytes; the shapes need 55296"},
 		{"k rope out missing", func(a *MLARopeQuantArgs) { a.KRopeOut = Buffer{} }, "MLARopeQuantArgs.KRopeOut is missing"},
-		{"k nope out misaligned", func(a *MLARopeQuantArgs) { a.KNopeOut.Ptr += 4 }, "MLARopeQuantArgs.KNopeOut pointer 0x7f0000000004 is not 8-byte aligned"},
+		{"k nope out misaligned", func(a *MLARopeQuantArgs) { a.KNopeOut.Ptr += 4 }, "MLARopeQuantArgs.KNopeOut pointer 0x… is not 8-byte aligned"},
 		{"positions", func(a *MLARopeQuantArgs) { a.Positions.Bytes = 40 }, "MLARopeQuantArgs.Positions holds 40 bytes; the shapes need 48"},
 		{"cos sin", func(a *MLARopeQuantArgs) { a.CosSin.Bytes = 100 }, "MLARopeQuantArgs.CosSin holds 100 bytes; the shapes need 524288"},
 	}
@@ -685,7 +709,7 @@ func TestMLAConcatQArgsValidate(t *testing.T) {
 		{"lora", func(a *MLAConcatQArgs) { a.LoraRank = 0 }, "MLAConcatQArgs.LoraRank=0 is not supported; allowed: a multiple of 8 from 8 to 4096"},
 		{"rope", func(a *MLAConcatQArgs) { a.RopeDim = 4104 }, "MLAConcatQArgs.RopeDim=4104 is not supported; allowed: a multiple of 8 from 8 to 4096"},
 		{"out small", func(a *MLAConcatQArgs) { a.Out.Bytes-- }, "MLAConcatQArgs.Out holds 110591 bytes; the shapes need 110592"},
-		{"out misaligned", func(a *MLAConcatQArgs) { a.Out.Ptr += 8 }, "MLAConcatQArgs.Out pointer 0x7f0000000008 is not 16-byte aligned"},
+		{"out misaligned", func(a *MLAConcatQArgs) { a.Out.Ptr += 8 }, "MLAConcatQArgs.Out pointer 0x… is not 16-byte aligned"},
 		{"rope stride", func(a *MLAConcatQArgs) { a.QRopeTokenStride = 100 }, "MLAConcatQArgs.QRopeTokenStride=100 is not allowed"},
 		{"nope stride", func(a *MLAConcatQArgs) { a.QNopeHeadStride = 8 }, "MLAConcatQArgs.QNopeHeadStride=8 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ LoraRank=512"},
 		{"nope small", func(a *MLAConcatQArgs) { a.QNope.Bytes = 2 }, "MLAConcatQArgs.QNope holds 2 bytes; the shapes need 98304"},
@@ -808,7 +832,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"host offset negative", func(a *VarlenArgs) { a.HostPosOffsets[1] = -1 }, "VarlenArgs.HostPosOffsets[1]=-1 is not allowed with 16 query tokens; allowed: 0..MaxKVLen−q_len=184"},
 		{"host offset past max kv", func(a *VarlenArgs) { a.HostPosOffsets[2] = 178 }, "VarlenArgs.HostPosOffsets[2]=178 is not allowed with 23 query tokens; allowed: 0..MaxKVLen−q_len=177"},
 		{"host offset past int32", func(a *VarlenArgs) { a.HostPosOffsets[2] = math.MaxInt32 }, "VarlenArgs.HostPosOffsets[2]=2147483647 is not allowed with 23 query tokens; allowed: 0..MaxKVLen−q_len=177"},
-		{"workspace misaligned", func(a *VarlenArgs) { a.Workspace = fakeBuffer(4096); a.Workspace.Ptr += 16 }, "VarlenArgs.Workspace pointer 0x7f0000000010 is not 256-byte aligned"},
+		{"workspace misaligned", func(a *VarlenArgs) { a.Workspace = fakeBuffer(4096); a.Workspace.Ptr += 16 }, "VarlenArgs.Workspace pointer 0x… is not 256-byte aligned"},
 		{"workspace empty", func(a *VarlenArgs) { a.Workspace = fakeBuffer(0) }, "VarlenArgs.Workspace holds 0 bytes; the shapes need 1"},
 		{"workspace null", func(a *VarlenArgs) { a.Workspace = Buffer{Bytes: 4096} }, "VarlenArgs.Workspace is missing (a null device pointer)"},
 		{"scale", func(a *VarlenArgs) { a.Scale = -1 }, "VarlenArgs.Scale=-1 is not allowed; allowed: 0 (1/√HeadDim) or a finite value > 0"},
@@ -843,14 +867,14 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"pos offsets small", func(a *VarlenArgs) { a.PosOffsets.Bytes-- }, "VarlenArgs.PosOffsets holds 11 bytes; the shapes need 12"},
 		{"out small", func(a *VarlenArgs) { a.Out.Bytes-- }, "VarlenArgs.Out holds 163839 bytes; the shapes need 163840"},
 		{"lse small", func(a *VarlenArgs) { a.LSE.Bytes-- }, "VarlenArgs.LSE holds 2559 bytes; the shapes need 2560"},
-		{"q misaligned", func(a *VarlenArgs) { a.Q.Ptr += 8 }, "VarlenArgs.Q pointer 0x7f0000000008 is not 16-byte aligned"},
-		{"key cache misaligned", func(a *VarlenArgs) { a.KCache.Ptr += 8 }, "VarlenArgs.KCache pointer 0x7f0000000008 is not 16-byte aligned"},
-		{"value cache misaligned", func(a *VarlenArgs) { a.VCache.Ptr += 8 }, "VarlenArgs.VCache pointer 0x7f0000000008 is not 16-byte aligned"},
-		{"tables misaligned", func(a *VarlenArgs) { a.BlockTables.Ptr += 2 }, "VarlenArgs.BlockTables pointer 0x7f0000000002 is not 4-byte aligned"},
-		{"cu seqlens misaligned", func(a *VarlenArgs) { a.CuSeqlensQ.Ptr += 2 }, "VarlenArgs.CuSeqlensQ pointer 0x7f0000000002 is not 4-byte aligned"},
-		{"pos offsets misaligned", func(a *VarlenArgs) { a.PosOffsets.Ptr += 2 }, "VarlenArgs.PosOffsets pointer 0x7f0000000002 is not 4-byte aligned"},
-		{"out misaligned", func(a *VarlenArgs) { a.Out.Ptr += 2 }, "VarlenArgs.Out pointer 0x7f0000000002 is not 4-byte aligned"},
-		{"lse misaligned", func(a *VarlenArgs) { a.LSE.Ptr += 2 }, "VarlenArgs.LSE pointer 0x7f0000000002 is not 4-byte aligned"},
+		{"q misaligned", func(a *VarlenArgs) { a.Q.Ptr += 8 }, "VarlenArgs.Q pointer 0x… is not 16-byte aligned"},
+		{"key cache misaligned", func(a *VarlenArgs) { a.KCache.Ptr += 8 }, "VarlenArgs.KCache pointer 0x… is not 16-byte aligned"},
+		{"value cache misaligned", func(a *VarlenArgs) { a.VCache.Ptr += 8 }, "VarlenArgs.VCache pointer 0x… is not 16-byte aligned"},
+		{"tables misaligned", func(a *VarlenArgs) { a.BlockTables.Ptr += 2 }, "VarlenArgs.BlockTables pointer 0x… is not 4-byte aligned"},
+		{"cu seqlens misaligned", func(a *VarlenArgs) { a.CuSeqlensQ.Ptr += 2 }, "VarlenArgs.CuSeqlensQ pointer 0x… is not 4-byte aligned"},
+		{"pos offsets misaligned", func(a *VarlenArgs) { a.PosOffsets.Ptr += 2 }, "VarlenArgs.PosOffsets pointer 0x… is not 4-byte aligned"},
+		{"out misaligned", func(a *VarlenArgs) { a.Out.Ptr += 2 }, "VarlenArgs.Out pointer 0x… is not 4-byte aligned"},
+		{"lse misaligned", func(a *VarlenArgs) { a.LSE.Ptr += 2 }, "VarlenArgs.LSE pointer 0x… is not 4-byte aligned"},
 		{"q missing", func(a *VarlenArgs) { a.Q = Buffer{} }, "VarlenArgs.Q is missing"},
 		{"key cache missing", func(a *VarlenArgs) { a.KCache = Buffer{} }, "VarlenArgs.KCache is missing"},
 		{"tables missing", func(a *VarlenArgs) { a.BlockTables = Buffer{} }, "VarlenArgs.BlockTables is missing"},

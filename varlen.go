@@ -65,12 +65,14 @@ import (
 //     outlive every graph that captured it.
 //   - Scale: softmax scale; 0 means 1/√HeadDim.
 //
-// Aliasing: Out and LSE must not overlap each other or any input; inputs
-// may overlap one another. Workspace must not overlap any other buffer.
+// Aliasing: Out and LSE must not overlap each other or any input; inputs may
+// overlap one another. Workspace must not overlap any other buffer. Validate
+// refuses an overlap (ErrAliasing).
 //
 // Bounds: NumSeqs ≤ 2^24, NumKVHeads ≤ 65535, NumQHeads ≤ 16·NumKVHeads,
-// NumTokens·NumQHeads ≤ 2^30, NumBlocks < 2^31, NumBlocks·BlockSize ≤
-// 2^32, MaxBlocksPerSeq · BlockSize ≤ 2^30, QTokenStride, OutTokenStride and OutHeadStride ≤ 2^31 elements.
+// NumTokens·NumQHeads ≤ 2^30, NumBlocks·BlockSize ≤ 2^31−1 (as in every
+// op), MaxBlocksPerSeq·BlockSize ≤ 2^30; QTokenStride, OutTokenStride and
+// OutHeadStride ≤ 2^31 elements.
 type VarlenArgs struct {
 	Q, KCache, VCache                   Buffer
 	BlockTables, CuSeqlensQ, PosOffsets Buffer
@@ -109,6 +111,7 @@ func (a *VarlenArgs) Validate() error {
 		return errf("the *VarlenArgs is nil")
 	}
 	p := a.paged()
+	sp := spans{arg: varlenArg}
 	if err := p.types(); err != nil {
 		return err
 	}
@@ -129,22 +132,22 @@ func (a *VarlenArgs) Validate() error {
 	if err := a.checkHostLengths(); err != nil {
 		return err
 	}
-	if err := p.scalars(); err != nil {
+	if err := p.scalars(&sp); err != nil {
 		return err
 	}
-	if _, err := p.qRows(a.Q, a.NumTokens, a.QTokenStride, "NumTokens", "QTokenStride"); err != nil {
+	if _, err := p.qRows(&sp, a.Q, a.NumTokens, a.QTokenStride, "NumTokens", "QTokenStride"); err != nil {
 		return err
 	}
 	if err := checkAttentionLayout(varlenArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
 		return err
 	}
-	if err := p.caches(); err != nil {
+	if err := p.caches(&sp); err != nil {
 		return err
 	}
-	if err := buffer(varlenArg, "CuSeqlensQ", a.CuSeqlensQ, int64(a.NumSeqs+1)*4, 4); err != nil {
+	if err := sp.buffer("CuSeqlensQ", a.CuSeqlensQ, int64(a.NumSeqs+1)*4, 4, read); err != nil {
 		return err
 	}
-	if err := buffer(varlenArg, "PosOffsets", a.PosOffsets, int64(a.NumSeqs)*4, 4); err != nil {
+	if err := sp.buffer("PosOffsets", a.PosOffsets, int64(a.NumSeqs)*4, 4, read); err != nil {
 		return err
 	}
 	if a.NumTokens > 0 {
@@ -157,16 +160,16 @@ func (a *VarlenArgs) Validate() error {
 		if err != nil {
 			return err
 		}
-		if err := buffer(varlenArg, "Out", a.Out, outBytes, 4); err != nil {
+		if err := sp.buffer("Out", a.Out, outBytes, 4, write); err != nil {
 			return err
 		}
 		if !a.LSE.IsZero() {
-			if err := buffer(varlenArg, "LSE", a.LSE, int64(a.NumTokens)*int64(a.NumQHeads)*4, 4); err != nil {
+			if err := sp.buffer("LSE", a.LSE, int64(a.NumTokens)*int64(a.NumQHeads)*4, 4, write); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
+	return sp.check()
 }
 
 // paged returns a's share of the attention ops' checks (its KV heads run
