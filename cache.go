@@ -169,7 +169,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 	}
 	plan, err := dispatch.PlanAppend(r.appendShape(a, dispatch.AppendPathAuto))
 	if err != nil {
-		return err
+		return planError(err, "AppendShape", appendArg)
 	}
 	return r.launchAppend(s, a, &plan)
 }
@@ -184,13 +184,22 @@ func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.Plan) e
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	for _, path := range []dispatch.AppendPath{dispatch.AppendPathTokens, dispatch.AppendPathPages} {
-		if p, err := dispatch.PlanAppend(r.appendShape(a, path)); err == nil && p == plan {
+	// The plan of either path will do; a mismatch is named against the
+	// path's plan whose kernel the plan has, else the token path's.
+	var closest dispatch.Plan
+	for i, path := range []dispatch.AppendPath{dispatch.AppendPathTokens, dispatch.AppendPathPages} {
+		p, err := dispatch.PlanAppend(r.appendShape(a, path))
+		if err != nil {
+			return planError(err, "AppendShape", appendArg)
+		}
+		if p == plan {
 			return r.launchAppend(s, a, &plan)
 		}
+		if i == 0 || p.Kernel == plan.Kernel && p.AppendClaim == plan.AppendClaim {
+			closest = p
+		}
 	}
-	return errf("AppendWithPlan: the plan (kernel %s, claim %q, grid %v) is not a plan for this AppendArgs; take one from PlanAppendWith",
-		plan.Kernel, plan.AppendClaim, plan.Grid)
+	return planMismatch("AppendWithPlan", appendArg, "PlanAppendWith", plan, closest)
 }
 
 // launchAppend enqueues plan's launches for a valid a.
@@ -235,7 +244,8 @@ func (r *Runtime) PlanAppendWith(a *AppendArgs, path dispatch.AppendPath) (dispa
 	if err := a.Validate(); err != nil {
 		return dispatch.Plan{}, err
 	}
-	return dispatch.PlanAppend(r.appendShape(a, path))
+	plan, err := dispatch.PlanAppend(r.appendShape(a, path))
+	return plan, planError(err, "AppendShape", appendArg)
 }
 
 // appendShape is the planner's view of a valid a on path.
@@ -364,7 +374,7 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.CacheDType, CacheDType: a.CacheDType,
 	})
 	if err != nil {
-		return err
+		return planError(err, "AppendShape", gatherArg)
 	}
 	p := a.params(s.fault)
 	return launchPlan(r, s, &plan, &p)

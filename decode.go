@@ -252,7 +252,7 @@ func (r *Runtime) planAndLoad(shape dispatch.DecodeShape, k dispatch.Knobs) (dis
 		}
 		plan, err := dispatch.PlanDecode(shape, *facts, k)
 		if err != nil {
-			return plan, 0, err
+			return plan, 0, planError(err, "DecodeShape", decodeArg)
 		}
 		fn, loaded, err := r.function(plan.Kernel)
 		if err != nil {
@@ -480,7 +480,13 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 			want.SharedBytes = plan.SharedBytes
 		}
 	}
-	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
+	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits {
+		return errf("DecodeWithPlan: Plan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.MaxSplits)
+	}
+	if plan.Balanced() {
+		want.BalanceWave = plan.BalanceWave // checked with the items above
+	}
+	if plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.Cluster != want.Cluster ||
 		plan.Cluster > dispatch.MaxClusterSplits || plan.Counters != want.Counters || plan.ScratchFloats != want.ScratchFloats ||
 		plan.PartialOutOffset != 0 || plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset ||
@@ -494,8 +500,9 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 			return errf("DecodeWithPlan: the plan (%s) is for another cache layout than DecodeArgs.Layout=%v (%s); plan with the args' layout (DecodeShape.Layout)",
 				plan.Kernel, a.Layout, want.Kernel)
 		}
-		return errf("DecodeWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this DecodeArgs (%s, grid %v)",
-			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
+		return planMismatch("DecodeWithPlan", decodeArg, "PlanDecode or PlanDecodeWith", *plan, want,
+			"Kernel", "Grid", "Block", "SharedBytes", "Cluster", "Counters", "ScratchFloats", "PartialOutOffset",
+			"MaxOffset", "SumOffset", "BalanceMinPages", "WorkOffset", "BalanceWave")
 	}
 	return nil
 }

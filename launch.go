@@ -1,7 +1,10 @@
 package pagedkv
 
 import (
+	"errors"
 	"math"
+	"reflect"
+	"strings"
 	"math/bits"
 	"sync"
 
@@ -72,6 +75,54 @@ func (r *Runtime) planOn(op string, s *Stream, validate func() error, plan func(
 	})
 	return p, err
 }
+
+// planMismatch is the error of a WithPlan call whose plan is not one for
+// its arguments: it names the first of fields (all of Plan's when none are
+// given) in which plan differs from want, the plan for those arguments,
+// with both values. op is the call, arg the argument struct, from the
+// planner that makes plans for it.
+//
+// The plans come by value: a pointer handed to reflect would move the
+// callers' plans to the heap on the path that accepts the plan.
+func planMismatch(op, arg, from string, plan, want dispatch.Plan, fields ...string) error {
+	pv, wv := reflect.ValueOf(&plan).Elem(), reflect.ValueOf(&want).Elem()
+	if len(fields) == 0 {
+		for i := range pv.NumField() {
+			fields = append(fields, pv.Type().Field(i).Name)
+		}
+	}
+	for _, f := range fields {
+		got, need := pv.FieldByName(f).Interface(), wv.FieldByName(f).Interface()
+		if !reflect.DeepEqual(got, need) {
+			return errf("%s: the plan is not a plan for this %s: Plan.%s=%v, where this %s needs %v; take the plan from %s for these arguments",
+				op, arg, f, got, arg, need, from)
+		}
+	}
+	return errf("%s: the plan (%s, grid %v, %d splits) is not a plan for this %s; take it from %s for these arguments", op, plan.Kernel, plan.Grid, plan.Splits, arg, from)
+}
+
+// planError makes an error of the planner, for arguments that Validate
+// accepted, an argument error of the op: it matches ErrInvalidArgument
+// besides dispatch.ErrInvalidShape, and names the fields as arg (the
+// argument struct) spells them instead of as shape (the planner's view of
+// it) does. Knobs keep their name: the caller passed them.
+func planError(err error, shape, arg string) error {
+	if err == nil || !errors.Is(err, dispatch.ErrInvalidShape) {
+		return err
+	}
+	msg := strings.ReplaceAll(err.Error(), shape+".", arg+".")
+	msg = "pagedkv: " + strings.TrimPrefix(msg, "dispatch: ")
+	return &argError{&renamedError{msg, err}}
+}
+
+// renamedError is an error under another text.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e *renamedError) Error() string { return e.msg }
+func (e *renamedError) Unwrap() error { return e.err }
 
 // dim converts a plan's grid or block shape to the driver's.
 func dim(d dispatch.Dim3) driver.Dim3 { return driver.Dim3{X: d.X, Y: d.Y, Z: d.Z} }

@@ -207,7 +207,7 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 	plan, err := dispatch.PlanQKV(dispatch.QKVShape{NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
 		HeadDim: a.HeadDim, RotDim: a.RotDim, DType: a.DType, CacheDType: a.CacheDType}, *r.facts.Load())
 	if err != nil {
-		return err
+		return planError(err, "QKVShape", qkvArg)
 	}
 	p := a.params(s.fault)
 	return launchPlan(r, s, &plan, &p)

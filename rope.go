@@ -202,7 +202,7 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
 	})
 	if err != nil {
-		return err
+		return planError(err, "AppendShape", ropeArg)
 	}
 	p := a.params(s.fault)
 	return launchPlan(r, s, &plan, &p)

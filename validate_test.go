@@ -2,6 +2,7 @@ package pagedkv
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -437,6 +438,22 @@ func TestValidationErrorsMatchSentinel(t *testing.T) {
 	}
 }
 
+// TestPlanError checks that a planner error reaching the caller matches
+// both sentinels and names the caller's fields.
+func TestPlanError(t *testing.T) {
+	a := goodDecode()
+	shape := a.shape(false, 0)
+	shape.HeadDim = 96
+	_, err := dispatch.PlanDecode(shape, dispatch.DeviceFacts{Name: "x", SMs: 108, MaxSharedPerBlockOptin: 163 << 10}, dispatch.DefaultKnobs())
+	require.ErrorIs(t, err, dispatch.ErrInvalidShape)
+	err = planError(err, "DecodeShape", decodeArg)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorIs(t, err, dispatch.ErrInvalidShape)
+	assert.True(t, strings.HasPrefix(err.Error(), "pagedkv: DecodeArgs.HeadDim=96"), err.Error())
+	assert.NotContains(t, err.Error(), "DecodeShape")
+	assert.NoError(t, planError(nil, "DecodeShape", decodeArg))
+}
+
 // TestCheckDecodePlan checks what DecodeWithPlan accepts: the planner's own
 // plans (single-pass, global-memory split-K, cluster split-K where the
 // device has clusters), the same plans with another ring depth the kernel
@@ -491,7 +508,9 @@ func TestCheckDecodePlan(t *testing.T) {
 			assert.Error(t, checkDecodePlan(&a, &p, &tt.dev), "a size the kernel does not read")
 			p = tt.plan
 			p.Grid.X++
-			assert.Error(t, checkDecodePlan(&a, &p, &tt.dev), "another shape's grid")
+			err := checkDecodePlan(&a, &p, &tt.dev)
+			assert.ErrorIs(t, err, ErrInvalidArgument, "another shape's grid")
+			assert.ErrorContains(t, err, fmt.Sprintf("Plan.Grid=%v, where this DecodeArgs needs %v", p.Grid, tt.plan.Grid), "names the field and both values")
 		})
 	}
 

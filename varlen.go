@@ -364,13 +364,13 @@ func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) 
 	// occupancy), and plan again with it.
 	plan, err := dispatch.PlanVarlen(shape, *r.facts.Load(), k)
 	if err != nil {
-		return plan, err
+		return plan, planError(err, "VarlenShape", varlenArg)
 	}
 	if _, loaded, err := r.function(plan.Kernel); err != nil {
 		return dispatch.Plan{}, err
 	} else if loaded {
 		if plan, err = dispatch.PlanVarlen(shape, *r.facts.Load(), k); err != nil {
-			return plan, err
+			return plan, planError(err, "VarlenShape", varlenArg)
 		}
 	}
 	if plan.Splits == 1 {
@@ -533,12 +533,16 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 		SharedBytes: uint32(dispatch.VarlenSharedBytes(kernel)),
 	}
 	want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.NumTokens, a.NumQHeads, a.HeadDim, splits)
-	if plan.Splits < 1 || plan.Splits > dispatch.VarlenMaxSplits || plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
+	if plan.Splits < 1 || plan.Splits > dispatch.VarlenMaxSplits {
+		return errf("VarlenWithPlan: Plan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.VarlenMaxSplits)
+	}
+	if plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.ScratchFloats != want.ScratchFloats ||
 		plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset || plan.PartialOutOffset != 0 ||
 		plan.Counters != 0 || plan.Cluster != 0 || plan.Balanced() {
-		return errf("VarlenWithPlan: the plan (%s, grid %v, %d splits) is not a plan for this VarlenArgs (%s, grid %v)",
-			plan.Kernel, plan.Grid, plan.Splits, want.Kernel, want.Grid)
+		return planMismatch("VarlenWithPlan", varlenArg, "PlanVarlen or PlanVarlenWith", *plan, want,
+			"Kernel", "Grid", "Block", "SharedBytes", "ScratchFloats", "MaxOffset", "SumOffset", "PartialOutOffset",
+			"Counters", "Cluster", "BalanceWave", "BalanceMinPages", "WorkOffset")
 	}
 	return nil
 }
