@@ -204,10 +204,8 @@ func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
 	if err := v.Validate(); err != nil {
 		return sequenceError(err, "VarlenArgs")
 	}
-	for i, n := range [...]uint32{0, uint32(a.QLen), uint32(int(a.HostKVLens[0]) - a.QLen)} {
-		if err := s.Fill32(Buffer{Ptr: args + driver.DevicePtr(4*i), Bytes: 4}, n); err != nil {
-			return err
-		}
+	if err := s.setWords(args, [...]uint32{0, uint32(a.QLen), uint32(int(a.HostKVLens[0]) - a.QLen)}); err != nil {
+		return err
 	}
 	return r.Varlen(s, &v)
 }

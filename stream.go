@@ -344,6 +344,20 @@ func (s *Stream) release() error {
 	return errors.Join(errs...)
 }
 
+// setWords writes the 32-bit words w at p in stream order, in one pass
+// through the context (SequenceAttention's lengths, sequenceArgs). A
+// graph that captures it holds the values.
+func (s *Stream) setWords(p driver.DevicePtr, w [3]uint32) error {
+	return s.r.do(func() error {
+		for i, v := range w {
+			if err := driver.MemsetD32Async(p+driver.DevicePtr(4*i), v, 1, s.s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // capturing reports whether the stream is being captured into a graph.
 func (s *Stream) capturing() (bool, error) {
 	var c bool
