@@ -3,9 +3,9 @@ package pagedkv
 import (
 	"errors"
 	"math"
+	"math/bits"
 	"reflect"
 	"strings"
-	"math/bits"
 	"sync"
 
 	"github.com/pagedkv/pagedkv/dispatch"
