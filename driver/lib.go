@@ -151,9 +151,9 @@ var (
 	cuMemFreeAsync func(p DevicePtr, s Stream) Result
 	// CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 	cuMemsetD8 func(p DevicePtr, v uint8, n uint64) Result
-	// CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+	// CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);   (hot path: bound with SyscallN)
 	cuMemsetD8Async func(p DevicePtr, v uint8, n uint64, s Stream) Result
-	// CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+	// CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);   (hot path: bound with SyscallN)
 	cuMemsetD32Async func(p DevicePtr, v uint32, n uint64, s Stream) Result
 	// CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
 	cuMemAllocHost func(pp *unsafe.Pointer, bytes uint64) Result
@@ -176,7 +176,7 @@ var (
 	cuStreamCreate func(s *Stream, flags uint32) Result
 	// CUresult cuStreamDestroy_v2(CUstream hStream);
 	cuStreamDestroy func(s Stream) Result
-	// CUresult cuStreamSynchronize(CUstream hStream);
+	// CUresult cuStreamSynchronize(CUstream hStream);   (hot path: bound with SyscallN)
 	cuStreamSynchronize func(s Stream) Result
 	// CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
 	cuStreamBeginCapture func(s Stream, mode CaptureMode) Result
@@ -275,8 +275,16 @@ func symbols() []symbol {
 		{name: "cuMemAllocAsync", fptr: &cuMemAllocAsync},
 		{name: "cuMemFreeAsync", fptr: &cuMemFreeAsync},
 		{name: "cuMemsetD8_v2", fptr: &cuMemsetD8},
-		{name: "cuMemsetD8Async", fptr: &cuMemsetD8Async},
-		{name: "cuMemsetD32Async", fptr: &cuMemsetD32Async},
+		{name: "cuMemsetD8Async", fptr: &cuMemsetD8Async, raw: func(addr uintptr) {
+			cuMemsetD8Async = func(p DevicePtr, v uint8, n uint64, s Stream) Result {
+				return rawCall(addr, uintptr(p), uintptr(v), uintptr(n), uintptr(s))
+			}
+		}},
+		{name: "cuMemsetD32Async", fptr: &cuMemsetD32Async, raw: func(addr uintptr) {
+			cuMemsetD32Async = func(p DevicePtr, v uint32, n uint64, s Stream) Result {
+				return rawCall(addr, uintptr(p), uintptr(v), uintptr(n), uintptr(s))
+			}
+		}},
 		{name: "cuMemAllocHost_v2", fptr: &cuMemAllocHost},
 		{name: "cuMemFreeHost", fptr: &cuMemFreeHost},
 		{name: "cuMemcpyHtoD_v2", fptr: &cuMemcpyHtoD},
@@ -287,7 +295,9 @@ func symbols() []symbol {
 		{name: "cuMemcpyDtoDAsync_v2", fptr: &cuMemcpyDtoDAsync},
 		{name: "cuStreamCreate", fptr: &cuStreamCreate},
 		{name: "cuStreamDestroy_v2", fptr: &cuStreamDestroy},
-		{name: "cuStreamSynchronize", fptr: &cuStreamSynchronize},
+		{name: "cuStreamSynchronize", fptr: &cuStreamSynchronize, raw: func(addr uintptr) {
+			cuStreamSynchronize = func(s Stream) Result { return rawCall(addr, uintptr(s)) }
+		}},
 		{name: "cuStreamBeginCapture_v2", fptr: &cuStreamBeginCapture},
 		{name: "cuStreamEndCapture", fptr: &cuStreamEndCapture},
 		{name: "cuStreamIsCapturing", fptr: &cuStreamIsCapturing, raw: func(addr uintptr) {

@@ -231,9 +231,19 @@ func TestHostPathAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ap.Arena.Free() })
+	vc := check.VarlenShape{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16,
+		MaxQLen: 16, MaxKV: 512, Causal: true}
+	vp, err := check.NewVarlenProblemWith(r, s, g, vc, []int32{0, 16}, []int32{496})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = vp.Arena.Free() })
+	seq := vp.SequenceArgs(pagedkv.Buffer{})
 	calls := map[string]func() error{
-		"Decode": func() error { return r.Decode(s, &p.Args) },
-		"Append": func() error { return r.Append(s, &ap.Args) },
+		"Decode":                      func() error { return r.Decode(s, &p.Args) },
+		"Append":                      func() error { return r.Append(s, &ap.Args) },
+		"Varlen":                      func() error { return r.Varlen(s, &vp.Args) },
+		"SequenceAttention (QLen 16)": func() error { return r.SequenceAttention(s, &seq) },
 	}
 	for name, call := range calls {
 		if err := call(); err != nil { // warm: module loads, pools, layouts
