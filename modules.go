@@ -149,8 +149,8 @@ type imageKind int
 
 const (
 	// imageJIT is the machine code the driver's JIT made of the module's
-	// PTX on a GPU of the device's architecture, recorded by pagedkv
-	// jit-record (ptx.JITCubin).
+	// PTX on a GPU of the device's architecture, harvested from its JIT
+	// cache (ptx.JITCubin).
 	imageJIT imageKind = iota
 	// imageSASS is the machine code ptxas assembled from the module's PTX
 	// (ptx.SASS).
@@ -268,7 +268,7 @@ func planImages(c imageChoice) []imageCandidate {
 // and how long the load took.
 type ModuleImage struct {
 	// Image is what loaded: "jit-cubin sm_XX" (the driver JIT's machine
-	// code recorded by pagedkv jit-record), "sass sm_XX" (ptxas's machine
+	// code recorded in ptx/jit.json), "sass sm_XX" (ptxas's machine
 	// code) or "ptx" (JIT-compiled by the driver at load).
 	Image string
 	// Reason says why that image, e.g. "driver 13000 recorded, 13000

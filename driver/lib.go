@@ -413,10 +413,9 @@ func registerSymbols(syms []symbol, addrs []uintptr) {
 	}
 }
 
-// unbindTable sets every function variable, the optional ones included,
-// back to nil (tests only).
+// unbindTable sets every function variable back to nil (tests only).
 func unbindTable() {
-	for _, s := range append(symbols(), linkSymbols()...) {
+	for _, s := range symbols() {
 		v := reflect.ValueOf(s.fptr).Elem()
 		v.Set(reflect.Zero(v.Type()))
 	}

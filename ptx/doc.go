@@ -7,7 +7,8 @@
 // and sm_90 (sm_90 only for the *_sm90 modules), embedded gzip-compressed;
 // SASS picks the one a device runs, which loads without the JIT. Where
 // ptxas's code runs slower than the driver JIT's (JITFaster), the JIT's own
-// code can be recorded on a GPU by `pagedkv jit-record` into jit.json and
+// code is harvested from the driver's JIT cache on a GPU (`STEPS=jitharvest
+// scripts/gpu.sh`, then `scripts/jit_harvest.py`) into jit.json and
 // <name>.sm_XX.jit.cubin.gz; JITCubin returns it.
 //
 // Everything here except embed.go, manifest.go, entry.go, arch.go, doc.go,

@@ -66,12 +66,12 @@ var jitFaster = map[int][]string{
 func JITFaster(module string, arch int) bool { return slices.Contains(jitFaster[arch], module) }
 
 // JITFasterModules returns the modules JITFaster reports for architecture
-// arch (e.g. 90), sorted: the ones `pagedkv jit-record` records there.
+// arch (e.g. 90), sorted: the ones whose JIT code is recorded there.
 func JITFasterModules(arch int) []string { return slices.Sorted(slices.Values(jitFaster[arch])) }
 
 // JITCubin returns the machine code the driver's JIT made of module's PTX
 // on a GPU of compute capability arch (major*10+minor, e.g. 90), as
-// recorded by `pagedkv jit-record` in jit.json, decompressed, with the
+// harvested from its JIT cache into jit.json, decompressed, with the
 // version of the driver that made it (cuDriverGetVersion, e.g. 13000): the
 // cubin needs that driver or a newer one. ok is false when none is recorded
 // for exactly that architecture (the JIT's code is made for one device), for

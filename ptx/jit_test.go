@@ -20,8 +20,8 @@ import (
 )
 
 // rerecord is the advice every failure of TestJITRecordCurrent ends with.
-const rerecord = "re-run `pagedkv jit-record -out DIR` on a GPU of that architecture and copy DIR/* into ptx/ " +
-	"(pagedkv jit-record -h), or delete the entry from ptx/jit.json and its .jit.cubin.gz " +
+const rerecord = "harvest the JIT code again on a GPU of that architecture (STEPS=jitharvest scripts/gpu.sh, " +
+	"then python3 scripts/jit_harvest.py), or delete the entry from ptx/jit.json and its .jit.cubin.gz " +
 	"(that module then loads as if none had been recorded)"
 
 // TestJITRecordCurrent checks, without a GPU, that every JIT cubin recorded

@@ -18,7 +18,7 @@ type ModuleInfo = ptxfile.ModuleInfo
 type SASSImage = ptxfile.SASSImage
 
 // JITRecord lists the machine code the driver's JIT made of modules' PTX,
-// recorded on GPUs by `pagedkv jit-record` (jit.json). It is defined in
+// harvested from its JIT cache on GPUs (jit.json). It is defined in
 // ptxfile beside the Manifest.
 type JITRecord = ptxfile.JITRecord
 

@@ -7,8 +7,7 @@
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
 # selects steps; BENCH_ARGS passes flags to pagedkv bench. jitharvest
 # collects the driver JIT's code for ptx/ into $OUT/cc.tgz (then
-# scripts/jit_harvest.py); jitrecord records the linker's (pagedkv
-# jit-record), which differs from the JIT's and is refused by its check.
+# scripts/jit_harvest.py).
 # Tests and bench load modules as PAGEDKV_LOAD_SASS says (auto by default:
 # the recorded JIT code, else SASS except where the driver's JIT makes
 # faster code). Three more steps measure the load
@@ -79,13 +78,6 @@ for step in $STEPS; do
     done
     ;;
   verify) run verify 240 .gpu/pagedkv verify -n 25 ;;
-  jitrecord)
-    # The driver JIT's code for the modules whose SASS is slower than it
-    # (pagedkv jit-record), as $OUT/jit.tar: $OUT brings back 8 files at
-    # most. Unpack it into ptx/ (tar -C ptx -xf jit.tar) and commit.
-    rm -rf /tmp/pagedkv-jit
-    run jit-record 600 .gpu/pagedkv jit-record -out /tmp/pagedkv-jit && tar -C /tmp/pagedkv-jit -cf "$OUT/jit.tar" .
-    ;;
   jitharvest)
     # The driver JIT's own code for ptx/: every module's PTX loaded into an
     # empty JIT cache, returned as $OUT/cc.tgz; scripts/jit_harvest.py turns
@@ -165,7 +157,6 @@ echo "==== info"; head -40 "$OUT/info.log" 2>/dev/null; grep -E 'modules loaded 
 for f in info-sass info-ptx-cold info-ptx-warm; do
   [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E ' ok |FAILED|refused first|modules loaded in' "$OUT/$f.log" | sed -E 's/\[[^]]*\]//; s/  +/ /g'; }
 done
-[ -f "$OUT/jit-record.log" ] && { echo "==== jit-record"; sed -n '1,/^wrote /p' "$OUT/jit-record.log"; }
 for f in tests-sass tests-ptx; do
   [ -f "$OUT/$f.log" ] && { echo "==== $f"; grep -E '^(--- FAIL|FAIL|ok|PASS)' "$OUT/$f.log" | head; }
 done

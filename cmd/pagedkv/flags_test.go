@@ -150,7 +150,6 @@ func TestHelp(t *testing.T) {
 		{"bench", func(a []string) error { _, err := parseBench(a); return err }, []string{"-op", "-json", "-reps", "-quick", "-nosweep", "-layouts", "-cache", "-shape", "-device"}},
 		{"verify", func(a []string) error { _, err := parseVerify(a); return err }, []string{"-n", "-seed", "-device"}},
 		{"info", func(a []string) error { _, err := parseInfo(a); return err }, []string{"-device"}},
-		{"jit-record", func(a []string) error { _, err := parseJITRecord(a); return err }, []string{"-out", "-device", "-modules", "-compare", "-allow-mismatch"}},
 	} {
 		for _, arg := range []string{"-h", "-help"} {
 			t.Run(tc.name+" "+arg, func(t *testing.T) {

@@ -4,7 +4,6 @@
 //	pagedkv info             driver, device, configuration, module loads
 //	pagedkv bench [op]       copy bandwidth, then every kernel against it
 //	pagedkv verify [flags]   random shapes against internal/ref
-//	pagedkv jit-record       the driver JIT's code for this GPU, into ptx/
 package main
 
 import (
@@ -28,8 +27,6 @@ func main() {
 		err = runBench(os.Args[2:])
 	case "verify":
 		err = runVerify(os.Args[2:])
-	case "jit-record":
-		err = runJITRecord(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		usage()
 		return
@@ -65,11 +62,6 @@ commands:
            pagedkv bench [all|copy|append|decode|varlen] [flags]
   verify   a correctness sweep on random shapes against the float64 reference,
            counted per op family (pagedkv verify -h lists them)
-  jit-record
-           records the driver JIT's machine code for the modules whose
-           embedded SASS is slower than the JIT's, for this GPU's
-           architecture, into a folder to copy into ptx/:
-           pagedkv jit-record -out DIR
 
 pagedkv <command> -h lists the command's flags. Flags are checked before the
 GPU is opened; a bad one exits with status 2.

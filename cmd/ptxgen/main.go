@@ -24,8 +24,9 @@
 //
 // ptx/jit.json and the ptx/<name>.sm_XX.jit.cubin.gz it lists are not
 // ptxgen's: they hold the driver JIT's code, which only a GPU can make
-// (`pagedkv jit-record`). ptxgen leaves them in place and -check does not
-// compare them; the ptx tests check each against the PTX it was made from.
+// (harvested from its JIT cache: scripts/jit_harvest.py). ptxgen leaves
+// them in place and -check does not compare them; the ptx tests check each
+// against the PTX it was made from.
 //
 // -check regenerates into a temporary folder and compares it with ptx/ (or
 // DIR), naming every module (and, for SASS, architecture) that differs, is

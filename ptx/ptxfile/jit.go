@@ -11,8 +11,9 @@ import (
 )
 
 // JITFile is the file name inside ptx/ of the JIT record: the machine code
-// the driver's JIT made of some modules' PTX on a GPU, recorded by
-// `pagedkv jit-record`. cmd/ptxgen neither writes nor checks it.
+// the driver's JIT made of some modules' PTX on a GPU, harvested from its
+// JIT cache by scripts/jit_harvest.py. cmd/ptxgen neither writes nor checks
+// it.
 const JITFile = "jit.json"
 
 // JITRecord lists the recorded JIT images. It is written by the recorder,
