@@ -16,5 +16,5 @@
 // ./cmd/ptxgen` (needs nvcc 11.8 and its ptxas) after changing kernels_src/.
 // A test fails when the manifest no longer matches the sources, an embedded
 // PTX or cubin its manifest hash, or a recorded JIT cubin the PTX it was
-// made from (record it again on a GPU, or delete it).
+// made from (harvest it again on a GPU, or delete it).
 package ptx

@@ -16,9 +16,10 @@ import (
 // it.
 const JITFile = "jit.json"
 
-// JITRecord lists the recorded JIT images. It is written by the recorder,
-// not by cmd/ptxgen, because only a GPU's driver can make the code; the ptx
-// tests check every image against the PTX it was made from.
+// JITRecord lists the recorded JIT images. It is written by
+// scripts/jit_harvest.py, not by cmd/ptxgen, because only a GPU's driver can
+// make the code; the ptx tests check every image against the PTX it was made
+// from.
 type JITRecord struct {
 	Images []JITImage `json:"images"`
 }
@@ -44,7 +45,7 @@ type JITImage struct {
 func JITCubinFile(module, arch string) string { return module + "." + arch + ".jit.cubin.gz" }
 
 // IsJITCubinFile reports whether file is named like a JITCubinFile: the
-// recorder's files, which cmd/ptxgen leaves alone.
+// harvested files, which cmd/ptxgen leaves alone.
 func IsJITCubinFile(file string) bool { return strings.HasSuffix(file, ".jit.cubin.gz") }
 
 // Image returns the image of module for arch ("sm_90").
