@@ -1,9 +1,11 @@
-// Command pagedkv inspects a GPU for pagedkv, benchmarks its kernels and
-// verifies them against the float64 reference.
+// Command pagedkv inspects a GPU for pagedkv, benchmarks its kernels,
+// verifies them against the float64 reference and charts the bench's
+// results beside its peers'.
 //
 //	pagedkv info             driver, device, configuration, module loads
 //	pagedkv bench [op]       copy bandwidth, then every kernel against it
 //	pagedkv verify [flags]   random shapes against internal/ref
+//	pagedkv chart [flags]    bench rows beside PyTorch's as an SVG bar chart
 package main
 
 import (
@@ -27,6 +29,8 @@ func main() {
 		err = runBench(os.Args[2:])
 	case "verify":
 		err = runVerify(os.Args[2:])
+	case "chart":
+		err = runChart(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		usage()
 		return
@@ -62,6 +66,9 @@ commands:
            pagedkv bench [all|copy|append|decode|varlen] [flags]
   verify   a correctness sweep on random shapes against the float64 reference,
            counted per op family (pagedkv verify -h lists them)
+  chart    an SVG bar chart of bench -json rows beside the PyTorch peers' rows
+           of the same shapes (scripts/compare/*.py --json); needs no GPU:
+           pagedkv chart -bench FILE -peer FILE [-o bench.svg] [flags]
 
 pagedkv <command> -h lists the command's flags. Flags are checked before the
 GPU is opened; a bad one exits with status 2.

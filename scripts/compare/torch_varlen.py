@@ -43,12 +43,19 @@ pos_offset. Small-query and mixed rows also give % of the device-to-device
 copy bandwidth measured here, bytes = K+V (each sequence's KV once per KV
 head) + q + out.
 
+With --json PATH the rows are also written to PATH, each as {"peer": "fa2"
+or "cudnn", "op": "varlen", "dtype", "shape", "plan", "us", "tflops"} (and
+"gbps", "pct_copy" on memory-bound rows) under "results", beside the
+device, torch version, date and copy bandwidth; `pagedkv chart` joins them
+with the Go bench's rows on (op, dtype, shape).
+
 usage: python3 scripts/compare/torch_varlen.py [--json PATH] [--reps N]
            [--dtypes bf16,f16] [--backends fa2,cudnn]
 """
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -273,13 +280,15 @@ def time_cudnn(dtype, runs, l2, reps):
 
 # --- main -------------------------------------------------------------------
 
-def main():
+def parse_args(argv):
+    """Returns the checked arguments, and the dtypes and backends as lists;
+    needs no GPU."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH (for pagedkv chart)")
     ap.add_argument("--reps", type=int, default=15, help="timed batches per measurement, 3 or more (the median is reported)")
     ap.add_argument("--dtypes", default="bf16,f16", help="comma-separated: bf16, f16")
     ap.add_argument("--backends", default="fa2,cudnn", help="comma-separated: fa2, cudnn")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.reps < 3:
         ap.error(f"--reps={args.reps} is not allowed; allowed: 3 or more")
     dtypes = [d.strip() for d in args.dtypes.split(",")]
@@ -290,6 +299,14 @@ def main():
     for b in backends:
         if b not in ("fa2", "cudnn"):
             ap.error(f"--backends={args.backends!r} is not allowed; allowed: a comma-separated list of fa2, cudnn")
+    if args.json and not os.path.isdir(os.path.dirname(args.json) or "."):
+        # Checked before minutes of timing, as pagedkv bench -json is.
+        ap.error(f"--json={args.json!r} is not allowed; allowed: a file in an existing folder")
+    return args, dtypes, backends
+
+
+def main(argv=None):
+    args, dtypes, backends = parse_args(sys.argv[1:] if argv is None else argv)
     if not torch.cuda.is_available():
         print("torch_varlen: no CUDA device visible to torch", file=sys.stderr)
         return 1
@@ -335,7 +352,7 @@ def main():
                 finally:
                     torch.cuda.empty_cache()
                 tflops = flops(runs) / us / 1e6
-                res = {"op": backend, "dtype": dname, "shape": shape, "plan": note, "us": us, "tflops": tflops}
+                res = {"peer": backend, "op": "varlen", "dtype": dname, "shape": shape, "plan": note, "us": us, "tflops": tflops}
                 line = f"{label}: {us:.2f} us, {tflops:.1f} TFLOP/s"
                 if memory_bound:
                     gbps = min_bytes(runs, 2) / us / 1e3
@@ -352,7 +369,7 @@ def main():
     rows = [("backend", "dtype", "shape", "us", "TFLOP/s", "% copy", "how")]
     for r in report["results"]:
         pct = f"{r['pct_copy']:.1f}" if "pct_copy" in r else "-"
-        rows.append((r["op"], r["dtype"], r["shape"], f"{r['us']:.2f}", f"{r['tflops']:.1f}", pct, r["plan"]))
+        rows.append((r["peer"], r["dtype"], r["shape"], f"{r['us']:.2f}", f"{r['tflops']:.1f}", pct, r["plan"]))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     print()
     for row in rows:
