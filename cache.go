@@ -177,7 +177,7 @@ func (r *Runtime) Append(s *Stream, a *AppendArgs) error {
 // AppendWithPlan runs a on s following plan, which must be a plan of
 // PlanAppendWith for a (either path); another plan is an error, never a
 // launch.
-func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.Plan) error {
+func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.TokenPlan) error {
 	if err := r.on("AppendWithPlan", s); err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.Plan) e
 	}
 	// The plan of either path will do; a mismatch is named against the
 	// path's plan whose kernel the plan has, else the token path's.
-	var closest dispatch.Plan
+	var closest dispatch.TokenPlan
 	for i, path := range []dispatch.AppendPath{dispatch.AppendPathTokens, dispatch.AppendPathPages} {
 		p, err := dispatch.PlanAppend(r.appendShape(a, path))
 		if err != nil {
@@ -195,7 +195,7 @@ func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.Plan) e
 		if p == plan {
 			return r.launchAppend(s, a, &plan)
 		}
-		if i == 0 || p.Kernel == plan.Kernel && p.AppendClaim == plan.AppendClaim {
+		if i == 0 || p.Kernel == plan.Kernel && p.Claim == plan.Claim {
 			closest = p
 		}
 	}
@@ -203,12 +203,12 @@ func (r *Runtime) AppendWithPlan(s *Stream, a *AppendArgs, plan dispatch.Plan) e
 }
 
 // launchAppend enqueues plan's launches for a valid a.
-func (r *Runtime) launchAppend(s *Stream, a *AppendArgs, plan *dispatch.Plan) error {
+func (r *Runtime) launchAppend(s *Stream, a *AppendArgs, plan *dispatch.TokenPlan) error {
 	p := a.params(s.fault)
-	if plan.AppendClaim != "" {
+	if plan.Claim != "" {
 		// The claims go first, without the CHECK_BOUNDS check: a fault there
 		// must not stop the page launch, which overwrites every claim.
-		fn, _, err := r.function(plan.AppendClaim)
+		fn, _, err := r.function(plan.Claim)
 		if err != nil {
 			return err
 		}
@@ -223,12 +223,12 @@ func (r *Runtime) launchAppend(s *Stream, a *AppendArgs, plan *dispatch.Plan) er
 			return err
 		}
 	}
-	return launchPlan(r, s, plan, &p)
+	return launchPlan(r, s, &plan.Launch, &p)
 }
 
 // PlanAppend returns the plan Append follows for a: the token path, or the
-// page path (Plan.AppendClaim set; see Append).
-func (r *Runtime) PlanAppend(a *AppendArgs) (dispatch.Plan, error) {
+// page path (TokenPlan.Claim set; see Append).
+func (r *Runtime) PlanAppend(a *AppendArgs) (dispatch.TokenPlan, error) {
 	return r.PlanAppendWith(a, dispatch.AppendPathAuto)
 }
 
@@ -237,12 +237,12 @@ func (r *Runtime) PlanAppend(a *AppendArgs) (dispatch.Plan, error) {
 // the page path needs the x-split or shuffle layout, BlockSize ≥ x and a
 // power-of-two HeadDim, else the token path is the plan). Launch it with
 // AppendWithPlan.
-func (r *Runtime) PlanAppendWith(a *AppendArgs, path dispatch.AppendPath) (dispatch.Plan, error) {
+func (r *Runtime) PlanAppendWith(a *AppendArgs, path dispatch.AppendPath) (dispatch.TokenPlan, error) {
 	if err := r.live(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.TokenPlan{}, err
 	}
 	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.TokenPlan{}, err
 	}
 	plan, err := dispatch.PlanAppend(r.appendShape(a, path))
 	return plan, planError(err, "AppendShape", appendArg)
@@ -377,7 +377,7 @@ func (r *Runtime) Gather(s *Stream, a *GatherArgs) error {
 		return planError(err, "AppendShape", gatherArg)
 	}
 	p := a.params(s.fault)
-	return launchPlan(r, s, &plan, &p)
+	return launchPlan(r, s, &plan.Launch, &p)
 }
 
 // params returns the kernel parameters of a valid a, with fault as the fault

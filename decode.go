@@ -38,7 +38,7 @@ import (
 //     each sequence from its length at that replay), and MaxBlocksPerSeq ·
 //     BlockSize must hold it. Eager decodes ignore it.
 //   - Workspace (optional): the engine's own split-K scratch for this
-//     decode, instead of the stream's pool: at least Plan.WorkspaceBytes of
+//     decode, instead of the stream's pool: at least DecodePlan.WorkspaceBytes of
 //     the decode's plan (PlanDecode, or PlanDecodeGraph for a graph),
 //     256-byte aligned,
 //     zeroed once before its first use (Stream.Fill); decodes leave its
@@ -154,17 +154,9 @@ func (a *DecodeArgs) shape(graph bool, kvCapacity int) dispatch.DecodeShape {
 		DType: a.DType, CacheDType: a.CacheDType, HostKVLens: a.HostKVLens, Layout: a.Layout,
 	}
 	if graph {
-		s.MaxKVLen, s.HostKVLens, s.Graph = a.capacity(kvCapacity), nil, true
+		s.MaxKVLen, s.HostKVLens, s.Graph = graphCapacity(a.KVCapacity, kvCapacity), nil, true
 	}
 	return s
-}
-
-// capacity returns the kv length a graph that captures a is planned for.
-func (a *DecodeArgs) capacity(kvCapacity int) int {
-	if a.KVCapacity > 0 {
-		return a.KVCapacity
-	}
-	return kvCapacity
 }
 
 // pagedDecodeParams is the parameter list of the paged_decode_* kernels, in
@@ -185,7 +177,7 @@ type pagedDecodeParams struct {
 
 // params returns the kernel parameters of a valid a that do not depend on
 // the plan, with fault as the fault record.
-func (a *DecodeArgs) params(fault driver.DevicePtr, part mixedPart) pagedDecodeParams {
+func (a *DecodeArgs) params(fault driver.DevicePtr, part batchView) pagedDecodeParams {
 	pa := a.paged()
 	scale, kScale, vScale := pa.kernelScales()
 	qs := pa.qStride(a.QTokenStride)
@@ -208,18 +200,18 @@ type decodePartitionParams struct {
 // PlanDecode returns the plan Decode would follow for a on stream s right now
 // (graph capture plans for KV_CAPACITY). It loads the kernel's module if
 // needed, so the occupancy it plans with is the device's own.
-func (r *Runtime) PlanDecode(s *Stream, a *DecodeArgs) (dispatch.Plan, error) {
-	return r.planOn("PlanDecode", s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
+func (r *Runtime) PlanDecode(s *Stream, a *DecodeArgs) (dispatch.DecodePlan, error) {
+	return planOn(r, "PlanDecode", s, a.Validate, func(capturing bool) (dispatch.DecodePlan, error) {
 		plan, _, err := r.planFor(a, capturing)
 		return plan, err
 	})
 }
 
 // planFor plans a valid a eagerly, or for a graph when capturing.
-func (r *Runtime) planFor(a *DecodeArgs, capturing bool) (dispatch.Plan, driver.Function, error) {
+func (r *Runtime) planFor(a *DecodeArgs, capturing bool) (dispatch.DecodePlan, driver.Function, error) {
 	if capturing {
 		if err := r.checkCapacity(a); err != nil {
-			return dispatch.Plan{}, 0, err
+			return dispatch.DecodePlan{}, 0, err
 		}
 	}
 	return r.planAndLoad(a.shape(capturing, r.cfg.KVCapacity), r.knobs)
@@ -228,10 +220,7 @@ func (r *Runtime) planFor(a *DecodeArgs, capturing bool) (dispatch.Plan, driver.
 // checkCapacity checks that a's block tables hold the capacity a graph that
 // captures it is planned for.
 func (r *Runtime) checkCapacity(a *DecodeArgs) error {
-	if c := a.MaxBlocksPerSeq * a.BlockSize; c < a.capacity(r.cfg.KVCapacity) {
-		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below the capacity %d (DecodeArgs.KVCapacity, else KV_CAPACITY): a decode captured into a graph is planned for its capacity, so its block tables must hold that many tokens", decodeArg, c, a.capacity(r.cfg.KVCapacity))
-	}
-	return nil
+	return checkGraphCapacity(decodeArg, "decode", a.MaxBlocksPerSeq, a.BlockSize, a.KVCapacity, r.cfg.KVCapacity)
 }
 
 // planAndLoad plans shape and returns the plan's kernel, loading its module
@@ -243,7 +232,7 @@ func (r *Runtime) checkCapacity(a *DecodeArgs) error {
 // The final plan is remembered by the shape's key, the knobs and the facts
 // it was made with, so a serving loop that sends the same few shapes step
 // after step plans each once.
-func (r *Runtime) planAndLoad(shape dispatch.DecodeShape, k dispatch.Knobs) (dispatch.Plan, driver.Function, error) {
+func (r *Runtime) planAndLoad(shape dispatch.DecodeShape, k dispatch.Knobs) (dispatch.DecodePlan, driver.Function, error) {
 	key := shape.Key()
 	for {
 		facts := r.facts.Load()
@@ -286,16 +275,16 @@ func (r *Runtime) ReserveDecode(s *Stream, a *DecodeArgs) error {
 
 // PlanDecodeGraph returns the plan a decode of a captured into a graph
 // follows (for a.KVCapacity, else KV_CAPACITY). Size a Workspace for it with
-// Plan.WorkspaceBytes.
-func (r *Runtime) PlanDecodeGraph(a *DecodeArgs) (dispatch.Plan, error) {
+// DecodePlan.WorkspaceBytes.
+func (r *Runtime) PlanDecodeGraph(a *DecodeArgs) (dispatch.DecodePlan, error) {
 	if err := r.live(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.DecodePlan{}, err
 	}
 	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.DecodePlan{}, err
 	}
 	if err := r.checkCapacity(a); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.DecodePlan{}, err
 	}
 	plan, _, err := r.planAndLoad(a.shape(true, r.cfg.KVCapacity), r.knobs)
 	return plan, err
@@ -319,7 +308,7 @@ func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
 		if err != nil {
 			return err
 		}
-		return r.launchDecode(s, a, mixedPart{}, &plan, fn, capturing)
+		return r.launchDecode(s, a, batchView{}, &plan, fn, capturing)
 	})
 }
 
@@ -327,12 +316,12 @@ func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
 // Decode would) with explicit knobs instead of the configuration's:
 // benchmarks use it to force split counts. Launch the plan with
 // DecodeWithPlan.
-func (r *Runtime) PlanDecodeWith(a *DecodeArgs, k dispatch.Knobs) (dispatch.Plan, error) {
+func (r *Runtime) PlanDecodeWith(a *DecodeArgs, k dispatch.Knobs) (dispatch.DecodePlan, error) {
 	if err := r.live(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.DecodePlan{}, err
 	}
 	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.DecodePlan{}, err
 	}
 	plan, _, err := r.planAndLoad(a.shape(false, 0), k)
 	return plan, err
@@ -342,17 +331,17 @@ func (r *Runtime) PlanDecodeWith(a *DecodeArgs, k dispatch.Knobs) (dispatch.Plan
 // shape (from PlanDecode or PlanDecodeWith); a plan for another shape is an
 // error, never a launch. Its SharedBytes may give the kernel another ring
 // depth (dispatch.DecodeStagesShared) within the device's limit.
-func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.Plan) error {
-	return r.decodeWithPlan(s, a, mixedPart{}, plan)
+func (r *Runtime) DecodeWithPlan(s *Stream, a *DecodeArgs, plan dispatch.DecodePlan) error {
+	return r.decodeWithPlan(s, a, batchView{}, plan)
 }
 
 // launchPart runs a as the decode part of a mixed batch (batchPart).
-func (a *DecodeArgs) launchPart(r *Runtime, s *Stream, part mixedPart, plan *dispatch.Plan) error {
+func (a *DecodeArgs) launchPart(r *Runtime, s *Stream, part batchView, plan *dispatch.DecodePlan) error {
 	return r.decodeWithPlan(s, a, part, *plan)
 }
 
-// decodeWithPlan is DecodeWithPlan for one part of a batch (see mixedPart).
-func (r *Runtime) decodeWithPlan(s *Stream, a *DecodeArgs, part mixedPart, plan dispatch.Plan) error {
+// decodeWithPlan is DecodeWithPlan for one part of a batch (see batchView).
+func (r *Runtime) decodeWithPlan(s *Stream, a *DecodeArgs, part batchView, plan dispatch.DecodePlan) error {
 	if err := r.on("DecodeWithPlan", s); err != nil {
 		return err
 	}
@@ -370,7 +359,7 @@ func (r *Runtime) decodeWithPlan(s *Stream, a *DecodeArgs, part mixedPart, plan 
 }
 
 // launchDecode enqueues the kernels of plan. Call it inside r.do (enqueue).
-func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, mixed mixedPart, plan *dispatch.Plan, fn driver.Function, capturing bool) error {
+func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, mixed batchView, plan *dispatch.DecodePlan, fn driver.Function, capturing bool) error {
 	p := a.params(s.fault, mixed)
 	var part decodePartitionParams
 	var partFn driver.Function
@@ -382,7 +371,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, mixed mixedPart, plan *
 	}
 	// The scratch: the caller's workspace, or the stream's leases, held
 	// until the launches are enqueued.
-	sc, err := r.acquireScratch(s, a.Workspace, plan, capturing, decodeArg, "decode")
+	sc, err := r.acquireScratch(s, a.Workspace, &plan.SplitK, capturing, decodeArg, "decode")
 	if err != nil {
 		return err
 	}
@@ -419,7 +408,7 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, mixed mixedPart, plan *
 
 // checkDecodePlan checks that plan is a valid plan for a's shape: the right
 // kernels, geometry and scratch layout for its split count.
-func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFacts) error {
+func checkDecodePlan(a *DecodeArgs, plan *dispatch.DecodePlan, dev *dispatch.DeviceFacts) error {
 	group := a.NumQHeads / a.NumKVHeads
 	// The kernels for the caches' layout (fp8 ones have a build for the
 	// x-split and shuffle layouts).
@@ -444,11 +433,11 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		kernel = plan.Kernel
 	}
 	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
-	want := dispatch.Plan{
+	want := dispatch.DecodePlan{Launch: dispatch.Launch{
 		Kernel: kernel, Grid: dispatch.Dim3{X: uint32(a.NumKVHeads), Y: uint32(a.NumSeqs), Z: uint32(plan.Splits)},
 		Block:       dispatch.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1},
 		SharedBytes: uint32(dispatch.KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)),
-	}
+	}}
 	if plan.Cluster > 0 {
 		if !dev.Clusters {
 			return errf("DecodeWithPlan: the plan runs its splits as thread-block clusters, which %s lacks (compute capability 9.0 and newer have them)", dev.Name)
@@ -481,7 +470,7 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.Plan, dev *dispatch.DeviceFac
 		}
 	}
 	if plan.Splits < 1 || plan.Splits > dispatch.MaxSplits {
-		return errf("DecodeWithPlan: Plan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.MaxSplits)
+		return errf("DecodeWithPlan: DecodePlan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.MaxSplits)
 	}
 	if plan.Balanced() {
 		want.BalanceWave = plan.BalanceWave // checked with the items above

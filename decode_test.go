@@ -16,7 +16,9 @@ func TestPlanMemo(t *testing.T) {
 	f1, f2 := &dispatch.DeviceFacts{SMs: 132}, &dispatch.DeviceFacts{SMs: 132}
 	k := dispatch.DefaultKnobs()
 	key := func(seqs int) dispatch.DecodeKey { return dispatch.DecodeKey{NumSeqs: seqs, HeadDim: 128} }
-	plan := func(seqs int) dispatch.Plan { return dispatch.Plan{Kernel: "k", Splits: seqs} }
+	plan := func(seqs int) dispatch.DecodePlan {
+		return dispatch.DecodePlan{Launch: dispatch.Launch{Kernel: "k"}, SplitK: dispatch.SplitK{Splits: seqs}}
+	}
 
 	k1, p1 := key(1), plan(1)
 	_, _, ok := m.get(&k1, &k, f1)

@@ -20,7 +20,7 @@ import (
 
 // launchPlan enqueues the single kernel of plan with parameters p on s and
 // applies the CHECK_BOUNDS mode. A plan with an empty grid launches nothing.
-func launchPlan[T any](r *Runtime, s *Stream, plan *dispatch.Plan, p *T) error {
+func launchPlan[T any](r *Runtime, s *Stream, plan *dispatch.Launch, p *T) error {
 	if plan.Grid.X == 0 {
 		return nil
 	}
@@ -60,14 +60,14 @@ func (r *Runtime) enqueue(s *Stream, launch func(capturing bool) error) error {
 // names the call for the errors): after
 // r is checked live and validate passes, plan runs in enqueue's pass with
 // whether s is capturing (a graph's plan then).
-func (r *Runtime) planOn(op string, s *Stream, validate func() error, plan func(capturing bool) (dispatch.Plan, error)) (dispatch.Plan, error) {
+func planOn[P any](r *Runtime, op string, s *Stream, validate func() error, plan func(capturing bool) (P, error)) (P, error) {
+	var p P
 	if err := r.on(op, s); err != nil {
-		return dispatch.Plan{}, err
+		return p, err
 	}
 	if err := validate(); err != nil {
-		return dispatch.Plan{}, err
+		return p, err
 	}
-	var p dispatch.Plan
 	err := r.enqueue(s, func(capturing bool) error {
 		var err error
 		p, err = plan(capturing)
@@ -84,21 +84,29 @@ func (r *Runtime) planOn(op string, s *Stream, validate func() error, plan func(
 //
 // The plans come by value: a pointer handed to reflect would move the
 // callers' plans to the heap on the path that accepts the plan.
-func planMismatch(op, arg, from string, plan, want dispatch.Plan, fields ...string) error {
+func planMismatch[P plan](op, arg, from string, plan, want P, fields ...string) error {
 	pv, wv := reflect.ValueOf(&plan).Elem(), reflect.ValueOf(&want).Elem()
 	if len(fields) == 0 {
-		for i := range pv.NumField() {
-			fields = append(fields, pv.Type().Field(i).Name)
+		for _, f := range reflect.VisibleFields(pv.Type()) {
+			if !f.Anonymous {
+				fields = append(fields, f.Name)
+			}
 		}
 	}
 	for _, f := range fields {
 		got, need := pv.FieldByName(f).Interface(), wv.FieldByName(f).Interface()
 		if !reflect.DeepEqual(got, need) {
-			return errf("%s: the plan is not a plan for this %s: Plan.%s=%v, where this %s needs %v; take the plan from %s for these arguments",
-				op, arg, f, got, arg, need, from)
+			return errf("%s: the plan is not a plan for this %s: %s.%s=%v, where this %s needs %v; take the plan from %s for these arguments",
+				op, arg, pv.Type().Name(), f, got, arg, need, from)
 		}
 	}
-	return errf("%s: the plan (%s, grid %v, %d splits) is not a plan for this %s; take it from %s for these arguments", op, plan.Kernel, plan.Grid, plan.Splits, arg, from)
+	return errf("%s: the plan (%s) is not a plan for this %s; take it from %s for these arguments", op, plan, arg, from)
+}
+
+// plan is what planMismatch compares: a plan of any op.
+type plan interface {
+	dispatch.DecodePlan | dispatch.VarlenPlan | dispatch.TokenPlan
+	String() string
 }
 
 // planError makes an error of the planner, for arguments that Validate
@@ -152,14 +160,14 @@ func (sc *splitScratch) release() {
 // or in leases of stream s's pools. arg and op name the argument struct and
 // the op for the error of a workspace too small. A plan without scratch
 // gets none.
-func (r *Runtime) acquireScratch(s *Stream, ws Buffer, plan *dispatch.Plan, capturing bool, arg, op string) (splitScratch, error) {
+func (r *Runtime) acquireScratch(s *Stream, ws Buffer, plan *dispatch.SplitK, capturing bool, arg, op string) (splitScratch, error) {
 	var sc splitScratch
 	if plan.ScratchFloats == 0 {
 		return sc, nil
 	}
 	if !ws.IsZero() {
 		if need := plan.WorkspaceBytes(); ws.Bytes < need {
-			return sc, errf("%s.Workspace has %d bytes; this %s's plan (%d splits) needs %d (Plan.WorkspaceBytes)", arg, ws.Bytes, op, plan.Splits, need)
+			return sc, errf("%s.Workspace has %d bytes; this %s's plan (%d splits) needs %d (WorkspaceBytes of the plan)", arg, ws.Bytes, op, plan.Splits, need)
 		}
 		sc.counters = ws.Ptr
 		sc.base = ws.Ptr + driver.DevicePtr(plan.WorkspaceFloatsOffset())
@@ -213,12 +221,12 @@ type planMemoEntry struct {
 	key   dispatch.DecodeKey
 	knobs dispatch.Knobs
 	facts *dispatch.DeviceFacts // nil: empty
-	plan  dispatch.Plan
+	plan  dispatch.DecodePlan
 	fn    driver.Function
 }
 
 // get returns the plan remembered for key, knobs and facts.
-func (m *planMemo) get(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *dispatch.DeviceFacts) (dispatch.Plan, driver.Function, bool) {
+func (m *planMemo) get(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *dispatch.DeviceFacts) (dispatch.DecodePlan, driver.Function, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := range m.entries {
@@ -226,11 +234,11 @@ func (m *planMemo) get(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *di
 			return e.plan, e.fn, true
 		}
 	}
-	return dispatch.Plan{}, 0, false
+	return dispatch.DecodePlan{}, 0, false
 }
 
 // put remembers plan, replacing the oldest entry.
-func (m *planMemo) put(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *dispatch.DeviceFacts, plan *dispatch.Plan, fn driver.Function) {
+func (m *planMemo) put(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *dispatch.DeviceFacts, plan *dispatch.DecodePlan, fn driver.Function) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.entries[m.next] = planMemoEntry{key: *key, knobs: *knobs, facts: facts, plan: *plan, fn: fn}
@@ -240,19 +248,21 @@ func (m *planMemo) put(key *dispatch.DecodeKey, knobs *dispatch.Knobs, facts *di
 // batchPart is an op that can run as one part of a mixed batch: the
 // decode of a mixed Varlen's leading one-token sequences.
 type batchPart interface {
-	launchPart(r *Runtime, s *Stream, part mixedPart, plan *dispatch.Plan) error
+	launchPart(r *Runtime, s *Stream, part batchView, plan *dispatch.DecodePlan) error
 }
 
 // runPart launches op as one part of a mixed batch, following plan.
-func runPart(r *Runtime, s *Stream, op batchPart, part mixedPart, plan *dispatch.Plan) error {
+func runPart(r *Runtime, s *Stream, op batchPart, part batchView, plan *dispatch.DecodePlan) error {
 	return op.launchPart(r, s, part, plan)
 }
 
-// mixedPart holds what the kernels of one part of a mixed Varlen (a decode
-// of its leading one-token sequences and a varlen of the rest, see
-// planMixed) apply to the batch's own device arrays, so that neither part
-// needs them rewritten: zero in every call an engine makes.
-type mixedPart struct {
+// batchView holds what the kernels of one launch apply to the caller's
+// device arrays so that none of them needs rewriting: for one part of a
+// mixed Varlen (a decode of its leading one-token sequences and a varlen of
+// the rest, see planMixed), the offsets that make the batch's arrays that
+// part's; for SequenceAttention's one sequence, its lengths. Zero in every
+// call an engine makes.
+type batchView struct {
 	// kvBias (DecodeArgs) is added to every KVLens entry: 1 for the decode
 	// part, whose KVLens is the batch's PosOffsets (a decode row's KV
 	// length is its offset + 1).
@@ -264,4 +274,10 @@ type mixedPart struct {
 	// seqBase (VarlenArgs) is that first sequence's index in the batch,
 	// which the kernels add to the sequence a fault names.
 	seqBase int32
+	// oneSeq (VarlenArgs) runs the varlen as one sequence of NumTokens
+	// tokens whose first sits at KV position onePos, from kernel
+	// parameters: its CuSeqlensQ and PosOffsets are not read (null in the
+	// kernels' parameters). A graph that captures it holds the values.
+	oneSeq bool
+	onePos int32
 }

@@ -170,7 +170,7 @@ func (r *Runtime) MLARopeQuant(s *Stream, a *MLARopeQuantArgs) error {
 		return err
 	}
 	p := a.params(s.fault)
-	return launchPlan(r, s, &plan, &p)
+	return launchPlan(r, s, &plan.Launch, &p)
 }
 
 // params returns the kernel parameters of a valid a, with fault as the fault
@@ -293,7 +293,7 @@ func (r *Runtime) MLAConcatQ(s *Stream, a *MLAConcatQArgs) error {
 		return err
 	}
 	p := a.params()
-	return launchPlan(r, s, &plan, &p)
+	return launchPlan(r, s, &plan.Launch, &p)
 }
 
 // params returns the kernel parameters of a valid a.

@@ -210,7 +210,7 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 		return planError(err, "QKVShape", qkvArg)
 	}
 	p := a.params(s.fault)
-	return launchPlan(r, s, &plan, &p)
+	return launchPlan(r, s, &plan.Launch, &p)
 }
 
 // params returns the kernel parameters of a valid a, with fault as the fault

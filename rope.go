@@ -205,7 +205,7 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 		return planError(err, "AppendShape", ropeArg)
 	}
 	p := a.params(s.fault)
-	return launchPlan(r, s, &plan, &p)
+	return launchPlan(r, s, &plan.Launch, &p)
 }
 
 // params returns the kernel parameters of a valid a, with fault as the fault

@@ -39,11 +39,10 @@ import (
 // strides (no transpose pass and no buffer).
 //
 // Graphs: the decode path reads KVLens on the device, as Decode does. The
-// varlen path writes its two lengths into the stream's own device memory by
-// memsets that a capture records with their values, so a captured
-// SequenceAttention with QLen > 1 replays the lengths it was captured with;
-// engines whose prompt lengths change between replays call Varlen with
-// device-resident lengths.
+// varlen path hands its kernels the two lengths as launch parameters (no
+// device memory, nothing to copy), so a captured SequenceAttention with
+// QLen > 1 replays the lengths it was captured with; engines whose prompt
+// lengths change between replays call Varlen with device-resident lengths.
 type SequenceArgs struct {
 	Q, KCache, VCache, BlockTables, KVLens Buffer
 	Out, LSE                               Buffer
@@ -76,7 +75,7 @@ func (a *SequenceArgs) Validate() error {
 		d := a.decode()
 		return sequenceError(d.Validate(), "DecodeArgs")
 	}
-	v := a.varlen(validateArgsPtr)
+	v := a.varlen()
 	return sequenceError(v.Validate(), "VarlenArgs")
 }
 
@@ -143,10 +142,12 @@ func sequenceError(err error, arg string) error {
 	return errf("%s", sequenceFields.Replace(msg))
 }
 
-// validateArgsPtr stands in for the stream's record (sequenceArgs) when
-// Validate checks the varlen a runs without a stream: VarlenArgs.Validate
-// reads a buffer's address only to check that it is set and aligned.
-const validateArgsPtr driver.DevicePtr = 256
+// oneSeqPtr stands in for CuSeqlensQ and PosOffsets in the varlen a
+// SequenceArgs runs, so that VarlenArgs' checks, which read a buffer's
+// address only to see that it is set and aligned, pass: the launch hands the
+// kernels the lengths as parameters instead (batchView.oneSeq) and the
+// stand-in is never read.
+const oneSeqPtr driver.DevicePtr = 256
 
 // decode returns the Decode a (QLen 1) runs.
 func (a *SequenceArgs) decode() DecodeArgs {
@@ -164,13 +165,13 @@ func (a *SequenceArgs) decode() DecodeArgs {
 	}
 }
 
-// varlen returns the Varlen a (one sequence, QLen > 1) runs, with its
-// lengths at args (sequenceArgs).
-func (a *SequenceArgs) varlen(args driver.DevicePtr) VarlenArgs {
+// varlen returns the Varlen a (one sequence, QLen > 1) runs; its lengths
+// travel as kernel parameters (view).
+func (a *SequenceArgs) varlen() VarlenArgs {
 	kv := int(a.HostKVLens[0])
 	return VarlenArgs{
 		Q: a.Q, KCache: a.KCache, VCache: a.VCache, BlockTables: a.BlockTables,
-		CuSeqlensQ: Buffer{Ptr: args, Bytes: 8}, PosOffsets: Buffer{Ptr: args + 8, Bytes: 4},
+		CuSeqlensQ: Buffer{Ptr: oneSeqPtr, Bytes: 8}, PosOffsets: Buffer{Ptr: oneSeqPtr + 8, Bytes: 4},
 		Out: a.Out, LSE: a.LSE, Workspace: a.Workspace, KVCapacity: a.KVCapacity,
 		NumSeqs: 1, NumTokens: a.QLen, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: kv,
@@ -197,15 +198,15 @@ func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
 		d := a.decode()
 		return sequenceError(r.Decode(s, &d), "DecodeArgs")
 	}
-	args := s.sequenceArgs()
-	v := a.varlen(args)
-	// Checked before the lengths are written: nothing reaches the stream
-	// for bad arguments.
+	v := a.varlen()
 	if err := v.Validate(); err != nil {
 		return sequenceError(err, "VarlenArgs")
 	}
-	if err := s.setWords(args, [...]uint32{0, uint32(a.QLen), uint32(int(a.HostKVLens[0]) - a.QLen)}); err != nil {
-		return err
-	}
-	return r.Varlen(s, &v)
+	return r.runVarlen(s, &v, a.view())
+}
+
+// view returns the lengths of the varlen a (QLen > 1) runs, for its kernels'
+// parameters.
+func (a *SequenceArgs) view() batchView {
+	return batchView{oneSeq: true, onePos: a.HostKVLens[0] - int32(a.QLen)}
 }

@@ -16,15 +16,8 @@ import (
 // (kernels_src/common.cuh).
 const faultBytes = 32
 
-// sequenceArgs returns the int32 after s's fault record that
-// SequenceAttention fills before a varlen launch: {0, q_len} (CuSeqlensQ),
-// then {kv_len − q_len} (PosOffsets).
-func (s *Stream) sequenceArgs() driver.DevicePtr { return s.fault + faultBytes }
-
-// streamRecordBytes is the device memory a Stream owns: its fault record,
-// then the int32 lengths SequenceAttention hands its kernels (sequenceArgs),
-// padded to 16 bytes.
-const streamRecordBytes = faultBytes + 16
+// streamRecordBytes is the device memory a Stream owns: its fault record.
+const streamRecordBytes = faultBytes
 
 // Fault codes, as kernels_src/common.cuh writes them.
 const (
@@ -342,20 +335,6 @@ func (s *Stream) release() error {
 		errs = append(errs, s.r.do(func() error { return driver.MemFreeAsync(fault, s.s) }))
 	}
 	return errors.Join(errs...)
-}
-
-// setWords writes the 32-bit words w at p in stream order, in one pass
-// through the context (SequenceAttention's lengths, sequenceArgs). A
-// graph that captures it holds the values.
-func (s *Stream) setWords(p driver.DevicePtr, w [3]uint32) error {
-	return s.r.do(func() error {
-		for i, v := range w {
-			if err := driver.MemsetD32Async(p+driver.DevicePtr(4*i), v, 1, s.s); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 // capturing reports whether the stream is being captured into a graph.

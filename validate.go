@@ -464,3 +464,24 @@ func (p *pagedAttention) qRows(sp *spans, q Buffer, rows int, stride int, rowsFi
 	}
 	return qs, sp.buffer("Q", q, qBytes, 16, read)
 }
+
+// graphCapacity returns the KV length a graph that captures an attention
+// call is planned for: the call's KVCapacity, else the runtime's
+// KV_CAPACITY (configured).
+func graphCapacity(kvCapacity, configured int) int {
+	if kvCapacity > 0 {
+		return kvCapacity
+	}
+	return configured
+}
+
+// checkGraphCapacity checks that block tables of maxBlocksPerSeq pages of
+// blockSize tokens hold that capacity, for the attention call op whose
+// argument struct is arg.
+func checkGraphCapacity(arg, op string, maxBlocksPerSeq, blockSize, kvCapacity, configured int) error {
+	c := graphCapacity(kvCapacity, configured)
+	if have := maxBlocksPerSeq * blockSize; have < c {
+		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below the capacity %d (%s.KVCapacity, else KV_CAPACITY): a %s captured into a graph is planned for its capacity, so its block tables must hold that many tokens", arg, have, c, arg, op)
+	}
+	return nil
+}

@@ -673,7 +673,7 @@ func concatModel(a *MLAConcatQArgs) kernelModel {
 }
 
 func decodeModel(a *DecodeArgs) kernelModel {
-	p := a.params(modelFault, mixedPart{})
+	p := a.params(modelFault, batchView{})
 	in, cs := elemSize(a.DType), elemSize(a.CacheDType)
 	// The grid: NumKVHeads × NumSeqs (× splits); a balanced launch's work
 	// items name sequences below NumSeqs (checkDecodePlan holds plans to it).
@@ -740,7 +740,7 @@ func decodeModel(a *DecodeArgs) kernelModel {
 // BlockSize] and block ids into [0, NumBlocks), so the model takes the worst
 // case over them: any token, any head, any slot of the pool.
 func varlenModel(a *VarlenArgs) kernelModel {
-	p := a.params(modelFault, mixedPart{})
+	p := a.params(modelFault, batchView{})
 	in, cs := elemSize(a.DType), elemSize(a.CacheDType)
 	// The grid: NumSeqs + ⌊TotalQ·G/R⌋ row tiles × NumKVHeads (× splits);
 	// a batch without query tokens launches nothing.
@@ -761,7 +761,7 @@ func varlenModel(a *VarlenArgs) kernelModel {
 		want: map[string]*big.Int{
 			"NumSeqs": bi(int64(a.NumSeqs)), "TotalQ": bi(int64(a.NumTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
 			"MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)), "BlockSizeLog2": bitsLog2(a.BlockSize),
-			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(0), "SeqBase": bi(0),
+			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(0), "SeqBase": bi(0), "OnePos": bi(0),
 		},
 		free: []string{"QTokenStride", "OutTokenStride", "OutHeadStride"},
 		int32s: map[string]*big.Int{

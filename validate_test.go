@@ -462,7 +462,7 @@ func TestCheckDecodePlan(t *testing.T) {
 	a := goodDecode()
 	plain := dispatch.DeviceFacts{Name: "A100-like", SMs: 108, MaxSharedPerBlockOptin: 163 << 10}
 	sm90 := dispatch.DeviceFacts{Name: "H200-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Clusters: true}
-	plan := func(dev dispatch.DeviceFacts, k dispatch.Knobs) dispatch.Plan {
+	plan := func(dev dispatch.DeviceFacts, k dispatch.Knobs) dispatch.DecodePlan {
 		p, err := dispatch.PlanDecode(a.shape(false, 0), dev, k)
 		require.NoError(t, err)
 		return p
@@ -480,7 +480,7 @@ func TestCheckDecodePlan(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		dev  dispatch.DeviceFacts
-		plan dispatch.Plan
+		plan dispatch.DecodePlan
 	}{
 		{"single-pass", plain, plan(plain, single)},
 		{"split-K", plain, plan(plain, forced)},
@@ -510,14 +510,14 @@ func TestCheckDecodePlan(t *testing.T) {
 			p.Grid.X++
 			err := checkDecodePlan(&a, &p, &tt.dev)
 			assert.ErrorIs(t, err, ErrInvalidArgument, "another shape's grid")
-			assert.ErrorContains(t, err, fmt.Sprintf("Plan.Grid=%v, where this DecodeArgs needs %v", p.Grid, tt.plan.Grid), "names the field and both values")
+			assert.ErrorContains(t, err, fmt.Sprintf("DecodePlan.Grid=%v, where this DecodeArgs needs %v", p.Grid, tt.plan.Grid), "names the field and both values")
 		})
 	}
 
 	cluster := plan(sm90, forced)
 	require.Equal(t, uint32(4), cluster.Cluster)
 	// Checking a plan allocates nothing (DecodeWithPlan runs it per call).
-	for _, p := range []dispatch.Plan{cluster, plan(plain, forced), plan(plain, single)} {
+	for _, p := range []dispatch.DecodePlan{cluster, plan(plain, forced), plan(plain, single)} {
 		dev := sm90
 		if p.Cluster == 0 {
 			dev = plain

@@ -47,7 +47,7 @@ import (
 //     Given both, an eager Varlen of a mixed batch whose leading one-token
 //     sequences (decode rows, as chunked-prefill schedulers put first) are
 //     what make it short on average runs them as a batched decode, then
-//     the rest as a varlen (Plan.DecodePrefix; the decode part uses the
+//     the rest as a varlen (VarlenPlan.DecodePrefix; the decode part uses the
 //     decode's knobs): two kernels each fit for its part instead of one
 //     fit for neither. It needs no Workspace and Out token-major and
 //     contiguous; the device arrays must then agree with the host copies
@@ -60,7 +60,7 @@ import (
 //     have (CuSeqlensQ[NumSeqs] ≤ NumTokens at every replay; the
 //     sequence count is fixed at capture). Eager calls ignore it.
 //   - Workspace (optional): the engine's own split-K scratch instead of the
-//     stream's pool, at least Plan.WorkspaceBytes of the plan PlanVarlen
+//     stream's pool, at least VarlenPlan.WorkspaceBytes of the plan PlanVarlen
 //     (or, for a graph, PlanVarlenGraph) gives, 256-byte aligned. It must
 //     outlive every graph that captured it.
 //   - Scale: softmax scale; 0 means 1/√HeadDim.
@@ -249,10 +249,7 @@ func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
 		Layout: a.Layout,
 	}
 	if graph {
-		s.MaxKVLen = kvCapacity
-		if a.KVCapacity > 0 {
-			s.MaxKVLen = a.KVCapacity
-		}
+		s.MaxKVLen = graphCapacity(a.KVCapacity, kvCapacity)
 		return s
 	}
 	s.HostCuSeqlensQ = a.HostCuSeqlensQ
@@ -270,7 +267,7 @@ type pagedVarlenParams struct {
 	NumBlocks                                                  int64
 	Causal                                                     int32
 	Scale, KScale, VScale                                      float32
-	CuBase, SeqBase                                            int32
+	CuBase, SeqBase, OnePos                                    int32
 }
 
 // varlenMergeParams is the parameter list of the paged_varlen_merge_*
@@ -283,7 +280,7 @@ type varlenMergeParams struct {
 
 // params returns the kernel parameters of a valid a that do not depend on
 // the plan, with fault as the fault record.
-func (a *VarlenArgs) params(fault driver.DevicePtr, part mixedPart) pagedVarlenParams {
+func (a *VarlenArgs) params(fault driver.DevicePtr, part batchView) pagedVarlenParams {
 	pa := a.paged()
 	scale, kScale, vScale := pa.kernelScales()
 	qs := pa.qStride(a.QTokenStride)
@@ -292,12 +289,16 @@ func (a *VarlenArgs) params(fault driver.DevicePtr, part mixedPart) pagedVarlenP
 		causal = 1
 	}
 	ots, ohs, _ := a.outStrides() // a is valid
+	cu, pos := a.CuSeqlensQ.Ptr, a.PosOffsets.Ptr
+	if part.oneSeq {
+		cu, pos = 0, 0
+	}
 	return pagedVarlenParams{
 		Out: a.Out.Ptr, LSE: a.LSE.Ptr, Q: a.Q.Ptr, KCache: a.KCache.Ptr, VCache: a.VCache.Ptr,
-		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: a.CuSeqlensQ.Ptr, PosOffsets: a.PosOffsets.Ptr, Fault: fault,
+		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: cu, PosOffsets: pos, Fault: fault,
 		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.NumTokens), NumQHeads: int32(a.NumQHeads),
 		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: part.cuBase, SeqBase: part.seqBase,
+		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: part.cuBase, SeqBase: part.seqBase, OnePos: part.onePos,
 	}
 }
 
@@ -306,8 +307,8 @@ func (a *VarlenArgs) params(fault driver.DevicePtr, part mixedPart) pagedVarlenP
 // mixed batch Varlen splits (see VarlenArgs.HostCuSeqlensQ) it is the plan
 // of the varlen after the decode, with DecodePrefix set; VarlenWithPlan
 // does not take it.
-func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
-	return r.planOn("PlanVarlen", s, a.Validate, func(capturing bool) (dispatch.Plan, error) {
+func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.VarlenPlan, error) {
+	return planOn(r, "PlanVarlen", s, a.Validate, func(capturing bool) (dispatch.VarlenPlan, error) {
 		if !capturing {
 			if m, ok := r.planMixed(s, a); ok {
 				m.release()
@@ -320,25 +321,25 @@ func (r *Runtime) PlanVarlen(s *Stream, a *VarlenArgs) (dispatch.Plan, error) {
 
 // PlanVarlenGraph returns the plan a varlen of a captured into a graph
 // follows: for a.KVCapacity (else KV_CAPACITY) and a.NumTokens. Size a
-// Workspace for it with Plan.WorkspaceBytes.
-func (r *Runtime) PlanVarlenGraph(a *VarlenArgs) (dispatch.Plan, error) {
+// Workspace for it with VarlenPlan.WorkspaceBytes.
+func (r *Runtime) PlanVarlenGraph(a *VarlenArgs) (dispatch.VarlenPlan, error) {
 	if err := r.live(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.VarlenPlan{}, err
 	}
 	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.VarlenPlan{}, err
 	}
 	if err := r.checkVarlenCapacity(a); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.VarlenPlan{}, err
 	}
 	return r.planVarlenShape(a.shape(true, r.cfg.KVCapacity), r.varlenKnobs)
 }
 
 // planVarlenFor plans a valid a eagerly, or for a graph when capturing.
-func (r *Runtime) planVarlenFor(a *VarlenArgs, capturing bool) (dispatch.Plan, error) {
+func (r *Runtime) planVarlenFor(a *VarlenArgs, capturing bool) (dispatch.VarlenPlan, error) {
 	if capturing {
 		if err := r.checkVarlenCapacity(a); err != nil {
-			return dispatch.Plan{}, err
+			return dispatch.VarlenPlan{}, err
 		}
 	}
 	return r.planVarlenShape(a.shape(capturing, r.cfg.KVCapacity), r.varlenKnobs)
@@ -347,19 +348,12 @@ func (r *Runtime) planVarlenFor(a *VarlenArgs, capturing bool) (dispatch.Plan, e
 // checkVarlenCapacity checks that a's block tables hold the capacity a graph
 // that captures it is planned for.
 func (r *Runtime) checkVarlenCapacity(a *VarlenArgs) error {
-	c := r.cfg.KVCapacity
-	if a.KVCapacity > 0 {
-		c = a.KVCapacity
-	}
-	if have := a.MaxBlocksPerSeq * a.BlockSize; have < c {
-		return errf("%s.MaxBlocksPerSeq·BlockSize=%d is below the capacity %d (VarlenArgs.KVCapacity, else KV_CAPACITY): a varlen captured into a graph is planned for its capacity, so its block tables must hold that many tokens", varlenArg, have, c)
-	}
-	return nil
+	return checkGraphCapacity(varlenArg, "varlen", a.MaxBlocksPerSeq, a.BlockSize, a.KVCapacity, r.cfg.KVCapacity)
 }
 
 // planVarlenShape plans shape, loading the kernel's module first so that
 // the plan knows its occupancy.
-func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) (dispatch.Plan, error) {
+func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) (dispatch.VarlenPlan, error) {
 	// Plan once to learn the kernel, load its module (which measures its
 	// occupancy), and plan again with it.
 	plan, err := dispatch.PlanVarlen(shape, *r.facts.Load(), k)
@@ -367,7 +361,7 @@ func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) 
 		return plan, planError(err, "VarlenShape", varlenArg)
 	}
 	if _, loaded, err := r.function(plan.Kernel); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.VarlenPlan{}, err
 	} else if loaded {
 		if plan, err = dispatch.PlanVarlen(shape, *r.facts.Load(), k); err != nil {
 			return plan, planError(err, "VarlenShape", varlenArg)
@@ -380,7 +374,7 @@ func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) 
 	// that a graph capture never loads a module.
 	merge, err := dispatch.VarlenMergeKernelName(shape.DType, shape.HeadDim)
 	if err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.VarlenPlan{}, err
 	}
 	_, _, err = r.function(merge)
 	return plan, err
@@ -388,12 +382,12 @@ func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) 
 
 // PlanVarlenWith plans a with explicit knobs instead of the configuration's
 // (benchmarks force split counts with it). Launch it with VarlenWithPlan.
-func (r *Runtime) PlanVarlenWith(a *VarlenArgs, k dispatch.Knobs) (dispatch.Plan, error) {
+func (r *Runtime) PlanVarlenWith(a *VarlenArgs, k dispatch.Knobs) (dispatch.VarlenPlan, error) {
 	if err := r.live(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.VarlenPlan{}, err
 	}
 	if err := a.Validate(); err != nil {
-		return dispatch.Plan{}, err
+		return dispatch.VarlenPlan{}, err
 	}
 	return r.planVarlenShape(a.shape(false, 0), k)
 }
@@ -421,8 +415,14 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
+	return r.runVarlen(s, a, batchView{})
+}
+
+// runVarlen plans and launches a valid a, read through view: a mixed batch
+// (eager, with host lengths) as its decode and varlen parts, else one plan.
+func (r *Runtime) runVarlen(s *Stream, a *VarlenArgs, view batchView) error {
 	return r.enqueue(s, func(capturing bool) error {
-		if !capturing {
+		if !capturing && !view.oneSeq {
 			if m, ok := r.planMixed(s, a); ok {
 				defer m.release()
 				return r.launchMixed(s, &m)
@@ -432,7 +432,7 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 		if err != nil {
 			return err
 		}
-		return r.launchVarlen(s, a, mixedPart{}, &plan, capturing)
+		return r.launchVarlen(s, a, view, &plan, capturing)
 	})
 }
 
@@ -440,7 +440,7 @@ func (r *Runtime) Varlen(s *Stream, a *VarlenArgs) error {
 // shape from PlanVarlen, PlanVarlenWith or PlanVarlenGraph (any split count
 // the planner could give) in one launch; another plan, or one with a
 // DecodePrefix, is an error, never a launch.
-func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) error {
+func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.VarlenPlan) error {
 	if err := r.on("VarlenWithPlan", s); err != nil {
 		return err
 	}
@@ -450,12 +450,12 @@ func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.Plan) e
 	if err := checkVarlenPlan(a, &plan); err != nil {
 		return err
 	}
-	return r.enqueue(s, func(capturing bool) error { return r.launchVarlen(s, a, mixedPart{}, &plan, capturing) })
+	return r.enqueue(s, func(capturing bool) error { return r.launchVarlen(s, a, batchView{}, &plan, capturing) })
 }
 
 // launchVarlen enqueues the kernels of plan: the varlen kernel, and for
 // split-K the merge. Call it inside r.do (enqueue).
-func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part mixedPart, plan *dispatch.Plan, capturing bool) error {
+func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part batchView, plan *dispatch.VarlenPlan, capturing bool) error {
 	if a.NumTokens == 0 {
 		return nil
 	}
@@ -477,7 +477,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part mixedPart, plan *d
 	}
 	// The scratch: the caller's workspace, or the stream's leases, held
 	// until the launches are enqueued.
-	sc, err := r.acquireScratch(s, a.Workspace, plan, capturing, varlenArg, "varlen")
+	sc, err := r.acquireScratch(s, a.Workspace, &plan.SplitK, capturing, varlenArg, "varlen")
 	if err != nil {
 		return err
 	}
@@ -488,7 +488,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part mixedPart, plan *d
 		rows := int32(a.NumTokens * a.NumQHeads)
 		merge = varlenMergeParams{
 			Out: a.Out.Ptr, LSE: a.LSE.Ptr, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
-			CuSeqlensQ: a.CuSeqlensQ.Ptr, OutTokenStride: p.OutTokenStride, OutHeadStride: p.OutHeadStride,
+			CuSeqlensQ: p.CuSeqlensQ, OutTokenStride: p.OutTokenStride, OutHeadStride: p.OutHeadStride,
 			NumSeqs: int32(a.NumSeqs), Rows: rows, NumQHeads: int32(a.NumQHeads), Splits: int32(plan.Splits),
 			CuBase: part.cuBase,
 		}
@@ -508,9 +508,9 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part mixedPart, plan *d
 // checkVarlenPlan checks that plan is a valid plan for a's shape: the right
 // kernel, geometry and scratch layout for its split count (any count from 1
 // to VarlenMaxSplits; an eager plan, a forced one or a graph's).
-func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
+func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 	if plan.DecodePrefix != 0 {
-		return errf("VarlenWithPlan: the plan runs the batch's first %d sequences as a decode before its launch (Plan.DecodePrefix), which only Varlen does; plan one launch with PlanVarlenWith", plan.DecodePrefix)
+		return errf("VarlenWithPlan: the plan runs the batch's first %d sequences as a decode before its launch (VarlenPlan.DecodePrefix), which only Varlen does; plan one launch with PlanVarlenWith", plan.DecodePrefix)
 	}
 	// Any kernel of the head dim will do (PlanVarlen picks by the queries'
 	// lengths and the device).
@@ -526,23 +526,23 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 	}
 	rows, _, _ := dispatch.VarlenGeometry(kernel)
 	splits := max(plan.Splits, 1)
-	want := dispatch.Plan{
+	want := dispatch.VarlenPlan{Launch: dispatch.Launch{
 		Kernel: kernel, Block: dispatch.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1},
 		Grid: dispatch.Dim3{X: uint32(dispatch.VarlenGridX(a.NumSeqs, a.NumTokens, a.group(), rows)),
 			Y: uint32(a.NumKVHeads), Z: uint32(splits)},
 		SharedBytes: uint32(dispatch.VarlenSharedBytes(kernel)),
-	}
+	}}
 	want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.NumTokens, a.NumQHeads, a.HeadDim, splits)
 	if plan.Splits < 1 || plan.Splits > dispatch.VarlenMaxSplits {
-		return errf("VarlenWithPlan: Plan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.VarlenMaxSplits)
+		return errf("VarlenWithPlan: VarlenPlan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.VarlenMaxSplits)
 	}
 	if plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.ScratchFloats != want.ScratchFloats ||
 		plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset || plan.PartialOutOffset != 0 ||
-		plan.Counters != 0 || plan.Cluster != 0 || plan.Balanced() {
+		plan.Counters != 0 {
 		return planMismatch("VarlenWithPlan", varlenArg, "PlanVarlen or PlanVarlenWith", *plan, want,
 			"Kernel", "Grid", "Block", "SharedBytes", "ScratchFloats", "MaxOffset", "SumOffset", "PartialOutOffset",
-			"Counters", "Cluster", "BalanceWave", "BalanceMinPages", "WorkOffset")
+			"Counters")
 	}
 	return nil
 }
@@ -556,7 +556,7 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 // a Varlen of the chunks). So when the host's lengths show a prefix of
 // one-token sequences that alone makes the batch take the 64-row kernel,
 // Varlen runs that prefix as a batched decode and the rest as a varlen
-// (Plan.DecodePrefix), both launches sharing one lease of the stream's
+// (VarlenPlan.DecodePrefix), both launches sharing one lease of the stream's
 // scratch. Both read the batch's own device arrays: the decode takes
 // PosOffsets as its KV lengths with kvBias 1 (a decode row's KV length is
 // its offset + 1), and the varlen takes views of CuSeqlensQ, PosOffsets
@@ -570,11 +570,11 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.Plan) error {
 type mixedSplit struct {
 	d          int
 	decode     DecodeArgs
-	decodePart mixedPart // kvBias 1: its KVLens are the batch's PosOffsets
+	decodePart batchView // kvBias 1: its KVLens are the batch's PosOffsets
 	rest       VarlenArgs
-	restPart   mixedPart // cuBase and seqBase of its first sequence
-	dplan      dispatch.Plan
-	vplan      dispatch.Plan
+	restPart   batchView // cuBase and seqBase of its first sequence
+	dplan      dispatch.DecodePlan
+	vplan      dispatch.VarlenPlan
 	host       *[]int32 // the decode's HostKVLens and the rest's HostCuSeqlensQ, from mixedHost
 }
 

@@ -84,10 +84,10 @@ const AppendFlashFP8Tokens = 2
 // threads per block, a 1-D grid. NumTokens == 0 gives a Plan with Grid.X == 0,
 // meaning nothing to launch. Errors wrap ErrInvalidShape. On success it
 // allocates nothing.
-func PlanAppend(a AppendShape) (Plan, error) {
+func PlanAppend(a AppendShape) (TokenPlan, error) {
 	kernel, err := AppendKernelName(a.DType, a.CacheDType)
 	if err != nil {
-		return Plan{}, err
+		return TokenPlan{}, err
 	}
 	if p, ok := planAppendPages(a); ok {
 		return p, nil
@@ -105,16 +105,16 @@ func PlanAppend(a AppendShape) (Plan, error) {
 
 // planAppendPages returns the page path's plan for a, and whether a takes
 // it (see AppendPagesMinCover): Kernel writes one page per block
-// (Grid.X = NumSlots/BlockSize), after AppendClaim, one thread per token.
+// (Grid.X = NumSlots/BlockSize), after Claim, one thread per token.
 // a's dtypes are valid (PlanAppend checked them).
-func planAppendPages(a AppendShape) (Plan, bool) {
+func planAppendPages(a AppendShape) (TokenPlan, bool) {
 	x := 16 / max(a.CacheDType.Size(), 1)
 	if a.Path == AppendPathTokens || a.Flash || a.BlockSize < x || a.HeadDim&(a.HeadDim-1) != 0 ||
 		a.NumTokens == 0 || a.NumSlots <= 0 {
-		return Plan{}, false
+		return TokenPlan{}, false
 	}
 	if a.Path == AppendPathAuto && (a.SlotRuns || int64(a.NumTokens)*AppendPagesMinCover < a.NumSlots) {
-		return Plan{}, false
+		return TokenPlan{}, false
 	}
 	ii, _ := activationIndex(a.DType)
 	ci := 0
@@ -123,25 +123,21 @@ func planAppendPages(a AppendShape) (Plan, bool) {
 	}
 	pages := a.NumSlots / int64(a.BlockSize)
 	if pages > maxGridX {
-		return Plan{}, false
+		return TokenPlan{}, false
 	}
 	names := tables.appendPages[ii][ci]
-	return Plan{
-		Kernel:          names[1],
-		AppendClaim:     names[0],
-		Grid:            Dim3{uint32(pages), 1, 1},
-		Block:           Dim3{AppendThreads, 1, 1},
-		Splits:          1,
-		RequestedSplits: 1,
+	return TokenPlan{
+		Launch: Launch{Kernel: names[1], Grid: Dim3{uint32(pages), 1, 1}, Block: Dim3{AppendThreads, 1, 1}},
+		Claim:  names[0],
 	}, true
 }
 
 // PlanGather plans a cache gather launch (the inverse of an append, reading
 // the CacheDType; DType is ignored) with the same geometry as PlanAppend.
-func PlanGather(a AppendShape) (Plan, error) {
+func PlanGather(a AppendShape) (TokenPlan, error) {
 	kernel, err := GatherKernelName(a.CacheDType)
 	if err != nil {
-		return Plan{}, err
+		return TokenPlan{}, err
 	}
 	return planRows(a, kernel, AppendGroupTokens)
 }
@@ -150,45 +146,43 @@ func PlanGather(a AppendShape) (Plan, error) {
 // elements of one head for each group of tokens (consecutive tokens per
 // thread), groups counted in pairs (the last pair may be partial or have an
 // empty second group).
-func planRows(a AppendShape, kernel string, tokens int) (Plan, error) {
+func planRows(a AppendShape, kernel string, tokens int) (TokenPlan, error) {
 	switch {
 	case a.NumTokens < 0:
-		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d is negative", a.NumTokens)
+		return TokenPlan{}, errf("dispatch: AppendShape.NumTokens=%d is negative", a.NumTokens)
 	case a.NumKVHeads < 1:
-		return Plan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
+		return TokenPlan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
 	case a.HeadDim < appendVector || a.HeadDim > 256 || a.HeadDim%appendVector != 0:
-		return Plan{}, errf("dispatch: AppendShape.HeadDim=%d is not supported; supported: a multiple of 8 from 8 to 256", a.HeadDim)
+		return TokenPlan{}, errf("dispatch: AppendShape.HeadDim=%d is not supported; supported: a multiple of 8 from 8 to 256", a.HeadDim)
 	}
 	groups := 2 * ((int64(a.NumTokens) + 2*int64(tokens) - 1) / (2 * int64(tokens)))
 	perGroup := int64(a.NumKVHeads) * int64(a.HeadDim/appendVector)
 	maxThreads := int64(math.MaxInt32) * AppendThreads
 	if groups > 0 && perGroup > maxThreads/groups {
-		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d × NumKVHeads=%d × HeadDim=%d needs a grid larger than %d blocks",
+		return TokenPlan{}, errf("dispatch: AppendShape.NumTokens=%d × NumKVHeads=%d × HeadDim=%d needs a grid larger than %d blocks",
 			a.NumTokens, a.NumKVHeads, a.HeadDim, math.MaxInt32)
 	}
 	threads := groups * perGroup
-	return Plan{
-		Kernel:          kernel,
-		Grid:            Dim3{uint32((threads + AppendThreads - 1) / AppendThreads), 1, 1},
-		Block:           Dim3{AppendThreads, 1, 1},
-		Splits:          1,
-		RequestedSplits: 1,
-	}, nil
+	return TokenPlan{Launch: Launch{
+		Kernel: kernel,
+		Grid:   Dim3{uint32((threads + AppendThreads - 1) / AppendThreads), 1, 1},
+		Block:  Dim3{AppendThreads, 1, 1},
+	}}, nil
 }
 
 // PlanRope plans a fused RoPE + cache write: one block of TokenThreads per
 // token, NumTokens being every token written to the cache (rotated or
 // KV-only). NumTokens == 0 gives Grid.X == 0.
-func PlanRope(a AppendShape) (Plan, error) {
+func PlanRope(a AppendShape) (TokenPlan, error) {
 	switch {
 	case a.NumTokens < 0 || a.NumTokens > math.MaxInt32:
-		return Plan{}, errf("dispatch: AppendShape.NumTokens=%d is out of range; allowed: 0..%d", a.NumTokens, math.MaxInt32)
+		return TokenPlan{}, errf("dispatch: AppendShape.NumTokens=%d is out of range; allowed: 0..%d", a.NumTokens, math.MaxInt32)
 	case a.NumKVHeads < 1:
-		return Plan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
+		return TokenPlan{}, errf("dispatch: AppendShape.NumKVHeads=%d is out of range; allowed: ≥ 1", a.NumKVHeads)
 	}
 	kernel, err := RopeKernelName(a.DType, a.CacheDType)
 	if err != nil {
-		return Plan{}, err
+		return TokenPlan{}, err
 	}
 	return PlanTokens(kernel, a.NumTokens)
 }

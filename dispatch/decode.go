@@ -110,7 +110,7 @@ const (
 // maxGridY is CUDA's limit on gridDim.y and gridDim.z.
 const maxGridY = 65535
 
-// Reasons a Plan gives for its split count. Plan.Reason is always one of these
+// Reasons a plan gives for its split count. SplitK.Reason is always one of these
 // (or "" for plans without a split decision), so planning allocates nothing.
 const (
 	ReasonPagedFlashOff      = "forced single-pass (PAGED_FLASH=0)"
@@ -235,37 +235,18 @@ type DecodeShape struct {
 	Layout Layout
 }
 
-// Plan is what the launcher does, decided entirely by the planner.
-type Plan struct {
-	Kernel      string // kernel entry name
-	Grid, Block Dim3
-	SharedBytes uint32 // dynamic shared memory of the launch
-	Splits      int    // 1 = single-pass, no merge and no scratch
+// DecodePlan is what the launcher does for a decode. Its SplitK scratch
+// holds partial outputs [NumSeqs, NumQHeads, Splits, HeadDim], maxima and
+// sums [NumSeqs, NumQHeads, Splits] (a balanced plan: one row per work item
+// and query head instead).
+type DecodePlan struct {
+	Launch
+	SplitK
 	// Cluster is the thread-block cluster depth along Grid.Z: 0 for an
 	// ordinary launch; Splits (2..MaxClusterSplits) when the splits of each
 	// (sequence, KV head) run as one cluster and merge on chip, with no
 	// scratch and no counters.
 	Cluster uint32
-
-	// Counters is the number of uint32 split counters the fused merge needs
-	// ([NumSeqs, NumKVHeads], zero before the launch; the kernel leaves them
-	// zero); 0 when Splits == 1.
-	Counters int64
-
-	// ScratchFloats is the f32 scratch the split-K path needs (0 when
-	// Splits == 1): partial outputs [NumSeqs, NumQHeads, Splits, HeadDim] at
-	// PartialOutOffset, running maxima [NumSeqs, NumQHeads, Splits] at
-	// MaxOffset, running sums [NumSeqs, NumQHeads, Splits] at SumOffset.
-	// Offsets count floats from the start of the buffer.
-	ScratchFloats                          int64
-	PartialOutOffset, MaxOffset, SumOffset int64
-
-	// RequestedSplits is the split count asked for (the forced count, or the
-	// heuristic's choice) before it was clamped to the pages and the scratch
-	// limit; Clamped reports Splits != RequestedSplits.
-	RequestedSplits int
-	Clamped         bool
-	Reason          string // one of the Reason constants
 
 	// BalanceMinPages > 0 marks a balanced plan: Grid.Y is a number of work
 	// items (NumSeqs plus BalanceWave, the items one wave runs per KV head).
@@ -278,41 +259,17 @@ type Plan struct {
 	BalanceMinPages int
 	BalanceWave     int
 	WorkOffset      int64
-
-	// DecodePrefix > 0 marks a varlen plan for the rest of a mixed batch:
-	// the runtime's Varlen runs the batch's first DecodePrefix sequences
-	// (one query token each) as a batched decode first, and this plan for
-	// the sequences after them.
-	DecodePrefix int
-
-	// AppendClaim names the page path's first launch for an append plan
-	// (see AppendPagesMinCover): one thread per token, blocks of
-	// AppendThreads, before Kernel.
-	AppendClaim string
-}
-
-// WorkspaceFloatsOffset is where a caller's workspace holds the plan's f32
-// scratch: after its counters (uint32), rounded up to 256 bytes.
-func (p *Plan) WorkspaceFloatsOffset() int64 { return (p.Counters*4 + 255) / 256 * 256 }
-
-// WorkspaceBytes is the size of a caller's workspace for the plan: its
-// counters, then its f32 scratch (0 for a plan that needs none).
-func (p *Plan) WorkspaceBytes() int64 {
-	if p.ScratchFloats == 0 {
-		return 0
-	}
-	return p.WorkspaceFloatsOffset() + p.ScratchFloats*4
 }
 
 // Balanced reports whether p is a balanced plan.
-func (p *Plan) Balanced() bool { return p.BalanceMinPages > 0 }
+func (p *DecodePlan) Balanced() bool { return p.BalanceMinPages > 0 }
 
 // PlanDecode plans a paged decode launch. It returns an error wrapping
 // ErrInvalidShape, naming the field, when the shape, device facts or knobs
 // cannot be planned for. On success it allocates nothing.
-func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
+func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (DecodePlan, error) {
 	if err := validateDecode(&s, &dev, &k); err != nil {
-		return Plan{}, err
+		return DecodePlan{}, err
 	}
 	group := s.NumQHeads / s.NumKVHeads
 	if !k.Narrow {
@@ -325,7 +282,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	}
 	shared := KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	if shared > dev.MaxSharedPerBlockOptin {
-		return Plan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
+		return DecodePlan{}, errf("dispatch: DecodeShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
 			s.HeadDim, s.CacheDType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
 
@@ -363,15 +320,14 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (Plan, error) {
 		shared = DecodeOneWaveSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	}
 
-	p := Plan{
-		Kernel:          kernel,
-		Grid:            Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(splits)},
-		Block:           Dim3{DecodeThreads, 1, 1},
-		SharedBytes:     uint32(shared),
-		Splits:          splits,
-		RequestedSplits: requested,
-		Clamped:         splits != requested,
-		Reason:          reason,
+	p := DecodePlan{
+		Launch: Launch{
+			Kernel:      kernel,
+			Grid:        Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(splits)},
+			Block:       Dim3{DecodeThreads, 1, 1},
+			SharedBytes: uint32(shared),
+		},
+		SplitK: SplitK{Splits: splits, RequestedSplits: requested, Clamped: splits != requested, Reason: reason},
 	}
 	if cluster {
 		p.Kernel = clusterKernel
@@ -490,7 +446,7 @@ func BalancedItemsValid(numSeqs, items, wave int) bool {
 // SetBalancedItems gives balanced plan p items work items for s: Grid.Y,
 // the counters and the scratch layout (partials, one row per item and query
 // head, then the work list, 16-byte aligned).
-func (p *Plan) SetBalancedItems(s *DecodeShape, items int) {
+func (p *DecodePlan) SetBalancedItems(s *DecodeShape, items int) {
 	rows := int64(items) * int64(s.NumQHeads)
 	p.Grid.Y = uint32(items)
 	p.Counters = int64(s.NumSeqs) * int64(s.NumKVHeads)
@@ -501,10 +457,10 @@ func (p *Plan) SetBalancedItems(s *DecodeShape, items int) {
 	p.ScratchFloats = p.WorkOffset + 4*int64(items)
 }
 
-// planBalanced returns the balanced plan of s (see Plan.BalanceMinPages).
+// planBalanced returns the balanced plan of s (see DecodePlan.BalanceMinPages).
 // long is s.hostStats()'s: the host lengths' mean is above
 // ShallowRingMaxTokens.
-func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared int, reason string, long bool) Plan {
+func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared int, reason string, long bool) DecodePlan {
 	occ := occupancy(dev, kernel, twin)
 	// Splits are short (BalanceMinChunkTokens up to about a slot's share):
 	// the one-wave ring, where it packs more blocks per SM, and a wave of
@@ -526,14 +482,14 @@ func planBalanced(s *DecodeShape, dev *DeviceFacts, kernel, twin string, shared 
 	items := BalancedItems(s.NumSeqs, wave)
 	minPages := ceilDiv(BalanceMinChunkTokens, s.BlockSize)
 	splits := min(MaxSplits, max(ceilDiv(ceilDiv(s.MaxKVLen, s.BlockSize), minPages), 1), items-s.NumSeqs+1)
-	p := Plan{
-		Kernel:          kernel,
-		Grid:            Dim3{X: uint32(s.NumKVHeads), Z: 1},
-		Block:           Dim3{DecodeThreads, 1, 1},
-		SharedBytes:     uint32(shared),
-		Splits:          splits,
-		RequestedSplits: splits,
-		Reason:          reason,
+	p := DecodePlan{
+		Launch: Launch{
+			Kernel:      kernel,
+			Grid:        Dim3{X: uint32(s.NumKVHeads), Z: 1},
+			Block:       Dim3{DecodeThreads, 1, 1},
+			SharedBytes: uint32(shared),
+		},
+		SplitK:          SplitK{Splits: splits, RequestedSplits: splits, Reason: reason},
 		BalanceMinPages: minPages,
 		BalanceWave:     wave,
 	}

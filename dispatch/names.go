@@ -464,7 +464,7 @@ func AppendKernelNames() []string {
 	return names
 }
 
-// KernelNames returns every kernel entry name the planner can put in a Plan.
+// KernelNames returns every kernel entry name the planner can put in a plan.
 func KernelNames() []string {
 	names := append(append(DecodeKernelNames(), AppendKernelNames()...), GatherKernelNames()...)
 	names = append(names, ClusterDecodeKernelNames()...)
@@ -530,11 +530,11 @@ func MLAKernelNames(dtype DType) (ropeQuant, concat string, err error) {
 }
 
 // PlanTokens plans a per-token kernel: one block of TokenThreads per token.
-func PlanTokens(kernel string, tokens int) (Plan, error) {
+func PlanTokens(kernel string, tokens int) (TokenPlan, error) {
 	if tokens < 0 || tokens > maxGridX {
-		return Plan{}, errf("dispatch: %d tokens is out of range; allowed: 0..%d", tokens, maxGridX)
+		return TokenPlan{}, errf("dispatch: %d tokens is out of range; allowed: 0..%d", tokens, maxGridX)
 	}
-	return Plan{Kernel: kernel, Grid: Dim3{uint32(tokens), 1, 1}, Block: Dim3{TokenThreads, 1, 1}, Splits: 1, RequestedSplits: 1}, nil
+	return TokenPlan{Launch: Launch{Kernel: kernel, Grid: Dim3{uint32(tokens), 1, 1}, Block: Dim3{TokenThreads, 1, 1}}}, nil
 }
 
 // maxGridX is CUDA's limit on gridDim.x.

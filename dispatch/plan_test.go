@@ -227,7 +227,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 }
 
 // checkGeometry checks what follows from the split count.
-func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p Plan) {
+func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p DecodePlan) {
 	t.Helper()
 	assert.Equal(t, Dim3{uint32(s.NumKVHeads), uint32(s.NumSeqs), uint32(p.Splits)}, p.Grid)
 	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
@@ -257,7 +257,7 @@ func checkGeometry(t *testing.T, s DecodeShape, dev DeviceFacts, p Plan) {
 // checkRing checks the plan's ring: the one-wave ring when every block of the
 // grid is resident at once, else the deep one or (short blocks, see
 // TestPlanDecodeRing) the one-wave one.
-func checkRing(t *testing.T, dev DeviceFacts, p Plan) {
+func checkRing(t *testing.T, dev DeviceFacts, p DecodePlan) {
 	t.Helper()
 	deep := uint32(KernelSharedBytes(p.Kernel, dev.MaxSharedPerBlockOptin))
 	oneWave := uint32(DecodeOneWaveSharedBytes(p.Kernel, dev.MaxSharedPerBlockOptin))
@@ -322,11 +322,13 @@ func TestPlanDecodeScratchLayout(t *testing.T) {
 	// floats, max 128 floats, sum 128 floats; 8 counters (1 seq × 8 KV heads).
 	p, err := PlanDecode(llama(1, 512), hopper, DefaultKnobs())
 	require.NoError(t, err)
-	assert.Equal(t, Plan{
-		Kernel: "paged_decode_f16_hd128_g8", Grid: Dim3{8, 1, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 69632, // one wave: 2 stages
-		Splits: 4, Counters: 8,
-		ScratchFloats: 16640, PartialOutOffset: 0, MaxOffset: 16384, SumOffset: 16512,
-		RequestedSplits: 4, Reason: ReasonFillSMs,
+	assert.Equal(t, DecodePlan{
+		Launch: Launch{Kernel: "paged_decode_f16_hd128_g8", Grid: Dim3{8, 1, 4}, Block: Dim3{128, 1, 1}, SharedBytes: 69632}, // one wave: 2 stages
+		SplitK: SplitK{
+			Splits: 4, Counters: 8,
+			ScratchFloats: 16640, PartialOutOffset: 0, MaxOffset: 16384, SumOffset: 16512,
+			RequestedSplits: 4, Reason: ReasonFillSMs,
+		},
 	}, p)
 }
 
@@ -645,8 +647,6 @@ func TestPlanAppend(t *testing.T) {
 			assert.Equal(t, tt.kernel, p.Kernel)
 			assert.Equal(t, Dim3{tt.gridX, 1, 1}, p.Grid)
 			assert.Equal(t, Dim3{128, 1, 1}, p.Block)
-			assert.Equal(t, 1, p.Splits)
-			assert.Zero(t, p.ScratchFloats)
 		})
 	}
 }
@@ -659,7 +659,7 @@ func TestPlanAppendPages(t *testing.T) {
 	p, err := PlanAppend(dense)
 	require.NoError(t, err)
 	assert.Equal(t, "cache_append_pages_f16", p.Kernel)
-	assert.Equal(t, "cache_claim_f16", p.AppendClaim)
+	assert.Equal(t, "cache_claim_f16", p.Claim)
 	assert.Equal(t, Dim3{4096, 1, 1}, p.Grid)
 	assert.Equal(t, Dim3{128, 1, 1}, p.Block)
 	assert.Equal(t, "cache_append_pages_f16 grid(4096,1,1) block 128 smem 0 B; after cache_claim_f16 (one thread per token)", p.String())
@@ -669,7 +669,7 @@ func TestPlanAppendPages(t *testing.T) {
 	p, err = PlanAppend(fp8)
 	require.NoError(t, err)
 	assert.Equal(t, "cache_append_pages_bf16_e4m3", p.Kernel)
-	assert.Equal(t, "cache_claim_bf16_e4m3", p.AppendClaim)
+	assert.Equal(t, "cache_claim_bf16_e4m3", p.Claim)
 
 	// The token path: the flash layout, slots in runs, a block smaller than x (8 rows of a
 	// 16-bit cache, 16 of fp8), a sparse append (a decode step's tokens in
@@ -680,7 +680,7 @@ func TestPlanAppendPages(t *testing.T) {
 		mod(&a)
 		p, err := PlanAppend(a)
 		require.NoError(t, err)
-		assert.Empty(t, p.AppendClaim, "%+v", a)
+		assert.Empty(t, p.Claim, "%+v", a)
 		assert.NotContains(t, p.Kernel, "pages", "%+v", a)
 	}
 	token(func(a *AppendShape) { a.Flash = true })
@@ -696,12 +696,12 @@ func TestPlanAppendPages(t *testing.T) {
 	pages.NumTokens, pages.Path = 1, AppendPathPages // forced: any cover
 	p, err = PlanAppend(pages)
 	require.NoError(t, err)
-	assert.NotEmpty(t, p.AppendClaim, "a forced page path")
+	assert.NotEmpty(t, p.Claim, "a forced page path")
 	edge := dense
 	edge.NumTokens = 16384 // 16384·4 = 65536: the page path
 	p, err = PlanAppend(edge)
 	require.NoError(t, err)
-	assert.Equal(t, "cache_claim_f16", p.AppendClaim)
+	assert.Equal(t, "cache_claim_f16", p.Claim)
 }
 
 func TestPlanAppendErrors(t *testing.T) {

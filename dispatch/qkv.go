@@ -66,24 +66,24 @@ func QKVSharedBytesMax(optin int) int {
 // per block; SharedBytes holds qkvStages ring stages (2 where the device
 // cannot hold them). NumTokens == 0 gives Grid.X == 0. Errors wrap
 // ErrInvalidShape. On success it allocates nothing.
-func PlanQKV(a QKVShape, dev DeviceFacts) (Plan, error) {
+func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 	switch {
 	case a.NumTokens < 0 || a.NumTokens > math.MaxInt32:
-		return Plan{}, errf("dispatch: QKVShape.NumTokens=%d is out of range; allowed: 0..%d", a.NumTokens, math.MaxInt32)
+		return TokenPlan{}, errf("dispatch: QKVShape.NumTokens=%d is out of range; allowed: 0..%d", a.NumTokens, math.MaxInt32)
 	case a.NumQHeads < 1 || a.NumQHeads > 1<<16:
-		return Plan{}, errf("dispatch: QKVShape.NumQHeads=%d is out of range; allowed: 1..%d", a.NumQHeads, 1<<16)
+		return TokenPlan{}, errf("dispatch: QKVShape.NumQHeads=%d is out of range; allowed: 1..%d", a.NumQHeads, 1<<16)
 	case a.NumKVHeads < 1 || a.NumKVHeads > 1<<16:
-		return Plan{}, errf("dispatch: QKVShape.NumKVHeads=%d is out of range; allowed: 1..%d", a.NumKVHeads, 1<<16)
+		return TokenPlan{}, errf("dispatch: QKVShape.NumKVHeads=%d is out of range; allowed: 1..%d", a.NumKVHeads, 1<<16)
 	case a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim&(a.HeadDim-1) != 0:
-		return Plan{}, errf("dispatch: QKVShape.HeadDim=%d is not supported; supported: a power of two from 16 to 256", a.HeadDim)
+		return TokenPlan{}, errf("dispatch: QKVShape.HeadDim=%d is not supported; supported: a power of two from 16 to 256", a.HeadDim)
 	case a.RotDim != a.HeadDim && a.RotDim != a.HeadDim/2:
-		return Plan{}, errf("dispatch: QKVShape.RotDim=%d is not allowed; allowed: HeadDim=%d or HeadDim/2=%d", a.RotDim, a.HeadDim, a.HeadDim/2)
+		return TokenPlan{}, errf("dispatch: QKVShape.RotDim=%d is not allowed; allowed: HeadDim=%d or HeadDim/2=%d", a.RotDim, a.HeadDim, a.HeadDim/2)
 	case dev.SMs < 1:
-		return Plan{}, errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: 1 or more", dev.SMs)
+		return TokenPlan{}, errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: 1 or more", dev.SMs)
 	}
 	kernel, err := QKVKernelName(a.DType, a.CacheDType)
 	if err != nil {
-		return Plan{}, err
+		return TokenPlan{}, err
 	}
 	units := (a.NumQHeads + 2*a.NumKVHeads) * (a.HeadDim / 16)
 	threads := min((units+QKVUnitsPerThread-1)/QKVUnitsPerThread, QKVMaxThreads)
@@ -95,17 +95,15 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (Plan, error) {
 		stages = 2
 	}
 	if stages*stage > dev.MaxSharedPerBlockOptin {
-		return Plan{}, errf("dispatch: QKVShape with %d heads of HeadDim=%d needs %d bytes of shared memory per block; %s allows %d",
+		return TokenPlan{}, errf("dispatch: QKVShape with %d heads of HeadDim=%d needs %d bytes of shared memory per block; %s allows %d",
 			a.NumQHeads+2*a.NumKVHeads, a.HeadDim, stages*stage, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
 	groups := (a.NumTokens + perBlock - 1) / perBlock
 	run := min(max((groups+qkvBlocksPerSM*dev.SMs-1)/(qkvBlocksPerSM*dev.SMs), 1), qkvMaxRun)
-	return Plan{
-		Kernel:          kernel,
-		Grid:            Dim3{uint32((groups + run - 1) / run), 1, 1},
-		Block:           Dim3{uint32(threads), uint32(perBlock), 1},
-		SharedBytes:     uint32(stages * stage),
-		Splits:          1,
-		RequestedSplits: 1,
-	}, nil
+	return TokenPlan{Launch: Launch{
+		Kernel:      kernel,
+		Grid:        Dim3{uint32((groups + run - 1) / run), 1, 1},
+		Block:       Dim3{uint32(threads), uint32(perBlock), 1},
+		SharedBytes: uint32(stages * stage),
+	}}, nil
 }

@@ -51,6 +51,19 @@ type VarlenShape struct {
 	HostCuSeqlensQ []int32
 }
 
+// VarlenPlan is what the launcher does for a varlen. Its SplitK scratch
+// holds partial outputs [NumTokens, NumQHeads, Splits, HeadDim], maxima and
+// sums [NumTokens, NumQHeads, Splits]; a varlen needs no counters.
+type VarlenPlan struct {
+	Launch
+	SplitK
+	// DecodePrefix > 0 marks a plan for the rest of a mixed batch: the
+	// runtime's Varlen runs the batch's first DecodePrefix sequences (one
+	// query token each) as a batched decode first, and this plan for the
+	// sequences after them.
+	DecodePrefix int
+}
+
 // PlanVarlen plans a paged varlen attention launch: Grid.X is
 // VarlenGridX(NumSeqs, NumTokens, G, rows) row tiles of the kernel's
 // rows (VarlenGeometry), Grid.Y the KV heads and Grid.Z the splits.
@@ -77,14 +90,14 @@ type VarlenShape struct {
 // PagedFlash is not read. The scratch (partials for every
 // query row and split) is cut to ScratchLimitBytes by lowering the split
 // count. Errors wrap ErrInvalidShape.
-func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
+func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	if err := validateVarlen(&s, &dev, &k); err != nil {
-		return Plan{}, err
+		return VarlenPlan{}, err
 	}
 	group := s.NumQHeads / s.NumKVHeads
 	kernel, err := VarlenKernelName(s.DType, s.CacheDType, s.Layout, s.HeadDim, VarlenShortRows(s.NumTokens, s.NumSeqs, group))
 	if err != nil {
-		return Plan{}, err
+		return VarlenPlan{}, err
 	}
 	if k64, ok := tables.varlenK64[kernel]; ok && (k.VarlenKeys == 64 ||
 		k.VarlenKeys == 0 && dev.Occupancy[k64] >= 2 && VarlenSharedBytes(k64) <= dev.MaxSharedPerBlockOptin) {
@@ -94,24 +107,25 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (Plan, error) {
 	shared := VarlenSharedBytes(kernel)
 	if shared > dev.MaxSharedPerBlockOptin {
 		if k.VarlenKeys == 64 {
-			return Plan{}, errf("dispatch: Knobs.VarlenKeys=64 needs %d bytes of shared memory per block at VarlenShape.HeadDim=%d; %s allows %d; allowed there: 0 or 32",
+			return VarlenPlan{}, errf("dispatch: Knobs.VarlenKeys=64 needs %d bytes of shared memory per block at VarlenShape.HeadDim=%d; %s allows %d; allowed there: 0 or 32",
 				shared, s.HeadDim, dev.Name, dev.MaxSharedPerBlockOptin)
 		}
-		return Plan{}, errf("dispatch: VarlenShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
+		return VarlenPlan{}, errf("dispatch: VarlenShape.HeadDim=%d with CacheDType=%v needs %d bytes of shared memory per block; %s allows %d",
 			s.HeadDim, s.CacheDType, shared, dev.Name, dev.MaxSharedPerBlockOptin)
 	}
 	gridX := VarlenGridX(s.NumSeqs, s.NumTokens, group, geo.rows)
 	if gridX > maxGridX {
-		return Plan{}, errf("dispatch: VarlenShape.NumTokens=%d with %d sequences and GQA group %d needs %d row tiles; at most %d fit a grid",
+		return VarlenPlan{}, errf("dispatch: VarlenShape.NumTokens=%d with %d sequences and GQA group %d needs %d row tiles; at most %d fit a grid",
 			s.NumTokens, s.NumSeqs, group, gridX, maxGridX)
 	}
 	tiles := int(gridX)
 	if cu := s.HostCuSeqlensQ; len(cu) == s.NumSeqs+1 {
 		tiles = VarlenRowTiles(func(i int) int { return int(cu[i+1] - cu[i]) }, s.NumSeqs, group, geo.rows)
 	}
-	p := Plan{
-		Kernel: kernel, Grid: Dim3{uint32(gridX), uint32(s.NumKVHeads), 1}, Block: Dim3{VarlenThreads, 1, 1},
-		SharedBytes: uint32(shared), Splits: 1, RequestedSplits: 1,
+	p := VarlenPlan{
+		Launch: Launch{Kernel: kernel, Grid: Dim3{uint32(gridX), uint32(s.NumKVHeads), 1}, Block: Dim3{VarlenThreads, 1, 1},
+			SharedBytes: uint32(shared)},
+		SplitK: single(),
 	}
 	splits, reason := chooseVarlenSplits(&s, &dev, &k, kernel, geo.keys, tiles)
 	p.RequestedSplits, p.Reason = splits, reason

@@ -19,6 +19,9 @@
 //                bounds read as empty (kFaultCuSeqlensInvalid); a negative
 //                offset reads as 0 and a KV length past max_blocks_per_seq ·
 //                block_size is cut there (kFaultPosOffsetBeyondTable).
+//                Both null: one sequence (num_seqs 1) of total_q tokens
+//                whose first sits at KV position one_pos, so that a
+//                single-sequence call needs no device-resident lengths.
 //   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of <q>
 //   v_cache      or fp8 e4m3 (real value = stored · k_scale / v_scale), holding
 //                every KV position of every sequence, the new tokens included.
@@ -67,8 +70,9 @@
 //
 // paged_varlen_merge_<q>_hd<D>
 //   Merges split-K partials: one warp per (token, q head) row of the first
-//   cu_seqlens_q[num_seqs] − cu_base tokens (clamped to rows / num_q_heads), writing
-//   out and, when lse != null, lse. Grid: ⌈rows/4⌉, block 128.
+//   cu_seqlens_q[num_seqs] − cu_base tokens (clamped to rows / num_q_heads;
+//   all of them for a null cu_seqlens_q), writing out and, when lse != null,
+//   lse. Grid: ⌈rows/4⌉, block 128.
 #pragma once
 #include "cache.cuh"
 #include "common.cuh"
@@ -151,30 +155,39 @@ struct VarlenTile {
   int seq, q_begin, q_len, pos_offset, kv_len, row0;
 };
 
-// cu_bound returns bound s of cu_seqlens_q less cu_base (see the top).
-__device__ __forceinline__ int cu_bound(const int* cu_seqlens_q, int s, int cu_base) {
+// cu_bound returns bound s of cu_seqlens_q less cu_base (see the top); for
+// a null cu_seqlens_q, 0 for s = 0 and total_q after it.
+__device__ __forceinline__ int cu_bound(const int* cu_seqlens_q, int s, int cu_base, int total_q) {
+  if (cu_seqlens_q == nullptr) return s == 0 ? 0 : total_q;
   return (int)((unsigned)__ldg(cu_seqlens_q + s) - (unsigned)cu_base);
+}
+
+// pos_offset returns sequence s's stored KV position offset: one_pos for a
+// null pos_offsets (see the top).
+__device__ __forceinline__ int pos_offset(const int* pos_offsets, int s, int one_pos) {
+  return pos_offsets == nullptr ? one_pos : __ldg(pos_offsets + s);
 }
 
 // tile_start returns the first block of sequence s for blocks of ROWS
 // packed rows (see the top).
 template <int ROWS>
 __device__ __forceinline__ int tile_start(const int* cu_seqlens_q, int cu_base, int s, int total_q, int G) {
-  const int c = min(max(cu_bound(cu_seqlens_q, s, cu_base), 0), total_q);
+  const int c = min(max(cu_bound(cu_seqlens_q, s, cu_base, total_q), 0), total_q);
   return s + (int)((int64_t)c * G / ROWS);
 }
 
 // check_sequence records the first bad device-resident value of sequence s
 // (see the top). Block s checks sequence s: a sequence whose bounds
 // decrease may own no block at all, so no block's own tile would see it.
-__device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, int cu_base, const int* pos_offsets, int s,
-                                               int seq_base, int total_q, int cap, unsigned long long* fault) {
-  const int b = cu_bound(cu_seqlens_q, s, cu_base), e = cu_bound(cu_seqlens_q, s + 1, cu_base);
+__device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, int cu_base, const int* pos_offsets,
+                                               int one_pos, int s, int seq_base, int total_q, int cap,
+                                               unsigned long long* fault) {
+  const int b = cu_bound(cu_seqlens_q, s, cu_base, total_q), e = cu_bound(cu_seqlens_q, s + 1, cu_base, total_q);
   if (b < 0 || e < b || e > total_q) {
     record_fault(fault, kFaultCuSeqlensInvalid, s + seq_base, __ldg(cu_seqlens_q + s), __ldg(cu_seqlens_q + s + 1));
     return;
   }
-  const int pos = __ldg(pos_offsets + s);
+  const int pos = pos_offset(pos_offsets, s, one_pos);
   if (pos < 0 || (int64_t)pos + (e - b) > cap) record_fault(fault, kFaultPosOffsetBeyondTable, s + seq_base, pos, cap);
 }
 
@@ -182,7 +195,7 @@ __device__ __forceinline__ void check_sequence(const int* cu_seqlens_q, int cu_b
 // device-resident values are clamped as the top describes.
 template <int ROWS>
 __device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, int cu_base, const int* pos_offsets,
-                                               int num_seqs, int total_q, int G, int cap, int x) {
+                                               int one_pos, int num_seqs, int total_q, int G, int cap, int x) {
   int lo = 0, hi = num_seqs - 1;  // the last s with tile_start(s) ≤ x
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
@@ -194,7 +207,7 @@ __device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, int cu_
   }
   VarlenTile t;
   t.seq = lo;
-  const int b = cu_bound(cu_seqlens_q, lo, cu_base), e = cu_bound(cu_seqlens_q, lo + 1, cu_base);
+  const int b = cu_bound(cu_seqlens_q, lo, cu_base, total_q), e = cu_bound(cu_seqlens_q, lo + 1, cu_base, total_q);
   t.q_begin = min(max(b, 0), total_q);
   const int end = min(max(e, t.q_begin), total_q);
   t.q_len = end - t.q_begin;
@@ -203,7 +216,7 @@ __device__ __forceinline__ VarlenTile find_tile(const int* cu_seqlens_q, int cu_
     t.q_len = 0;
     return t;
   }
-  const int pos = __ldg(pos_offsets + lo);
+  const int pos = pos_offset(pos_offsets, lo, one_pos);
   t.pos_offset = max(pos, 0);
   const int64_t kv = (int64_t)t.pos_offset + t.q_len;
   t.kv_len = (int)min(kv, (int64_t)cap);
@@ -791,7 +804,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
                                              int causal, float scale, float k_scale, float v_scale, int cu_base,
-                                             int seq_base) {
+                                             int seq_base, int one_pos) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   constexpr int ROWS = Smem::kRows;
   constexpr int STAGES = Smem::kStages;
@@ -822,10 +835,11 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int cap = max_blocks_per_seq << block_size_log2;
   if (kvh == 0 && split == 0 && threadIdx.x == 0 && (int)blockIdx.x < num_seqs) {
-    check_sequence(cu_seqlens_q, cu_base, pos_offsets, blockIdx.x, seq_base, total_q, cap, fault);
+    check_sequence(cu_seqlens_q, cu_base, pos_offsets, one_pos, blockIdx.x, seq_base, total_q, cap, fault);
   }
   const VarlenTile t =
-      find_tile<ROWS>(cu_seqlens_q, cu_base, pos_offsets, num_seqs, total_q, G, cap, (int)(gridDim.x - 1 - blockIdx.x));
+      find_tile<ROWS>(cu_seqlens_q, cu_base, pos_offsets, one_pos, num_seqs, total_q, G, cap,
+                      (int)(gridDim.x - 1 - blockIdx.x));
   if (t.q_len == 0) return;
   const bool is_causal = causal != 0;
 
@@ -1011,7 +1025,7 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   constexpr int PER_LANE = D / 32;
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * kVarlenWarps + (threadIdx.x >> 5);
-  const int total = min(max(cu_bound(cu_seqlens_q, num_seqs, cu_base), 0), rows / num_q_heads);
+  const int total = min(max(cu_bound(cu_seqlens_q, num_seqs, cu_base, rows / num_q_heads), 0), rows / num_q_heads);
   if (row >= (int64_t)total * num_q_heads) return;
   const int64_t prow0 = row * splits;
   float mx = -INFINITY;
@@ -1054,12 +1068,12 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
-      float scale, float k_scale, float v_scale, int cu_base, int seq_base) {                               \
+      float scale, float k_scale, float v_scale, int cu_base, int seq_base, int one_pos) {                  \
     pkv::paged_varlen<T, C, D, MT, KEYS, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
-                               causal, scale, k_scale, v_scale, cu_base, seq_base);                         \
+                               causal, scale, k_scale, v_scale, cu_base, seq_base, one_pos);                \
   }
 
 // PKV_VARLEN_MERGE defines one merge entry.

@@ -113,7 +113,7 @@ type growthCase struct {
 	r          *pagedkv.Runtime
 	s          *pagedkv.Stream
 	small, big *check.DecodeProblem
-	bigPlan    dispatch.Plan
+	bigPlan    dispatch.DecodePlan
 }
 
 func newGrowthCase(t *testing.T) *growthCase {

@@ -72,8 +72,7 @@ func decodeProblem(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.
 type attnProblem interface {
 	Run(*pagedkv.Runtime, *pagedkv.Stream) ([]float64, []float32, error)
 	Check(out []float64, lse []float32) error
-	RunWithPlan(*pagedkv.Runtime, *pagedkv.Stream, dispatch.Plan) ([]float64, []float32, error)
-	PlanWith(*pagedkv.Runtime, dispatch.Knobs) (dispatch.Plan, error)
+	RunPlannedWith(*pagedkv.Runtime, *pagedkv.Stream, dispatch.Knobs) ([]float64, int, error)
 	UseCaches(k, v pagedkv.Buffer, l pagedkv.CacheLayout)
 }
 
@@ -90,11 +89,9 @@ func assertLayoutsAgree(t *testing.T, r *pagedkv.Runtime, s *pagedkv.Stream, p a
 	knobs := dispatch.DefaultKnobs()
 	knobs.ForcedSplits = 3
 	split := func() ([]float64, int) {
-		plan, err := p.PlanWith(r, knobs)
+		out, splits, err := p.RunPlannedWith(r, s, knobs)
 		require.NoError(t, err)
-		out, _, err := p.RunWithPlan(r, s, plan)
-		require.NoError(t, err)
-		return out, plan.Splits
+		return out, splits
 	}
 	want, wantLSE, err := p.Run(r, s)
 	require.NoError(t, err)

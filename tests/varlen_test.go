@@ -385,7 +385,9 @@ func TestVarlenPlans(t *testing.T) {
 // query tokens of one sequence run as a causal varlen whose output comes out
 // head-major [heads, q_len, head_dim] and matches float64; one token per
 // sequence runs the batched decode and matches Decode; a batch of several
-// sequences with several tokens each is an error naming Varlen.
+// sequences with several tokens each is an error naming Varlen. The varlen
+// path's lengths are launch parameters: a graph that captures the call
+// replays it right, single-pass and split-K (a few tokens over a long KV).
 func TestSequenceAttention(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
@@ -393,6 +395,7 @@ func TestSequenceAttention(t *testing.T) {
 	for _, c := range []check.VarlenShape{
 		{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: 1000, Causal: true},
 		{Seqs: 1, QHeads: 6, KVHeads: 3, HeadDim: 64, BlockSize: 4, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 40, MaxKV: 2000, Causal: true},
+		{Seqs: 1, QHeads: 16, KVHeads: 2, HeadDim: 256, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 6, MaxKV: 7000, Causal: true},
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			qLen := 2 + g.IntN(c.MaxQLen-1)
@@ -403,6 +406,22 @@ func TestSequenceAttention(t *testing.T) {
 			out, lse, err := p.RunSequence(r, s)
 			require.NoError(t, err)
 			require.NoError(t, p.Check(out, lse))
+
+			out, lse, err = p.RunSequenceVia(s, func(a *pagedkv.SequenceArgs) error {
+				a.KVCapacity = a.MaxBlocksPerSeq * a.BlockSize
+				require.NoError(t, s.BeginCapture())
+				err := r.SequenceAttention(s, a)
+				graph, endErr := s.EndCapture()
+				require.NoError(t, err)
+				require.NoError(t, endErr)
+				defer func() { assert.NoError(t, graph.Close()) }()
+				if err := graph.Launch(s); err != nil {
+					return err
+				}
+				return s.Synchronize()
+			})
+			require.NoError(t, err)
+			require.NoError(t, p.Check(out, lse), "graph replay")
 
 			a := p.SequenceArgs(pagedkv.Buffer{})
 			bad := a

@@ -455,12 +455,12 @@ func (b *bencher) appendRows(shape, slots string, bytes int64, sets []pagedkv.Ap
 		if err != nil {
 			return err
 		}
-		if pages.AppendClaim == "" {
+		if pages.Claim == "" {
 			continue
 		}
 		if plan, err := b.r.PlanAppend(&sets[0]); err != nil {
 			return err
-		} else if plan.AppendClaim == "" {
+		} else if plan.Claim == "" {
 			err = b.row(fmt.Sprintf("%s %s %s, page path (no host slots)", shape, layout, slots), float64(bytes),
 				func() error { call++; return b.r.Append(b.s, &bare[call%len(bare)]) })
 			if err != nil {
@@ -951,7 +951,7 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 			return benchResult{}, err
 		}
 	}
-	var plan dispatch.Plan
+	var plan dispatch.DecodePlan
 	if c.graph {
 		plan, err = b.r.PlanDecodeGraph(&sets[0])
 	} else {
@@ -1068,7 +1068,7 @@ func (b *bencher) captureGraph(fn func() error) (*pagedkv.Graph, error) {
 
 // planText describes a decode plan: its split count and merge, and its ring
 // depth (r2 = 2 stages).
-func planText(p dispatch.Plan) string {
+func planText(p dispatch.DecodePlan) string {
 	ring := dispatch.DecodeRingStages(p.Kernel, int(p.SharedBytes))
 	switch {
 	case p.Balanced():

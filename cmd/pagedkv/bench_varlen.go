@@ -313,7 +313,7 @@ func (b *bencher) varlenRow(c varlenCase, dtype, shape, plan string, splits int,
 
 // varlenPlanText describes a varlen plan: its kernel and split count, and
 // the decode of a mixed batch's prefix that runs before it.
-func varlenPlanText(p dispatch.Plan) string {
+func varlenPlanText(p dispatch.VarlenPlan) string {
 	text := fmt.Sprintf("%s split-K x%d", p.Kernel, p.Splits)
 	if p.Splits == 1 {
 		text = p.Kernel + " single-pass"

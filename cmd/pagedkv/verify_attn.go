@@ -41,11 +41,17 @@ type attnPath[P any] struct {
 	// the results fetched. g serves a path that draws a parameter per case.
 	// plan is the plan it followed, as far as it is known, for the failure
 	// message.
-	run func(p P, g *rand.Rand) (res attnResult, plan dispatch.Plan, err error)
+	run func(p P, g *rand.Rand) (res attnResult, plan planned, err error)
 	// agrees names an earlier path of the sweep whose result this one must
 	// match within agreeTolerance (two GPU paths agree more tightly than
 	// either agrees with float64); "" for none.
 	agrees string
+}
+
+// planned is the plan a path followed, as the failure message names it.
+type planned struct {
+	kernel string
+	splits int
 }
 
 // attnResult is what an attention path produced.
@@ -84,8 +90,8 @@ func (w *attnSweep[P]) run(n int, g *rand.Rand, t *tally) error {
 			}
 			if err == nil {
 				passed[path.family] = res
-			} else if plan.Kernel != "" {
-				err = fmt.Errorf("[%s, %d splits] %w", plan.Kernel, plan.Splits, err)
+			} else if plan.kernel != "" {
+				err = fmt.Errorf("[%s, %d splits] %w", plan.kernel, plan.splits, err)
 			}
 			t.record(path.family, err)
 		}
@@ -124,16 +130,16 @@ func agree(d pagedkv.DType, want, got attnResult) error {
 // decodeSweep verifies Decode on r: the planner's choice, then the same
 // problem single-pass and with a random forced split count.
 func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
-	forced := func(splits func(*rand.Rand) int) func(*check.DecodeProblem, *rand.Rand) (attnResult, dispatch.Plan, error) {
-		return func(p *check.DecodeProblem, g *rand.Rand) (attnResult, dispatch.Plan, error) {
+	forced := func(splits func(*rand.Rand) int) func(*check.DecodeProblem, *rand.Rand) (attnResult, planned, error) {
+		return func(p *check.DecodeProblem, g *rand.Rand) (attnResult, planned, error) {
 			k := dispatch.DefaultKnobs()
 			k.ForcedSplits = splits(g)
 			plan, err := r.PlanDecodeWith(&p.Args, k)
 			if err != nil {
-				return attnResult{}, plan, err
+				return attnResult{}, planned{}, err
 			}
 			res, err := result(p.RunWithPlan(r, r.Stream(), plan))
-			return res, plan, err
+			return res, planned{plan.Kernel, plan.Splits}, err
 		}
 	}
 	return attnSweep[*check.DecodeProblem]{
@@ -146,13 +152,13 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 			return attnCase[*check.DecodeProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: p.Check}, nil
 		},
 		paths: []attnPath[*check.DecodeProblem]{
-			{family: "decode auto", run: func(p *check.DecodeProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+			{family: "decode auto", run: func(p *check.DecodeProblem, _ *rand.Rand) (attnResult, planned, error) {
 				plan, err := r.PlanDecode(r.Stream(), &p.Args)
 				if err != nil {
-					return attnResult{}, plan, err
+					return attnResult{}, planned{}, err
 				}
 				res, err := result(p.Run(r, r.Stream()))
-				return res, plan, err
+				return res, planned{plan.Kernel, plan.Splits}, err
 			}},
 			{family: "decode single-pass", run: forced(func(*rand.Rand) int { return 1 })},
 			{family: "decode forced split-K", run: forced(func(g *rand.Rand) int { return 1 + g.IntN(40) })},
@@ -165,26 +171,26 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 // verifySplits splits forced on auto (PlanVarlenWith, VarlenWithPlan),
 // which must also agree with single.
 func varlenSweep(auto, single *pagedkv.Runtime) attnSweep[*check.VarlenProblem] {
-	on := func(r *pagedkv.Runtime) func(*check.VarlenProblem, *rand.Rand) (attnResult, dispatch.Plan, error) {
-		return func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+	on := func(r *pagedkv.Runtime) func(*check.VarlenProblem, *rand.Rand) (attnResult, planned, error) {
+		return func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, planned, error) {
 			plan, err := r.PlanVarlen(r.Stream(), &p.Args)
 			if err != nil {
-				return attnResult{}, plan, err
+				return attnResult{}, planned{}, err
 			}
 			// Varlen, not VarlenWithPlan: the path under test plans for itself.
 			res, err := result(p.Run(r, r.Stream()))
-			return res, plan, err
+			return res, planned{plan.Kernel, plan.Splits}, err
 		}
 	}
-	forced := func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+	forced := func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, planned, error) {
 		k := dispatch.DefaultKnobs()
 		k.ForcedSplits = verifySplits
 		plan, err := auto.PlanVarlenWith(&p.Args, k)
 		if err != nil {
-			return attnResult{}, plan, err
+			return attnResult{}, planned{}, err
 		}
 		res, err := result(p.RunWithPlan(auto, auto.Stream(), plan))
-		return res, plan, err
+		return res, planned{plan.Kernel, plan.Splits}, err
 	}
 	return attnSweep[*check.VarlenProblem]{
 		draw: func(g *rand.Rand) (attnCase[*check.VarlenProblem], error) {
@@ -224,9 +230,9 @@ func sequenceSweep(r *pagedkv.Runtime) attnSweep[*check.VarlenProblem] {
 			return attnCase[*check.VarlenProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: p.Check}, nil
 		},
 		paths: []attnPath[*check.VarlenProblem]{
-			{family: "sequence attention", run: func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+			{family: "sequence attention", run: func(p *check.VarlenProblem, _ *rand.Rand) (attnResult, planned, error) {
 				res, err := result(p.RunSequence(r, r.Stream()))
-				return res, dispatch.Plan{}, err
+				return res, planned{}, err
 			}},
 		},
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pagedkv/pagedkv"
-	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/internal/check"
 )
 
@@ -157,13 +156,13 @@ func (s fakeShape) String() string { return string(s) }
 func TestAttnSweepRun(t *testing.T) {
 	good := attnResult{out: []float64{1, 2, 3, 4}, lse: []float32{1, 2}}
 	off := attnResult{out: []float64{1, 2, 3, 4.1}, lse: []float32{1, 2}} // passes its check, disagrees
-	plan := dispatch.Plan{Kernel: "paged_varlen_f16_hd64", Splits: 5}
-	canned := func(res attnResult, err error) func(int, *rand.Rand) (attnResult, dispatch.Plan, error) {
-		return func(int, *rand.Rand) (attnResult, dispatch.Plan, error) { return res, plan, err }
+	plan := planned{kernel: "paged_varlen_f16_hd64", splits: 5}
+	canned := func(res attnResult, err error) func(int, *rand.Rand) (attnResult, planned, error) {
+		return func(int, *rand.Rand) (attnResult, planned, error) { return res, plan, err }
 	}
 	for _, tc := range []struct {
 		name          string
-		single, split func(int, *rand.Rand) (attnResult, dispatch.Plan, error)
+		single, split func(int, *rand.Rand) (attnResult, planned, error)
 		checkErr      error // the reference check of the split path
 		wantPass      map[string]int
 		wantLog       []string
@@ -196,10 +195,10 @@ func TestAttnSweepRun(t *testing.T) {
 					}, nil
 				},
 				paths: []attnPath[int]{
-					{family: "varlen auto", run: func(p int, _ *rand.Rand) (attnResult, dispatch.Plan, error) {
+					{family: "varlen auto", run: func(p int, _ *rand.Rand) (attnResult, planned, error) {
 						runs++
 						assert.Equal(t, draws, p, "a path runs the problem just drawn")
-						return good, dispatch.Plan{}, nil
+						return good, planned{}, nil
 					}},
 					{family: "varlen single-pass", run: tc.single},
 					{family: "varlen split-K", run: tc.split, agrees: "varlen single-pass"},

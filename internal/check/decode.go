@@ -188,14 +188,25 @@ func (p *DecodeProblem) Run(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, [
 }
 
 // RunWithPlan is Run following plan (Runtime.DecodeWithPlan).
-func (p *DecodeProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan dispatch.Plan) ([]float64, []float32, error) {
+func (p *DecodeProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan dispatch.DecodePlan) ([]float64, []float32, error) {
 	return p.outputs().run(s, func() error { return r.DecodeWithPlan(s, &p.Args, plan) }, p.rows(), p.Shape.HeadDim)
 }
 
 // PlanWith plans the problem's current arguments with knobs k
 // (Runtime.PlanDecodeWith at its MaxKVLen).
-func (p *DecodeProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch.Plan, error) {
+func (p *DecodeProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch.DecodePlan, error) {
 	return r.PlanDecodeWith(&p.Args, k)
+}
+
+// RunPlannedWith plans the problem with knobs k (PlanWith), runs that plan
+// (RunWithPlan) and returns the output with the plan's split count.
+func (p *DecodeProblem) RunPlannedWith(r *pagedkv.Runtime, s *pagedkv.Stream, k dispatch.Knobs) ([]float64, int, error) {
+	plan, err := p.PlanWith(r, k)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, _, err := p.RunWithPlan(r, s, plan)
+	return out, plan.Splits, err
 }
 
 // UseCaches points the problem at the caches k and v, in layout l.

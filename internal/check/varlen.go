@@ -194,14 +194,25 @@ func (p *VarlenProblem) Run(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, [
 }
 
 // RunWithPlan is Run following plan (Runtime.VarlenWithPlan).
-func (p *VarlenProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan dispatch.Plan) ([]float64, []float32, error) {
+func (p *VarlenProblem) RunWithPlan(r *pagedkv.Runtime, s *pagedkv.Stream, plan dispatch.VarlenPlan) ([]float64, []float32, error) {
 	return p.run(s, func() error { return r.VarlenWithPlan(s, &p.Args, plan) })
 }
 
 // PlanWith plans the problem's current arguments with knobs k
 // (Runtime.PlanVarlenWith).
-func (p *VarlenProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch.Plan, error) {
+func (p *VarlenProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch.VarlenPlan, error) {
 	return r.PlanVarlenWith(&p.Args, k)
+}
+
+// RunPlannedWith plans the problem with knobs k (PlanWith), runs that plan
+// (RunWithPlan) and returns the output with the plan's split count.
+func (p *VarlenProblem) RunPlannedWith(r *pagedkv.Runtime, s *pagedkv.Stream, k dispatch.Knobs) ([]float64, int, error) {
+	plan, err := p.PlanWith(r, k)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, _, err := p.RunWithPlan(r, s, plan)
+	return out, plan.Splits, err
 }
 
 // UseCaches points the problem at the caches k and v, in layout l.
@@ -281,6 +292,12 @@ func (p *VarlenProblem) SequenceArgs(kvLens pagedkv.Buffer) pagedkv.SequenceArgs
 // on s (the decode path for one query token, with its KV length uploaded)
 // and returns the output token-major, as Run does, with the LSE.
 func (p *VarlenProblem) RunSequence(r *pagedkv.Runtime, s *pagedkv.Stream) ([]float64, []float32, error) {
+	return p.RunSequenceVia(s, func(a *pagedkv.SequenceArgs) error { return r.SequenceAttention(s, a) })
+}
+
+// RunSequenceVia is RunSequence with the call made by call, which must run
+// a on s (eagerly, or by capturing and replaying a graph).
+func (p *VarlenProblem) RunSequenceVia(s *pagedkv.Stream, call func(a *pagedkv.SequenceArgs) error) ([]float64, []float32, error) {
 	c := p.Shape
 	if c.Seqs != 1 || !c.Causal {
 		return nil, nil, errorf("%v: SequenceAttention runs one causal sequence", c)
@@ -290,7 +307,7 @@ func (p *VarlenProblem) RunSequence(r *pagedkv.Runtime, s *pagedkv.Stream) ([]fl
 		return nil, nil, err
 	}
 	a := p.SequenceArgs(kvLens)
-	headMajor, lse, err := p.run(s, func() error { return r.SequenceAttention(s, &a) })
+	headMajor, lse, err := p.run(s, func() error { return call(&a) })
 	if err != nil {
 		return nil, nil, err
 	}
