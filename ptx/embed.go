@@ -13,19 +13,19 @@ import (
 	"github.com/pagedkv/pagedkv/ptx/ptxfile"
 )
 
-// FS holds every generated module as <name>.ptx, its machine code as
+// files holds every generated module as <name>.ptx, its machine code as
 // <name>.sm_XX.cubin.gz (one gzip-compressed cubin per architecture listed in
 // the module's manifest record), and manifest.json; and, recorded on GPUs
 // rather than generated, jit.json with the <name>.sm_XX.jit.cubin.gz it lists
 // (see JITCubin).
 //
 //go:embed *.ptx *.cubin.gz manifest.json jit.json
-var FS embed.FS
+var files embed.FS
 
 // Module returns the PTX text of the named module (a Module* constant, e.g.
 // ModuleDecodeF16). An unknown name is an error listing the known ones. The
 // returned slice is the caller's to keep or modify.
-func Module(name string) ([]byte, error) { return module(FS, name) }
+func Module(name string) ([]byte, error) { return module(files, name) }
 
 // SASS returns the machine code of module for a device of compute capability cc
 // (major*10+minor, e.g. 90): the embedded cubin of the highest architecture
@@ -38,7 +38,7 @@ func Module(name string) ([]byte, error) { return module(FS, name) }
 // get SASS and anything newer loads the PTX. An unknown module name is ok
 // false, as is (which the ptx tests rule out) a cubin that does not
 // decompress. Each call decompresses afresh; the image is the caller's.
-func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass(FS, module, cc) }
+func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass(files, module, cc) }
 
 // jitFaster lists, per architecture, the modules whose embedded SASS ran
 // measurably slower than the code the driver's JIT makes of their PTX. On
@@ -79,17 +79,17 @@ func JITFasterModules(arch int) []string { return slices.Sorted(slices.Values(ji
 // does not decompress. Each call decompresses afresh; the image is the
 // caller's.
 func JITCubin(module string, arch int) (image []byte, driverVersion int, ok bool) {
-	return jitCubin(FS, module, arch)
+	return jitCubin(files, module, arch)
 }
 
 // ReadJITRecord decodes the embedded jit.json.
-func ReadJITRecord() (JITRecord, error) { return readJITRecord(FS) }
+func ReadJITRecord() (JITRecord, error) { return readJITRecord(files) }
 
 // Modules returns the names of the embedded modules, sorted.
-func Modules() []string { return modules(FS) }
+func Modules() []string { return modules(files) }
 
 // ReadManifest decodes the embedded manifest.json.
-func ReadManifest() (Manifest, error) { return readManifest(FS) }
+func ReadManifest() (Manifest, error) { return readManifest(files) }
 
 func module(fsys fs.FS, name string) ([]byte, error) {
 	if name == "" || strings.ContainsAny(name, `/\.`) {

@@ -59,7 +59,7 @@ func TestJITRecordCurrent(t *testing.T) {
 			checkJITCubin(t, img, file)
 		})
 	}
-	embedded, err := fs.Glob(FS, "*.jit.cubin.gz")
+	embedded, err := fs.Glob(files, "*.jit.cubin.gz")
 	require.NoError(t, err)
 	for _, file := range embedded {
 		if !slices.Contains(listed, file) {
@@ -72,7 +72,7 @@ func TestJITRecordCurrent(t *testing.T) {
 // to a 64-bit CUDA ELF file of the recorded hash and size.
 func checkJITCubin(t *testing.T, img JITImage, file string) {
 	t.Helper()
-	gz, err := fs.ReadFile(FS, file)
+	gz, err := fs.ReadFile(files, file)
 	if err != nil {
 		t.Errorf("jit.json: module %s, %s: %s is not embedded; %s", img.Module, img.Arch, file, rerecord)
 		return

@@ -118,7 +118,7 @@ func TestManifestCurrent(t *testing.T) {
 
 	// A cubin the manifest does not list is one SASS could still pick.
 	// The recorded JIT cubins are jit.json's (TestJITRecordCurrent).
-	embeddedSASS, err := fs.Glob(FS, "*.cubin.gz")
+	embeddedSASS, err := fs.Glob(files, "*.cubin.gz")
 	require.NoError(t, err)
 	for _, file := range embeddedSASS {
 		if !ptxfile.IsJITCubinFile(file) && !slices.Contains(listedSASS, file) {
@@ -142,7 +142,7 @@ func checkSASS(t *testing.T, mod ModuleInfo, img SASSImage, cc int) {
 	if arch < cc {
 		t.Errorf("module %s: manifest.json lists %s SASS, below the compute capability %d its PTX needs; %s", mod.Name, img.Arch, cc, stale)
 	}
-	gz, err := fs.ReadFile(FS, file)
+	gz, err := fs.ReadFile(files, file)
 	if err != nil {
 		t.Errorf("module %s, %s: %s is not embedded; %s", mod.Name, img.Arch, file, stale)
 		return
