@@ -153,20 +153,20 @@ func parseBench(args []string) (benchOptions, error) {
 	return o, nil
 }
 
-// checkJSONPath reports, before a run of minutes, whether the results could
-// be written to path: its folder must exist and path must not be a folder.
-// The file itself is written only at the end, so a failed run leaves an
-// earlier one in place.
-func checkJSONPath(path string) error {
+// checkOutPath reports, before a run of minutes, whether command could
+// write the file its flag (as "-json") names at path: its folder must exist
+// and path must not be a folder; "" passes (no file). The file itself is
+// written only at the end, so a failed run leaves an earlier one in place.
+func checkOutPath(command, flag, path string) error {
 	if path == "" {
 		return nil
 	}
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return usagef("bench", "-json=%q is not allowed; allowed: a file path, and this is a folder", path)
+		return usagef(command, "%s=%q is not allowed; allowed: a file path, and this is a folder", flag, path)
 	}
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return usagef("bench", "-json=%q is not allowed; allowed: a file in an existing folder, and %s is not one", path, dir)
+		return usagef(command, "%s=%q is not allowed; allowed: a file in an existing folder, and %s is not one", flag, path, dir)
 	}
 	return nil
 }
@@ -176,7 +176,7 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkJSONPath(o.JSONPath); err != nil {
+	if err := checkOutPath("bench", "-json", o.JSONPath); err != nil {
 		return err
 	}
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,7 +136,7 @@ func parseChart(args []string) (chartOptions, error) {
 			return chartOptions{}, usagef("chart", "-date=%q is not allowed; allowed: a date as YYYY-MM-DD", o.Date)
 		}
 	}
-	if err := checkChartOut(o.Out); err != nil {
+	if err := checkOutPath("chart", "-o", o.Out); err != nil {
 		return chartOptions{}, err
 	}
 	return o, nil
@@ -177,19 +176,6 @@ func parseChartDTypes(text string) ([]chartDType, error) {
 		}
 	}
 	return sections, nil
-}
-
-// checkChartOut reports before reading anything whether the SVG could be
-// written to path.
-func checkChartOut(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return usagef("chart", "-o=%q is not allowed; allowed: a file path, and this is a folder", path)
-	}
-	dir := filepath.Dir(path)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return usagef("chart", "-o=%q is not allowed; allowed: a file in an existing folder, and %s is not one", path, dir)
-	}
-	return nil
 }
 
 func runChart(args []string) error {

@@ -182,7 +182,7 @@ func TestCheckJSONPath(t *testing.T) {
 		{path: filepath.Join(file, "b.json"), wantErr: fmt.Sprintf("pagedkv bench: -json=%q is not allowed; allowed: a file in an existing folder, and %s is not one", filepath.Join(file, "b.json"), file)},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			err := checkJSONPath(tc.path)
+			err := checkOutPath("bench", "-json", tc.path)
 			if tc.wantErr == "" {
 				assert.NoError(t, err)
 				return
@@ -192,7 +192,7 @@ func TestCheckJSONPath(t *testing.T) {
 	}
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
-	assert.Equal(t, "{}\n", string(data), "checkJSONPath must not touch an existing file")
+	assert.Equal(t, "{}\n", string(data), "checkOutPath must not touch an existing file")
 }
 
 // noDriverErr has the shape of driver.openLibrary's error: the driver's own

@@ -202,11 +202,17 @@ func (p *DecodeProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch
 // (RunWithPlan) and returns the output with the plan's split count.
 func (p *DecodeProblem) RunPlannedWith(r *pagedkv.Runtime, s *pagedkv.Stream, k dispatch.Knobs) ([]float64, int, error) {
 	plan, err := p.PlanWith(r, k)
+	return runPlanned(err, plan.Splits, func() ([]float64, []float32, error) { return p.RunWithPlan(r, s, plan) })
+}
+
+// runPlanned runs a plan of split count splits that planning returned with
+// err, and returns the output with the split count.
+func runPlanned(err error, splits int, run func() ([]float64, []float32, error)) ([]float64, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	out, _, err := p.RunWithPlan(r, s, plan)
-	return out, plan.Splits, err
+	out, _, err := run()
+	return out, splits, err
 }
 
 // UseCaches points the problem at the caches k and v, in layout l.

@@ -208,11 +208,7 @@ func (p *VarlenProblem) PlanWith(r *pagedkv.Runtime, k dispatch.Knobs) (dispatch
 // (RunWithPlan) and returns the output with the plan's split count.
 func (p *VarlenProblem) RunPlannedWith(r *pagedkv.Runtime, s *pagedkv.Stream, k dispatch.Knobs) ([]float64, int, error) {
 	plan, err := p.PlanWith(r, k)
-	if err != nil {
-		return nil, 0, err
-	}
-	out, _, err := p.RunWithPlan(r, s, plan)
-	return out, plan.Splits, err
+	return runPlanned(err, plan.Splits, func() ([]float64, []float32, error) { return p.RunWithPlan(r, s, plan) })
 }
 
 // UseCaches points the problem at the caches k and v, in layout l.
