@@ -39,18 +39,22 @@
 // head are the 16 rows of an mma A tile (rows ≥ G are zero), so one block
 // reads each K/V row once for the whole group. The block's tokens are cut into
 // tiles of 16; warp w takes tiles w, w+4, ... and streams them through its own
-// ring of 2 to 4 shared-memory stages with cp.async (K and V rows of one
-// tile per stage; 16-byte chunks XOR-swizzled per row so ldmatrix is free of
-// bank conflicts). Per tile: S = Q·Kᵀ (16 × 16, f32), an online softmax per
-// row, O += P·V with P rounded to <q>. The four warps merge (max, sum, O)
-// through shared memory at the end.
+// ring of 2 to 4 shared-memory stages with cp.async (DecodeTiles: K and V
+// rows of one tile per stage; 16-byte chunks XOR-swizzled per row so
+// ldmatrix is free of bank conflicts). Per tile (attend_tiles, wide_tile):
+// S = Q·Kᵀ (16 × 16, f32; wide_scores), an online softmax per row
+// (wide_softmax), O += P·V with P rounded to <q> (wide_pv). The four warps
+// merge (max, sum, O) through shared memory at the end (stash_warp,
+// merge_warps), and split-K blocks then merge their splits (cluster_merge,
+// global_merge).
 //
 // The narrow kernels (NARROW) turn both products around for groups up to 8,
 // whose heads would leave at least half of the 16 rows empty: Sᵀ = K·Qᵀ
 // (16 tokens × 8 heads; A = the K rows as stored, B = q kept in registers),
 // an online softmax down each column, then Oᵀ += Vᵀ·Pᵀ (D × 8) with Pᵀ made
 // the B operand by movmatrix.trans of its two 8 × 8 halves and A = Vᵀ from
-// the same transposing loads of V. Half the mma work and half the output
+// the same transposing loads of V (narrow_tile: narrow_scores,
+// narrow_softmax, narrow_pv). Half the mma work and half the output
 // registers; the ring, the merge and everything else are shared.
 //
 // fp8 caches are read by ldmatrix as 16-bit pairs and widened to <q> in
@@ -83,13 +87,6 @@ constexpr int kMaxSplits = 64;
 // than the one with both (same H200 call, 2026-12-02); the 16-bit kernels
 // have the first build only.
 constexpr int kLayoutsAny = 0, kLayoutsFlash = 1;
-
-// BoolC carries a bool as a type, so a generic lambda can be instantiated
-// once per value (the decode's main loop, per cache layout family).
-template <bool B>
-struct BoolC {
-  static constexpr bool value = B;
-};
 
 // vt_chunk returns the position, in 16-byte chunks, of chunk h (tokens
 // 8h … 8h+7) of row d of a transposed V tile in the x-split layout (see
@@ -664,174 +661,144 @@ __device__ __forceinline__ void wide_pv(float (*acc)[4], const uint32_t (&p)[4],
   }
 }
 
-template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS>
-__device__ __forceinline__ void paged_decode(
-    T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
-    float* __restrict__ partial_max, float* __restrict__ partial_sum,
-    unsigned int* __restrict__ counters, const T* __restrict__ q,
-    const C* __restrict__ k_cache, const C* __restrict__ v_cache,
-    const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
-    unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
-    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
-    const int4* __restrict__ work, int layout, int kv_bias) {
+// ring_stages returns how many cp.async stages of the ring fit in the
+// launch's dynamic shared memory beside q (2 to Smem::kMaxStages): the
+// planner sizes it per device (dispatch.DecodeSharedBytes), and a launch
+// without room for two stages traps.
+template <typename C, int D>
+__device__ __forceinline__ int ring_stages() {
   using Smem = DecodeSmem<C, D>;
-  constexpr int CH = Smem::kChunks;
-  constexpr int QCH = D / 8;         // 16-byte chunks per q row
-  constexpr int NT = D / 8;          // n-tiles of the output
-  constexpr int KSTEPS = D / 16;
-  constexpr bool kFP8 = sizeof(C) == 1;
-  // q's A fragments stay in registers for the whole loop (KSTEPS·4 of them,
-  // 32 at D = 128) instead of being read from shared memory for every tile:
-  // 1024 blocks of 512 tokens take 73 µs instead of 77 (H200, 2026-12-02).
-  // Not at D = 256, whose output tile alone takes 128 registers, nor for
-  // fp8 caches, whose k order reads q per half k-step.
-  constexpr bool kQInRegs = !kFP8 && !NARROW && D <= 128;
-  constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
-  constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
+  uint32_t have;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+  const int stages = min(((int)have - Smem::kQBytes) / Smem::kStageBytes, Smem::kMaxStages);
+  if (stages < 2) __trap();  // the launch must pass room for q and two stages
+  return stages;
+}
 
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ float m_s[kDecodeWarps][kTileRows];
-  __shared__ float l_s[kDecodeWarps][kTileRows];
-  __shared__ bool last_s;
-  __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];  // CLUSTER: this split's max and sum
-  int stages;
-  {
-    uint32_t have;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-    stages = min(((int)have - Smem::kQBytes) / Smem::kStageBytes, Smem::kMaxStages);
-    if (stages < 2) __trap();  // the launch must pass room for q and two stages
-  }
-  T* q_s = reinterpret_cast<T*>(smem);
-  unsigned char* ring = smem + Smem::kQBytes;
+// tile_block_id returns the table entry of token (lane mod 16) of warp's
+// tile i of a split starting at token s0 (0 past the table); unchecked.
+__device__ __forceinline__ int tile_block_id(const int* table, int s0, int i, int warp, int lane,
+                                             int block_size_log2, int max_blocks_per_seq) {
+  const int page = (s0 + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15)) >> block_size_log2;
+  return page < max_blocks_per_seq ? __ldg(table + page) : 0;
+}
 
-  const int kvh = blockIdx.x;
-  const int num_kv_heads = gridDim.x;
-  const int cap = max_blocks_per_seq << block_size_log2;
-  // Which split of which sequence: fixed by the grid (seq = y, split = z of
-  // gridDim.z), or, for a balanced launch (work != null, never a cluster),
-  // item y of the work list decode_partition wrote from the real lengths.
-  WorkItem item = {(int)blockIdx.y, (int)blockIdx.z, (int)gridDim.z, (int)(blockIdx.y * gridDim.z)};
-  const bool balanced = !CLUSTER && work != nullptr;
-  if (balanced) {
-    const int4 w = work[blockIdx.y];
-    if (w.z == 0) return;  // an unused item
-    item = {w.x, w.y, w.z, w.w};
-  }
-  const int seq = item.seq;
-  const int split = item.split;
-  const int splits = item.splits;
-  const int G = num_q_heads / num_kv_heads;
-  if (NARROW && G > kNarrowGroup) __trap();  // the planner never pairs them
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-
-  // The block ids of this warp's first two tiles, read before kv_len
-  // arrives on the guess that this split starts where it would if the
-  // table were exactly full (always right for split 0); checked below.
-  const int* table = block_tables + (int64_t)seq * max_blocks_per_seq;
-  // raw_id returns the table entry of token (lane mod 16) of this warp's tile
-  // i of a split starting at token s0 (0 past the table); unchecked.
-  auto raw_id = [&](int s0, int i) -> int {
-    const int page = (s0 + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15)) >> block_size_log2;
-    return page < max_blocks_per_seq ? __ldg(table + page) : 0;
-  };
-  // (A balanced launch knows its lengths already: no guess.)
-  const int guess = balanced ? -1 : (split * ((max_blocks_per_seq + splits - 1) / splits)) << block_size_log2;
-  int id_cur = balanced ? 0 : raw_id(guess, 0), id_next = balanced ? 0 : raw_id(guess, 1);
-  int len = kv_length(kv_lens[seq], kv_bias);
-  // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled:
-  // each thread moves 16-element groups (two 16-byte loads, all issued
-  // before the first store).
-  {
-    constexpr int GROUPS = kTileRows * D / 16;
-    constexpr int PER_THREAD = (GROUPS + kDecodeThreads - 1) / kDecodeThreads;
-    uint4 x[PER_THREAD][2];
-#pragma unroll
-    for (int j = 0; j < PER_THREAD; ++j) {
-      const int i = threadIdx.x + j * kDecodeThreads;
-      const int g = i / (D / 16);
-      x[j][0] = x[j][1] = make_uint4(0u, 0u, 0u, 0u);
-      if (i < GROUPS && g < G) {
-        const T* src = q + seq * q_seq_stride + (int64_t)(kvh * G + g) * D + (i % (D / 16)) * 16;
-        x[j][0] = load8(src);
-        x[j][1] = load8(src + 8);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < PER_THREAD; ++j) {
-      const int i = threadIdx.x + j * kDecodeThreads;
-      if (i >= GROUPS) break;
-      const int g = i / (D / 16);
-      const int c = (i % (D / 16)) * 2;  // first 16-byte chunk of the group
-      uint4 lo = x[j][0], hi = x[j][1];
-      if constexpr (kFP8) {
-        // Position k holds d = q_position(k): from 32-bit words w = d/2 of
-        // the group, k-words 0-3 take d-words 0,2,4,6 and k-words 4-7 take 1,3,5,7.
-        lo = make_uint4(x[j][0].x, x[j][0].z, x[j][1].x, x[j][1].z);
-        hi = make_uint4(x[j][0].y, x[j][0].w, x[j][1].y, x[j][1].w);
-      }
-      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c) * 8) = lo;
-      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c + 1) * 8) = hi;
-    }
-  }
-
+// checked_kv_len returns the KV length len (kv_length of n, the
+// sequence's kv_lens entry) clamped to [kv_bias, cap], and records a length
+// outside it in fault once per sequence (by thread 0 of the block of KV
+// head 0 and split 0). With kv_bias 1 kv_lens is a varlen batch's
+// pos_offsets: a fault names the offset, and a negative one reads as 0 (KV
+// length 1), as the varlen does.
+__device__ __forceinline__ int checked_kv_len(int len, int n, int seq, int kv_bias, int cap, int kvh, int split,
+                                              unsigned long long* fault) {
   if (len > cap || len < kv_bias) {  // kv_bias ≥ 0: a negative length too
-    // With kv_bias 1 kv_lens is a varlen batch's pos_offsets: a fault names
-    // the offset, and a negative one reads as 0 (KV length 1), as the
-    // varlen does.
     if (kvh == 0 && split == 0 && threadIdx.x == 0) {
       if (kv_bias == 0) {
         record_fault(fault, kFaultKVLenBeyondTable, seq, len, cap);
       } else {
-        record_fault(fault, kFaultPosOffsetBeyondTable, seq, kv_lens[seq], cap);
+        record_fault(fault, kFaultPosOffsetBeyondTable, seq, n, cap);
       }
     }
     len = len < kv_bias ? kv_bias : cap;
   }
+  return len;
+}
+
+// split_range sets the part of a sequence of len KV tokens that this
+// warp reads: its split covers tokens [start, end), whole pages [split·c,
+// (split+1)·c) with c = ⌈pages / splits⌉, and the warp takes mine of the
+// split's tiles of 16 tokens (tiles warp, warp + 4, ...).
+__device__ __forceinline__ void split_range(int len, int split, int splits, int block_size_log2, int warp,
+                                            int& start, int& end, int& mine) {
   const int bs_mask = (1 << block_size_log2) - 1;
   const int pages = (len + bs_mask) >> block_size_log2;
   const int chunk_pages = (pages + splits - 1) / splits;
-  const int start = (split * chunk_pages) << block_size_log2;
-  const int end = min(len, start + (chunk_pages << block_size_log2));
+  start = (split * chunk_pages) << block_size_log2;
+  end = min(len, start + (chunk_pages << block_size_log2));
   const int tiles = end > start ? (end - start + kTileTokens - 1) / kTileTokens : 0;
-  const int mine = tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
-  if (start != guess) {
-    id_cur = raw_id(start, 0);
-    id_next = raw_id(start, 1);
-  }
-  const int64_t row_stride = (int64_t)num_kv_heads * D;
-  const C* k_head = k_cache + (int64_t)kvh * D;
-  const C* v_head = v_cache + (int64_t)kvh * D;
+  mine = tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+}
 
-  // checked_id returns raw, the block id of token (lane mod 16) of this warp's
-  // tile i, once checked: 0 past the end, and 0 for an id outside the pool,
-  // which bad remembers (recorded after the loop, without a branch here).
-  BadBlock bad;
-  const uint32_t nb = BadBlock::bound(num_blocks);
-  auto checked_id = [&](int raw, int i) -> int {
+// DecodeTiles loads one warp's K/V tiles (tokens [start, end) of its
+// split, see split_range) into the warp's part of the shared-memory ring:
+// a stage holds the tile's K rows and then its V rows, Smem::kTileBytes
+// each, and tokens past end read as zeros. Block ids come from the
+// sequence's table row (raw_id, read ahead of use) and are checked as a
+// tile is issued (checked_id): an id outside the pool reads block 0 and is
+// remembered in bad, recorded once after the loop, so the check costs no
+// branch in the loop.
+//
+// It refers to the kernel's variables instead of holding copies, as a
+// lambda capturing them by reference does, and is only passed by reference
+// (so are DecodeRows and DecodeLoop): the compiled code is then the same as
+// with the kernel's own variables. Copies in one struct let the optimizer
+// reorder the loop's code, and ptxas then allocates registers differently
+// (16 bytes of spills at D = 128 on sm_80).
+//
+// In the x-split and shuffle layouts (LAID) K's chunks are 16 contiguous
+// bytes of one token as in the flash layout, from another place, and land
+// piece-major (chunk c of token r at c·16 + r, as the cache holds them:
+// ldmatrix reads 8 tokens of one chunk, 128 contiguous bytes); V's are 8
+// consecutive tokens of one element d, so the V tile lands transposed: row
+// d holds the tile's 16 tokens as two chunks, chunk h at vt_at<D>(xsplit,
+// d, h), which P·V reads with plain (not transposing) ldmatrix. A chunk
+// with tokens past end is read whole from its page (block_size ≥ 8 keeps it
+// in one) and those tokens are zeroed once it has landed (zero_tail), as
+// the flash tile's rows past end are zero-filled.
+template <typename C, int D>
+struct DecodeTiles {
+  using Smem = DecodeSmem<C, D>;
+  static constexpr int CH = Smem::kChunks;
+  static constexpr bool kFP8 = sizeof(C) == 1;
+  static constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
+  static constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
+
+  const int& start;
+  const int& warp;
+  const int& lane;
+  const int& mine;
+  const int& end;
+  BadBlock& bad;
+  const uint32_t& nb;  // BadBlock's pool bound
+  unsigned char* const& ring;
+  const int& chunk;  // lane % CH: the 16-byte chunk of a row this lane copies (flash layout)
+  const int& block_size_log2;
+  const int& bs_mask;
+  const int64_t& row_stride;  // elements between the rows of two tokens (flash layout)
+  const C* const& k_head;     // K and V of this KV head, token 0 of block 0 (flash layout)
+  const C* const& v_head;
+  const C* __restrict__ const& k_cache;
+  const int& num_kv_heads;
+  const int& kvh;
+  const int& layout;
+  const C* __restrict__ const& v_cache;
+  const int* const& table;  // the sequence's block-table row
+  const int& max_blocks_per_seq;
+
+  // raw_id is tile_block_id for this warp and table.
+  __device__ __forceinline__ int raw_id(int s0, int i) const {
+    return tile_block_id(table, s0, i, warp, lane, block_size_log2, max_blocks_per_seq);
+  }
+
+  // checked_id returns raw, the block id of token (lane mod 16) of this
+  // warp's tile i, once checked: 0 past the end, and 0 for an id outside
+  // the pool, which bad remembers.
+  __device__ __forceinline__ int checked_id(int raw, int i) const {
     const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
     return i < mine && t < end ? bad.block(raw, t, nb) : 0;
-  };
-  // issue starts the copy of this warp's tile i into stage st; ids holds the
-  // tile's block ids as checked_id returned them. Tokens past end are zeros.
-  //
-  // In the x-split and shuffle layouts (LAID) K's chunks are
-  // 16 contiguous bytes of one token as in the flash layout, from another
-  // place, and land piece-major (chunk c of token r at c·16 + r, as the
-  // cache holds them: ldmatrix reads 8 tokens of one chunk, 128 contiguous
-  // bytes); V's are 8 consecutive tokens of one element d, so the V tile
-  // lands transposed: row d holds the tile's 16 tokens as two chunks, chunk
-  // h at vt_at<D>(xsplit, d, h), which P·V reads with plain (not
-  // transposing) ldmatrix. A chunk with tokens past end is read
-  // whole from its page (block_size ≥ 8 keeps it in one) and those tokens
-  // are zeroed once it has landed (zero_tail), as the flash tile's rows past
-  // end are zero-filled.
-  const int chunk = lane % CH;
-  auto issue = [&](auto laid, int i, int ids, int st) {
-    constexpr bool LAID = decltype(laid)::value;
+  }
+
+  // stage returns the warp's K tile in ring stage st (its V tile follows).
+  __device__ __forceinline__ unsigned char* stage(int st) const {
+    return ring + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+  }
+
+  // issue starts the copy of this warp's tile i into stage st; ids holds
+  // the tile's block ids as checked_id returned them.
+  template <bool LAID>
+  __device__ __forceinline__ void issue(int i, int ids, int st) const {
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
-    unsigned char* kt = ring + (st * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
-    const uint32_t kdst = smem_addr(kt);
+    const uint32_t kdst = smem_addr(stage(st));
     const uint32_t vdst = kdst + Smem::kTileBytes;
     if constexpr (!LAID) {
 #pragma unroll
@@ -893,11 +860,12 @@ __device__ __forceinline__ void paged_decode(
         cp_async16(vat + vat_step * j, vok ? vp + j * vstep : v_cache, vok ? 16 : 0);
       }
     }
-  };
+  }
+
   // zero_tail zeroes the Vᵀ tile's tokens from valid on (LAID, a tile that
-  // reaches past end): they hold whatever their page holds, and P·V must see
-  // zeros there (0·NaN is NaN).
-  auto zero_tail = [&](unsigned char* vtile, int valid) {
+  // reaches past end): they hold whatever their page holds, and P·V must
+  // see zeros there (0·NaN is NaN).
+  __device__ __forceinline__ void zero_tail(unsigned char* vtile, int valid) const {
     if constexpr (kFP8) {  // row d: 16 bytes, token t in byte t
       uint32_t keep[4];
 #pragma unroll
@@ -917,47 +885,197 @@ __device__ __forceinline__ void paged_decode(
     for (int d = lane; d < D; d += 32) {
       for (int c = valid; c < kTileTokens; ++c) v16[vt_at<D>(xsplit, d, c >> 3) * 8 + (c & 7)] = 0;
     }
-  };
-
-  // Running state of two query heads: rows r0 = lane/4 and r1 = r0 + 8
-  // (shared by a lane quad), or for NARROW heads 2·(lane%4) and 2·(lane%4)+1
-  // (shared by the 8 lanes of equal lane%4): max in log2 units, this lane's
-  // part of the sum, and the output tile (NARROW: its transpose, d × heads,
-  // in D/16 m-tiles).
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  constexpr int ACC = NARROW ? D / 16 : NT;
-  float acc[ACC][4];
-#pragma unroll
-  for (int n = 0; n < ACC; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
-  const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
-  const uint32_t q_base = smem_addr(q_s);
-  const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix x4 rows: 0-7, 8-15, 0-7, 8-15
-  // The slot of K tile row x4_row in a piece of the x-split and shuffle
-  // layouts' tile: the row itself, for fp8 the slot of its token.
-  const int k_slot = kFP8 ? fp8_slot(fp8_token(x4_row)) : x4_row;
-
-  // The issues, the loads of q's fragments and the main loop, once per
-  // cache layout family (LAID: x-split or shuffle).
-  auto main_loop = [&](auto laid) {
-    constexpr bool LAID = decltype(laid)::value;
-  // Tile j is issued with id_cur = its raw ids and id_next = tile j+1's;
-  // tile j+2's are read then, two issues ahead of their use.
-  for (int j = 0; j < stages - 1; ++j) {
-    if (j < mine) issue(laid, j, checked_id(id_cur, j), j);
-    cp_async_commit();
-    id_cur = id_next;
-    id_next = raw_id(start, j + 2);
   }
-  __syncthreads();  // q_s is written
-  uint32_t qa[kQInRegs ? KSTEPS : 1][4];
-  if constexpr (kQInRegs) {
+};
+
+// DecodeRows refers to a lane's running state of two query heads, kept in
+// the kernel's variables (see DecodeTiles for why references): rows r0 =
+// lane/4 and r1 = r0 + 8 (shared by a lane quad), or for NARROW heads
+// 2·(lane%4) and 2·(lane%4)+1 (shared by the 8 lanes of equal lane%4): the
+// max in log2 units (m0, m1), this lane's part of the sum (l0, l1), and its
+// part of the output tile acc (NARROW: its transpose, d × heads, in D/16
+// m-tiles; else D/8 n-tiles).
+template <int ACC>
+struct DecodeRows {
+  float& m0;
+  float& m1;
+  float& l0;
+  float& l1;
+  float (&acc)[ACC][4];
+};
+
+// narrow_softmax turns a narrow tile's scores into log2 units (q_mul) —
+// st and st_odd are narrow_scores' two chains — with -inf for the tokens
+// from end on (base: the tile's first token), and folds them into the
+// online softmax of heads 2c and 2c+1 (down each column: the 8 lanes of
+// equal c); it rescales the output by how far each max moved and returns
+// Pᵀ as the B fragments of Oᵀ += Vᵀ·Pᵀ (k = tokens, n = heads) in b0 and
+// b1: the transposes of P's two 8 × 8 halves (tokens 0-7 and 8-15). Every
+// tile holds a token below end.
+template <typename T, typename C, int D, bool LAID>
+__device__ __forceinline__ void narrow_softmax(const DecodeRows<D / 16>& rows, float (&st)[4],
+                                               const float (&st_odd)[4], int base, int end, float q_mul, int lane,
+                                               uint32_t& b0, uint32_t& b1) {
+  constexpr bool kFP8 = sizeof(C) == 1;
+  // Lane (g, c) = (lane/4, lane%4) holds tokens g (st[0..1]) and g+8
+  // (st[2..3]) of heads 2c (st[0], st[2]) and 2c+1 (st[1], st[3]).
+  // (LAID fp8: row ρ is token fp8_token(ρ).)
+  const int g = lane >> 2;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int rho = g + 8 * (e >> 1);
+    const int t = base + (LAID && kFP8 ? fp8_token(rho) : rho);
+    st[e] = t < end ? (st[e] + st_odd[e]) * q_mul : -INFINITY;
+  }
+  float mx0 = fmaxf(st[0], st[2]), mx1 = fmaxf(st[1], st[3]);
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+  }
+  mx0 = fmaxf(mx0, rows.m0);
+  mx1 = fmaxf(mx1, rows.m1);
+  const float alpha0 = exp2_ftz(rows.m0 - mx0);  // 0 on the first tile (m = -inf)
+  const float alpha1 = exp2_ftz(rows.m1 - mx1);
+  rows.m0 = mx0;
+  rows.m1 = mx1;
+  const float p0 = exp2_ftz(st[0] - mx0), p1 = exp2_ftz(st[1] - mx1);
+  const float p2 = exp2_ftz(st[2] - mx0), p3 = exp2_ftz(st[3] - mx1);
+  rows.l0 = fmaf(rows.l0, alpha0, p0 + p2);
+  rows.l1 = fmaf(rows.l1, alpha1, p1 + p3);
+  b0 = movmatrix_trans(pack2<T>(p0, p1));
+  b1 = movmatrix_trans(pack2<T>(p2, p3));
+#pragma unroll
+  for (int m = 0; m < D / 16; ++m) {
+    rows.acc[m][0] *= alpha0;
+    rows.acc[m][1] *= alpha1;
+    rows.acc[m][2] *= alpha0;
+    rows.acc[m][3] *= alpha1;
+  }
+}
+
+// wide_softmax turns a wide tile's scores s into log2 units (q_mul), with
+// -inf for the tokens from end on (base: the tile's first token), and
+// folds them into the online softmax of rows r0 (s[n][0..1]) and r1
+// (s[n][2..3]) (across the lane quad); it rescales the output by how far
+// each max moved and returns P rounded to T as the A fragment of O += P·V
+// in p: (r0, k 2c..), (r1, k 2c..), (r0, k 8+2c..), (r1, k 8+2c..). Every
+// tile holds a token below end.
+template <typename T, typename C, int D, bool LAID>
+__device__ __forceinline__ void wide_softmax(const DecodeRows<D / 8>& rows, float (&s)[2][4], int base, int end,
+                                             float q_mul, int lane, uint32_t (&p)[4]) {
+  constexpr bool kFP8 = sizeof(C) == 1;
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * n + 2 * (lane & 3) + (e & 1);  // LAID fp8: token fp8_token(col)
+      const int t = base + (LAID && kFP8 ? fp8_token(col) : col);
+      s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
+    }
+    mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+  }
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+  }
+  mx0 = fmaxf(mx0, rows.m0);
+  mx1 = fmaxf(mx1, rows.m1);
+  const float alpha0 = exp2_ftz(rows.m0 - mx0);  // 0 on the first tile (m = -inf)
+  const float alpha1 = exp2_ftz(rows.m1 - mx1);
+  rows.m0 = mx0;
+  rows.m1 = mx1;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    const float p0 = exp2_ftz(s[n][0] - mx0), p1 = exp2_ftz(s[n][1] - mx0);
+    const float p2 = exp2_ftz(s[n][2] - mx1), p3 = exp2_ftz(s[n][3] - mx1);
+    rows.l0 = fmaf(rows.l0, n == 0 ? alpha0 : 1.0f, p0 + p1);
+    rows.l1 = fmaf(rows.l1, n == 0 ? alpha1 : 1.0f, p2 + p3);
+    p[2 * n] = pack2<T>(p0, p1);
+    p[2 * n + 1] = pack2<T>(p2, p3);
+  }
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    rows.acc[n][0] *= alpha0;
+    rows.acc[n][1] *= alpha0;
+    rows.acc[n][2] *= alpha1;
+    rows.acc[n][3] *= alpha1;
+  }
+}
+
+// narrow_tile folds one tile of a narrow kernel into rows, from its K and
+// V tiles at kbase and vbase (tokens base … base+15; those from end on
+// are masked): Sᵀ = K·Qᵀ (16 tokens × 8 heads, even and odd k-steps apart;
+// qb: Qᵀ's B fragments), the online softmax, Oᵀ += Vᵀ·Pᵀ.
+template <typename T, typename C, int D, bool LAID>
+__device__ __forceinline__ void narrow_tile(const DecodeRows<D / 16>& rows, const uint32_t (*qb)[2], uint32_t kbase,
+                                            uint32_t vbase, int base, int end, float q_mul, int lane, int x4_row,
+                                            int k_slot, int layout) {
+  float st[4] = {0.0f, 0.0f, 0.0f, 0.0f}, st_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  narrow_scores<T, C, D, LAID>(st, st_odd, kbase, qb, lane, x4_row, k_slot);
+  uint32_t b0, b1;
+  narrow_softmax<T, C, D, LAID>(rows, st, st_odd, base, end, q_mul, lane, b0, b1);
+  narrow_pv<T, C, D, LAID>(rows.acc, vbase, b0, b1, lane, x4_row, layout);
+}
+
+// wide_tile folds one tile of a wide kernel into rows, from its K and V
+// tiles at kbase and vbase (tokens base … base+15; those from end on are
+// masked): S = Q·Kᵀ (n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens
+// 8-15; q's A fragments from qa or from q_s at q_base, see wide_scores),
+// the online softmax, O += P·V.
+template <typename T, typename C, int D, bool LAID, bool Q_IN_REGS>
+__device__ __forceinline__ void wide_tile(const DecodeRows<D / 8>& rows, const uint32_t (*qa)[4], uint32_t q_base,
+                                          uint32_t kbase, uint32_t vbase, int base, int end, float q_mul, int lane,
+                                          int x4_row, int k_slot, int layout) {
+  float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  wide_scores<T, C, D, LAID, Q_IN_REGS>(s, kbase, q_base, qa, lane, x4_row, k_slot);
+  uint32_t p[4];
+  wide_softmax<T, C, D, LAID>(rows, s, base, end, q_mul, lane, p);
+  wide_pv<T, C, D, LAID>(rows.acc, p, vbase, lane, x4_row, layout);
+}
+
+// DecodeLoop is what attend_tiles works with, referring to the kernel's
+// values (see DecodeTiles for why references): the ring's stage count,
+// the warp's loader kv and the raw block ids of its next two tiles
+// (id_cur, id_next), q in shared memory at q_base, the lane's ldmatrix x4
+// row x4_row and its K slot k_slot (see paged_decode), the running state
+// rows, and q_mul, the factor that turns scores into log2 units.
+template <typename C, int D, bool NARROW>
+struct DecodeLoop {
+  // q's A fragments stay in registers for the whole loop (KSTEPS·4 of them,
+  // 32 at D = 128) instead of being read from shared memory for every tile:
+  // 1024 blocks of 512 tokens take 73 µs instead of 77 (H200, 2026-12-02).
+  // Not at D = 256, whose output tile alone takes 128 registers, nor for
+  // fp8 caches, whose k order reads q per half k-step.
+  static constexpr bool kQInRegs = sizeof(C) != 1 && !NARROW && D <= 128;
+  static constexpr int kAcc = NARROW ? D / 16 : D / 8;
+  const int& stages;
+  const DecodeTiles<C, D>& kv;
+  int& id_cur;
+  int& id_next;
+  const uint32_t& q_base;
+  const int& x4_row;
+  DecodeRows<kAcc> rows;
+  const float& q_mul;
+  const int& k_slot;
+};
+
+// load_q_fragments reads q's fragments from q_s at q_base into registers:
+// the A fragments of Q into qa (IN_REGS), and for NARROW the B fragments
+// of Qᵀ (d × heads 0-7) into qb, two k-steps per x4 load (matrices: d
+// chunks 2kp, 2kp+1, 2kp+2, 2kp+3 of heads 0-7).
+template <int D, bool NARROW, bool IN_REGS>
+__device__ __forceinline__ void load_q_fragments(uint32_t (*qa)[4], uint32_t (*qb)[2], uint32_t q_base, int lane,
+                                                 int x4_row) {
+  constexpr int QCH = D / 8;
+  constexpr int KSTEPS = D / 16;
+  if constexpr (IN_REGS) {
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
   }
-  // NARROW: the B fragments of Qᵀ (d × heads 0-7), two k-steps per x4 load
-  // (matrices: d chunks 2kp, 2kp+1, 2kp+2, 2kp+3 of heads 0-7).
-  uint32_t qb[NARROW ? KSTEPS : 1][2];
   if constexpr (NARROW) {
 #pragma unroll
     for (int kp = 0; kp < KSTEPS; kp += 2) {
@@ -969,18 +1087,44 @@ __device__ __forceinline__ void paged_decode(
       qb[kp + 1][1] = r[3];
     }
   }
+}
+
+// attend_tiles runs this warp's tiles through its ring of stages, once
+// per cache layout family (LAID: x-split or shuffle): tile j is issued
+// with id_cur = its raw ids and id_next = tile j+1's, so tile j+2's are
+// read then, two issues ahead of their use, and tile i + stages − 1 is
+// issued while tile i is computed. q must be in shared memory from every
+// thread's part before the call (the barrier here publishes it).
+template <typename T, typename C, int D, bool NARROW, bool LAID>
+__device__ __forceinline__ void attend_tiles(const DecodeLoop<C, D, NARROW>& loop) {
+  using Smem = DecodeSmem<C, D>;
+  constexpr bool kQInRegs = DecodeLoop<C, D, NARROW>::kQInRegs;
+  constexpr int KSTEPS = D / 16;
+  const DecodeTiles<C, D>& kv = loop.kv;
+  const int stages = loop.stages;
+  int& id_cur = loop.id_cur;
+  int& id_next = loop.id_next;
+  for (int j = 0; j < stages - 1; ++j) {
+    if (j < kv.mine) kv.template issue<LAID>(j, kv.checked_id(id_cur, j), j);
+    cp_async_commit();
+    id_cur = id_next;
+    id_next = kv.raw_id(kv.start, j + 2);
+  }
+  __syncthreads();  // q_s is written
+  uint32_t qa[kQInRegs ? KSTEPS : 1][4];
+  uint32_t qb[NARROW ? KSTEPS : 1][2];
+  load_q_fragments<D, NARROW, kQInRegs>(qa, qb, loop.q_base, kv.lane, loop.x4_row);
 
   // slot is tile i's stage, i mod stages, kept as a counter (stages is a
   // parameter, and a modulo by it is a 20-instruction division); tile i +
   // stages − 1 goes to the stage tile i − 1 freed.
-  int slot = 0;
-  for (int i = 0; i < mine; ++i) {
+  for (int i = 0, slot = 0; i < kv.mine; ++i) {
     {
       const int j = i + stages - 1;
-      if (j < mine) issue(laid, j, checked_id(id_cur, j), slot == 0 ? stages - 1 : slot - 1);
+      if (j < kv.mine) kv.template issue<LAID>(j, kv.checked_id(id_cur, j), slot == 0 ? stages - 1 : slot - 1);
       cp_async_commit();
       id_cur = id_next;
-      id_next = raw_id(start, j + 2);
+      id_next = kv.raw_id(kv.start, j + 2);
     }
     // Wait for tile i: the stages - 1 groups committed after it may pend.
     if (stages == 2) {
@@ -991,136 +1135,45 @@ __device__ __forceinline__ void paged_decode(
       cp_async_wait<3>();
     }
     __syncwarp();
-    unsigned char* kt = ring + (slot * kDecodeWarps + warp) * 2 * Smem::kTileBytes;
+    unsigned char* kt = kv.stage(slot);
     slot = slot == stages - 1 ? 0 : slot + 1;
     const uint32_t kbase = smem_addr(kt);
     const uint32_t vbase = kbase + Smem::kTileBytes;
-    const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
+    const int base = kv.start + (kv.warp + kDecodeWarps * i) * kTileTokens;
     if constexpr (LAID) {
-      if (base + kTileTokens > end) {
-        zero_tail(kt + Smem::kTileBytes, end - base);
+      if (base + kTileTokens > kv.end) {
+        kv.zero_tail(kt + Smem::kTileBytes, kv.end - base);
         __syncwarp();
       }
     }
-
     if constexpr (NARROW) {
-      // Sᵀ = K·Qᵀ (16 tokens × 8 heads), even and odd k-steps apart.
-      float st[4] = {0.0f, 0.0f, 0.0f, 0.0f}, st_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      narrow_scores<T, C, D, LAID>(st, st_odd, kbase, qb, lane, x4_row, k_slot);
-      // Lane (g, c) = (lane/4, lane%4) holds tokens g (st[0..1]) and g+8
-      // (st[2..3]) of heads 2c (st[0], st[2]) and 2c+1 (st[1], st[3]).
-      // (LAID fp8: row ρ is token fp8_token(ρ).)
-      const int g = lane >> 2;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rho = g + 8 * (e >> 1);
-        const int t = base + (LAID && kFP8 ? fp8_token(rho) : rho);
-        st[e] = t < end ? (st[e] + st_odd[e]) * q_mul : -INFINITY;
-      }
-      // Online softmax of heads 2c and 2c+1 over the tile's tokens (the 8
-      // lanes of equal c); every tile holds a token below end.
-      float mx0 = fmaxf(st[0], st[2]), mx1 = fmaxf(st[1], st[3]);
-#pragma unroll
-      for (int o = 4; o < 32; o <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-      }
-      mx0 = fmaxf(mx0, m0);
-      mx1 = fmaxf(mx1, m1);
-      const float alpha0 = exp2_ftz(m0 - mx0);  // 0 on the first tile (m = -inf)
-      const float alpha1 = exp2_ftz(m1 - mx1);
-      m0 = mx0;
-      m1 = mx1;
-      const float p0 = exp2_ftz(st[0] - mx0), p1 = exp2_ftz(st[1] - mx1);
-      const float p2 = exp2_ftz(st[2] - mx0), p3 = exp2_ftz(st[3] - mx1);
-      l0 = fmaf(l0, alpha0, p0 + p2);
-      l1 = fmaf(l1, alpha1, p1 + p3);
-      // Pᵀ as the B fragments of Oᵀ += Vᵀ·Pᵀ (k = tokens, n = heads): the
-      // transposes of P's two 8 × 8 halves (tokens 0-7 and 8-15).
-      const uint32_t b0 = movmatrix_trans(pack2<T>(p0, p1));
-      const uint32_t b1 = movmatrix_trans(pack2<T>(p2, p3));
-#pragma unroll
-      for (int m = 0; m < ACC; ++m) {
-        acc[m][0] *= alpha0;
-        acc[m][1] *= alpha1;
-        acc[m][2] *= alpha0;
-        acc[m][3] *= alpha1;
-      }
-      narrow_pv<T, C, D, LAID>(acc, vbase, b0, b1, lane, x4_row, layout);
+      narrow_tile<T, C, D, LAID>(loop.rows, qb, kbase, vbase, base, kv.end, loop.q_mul, kv.lane, loop.x4_row,
+                                 loop.k_slot, kv.layout);
     } else {
-      // S = Q·Kᵀ: n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens 8-15.
-      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      wide_scores<T, C, D, LAID, kQInRegs>(s, kbase, q_base, qa, lane, x4_row, k_slot);
-      // Online softmax of rows r0 (s[n][0..1]) and r1 (s[n][2..3]); tokens
-      // past end score -inf. Every tile holds at least one token below end.
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * n + 2 * (lane & 3) + (e & 1);  // LAID fp8: token fp8_token(col)
-          const int t = base + (LAID && kFP8 ? fp8_token(col) : col);
-          s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
-        }
-        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-      }
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-      }
-      mx0 = fmaxf(mx0, m0);
-      mx1 = fmaxf(mx1, m1);
-      const float alpha0 = exp2_ftz(m0 - mx0);  // 0 on the first tile (m = -inf)
-      const float alpha1 = exp2_ftz(m1 - mx1);
-      m0 = mx0;
-      m1 = mx1;
-      uint32_t p[4];
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const float p0 = exp2_ftz(s[n][0] - mx0), p1 = exp2_ftz(s[n][1] - mx0);
-        const float p2 = exp2_ftz(s[n][2] - mx1), p3 = exp2_ftz(s[n][3] - mx1);
-        l0 = fmaf(l0, n == 0 ? alpha0 : 1.0f, p0 + p1);
-        l1 = fmaf(l1, n == 0 ? alpha1 : 1.0f, p2 + p3);
-        // A fragment of P: (r0, k 2c..), (r1, k 2c..), (r0, k 8+2c..), (r1, k 8+2c..).
-        p[2 * n] = pack2<T>(p0, p1);
-        p[2 * n + 1] = pack2<T>(p2, p3);
-      }
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        acc[n][0] *= alpha0;
-        acc[n][1] *= alpha0;
-        acc[n][2] *= alpha1;
-        acc[n][3] *= alpha1;
-      }
-      wide_pv<T, C, D, LAID>(acc, p, vbase, lane, x4_row, layout);
+      wide_tile<T, C, D, LAID, kQInRegs>(loop.rows, qa, loop.q_base, kbase, vbase, base, kv.end, loop.q_mul, kv.lane,
+                                         loop.x4_row, loop.k_slot, kv.layout);
     }
     __syncwarp();  // this stage is refilled next iteration
   }
-  };
-  // The caller passes a layout the entry reads (LAYOUTS).
-  const bool flash = LAYOUTS == kLayoutsFlash || layout == kLayoutFlash;
-  if (!flash) {
-    main_loop(BoolC<true>{});
-  } else {
-    main_loop(BoolC<false>{});
-  }
-  // fp8 caches in the flash layout give each lane other d than 16-bit ones
-  // (see the top); in the other layouts the same as 16-bit ones.
-  const bool fp8_d = kFP8 && flash;
-  cp_async_wait<0>();
-  bad.report(fault, seq, block_size_log2);
+}
 
-  // Merge the four warps: each writes its heads < G to shared memory (the
-  // ring is free once every warp is past its loop).
+// stash_warp adds up this warp's sums over the lanes that share a head and
+// writes its state of heads < G to shared memory for merge_warps: the
+// output rows to o_s [warps][kTileRows][D] (the ring, free once every warp
+// is past its loop: the barrier here waits for them), max and sum to
+// m_s[warp] and l_s[warp]. fp8_d: the output's d order is the fp8 flash
+// layout's (see the top).
+template <int D, bool NARROW>
+__device__ __forceinline__ void stash_warp(const DecodeRows<NARROW ? D / 16 : D / 8>& rows, float* o_s,
+                                           float (*m_s)[kTileRows], float (*l_s)[kTileRows], bool fp8_d, int G,
+                                           int warp, int lane) {
+  constexpr int ACC = NARROW ? D / 16 : D / 8;
 #pragma unroll
   for (int o = NARROW ? 4 : 1; o < (NARROW ? 32 : 4); o <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+    rows.l0 += __shfl_xor_sync(0xffffffffu, rows.l0, o);
+    rows.l1 += __shfl_xor_sync(0xffffffffu, rows.l1, o);
   }
   __syncthreads();
-  float* o_s = reinterpret_cast<float*>(ring);  // [warps][kTileRows][D]
   if constexpr (NARROW) {
     const int g = lane >> 2, h0 = 2 * (lane & 3);
 #pragma unroll
@@ -1130,38 +1183,51 @@ __device__ __forceinline__ void paged_decode(
         const int h = h0 + (e & 1);
         // Row g (g+8) of m-tile m is d = 16m+g (16m+g+8); for fp8 16m+2g (+1).
         const int d = fp8_d ? 16 * m + 2 * g + (e >> 1) : 16 * m + g + 8 * (e >> 1);
-        if (h < G) o_s[(warp * kTileRows + h) * D + d] = acc[m][e];
+        if (h < G) o_s[(warp * kTileRows + h) * D + d] = rows.acc[m][e];
       }
     }
     if (g == 0) {
-      m_s[warp][h0] = m0;
-      l_s[warp][h0] = l0;
-      m_s[warp][h0 + 1] = m1;
-      l_s[warp][h0 + 1] = l1;
+      m_s[warp][h0] = rows.m0;
+      l_s[warp][h0] = rows.l0;
+      m_s[warp][h0 + 1] = rows.m1;
+      l_s[warp][h0 + 1] = rows.l1;
     }
   } else {
     const int r0 = lane >> 2;
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
+    for (int n = 0; n < ACC; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = r0 + 8 * (e >> 1);
         const int col = 2 * (lane & 3) + (e & 1);
         // The d of column col of n-tile n (see the top for fp8).
         const int d = fp8_d ? 16 * (n >> 1) + 2 * col + (n & 1) : 8 * n + col;
-        if (r < G) o_s[(warp * kTileRows + r) * D + d] = acc[n][e];
+        if (r < G) o_s[(warp * kTileRows + r) * D + d] = rows.acc[n][e];
       }
     }
     if ((lane & 3) == 0) {
-      m_s[warp][r0] = m0;
-      l_s[warp][r0] = l0;
-      m_s[warp][r0 + 8] = m1;
-      l_s[warp][r0 + 8] = l1;
+      m_s[warp][r0] = rows.m0;
+      l_s[warp][r0] = rows.l0;
+      m_s[warp][r0 + 8] = rows.m1;
+      l_s[warp][r0 + 8] = rows.l1;
     }
   }
-  __syncthreads();
+}
 
-  const float v_mul = v_scale * mma_scale<C>();
+// merge_warps merges the four warps' stashed states (o_s, m_s, l_s) by
+// log-sum-exp into the block's result for the G heads of KV head kvh,
+// scaled by v_mul: with one split the output rows of sequence seq in out
+// and lse; for a cluster's split its normalized rows in place in o_s and
+// its max and sum in split_m_s and split_l_s, for cluster_merge; else the
+// rows of partial item pitem (the work item's first + split) in
+// partial_out, partial_max and partial_sum, for global_merge.
+template <typename T, int D, bool CLUSTER>
+__device__ __forceinline__ void merge_warps(T* __restrict__ out, float* __restrict__ lse,
+                                            float* __restrict__ partial_out, float* __restrict__ partial_max,
+                                            float* __restrict__ partial_sum, float* o_s,
+                                            const float (*m_s)[kTileRows], const float (*l_s)[kTileRows],
+                                            float* split_m_s, float* split_l_s, int seq, int pitem, int kvh, int G,
+                                            int num_q_heads, int splits, float v_mul) {
   for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
     const int g = i / D;
     const int d = i - g * D;
@@ -1190,7 +1256,7 @@ __device__ __forceinline__ void paged_decode(
         split_l_s[g] = sum;
       }
     } else {
-      const int64_t prow = (int64_t)(item.first + split) * num_q_heads + kvh * G + g;
+      const int64_t prow = (int64_t)pitem * num_q_heads + kvh * G + g;
       partial_out[prow * D + d] = o;
       if (d == 0) {
         partial_max[prow] = mx;
@@ -1198,19 +1264,16 @@ __device__ __forceinline__ void paged_decode(
       }
     }
   }
-  if (splits == 1) {
-    return;
-  }
-  if constexpr (CLUSTER) {
-    cluster_merge<T, D>(out, lse, o_s, split_m_s, split_l_s, seq, kvh, G, num_q_heads, split, splits);
-    return;
-  }
+}
 
-  // Split-K phase 2, fused: the last block of this (sequence, KV head) to
-  // finish merges every split by log-sum-exp and resets the counter, so the
-  // counters are zero again for the next launch (and graph replay). The
-  // counter's atomic releases this block's partials and acquires the
-  // others' (atomic_add_acq_rel).
+// last_split returns, in every thread, whether this block is the last of
+// the splits of (sequence seq, KV head kvh) to finish, counted in counters
+// [num_seqs, num_kv_heads]; that block resets the counter, so the counters
+// are zero again for the next launch (and graph replay). The counter's
+// atomic releases this block's partials and acquires the others'
+// (atomic_add_acq_rel); last_s is a shared flag.
+__device__ __forceinline__ bool last_split(unsigned int* __restrict__ counters, int seq, int kvh, int num_kv_heads,
+                                           int splits, bool& last_s) {
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned int* counter = counters + (int64_t)seq * num_kv_heads + kvh;
@@ -1218,7 +1281,163 @@ __device__ __forceinline__ void paged_decode(
     if (last_s) *counter = 0u;
   }
   __syncthreads();
-  if (!last_s) {
+  return last_s;
+}
+
+// paged_decode is the body of every decode entry (see the top): it finds
+// the block's work and stages q, runs each warp's tiles (attend_tiles),
+// merges the four warps, and writes the result or the split's partials,
+// then merges the splits on chip (CLUSTER) or in the last block to finish.
+template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS>
+__device__ __forceinline__ void paged_decode(
+    T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
+    float* __restrict__ partial_max, float* __restrict__ partial_sum,
+    unsigned int* __restrict__ counters, const T* __restrict__ q,
+    const C* __restrict__ k_cache, const C* __restrict__ v_cache,
+    const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
+    unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
+    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
+    const int4* __restrict__ work, int layout, int kv_bias) {
+  using Smem = DecodeSmem<C, D>;
+  constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr int ACC = NARROW ? D / 16 : D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float m_s[kDecodeWarps][kTileRows];
+  __shared__ float l_s[kDecodeWarps][kTileRows];
+  __shared__ bool last_s;
+  __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];  // CLUSTER: this split's max and sum
+  const int stages = ring_stages<C, D>();
+  T* q_s = reinterpret_cast<T*>(smem);
+  unsigned char* ring = smem + Smem::kQBytes;
+
+  const int kvh = blockIdx.x;
+  const int num_kv_heads = gridDim.x;
+  const int cap = max_blocks_per_seq << block_size_log2;
+  // Which split of which sequence: fixed by the grid (seq = y, split = z of
+  // gridDim.z), or, for a balanced launch (work != null, never a cluster),
+  // item y of the work list decode_partition wrote from the real lengths.
+  WorkItem item = {(int)blockIdx.y, (int)blockIdx.z, (int)gridDim.z, (int)(blockIdx.y * gridDim.z)};
+  const bool balanced = !CLUSTER && work != nullptr;
+  if (balanced) {
+    const int4 w = work[blockIdx.y];
+    if (w.z == 0) return;  // an unused item
+    item = {w.x, w.y, w.z, w.w};
+  }
+  const int seq = item.seq;
+  const int split = item.split;
+  const int splits = item.splits;
+  const int G = num_q_heads / num_kv_heads;
+  if (NARROW && G > kNarrowGroup) __trap();  // the planner never pairs them
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+
+  // The block ids of this warp's first two tiles, read before kv_len
+  // arrives on the guess that this split starts where it would if the
+  // table were exactly full (always right for split 0); checked below. (A
+  // balanced launch knows its lengths already: no guess.)
+  const int* table = block_tables + (int64_t)seq * max_blocks_per_seq;
+  const int guess = balanced ? -1 : (split * ((max_blocks_per_seq + splits - 1) / splits)) << block_size_log2;
+  int id_cur = balanced ? 0 : tile_block_id(table, guess, 0, warp, lane, block_size_log2, max_blocks_per_seq);
+  int id_next = balanced ? 0 : tile_block_id(table, guess, 1, warp, lane, block_size_log2, max_blocks_per_seq);
+  const int n = kv_lens[seq];
+  int len = kv_length(n, kv_bias);
+  // q as <q>, rows ≥ G zero, in the k order of the cache type, swizzled:
+  // each thread moves 16-element groups (two 16-byte loads, all issued
+  // before the first store). It stays in the kernel's body: as a function
+  // of its own, the compiler orders the registers of x (and of
+  // global_merge) differently, and ptxas's code for the kernel changes.
+  {
+    constexpr int QCH = D / 8;  // 16-byte chunks per q row
+    constexpr int GROUPS = kTileRows * D / 16;
+    constexpr int PER_THREAD = (GROUPS + kDecodeThreads - 1) / kDecodeThreads;
+    uint4 x[PER_THREAD][2];
+#pragma unroll
+    for (int j = 0; j < PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * kDecodeThreads;
+      const int g = i / (D / 16);
+      x[j][0] = x[j][1] = make_uint4(0u, 0u, 0u, 0u);
+      if (i < GROUPS && g < G) {
+        const T* src = q + seq * q_seq_stride + (int64_t)(kvh * G + g) * D + (i % (D / 16)) * 16;
+        x[j][0] = load8(src);
+        x[j][1] = load8(src + 8);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < PER_THREAD; ++j) {
+      const int i = threadIdx.x + j * kDecodeThreads;
+      if (i >= GROUPS) break;
+      const int g = i / (D / 16);
+      const int c = (i % (D / 16)) * 2;  // first 16-byte chunk of the group
+      uint4 lo = x[j][0], hi = x[j][1];
+      if constexpr (kFP8) {
+        // Position k holds d = q_position(k): from 32-bit words w = d/2 of
+        // the group, k-words 0-3 take d-words 0,2,4,6 and k-words 4-7 take 1,3,5,7.
+        lo = make_uint4(x[j][0].x, x[j][0].z, x[j][1].x, x[j][1].z);
+        hi = make_uint4(x[j][0].y, x[j][0].w, x[j][1].y, x[j][1].w);
+      }
+      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c) * 8) = lo;
+      *reinterpret_cast<uint4*>(q_s + swizzle<QCH>(g, c + 1) * 8) = hi;
+    }
+  }
+  len = checked_kv_len(len, n, seq, kv_bias, cap, kvh, split, fault);
+  const int bs_mask = (1 << block_size_log2) - 1;
+  int start, end, mine;
+  split_range(len, split, splits, block_size_log2, warp, start, end, mine);
+  if (start != guess) {
+    id_cur = tile_block_id(table, start, 0, warp, lane, block_size_log2, max_blocks_per_seq);
+    id_next = tile_block_id(table, start, 1, warp, lane, block_size_log2, max_blocks_per_seq);
+  }
+  const int64_t row_stride = (int64_t)num_kv_heads * D;
+  const C* k_head = k_cache + (int64_t)kvh * D;
+  const C* v_head = v_cache + (int64_t)kvh * D;
+  BadBlock bad;
+  const uint32_t nb = BadBlock::bound(num_blocks);
+  const int chunk = lane % Smem::kChunks;
+  const DecodeTiles<C, D> kv{start, warp, lane, mine, end, bad, nb, ring, chunk, block_size_log2, bs_mask,
+                             row_stride, k_head, v_head, k_cache, num_kv_heads, kvh, layout, v_cache, table,
+                             max_blocks_per_seq};
+
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float acc[ACC][4];
+#pragma unroll
+  for (int n = 0; n < ACC; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  const DecodeRows<ACC> rows{m0, m1, l0, l1, acc};
+  // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
+  const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
+  const uint32_t q_base = smem_addr(q_s);
+  const int x4_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix x4 rows: 0-7, 8-15, 0-7, 8-15
+  // The slot of K tile row x4_row in a piece of the x-split and shuffle
+  // layouts' tile: the row itself, for fp8 the slot of its token.
+  const int k_slot = kFP8 ? fp8_slot(fp8_token(x4_row)) : x4_row;
+  const DecodeLoop<C, D, NARROW> loop{stages, kv, id_cur, id_next, q_base, x4_row, rows, q_mul, k_slot};
+  // The caller passes a layout the entry reads (LAYOUTS).
+  const bool flash = LAYOUTS == kLayoutsFlash || layout == kLayoutFlash;
+  if (!flash) {
+    attend_tiles<T, C, D, NARROW, true>(loop);
+  } else {
+    attend_tiles<T, C, D, NARROW, false>(loop);
+  }
+  // fp8 caches in the flash layout give each lane other d than 16-bit ones
+  // (see the top); in the other layouts the same as 16-bit ones.
+  const bool fp8_d = kFP8 && flash;
+  cp_async_wait<0>();
+  bad.report(fault, seq, block_size_log2);
+
+  float* o_s = reinterpret_cast<float*>(ring);  // [warps][kTileRows][D]
+  stash_warp<D, NARROW>(rows, o_s, m_s, l_s, fp8_d, G, warp, lane);
+  __syncthreads();
+  merge_warps<T, D, CLUSTER>(out, lse, partial_out, partial_max, partial_sum, o_s, m_s, l_s, split_m_s, split_l_s,
+                             seq, item.first + split, kvh, G, num_q_heads, splits, v_scale * mma_scale<C>());
+  if (splits == 1) {
+    return;
+  }
+  if constexpr (CLUSTER) {
+    cluster_merge<T, D>(out, lse, o_s, split_m_s, split_l_s, seq, kvh, G, num_q_heads, split, splits);
+    return;
+  }
+  // Split-K phase 2, fused: the last block of this (sequence, KV head) to
+  // finish merges every split by log-sum-exp.
+  if (!last_split(counters, seq, kvh, num_kv_heads, splits, last_s)) {
     return;
   }
   global_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, (int64_t)item.first * num_q_heads + kvh * G,

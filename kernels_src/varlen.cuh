@@ -53,20 +53,21 @@
 // its group at once, and a one-token sequence (a decode in a mixed batch)
 // fills G rows instead of one. Sequence s owns the blocks x from
 // tile_start(s) = s + ⌊cu_seqlens_q[s]·G / R⌋ on (at least ⌈q_len·G/R⌉ of
-// them; a spare one exits), and blocks are taken in
-// reverse so that each sequence's last row tiles, the longest under a causal
-// mask, start first. A block's R rows are four warps of one or two mma row
-// tiles of 16 (a warp whose rows all lie past its sequence's end only
-// loads). K/V tiles of
-// kKeys positions are gathered through the block table with cp.async into a
-// two-stage ring (16-byte chunks XOR-swizzled per row, so ldmatrix is free of
-// bank conflicts); per tile each warp computes S = Q·Kᵀ (f32) for its row
-// tiles, each K/V fragment it reads serving all of them,
-// masks it where the tile reaches past the shortest row's limit, updates its
-// online softmax and accumulates O += P·V with P rounded to <q>. Tiles past
-// the block's last row's limit are never loaded. fp8 caches land in the ring
-// as bytes and are widened to <q> in shared memory before the products
-// (widen_tile), so the products are the 16-bit ones.
+// them; a spare one exits), and blocks are taken in reverse so that each
+// sequence's last row tiles, the longest under a causal mask, start first
+// (find_tile). A block's R rows are four warps of one or two mma row tiles
+// of 16 (a warp whose rows all lie past its sequence's end only loads).
+// K/V tiles of kKeys positions are gathered through the block table with
+// cp.async into a two-stage ring (VarlenKV; 16-byte chunks XOR-swizzled per
+// row, so ldmatrix is free of bank conflicts); per tile (varlen_step:
+// next_tile, then attend_tile) each warp computes S = Q·Kᵀ (f32; qk_tile)
+// for its row tiles, each K/V fragment it reads serving all of them, masks
+// it where the tile reaches past the shortest row's limit (mask_scores),
+// updates its online softmax (softmax_tile) and accumulates O += P·V with P
+// rounded to <q> (pv_tile); store_rows writes the rows at the end. Tiles
+// past the block's last row's limit are never loaded (kv_tiles). fp8 caches
+// land in the ring as bytes and are widened to <q> in shared memory before
+// the products (widen_tile), so the products are the 16-bit ones.
 //
 // paged_varlen_merge_<q>_hd<D>
 //   Merges split-K partials: one warp per (token, q head) row of the first
@@ -128,13 +129,7 @@ struct VarlenSmem {
   static constexpr int kBytes = kQBytes + kStages * kStageBytes + kWideBytes;
 };
 
-// Int<N> carries N as a type, for generic lambdas (decltype(n)::value).
-template <int N>
-struct Int {
-  static constexpr int value = N;
-};
-
-// How a tile's scores are masked (paged_varlen's step): not at all, all of
+// How a tile's scores are masked (varlen_step's MASK): not at all, all of
 // them, or when the tile reaches the block's first row's limit.
 constexpr int kMaskNone = 0, kMaskAll = 1, kMaskFrom = 2;
 
@@ -792,6 +787,225 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
   }
 }
 
+// kv_tiles sets the KV range of t's block (its rows row0 … row0+ROWS−1):
+// up to its last row's limit (kv_end), cut into splits of whole KEYS-wide
+// tiles, split `split` taking tiles [first_tile, end_tile); positions from
+// mask_from on (its first row's limit) need the per-row mask.
+template <int ROWS, int KEYS>
+__device__ __forceinline__ void kv_tiles(const VarlenTile& t, int G, bool causal, int split, int splits, int& kv_end,
+                                         int& mask_from, int& first_tile, int& end_tile) {
+  const int rows = t.q_len * G;
+  const int last = min(t.row0 + ROWS, rows) - 1;
+  kv_end = row_limit(t, last, G, causal);
+  mask_from = row_limit(t, t.row0, G, causal);
+  const int tiles = (kv_end + KEYS - 1) / KEYS;
+  const int per_split = (tiles + splits - 1) / splits;
+  first_tile = min(tiles, split * per_split);
+  end_tile = min(tiles, first_tile + per_split);
+}
+
+// row_limits sets lim to the limits of this lane's rows of the warp's MT
+// row tiles (row tile m starts at packed row p0 + 16m; the lane's rows
+// are lane/4 and lane/4 + 8 of each).
+template <int MT>
+__device__ __forceinline__ void row_limits(int (&lim)[MT][2], const VarlenTile& t, int p0, int G, bool causal,
+                                           int lane) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    lim[m][0] = row_limit(t, p0 + 16 * m + (lane >> 2), G, causal);
+    lim[m][1] = row_limit(t, p0 + 16 * m + (lane >> 2) + 8, G, causal);
+  }
+}
+
+// VarlenKV copies K/V tiles of KEYS positions (tile i: positions i·KEYS …,
+// zeros from kv_end on) into the two-stage ring at ring_s through the
+// sequence's block-table row, with the loader of the cache layout: the
+// flash layout's (FlashRows: KVLines for the one-row-tile kernels, whole
+// rows per instruction; KVRow for the two-row-tile ones, a row per
+// 128/KEYS threads with one block-table lookup per thread and tile — they
+// are bound by their math, not by memory) or the x-split and shuffle
+// layouts' (LaidRows: LaidFP8KV for an fp8 cache, else LaidKV). Nothing
+// is copied for tiles from end_tile on.
+//
+// It refers to the kernel's variables instead of holding copies, as a
+// lambda capturing them by reference does, and is only passed by
+// reference: the compiled code is then the same as with the kernel's own
+// variables. Other shapes move values between registers and local memory
+// before ptxas sees them (a method call through it after the loop cost the
+// two-row-tile x-split and shuffle kernels 14–21% more instructions, and
+// the _k64 ones more spills).
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
+struct VarlenKV {
+  static constexpr bool LAID = LAYOUT != kLayoutFlash;
+  using Smem = VarlenSmem<T, C, D, MT, KEYS>;
+  using FlashRows = typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS>, KVRow<T, C, D, MT, KEYS>>::type;
+  using LaidRows = typename Pick<sizeof(C) == 1, LaidFP8KV<D, KEYS, LAYOUT>, LaidKV<D, KEYS, LAYOUT>>::type;
+  // Ids holds the block-table entries a thread looked up for one tile.
+  using Ids = typename Pick<LAID, int, typename FlashRows::Ids>::type;
+
+  const int& end_tile;
+  LaidRows& laid_row;
+  const uint32_t& ring_s;
+  const C* __restrict__ const& k_cache;
+  const C* __restrict__ const& v_cache;
+  const int& kv_end;
+  const int& kvh;
+  const int& num_kv_heads;
+  const int& block_size_log2;
+  const uint32_t& nb;  // BadBlock's pool bound
+  FlashRows& kv_row;
+  const C* const& k_head;  // K and V of this KV head at position 0 of block 0 (flash layout)
+  const C* const& v_head;
+  const int64_t& row_stride;  // elements between two positions' rows (flash layout)
+  const int* const& table;    // the sequence's block-table row
+
+  // issue starts the copy of tile i into ring stage `stage` (and commits a
+  // cp.async group, empty past end_tile); blk holds lookup(i).
+  __device__ __forceinline__ void issue(int i, int stage, Ids blk) const {
+    if (i < end_tile) {
+      if constexpr (LAID) {
+        laid_row.issue(ring_s + stage * Smem::kStageBytes, k_cache, v_cache, blk, i * KEYS, kv_end, kvh,
+                       num_kv_heads, block_size_log2, nb);
+      } else {
+        kv_row.issue(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_end, block_size_log2, nb,
+                     row_stride);
+      }
+    }
+    cp_async_commit();
+  }
+
+  // lookup returns this thread's block-table entries for tile i (none past
+  // end_tile). They are looked up one tile ahead of the copy, so the
+  // lookup's latency hides behind a tile's math.
+  __device__ __forceinline__ Ids lookup(int i) const {
+    if constexpr (LAID) {
+      if (i >= end_tile) return 0;
+      return laid_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+    } else {
+      if (i >= end_tile) return typename FlashRows::Ids{};
+      return kv_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+    }
+  }
+};
+
+// VarlenLoop is what varlen_step works with, referring to the kernel's
+// values (see VarlenKV for why references): the loader kv, the ring stage
+// of the next tile and the block-table entries of the tile after the ones
+// in flight (stage, next_blk), where the tiles land (ring, ring_s; wide for
+// the widened fp8 tiles), whether this warp has rows to compute, q (qa in
+// registers, or q_s) and the lane's ldmatrix offsets (ao, bo, lo), the
+// first row's limit mask_from, the running state st and acc of the warp's
+// row tiles, and q_mul, the factor that turns scores into log2 units.
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
+struct VarlenLoop {
+  using KV = VarlenKV<T, C, D, MT, KEYS, LAYOUT>;
+  // q's A fragments stay in registers with one row tile per warp below D =
+  // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
+  // outputs need the room and q is read from shared memory per tile.
+  static constexpr bool kQInRegs = MT == 1 && D <= 128;
+  const KV& kv;
+  int& stage;  // tile i's; tile i - 1's stage (free after the barrier) is the one before
+  typename KV::Ids& next_blk;
+  const uint32_t& ring_s;
+  const int& kv_end;
+  unsigned char* const& ring;
+  unsigned char* const& wide;
+  const bool& computes;
+  SoftmaxRows (&st)[MT];
+  float (&acc)[MT][D / 8][4];
+  const uint32_t (&qa)[kQInRegs ? D / 16 : 1][4];
+  const uint32_t& q_s;
+  const LaneOffsets<D / 8>& ao;
+  const LaneOffsets<D / 8>& bo;
+  const LaidOffsets<D, KEYS, LAYOUT>& lo;
+  const int& warp;
+  const int& lane;
+  const int& mask_from;
+  const float& q_mul;
+};
+
+// next_tile waits for tile i (it must be the oldest in flight) and
+// starts the copy of tile i + STAGES − 1 into the stage tile i − 1 freed;
+// it returns tile i's K and V tiles in k_s and v_s, as the products read
+// them: fp8 tiles widened to <q> (widen_tile, LaidFP8KV::widen), and the
+// tail of a 16-bit x-split or shuffle V tile that reaches past kv_end
+// zeroed (only a masked tile, MASK, reaches there). Every thread calls it.
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int MASK>
+__device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT>& loop, int i, uint32_t& k_s,
+                                          uint32_t& v_s) {
+  using Smem = VarlenSmem<T, C, D, MT, KEYS>;
+  constexpr int STAGES = Smem::kStages;
+  constexpr bool kFP8 = sizeof(C) == 1;
+  constexpr bool LAID = LAYOUT != kLayoutFlash;
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();  // tile i has landed for every thread; tile i-1's stage is free
+  loop.kv.issue(i + STAGES - 1, loop.stage == 0 ? STAGES - 1 : loop.stage - 1, loop.next_blk);
+  loop.next_blk = loop.kv.lookup(i + STAGES);
+  k_s = loop.ring_s + loop.stage * Smem::kStageBytes;
+  v_s = k_s + Smem::kTileBytes;
+  if constexpr (LAID && !kFP8 && MASK != kMaskNone) {  // only a masked tile reaches past kv_end
+    if (i * KEYS + KEYS > loop.kv_end && (loop.kv_end & 7) != 0) {
+      LaidKV<D, KEYS, LAYOUT>::zero_tail(loop.ring + loop.stage * Smem::kStageBytes + Smem::kTileBytes,
+                                         loop.kv_end - i * KEYS);
+      __syncthreads();
+    }
+  }
+  if constexpr (kFP8) {
+    if constexpr (LAID) {
+      LaidFP8KV<D, KEYS, LAYOUT>::template widen<T>(loop.wide, loop.ring + loop.stage * Smem::kStageBytes,
+                                                    min(loop.kv_end - i * KEYS, KEYS));
+    } else {
+      widen_tile<T, D, MT, KEYS>(loop.wide, loop.ring + loop.stage * Smem::kStageBytes);
+    }
+    __syncthreads();
+    k_s = smem_addr(loop.wide);
+    v_s = k_s + Smem::kWideTileBytes;
+  }
+  loop.stage = loop.stage == STAGES - 1 ? 0 : loop.stage + 1;
+}
+
+// attend_tile folds the first KN positions of tile i (K and V at k_s and
+// v_s) into this warp's rows: S = Q·Kᵀ for its MT row tiles, the mask
+// where MASK asks for it (kMaskAll: always; kMaskFrom: a tile that reaches
+// mask_from; lim: the lane's rows' limits), the online softmax, O += P·V.
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK>
+__device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT>& loop, int i, uint32_t k_s,
+                                            uint32_t v_s, const int (*lim)[2]) {
+  constexpr bool LAID = LAYOUT != kLayoutFlash;
+  // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
+  // into a flash tile (LaidFP8KV).
+  constexpr bool K_PIECES = LAID && sizeof(C) != 1;
+  constexpr bool kQInRegs = VarlenLoop<T, C, D, MT, KEYS, LAYOUT>::kQInRegs;
+  float s[MT][KN / 8][4];
+  qk_tile<T, D, KEYS, KN, MT, kQInRegs, K_PIECES, LAYOUT>(s, loop.qa, loop.q_s, k_s, loop.ao, loop.bo, loop.lo,
+                                                         loop.warp);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
+      mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], loop.lane);
+    }
+    softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
+  }
+  pv_tile<T, D, KEYS, KN, MT, LAYOUT>(loop.acc, s, v_s, loop.ao, loop.lo);
+}
+
+// varlen_step runs tile i: its first KN positions (the rest lie past
+// kv_end), masked as MASK says: kMaskNone (every position lies below every
+// row's limit), kMaskAll (some lie at or past one), kMaskFrom (only a tile
+// that reaches mask_from); lim holds this lane's rows' limits. A warp
+// without rows only loads.
+template <int KN, int MASK, typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
+__device__ __forceinline__ void varlen_step(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT>& loop, int i,
+                                            const int (*lim)[2]) {
+  uint32_t k_s, v_s;
+  next_tile<T, C, D, MT, KEYS, LAYOUT, MASK>(loop, i, k_s, v_s);
+  if (!loop.computes) return;
+  attend_tile<T, C, D, MT, KEYS, LAYOUT, KN, MASK>(loop, i, k_s, v_s, lim);
+}
+
+// paged_varlen is the body of every varlen entry (see the top): it finds
+// the block's row tile and KV range, stages q and the first K/V tiles,
+// runs the tiles (varlen_step), and writes the rows (store_rows).
 template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
 __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
                                              float* __restrict__ partial_out, float* __restrict__ partial_max,
@@ -806,23 +1020,16 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int causal, float scale, float k_scale, float v_scale, int cu_base,
                                              int seq_base, int one_pos) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
+  using Loop = VarlenLoop<T, C, D, MT, KEYS, LAYOUT>;
+  using KV = typename Loop::KV;
   constexpr int ROWS = Smem::kRows;
   constexpr int STAGES = Smem::kStages;
   constexpr int NT = D / 8;
-  constexpr bool kFP8 = sizeof(C) == 1;
-  constexpr bool LAID = LAYOUT != kLayoutFlash;
   // The _k64 entries run the tiles below every row's limit in a loop
   // without the mask code: one loop with the mask in it spills on the
   // H200's JIT at 64 keys. The other entries keep one loop: split in two,
   // theirs run 0.7–2.5% slower (H100, 2026-12-02).
   constexpr bool kSplitLoops = MT == 2 && KEYS == 64;
-  // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
-  // into a flash tile (LaidFP8KV).
-  constexpr bool K_PIECES = LAID && !kFP8;
-  // q's A fragments stay in registers with one row tile per warp below D =
-  // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
-  // outputs need the room and q is read from shared memory per tile.
-  constexpr bool kQInRegs = MT == 1 && D <= 128;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t q_s = smem_addr(smem);
   unsigned char* ring = smem + Smem::kQBytes;
@@ -843,82 +1050,39 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   if (t.q_len == 0) return;
   const bool is_causal = causal != 0;
 
-  // The block's KV range: up to its last row's limit, cut into splits of
-  // whole tiles; positions from mask_from on need the per-row mask.
-  const int rows = t.q_len * G;
-  const int last = min(t.row0 + ROWS, rows) - 1;
-  const int kv_end = row_limit(t, last, G, is_causal);
-  const int mask_from = row_limit(t, t.row0, G, is_causal);
-  const int tiles = (kv_end + KEYS - 1) / KEYS;
-  const int per_split = (tiles + splits - 1) / splits;
-  const int first_tile = min(tiles, split * per_split);
-  const int end_tile = min(tiles, first_tile + per_split);
+  int kv_end, mask_from, first_tile, end_tile;
+  kv_tiles<ROWS, KEYS>(t, G, is_causal, split, splits, kv_end, mask_from, first_tile, end_tile);
   // This warp's rows: row tile m starts at packed row p0 + 16m. A warp
   // whose rows all lie past the sequence's end (a short sequence: a decode
   // row of a mixed batch) only helps load.
   const int p0 = t.row0 + 16 * MT * warp;
-  const bool computes = p0 < rows;
+  const bool computes = p0 < t.q_len * G;
   // lim: this lane's rows' limits, set where the masked tiles begin (the
   // split loops) or here.
   int lim[MT][2];
-  auto set_limits = [&] {
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      lim[m][0] = row_limit(t, p0 + 16 * m + (lane >> 2), G, is_causal);
-      lim[m][1] = row_limit(t, p0 + 16 * m + (lane >> 2) + 8, G, is_causal);
-    }
-  };
-  if constexpr (!kSplitLoops) set_limits();
+  if constexpr (!kSplitLoops) row_limits<MT>(lim, t, p0, G, is_causal, lane);
   const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
   const int64_t row_stride = (int64_t)num_kv_heads * D;
   const C* k_head = k_cache + (int64_t)kvh * D;
   const C* v_head = v_cache + (int64_t)kvh * D;
   const uint32_t ring_s = smem_addr(ring);
-  // The flash layout's loader: whole rows per instruction for the
-  // one-row-tile kernels (KVLines), a row per 128/KEYS threads for the
-  // two-row-tile ones (KVRow: one block-table lookup per thread and tile;
-  // they are bound by their math, not by memory).
-  using FlashRows = typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS>, KVRow<T, C, D, MT, KEYS>>::type;
-  FlashRows kv_row;
+  typename KV::FlashRows kv_row;
   const uint32_t nb = BadBlock::bound(num_blocks);
-  // The x-split and shuffle layouts' loader (Pick: an fp8 cache's).
-  using LaidRows = typename Pick<kFP8, LaidFP8KV<D, KEYS, LAYOUT>, LaidKV<D, KEYS, LAYOUT>>::type;
-  LaidRows laid_row;
-  // Tile i's rows are copied with block-table entries looked up one tile
-  // ahead (next_blk), so the lookup's latency hides behind a tile's math.
-  auto issue = [&](int i, int stage, auto blk) {
-    if (i < end_tile) {
-      if constexpr (LAID) {
-        laid_row.issue(ring_s + stage * Smem::kStageBytes, k_cache, v_cache, blk, i * KEYS, kv_end, kvh,
-                       num_kv_heads, block_size_log2, nb);
-      } else {
-        kv_row.issue(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_end, block_size_log2, nb,
-                     row_stride);
-      }
-    }
-    cp_async_commit();
-  };
-  auto lookup = [&](int i) {
-    if constexpr (LAID) {
-      if (i >= end_tile) return 0;
-      return laid_row.lookup(table, i * KEYS, kv_end, block_size_log2);
-    } else {
-      if (i >= end_tile) return typename FlashRows::Ids{};
-      return kv_row.lookup(table, i * KEYS, kv_end, block_size_log2);
-    }
-  };
+  typename KV::LaidRows laid_row;
+  const KV kv{end_tile, laid_row, ring_s, k_cache, v_cache, kv_end, kvh, num_kv_heads, block_size_log2, nb,
+              kv_row, k_head, v_head, row_stride, table};
 
   load_q_tile<T, D, ROWS>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
 #pragma unroll
-  for (int j = 0; j < STAGES - 1; ++j) issue(first_tile + j, j, lookup(first_tile + j));
-  auto next_blk = lookup(first_tile + STAGES - 1);
+  for (int j = 0; j < STAGES - 1; ++j) kv.issue(first_tile + j, j, kv.lookup(first_tile + j));
+  auto next_blk = kv.lookup(first_tile + STAGES - 1);
   cp_async_wait<STAGES - 1>();  // q has landed
   __syncthreads();
   const LaneOffsets<D / 8> ao = a_offsets<D / 8>(lane), bo = b_offsets<D / 8>(lane);
   const LaidOffsets<D, KEYS, LAYOUT> lo(lane);
-  uint32_t qa[kQInRegs ? D / 16 : 1][4];
-  if constexpr (kQInRegs) {
+  uint32_t qa[Loop::kQInRegs ? D / 16 : 1][4];
+  if constexpr (Loop::kQInRegs) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qa[ks], q_s + ao.at(16 * warp, ks));
   }
@@ -934,50 +1098,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     for (int n = 0; n < NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
   }
 
-  int stage = 0;  // tile i's; tile i - 1's stage (free after the barrier) is the one before
-  // step runs tile i, its first KN positions (the rest lie past kv_end),
-  // and masks its scores as MASK says: kMaskNone (every position lies below
-  // every row's limit), kMaskAll (some lie at or past one), kMaskFrom (only
-  // a tile that reaches mask_from); lim holds this lane's rows' limits.
-  auto step = [&](int i, auto kn, auto mask, const int (*lim)[2]) {
-    constexpr int KN = decltype(kn)::value;
-    constexpr int MASK = decltype(mask)::value;
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();  // tile i has landed for every thread; tile i-1's stage is free
-    issue(i + STAGES - 1, stage == 0 ? STAGES - 1 : stage - 1, next_blk);
-    next_blk = lookup(i + STAGES);
-    uint32_t k_s = ring_s + stage * Smem::kStageBytes;
-    uint32_t v_s = k_s + Smem::kTileBytes;
-    if constexpr (LAID && !kFP8 && MASK != kMaskNone) {  // only a masked tile reaches past kv_end
-      if (i * KEYS + KEYS > kv_end && (kv_end & 7) != 0) {
-        LaidKV<D, KEYS, LAYOUT>::zero_tail(ring + stage * Smem::kStageBytes + Smem::kTileBytes, kv_end - i * KEYS);
-        __syncthreads();
-      }
-    }
-    if constexpr (kFP8) {
-      if constexpr (LAID) {
-        LaidFP8KV<D, KEYS, LAYOUT>::template widen<T>(wide, ring + stage * Smem::kStageBytes,
-                                                      min(kv_end - i * KEYS, KEYS));
-      } else {
-        widen_tile<T, D, MT, KEYS>(wide, ring + stage * Smem::kStageBytes);
-      }
-      __syncthreads();
-      k_s = smem_addr(wide);
-      v_s = k_s + Smem::kWideTileBytes;
-    }
-    stage = stage == STAGES - 1 ? 0 : stage + 1;
-    if (!computes) return;
-    float s[MT][KN / 8][4];
-    qk_tile<T, D, KEYS, KN, MT, kQInRegs, K_PIECES, LAYOUT>(s, qa, q_s, k_s, ao, bo, lo, warp);
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > mask_from)) {
-        mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], lane);
-      }
-      softmax_tile<KN, NT>(st[m], s[m], acc[m], q_mul);
-    }
-    pv_tile<T, D, KEYS, KN, MT, LAYOUT>(acc, s, v_s, ao, lo);
-  };
+  int stage = 0;
+  const Loop loop{kv, stage, next_blk, ring_s, kv_end, ring, wide, computes, st, acc,
+                  qa, q_s, ao, bo, lo, warp, lane, mask_from, q_mul};
   if constexpr (kSplitLoops) {
     // The tiles wholly below every row's limit run first, in a loop
     // without the mask (a branch around it inside the loop cut the block
@@ -985,23 +1108,23 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     // tiles from mask_from on, masked: the diagonal's, or the one that
     // holds kv_end.
     const int masked_from = max(first_tile, min(end_tile, mask_from / KEYS));
-    for (int i = first_tile; i < masked_from; ++i) step(i, Int<KEYS>{}, Int<kMaskNone>{}, nullptr);
-    set_limits();
+    for (int i = first_tile; i < masked_from; ++i) varlen_step<KEYS, kMaskNone>(loop, i, nullptr);
+    row_limits<MT>(lim, t, p0, G, is_causal, lane);
     for (int i = masked_from; i < end_tile; ++i) {
       // A tile whose second half lies past kv_end computes its first half
       // only (P would be 0 there): the last tile of a causal block would
       // otherwise compute on average 16 more keys than 32-key tiles.
       if (i * KEYS + KEYS / 2 >= kv_end) {
-        step(i, Int<KEYS / 2>{}, Int<kMaskAll>{}, lim);
+        varlen_step<KEYS / 2, kMaskAll>(loop, i, lim);
       } else {
-        step(i, Int<KEYS>{}, Int<kMaskAll>{}, lim);
+        varlen_step<KEYS, kMaskAll>(loop, i, lim);
       }
     }
   } else {
-    for (int i = first_tile; i < end_tile; ++i) step(i, Int<KEYS>{}, Int<kMaskFrom>{}, lim);
+    for (int i = first_tile; i < end_tile; ++i) varlen_step<KEYS, kMaskFrom>(loop, i, lim);
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
-  if constexpr (LAID) {
+  if constexpr (LAYOUT != kLayoutFlash) {
     laid_row.bad.report(fault, t.seq + seq_base, block_size_log2);
   } else {
     kv_row.bad.report(fault, t.seq + seq_base, block_size_log2);
