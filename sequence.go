@@ -41,8 +41,11 @@ import (
 // Graphs: the decode path reads KVLens on the device, as Decode does. The
 // varlen path hands its kernels the two lengths as launch parameters (no
 // device memory, nothing to copy), so a captured SequenceAttention with
-// QLen > 1 replays the lengths it was captured with; engines whose prompt
-// lengths change between replays call Varlen with device-resident lengths.
+// QLen > 1 replays the lengths it was captured with, planned for them
+// (KVCapacity plays no part there); engines whose prompt lengths change
+// between replays call Varlen with device-resident lengths. Before capture,
+// ReserveSequence sizes the stream's split-K scratch for the call (or pass
+// a Workspace).
 type SequenceArgs struct {
 	Q, KCache, VCache, BlockTables, KVLens Buffer
 	Out, LSE                               Buffer
@@ -203,6 +206,32 @@ func (r *Runtime) SequenceAttention(s *Stream, a *SequenceArgs) error {
 		return sequenceError(err, "VarlenArgs")
 	}
 	return r.runVarlen(s, &v, a.view())
+}
+
+// ReserveSequence sizes stream s's scratch for a as graph capture will plan
+// it: for QLen 1 as ReserveDecode does for the decode it runs, else for the
+// varlen over the one sequence at its lengths. Call it before BeginCapture;
+// a call with its own Workspace needs no reservation.
+func (r *Runtime) ReserveSequence(s *Stream, a *SequenceArgs) error {
+	if err := r.on("ReserveSequence", s); err != nil {
+		return err
+	}
+	if err := a.checkLengths(); err != nil {
+		return err
+	}
+	if a.QLen == 1 {
+		d := a.decode()
+		return sequenceError(r.ReserveDecode(s, &d), "DecodeArgs")
+	}
+	v := a.varlen()
+	if err := v.Validate(); err != nil {
+		return sequenceError(err, "VarlenArgs")
+	}
+	plan, err := r.planVarlenFor(&v, false)
+	if err != nil || !a.Workspace.IsZero() {
+		return sequenceError(err, "VarlenArgs")
+	}
+	return r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats)
 }
 
 // view returns the lengths of the varlen a (QLen > 1) runs, for its kernels'

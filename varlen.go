@@ -428,7 +428,9 @@ func (r *Runtime) runVarlen(s *Stream, a *VarlenArgs, view batchView) error {
 				return r.launchMixed(s, &m)
 			}
 		}
-		plan, err := r.planVarlenFor(a, capturing)
+		// One sequence's lengths are launch parameters (view): a graph
+		// replays the lengths it captured, so it is planned for them.
+		plan, err := r.planVarlenFor(a, capturing && !view.oneSeq)
 		if err != nil {
 			return err
 		}

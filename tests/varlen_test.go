@@ -408,7 +408,10 @@ func TestSequenceAttention(t *testing.T) {
 			require.NoError(t, p.Check(out, lse))
 
 			out, lse, err = p.RunSequenceVia(s, func(a *pagedkv.SequenceArgs) error {
+				// The varlen path plans a graph for the lengths it
+				// captures: KVCapacity plays no part.
 				a.KVCapacity = a.MaxBlocksPerSeq * a.BlockSize
+				require.NoError(t, r.ReserveSequence(s, a))
 				require.NoError(t, s.BeginCapture())
 				err := r.SequenceAttention(s, a)
 				graph, endErr := s.EndCapture()
