@@ -45,6 +45,18 @@ import (
 //     counter words zero again. Two decodes that may run at once must not
 //     share one, and it must outlive every graph that captured it.
 //   - Scale: softmax scale; 0 means 1/√HeadDim.
+//   - SlidingWindow, SoftCap, Sinks, AlibiSlopes: the score modifiers, all
+//     off by default. The query of a sequence of n tokens sits at position
+//     p = n−1, key j gets s = Scale·q·k_j, then s = SoftCap·tanh(s/SoftCap)
+//     (SoftCap > 0: Gemma 2's logit soft-capping), then s +=
+//     AlibiSlopes[h]·(j − p) (ALiBi; f32 [NumQHeads]). SlidingWindow > 0
+//     attends only keys p−SlidingWindow+1 … p (Mistral's and Gemma's
+//     sliding_window; FlashInfer's window_left is SlidingWindow−1), and
+//     pages wholly before the window are not read: the plan splits the
+//     window, not the sequence. Sinks (f32 [NumQHeads]) add exp(Sinks[h]) to
+//     head h's softmax denominator, a logit that attends no value (gpt-oss);
+//     LSE includes it. They need a cache of the queries' type (CacheDType =
+//     DType), and run as plain split-K, never as clusters.
 //
 // Aliasing: Out and LSE must not overlap each other or any input; the inputs
 // may overlap one another (they are only read). Workspace must not overlap
@@ -71,6 +83,10 @@ type DecodeArgs struct {
 	DType, CacheDType     DType
 	Scale, KScale, VScale float32
 	Layout                CacheLayout
+
+	SlidingWindow      int
+	SoftCap            float32
+	Sinks, AlibiSlopes Buffer
 }
 
 const decodeArg = "DecodeArgs"
@@ -109,6 +125,10 @@ func (a *DecodeArgs) Validate() error {
 	if err := p.scalars(&sp); err != nil {
 		return err
 	}
+	mods := a.mods()
+	if err := mods.check(decodeArg, &sp, a.NumQHeads, a.DType, a.CacheDType); err != nil {
+		return err
+	}
 	if _, err := p.qRows(&sp, a.Q, a.NumSeqs, a.QTokenStride, "NumSeqs", "QTokenStride"); err != nil {
 		return err
 	}
@@ -145,6 +165,11 @@ func (a *DecodeArgs) paged() pagedAttention {
 	}
 }
 
+// mods returns a's score modifiers.
+func (a *DecodeArgs) mods() scoreMods {
+	return scoreMods{window: a.SlidingWindow, softCap: a.SoftCap, sinks: a.Sinks, alibi: a.AlibiSlopes}
+}
+
 // shape is the planner's view of a: eager, planned for MaxKVLen and the host
 // lengths; for a graph, planned for the capacity.
 func (a *DecodeArgs) shape(graph bool, kvCapacity int) dispatch.DecodeShape {
@@ -152,6 +177,9 @@ func (a *DecodeArgs) shape(graph bool, kvCapacity int) dispatch.DecodeShape {
 		NumSeqs: a.NumSeqs, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim,
 		BlockSize: a.BlockSize, MaxKVLen: a.MaxKVLen, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
 		DType: a.DType, CacheDType: a.CacheDType, HostKVLens: a.HostKVLens, Layout: a.Layout,
+	}
+	if m := a.mods(); m.on() {
+		s.Mods, s.SlidingWindow = true, a.SlidingWindow
 	}
 	if graph {
 		s.MaxKVLen, s.HostKVLens, s.Graph = graphCapacity(a.KVCapacity, kvCapacity), nil, true
@@ -187,6 +215,37 @@ func (a *DecodeArgs) params(fault driver.DevicePtr, part batchView) pagedDecodeP
 		QTokenStride: qs, NumQHeads: int32(a.NumQHeads), MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq),
 		BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
 		Scale: scale, KScale: kScale, VScale: vScale, Layout: int32(a.Layout), KVBias: part.kvBias,
+	}
+}
+
+// pagedDecodeModsParams is the parameter list of the paged_decode_*_mods
+// kernels, in PTX order: pagedDecodeParams', then modParams'.
+type pagedDecodeModsParams struct {
+	Out, LSE, PartialOut, PartialMax, PartialSum driver.DevicePtr
+	Counters                                     driver.DevicePtr
+	Q, KCache, VCache, BlockTables, KVLens       driver.DevicePtr
+	Fault                                        driver.DevicePtr
+	QTokenStride                                 int64
+	NumQHeads, MaxBlocksPerSeq, BlockSizeLog2    int32
+	NumBlocks                                    int64
+	Scale, KScale, VScale                        float32
+	Work                                         driver.DevicePtr
+	Layout                                       int32
+	KVBias                                       int32
+	Window                                       int32
+	SoftCap                                      float32
+	Sinks, AlibiSlopes                           driver.DevicePtr
+}
+
+// withMods returns p's parameters followed by m's, for a _mods kernel.
+func (p *pagedDecodeParams) withMods(m modParams) pagedDecodeModsParams {
+	return pagedDecodeModsParams{
+		Out: p.Out, LSE: p.LSE, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
+		Counters: p.Counters, Q: p.Q, KCache: p.KCache, VCache: p.VCache, BlockTables: p.BlockTables, KVLens: p.KVLens,
+		Fault: p.Fault, QTokenStride: p.QTokenStride, NumQHeads: p.NumQHeads, MaxBlocksPerSeq: p.MaxBlocksPerSeq,
+		BlockSizeLog2: p.BlockSizeLog2, NumBlocks: p.NumBlocks, Scale: p.Scale, KScale: p.KScale, VScale: p.VScale,
+		Work: p.Work, Layout: p.Layout, KVBias: p.KVBias,
+		Window: m.Window, SoftCap: m.SoftCap, Sinks: m.Sinks, AlibiSlopes: m.AlibiSlopes,
 	}
 }
 
@@ -394,16 +453,26 @@ func (r *Runtime) launchDecode(s *Stream, a *DecodeArgs, mixed batchView, plan *
 	case plan.Balanced():
 		one := driver.Dim3{X: 1, Y: 1, Z: 1}
 		if err = driver.Launch(partFn, one, driver.Dim3{X: dispatch.DecodeThreads, Y: 1, Z: 1}, 0, s.s, &part); err == nil {
-			err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+			err = launchDecodeKernel(fn, plan, s, &p, a)
 		}
 	default:
-		err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+		err = launchDecodeKernel(fn, plan, s, &p, a)
 	}
 	sc.release()
 	if err != nil {
 		return err
 	}
 	return s.afterLaunch(capturing)
+}
+
+// launchDecodeKernel launches the decode kernel fn of plan with p, and
+// with a's score modifiers for a _mods kernel (a has some).
+func launchDecodeKernel(fn driver.Function, plan *dispatch.DecodePlan, s *Stream, p *pagedDecodeParams, a *DecodeArgs) error {
+	if m := a.mods(); m.on() {
+		pm := p.withMods(m.params())
+		return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &pm)
+	}
+	return driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, p)
 }
 
 // checkDecodePlan checks that plan is a valid plan for a's shape: the right
@@ -431,6 +500,18 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.DecodePlan, dev *dispatch.Dev
 	// runs it.
 	if sm90, ok := dispatch.SM90DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group); ok && plan.Kernel == dispatch.DecodeLayoutKernel(sm90, layout) && dev.Clusters {
 		kernel = plan.Kernel
+	}
+	// Score modifiers: the _mods twin (Validate checked there is one) of the
+	// wide or the narrow kernel, never as clusters.
+	if m := a.mods(); m.on() {
+		if twin, _ := dispatch.DecodeModsKernel(wide); plan.Kernel == twin {
+			kernel = wide
+		}
+		kernel, _ = dispatch.DecodeModsKernel(kernel)
+		if plan.Cluster > 0 {
+			return errf("DecodeWithPlan: the plan runs its splits as clusters (%s); a decode with score modifiers (DecodeArgs.SlidingWindow, SoftCap, Sinks, AlibiSlopes) runs %s, never as clusters: plan with DecodeShape.Mods",
+				plan.Kernel, kernel)
+		}
 	}
 	rows := int64(a.NumSeqs) * int64(a.NumQHeads) * int64(plan.Splits)
 	want := dispatch.DecodePlan{Launch: dispatch.Launch{

@@ -31,6 +31,9 @@ var paramStructs = map[string]reflect.Type{
 }
 
 func paramStructFor(entry string) (reflect.Type, bool) {
+	if strings.HasPrefix(entry, "paged_decode_") && strings.HasSuffix(entry, "_mods") {
+		return reflect.TypeFor[pagedDecodeModsParams](), true
+	}
 	best := ""
 	for prefix := range paramStructs {
 		if strings.HasPrefix(entry, prefix) && len(prefix) > len(best) {

@@ -192,8 +192,18 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"seqs", func(a *DecodeArgs) { a.NumSeqs = 0 }, "DecodeArgs.NumSeqs=0 is out of range"},
 		{"pool rows", func(a *DecodeArgs) { a.NumBlocks = 1<<28 + 1 }, "DecodeArgs.NumBlocks=268435457 is too large for BlockSize=16; allowed: NumBlocks·BlockSize at most 2^31−1 (at most 134217727 blocks)"},
 		{"misaligned cache", func(a *DecodeArgs) { a.VCache.Ptr += 2 }, "DecodeArgs.VCache pointer"},
+		{"window", func(a *DecodeArgs) { a.SlidingWindow = -1 }, "DecodeArgs.SlidingWindow=-1 is out of range; allowed: 0 (none) or 1..1073741824"},
+		{"soft-cap", func(a *DecodeArgs) { a.SoftCap = float32(math.NaN()) }, "DecodeArgs.SoftCap=NaN is not allowed; allowed: 0 (off) or a finite value > 0"},
+		{"soft-cap negative", func(a *DecodeArgs) { a.SoftCap = -30 }, "DecodeArgs.SoftCap=-30 is not allowed"},
+		{"sinks small", func(a *DecodeArgs) { a.Sinks = fakeBuffer(31 * 4) }, "DecodeArgs.Sinks holds 124 bytes; the shapes need 128"},
+		{"alibi misaligned", func(a *DecodeArgs) { a.AlibiSlopes = fakeBuffer(1024); a.AlibiSlopes.Ptr += 2 }, "DecodeArgs.AlibiSlopes pointer"},
+		{"mods fp8", func(a *DecodeArgs) { a.CacheDType, a.KScale, a.VScale, a.SlidingWindow = E4M3, 1, 1, 4096 },
+			"DecodeArgs: SlidingWindow, SoftCap, Sinks and AlibiSlopes with CacheDType=e4m3 are not supported; allowed: CacheDType=DType (f16)"},
 	}
 	expectErrors(t, goodDecode, cases)
+	mods := goodDecode()
+	mods.SlidingWindow, mods.SoftCap, mods.Sinks, mods.AlibiSlopes = 4096, 50, fakeBuffer(128), fakeBuffer(128)
+	require.NoError(t, mods.Validate(), "every modifier")
 }
 
 func goodGather() GatherArgs {

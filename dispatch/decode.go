@@ -233,6 +233,14 @@ type DecodeShape struct {
 	// Layout is the caches' layout: fp8 caches in the x-split and shuffle
 	// layouts take the _laid kernels (DecodeLayoutKernel).
 	Layout Layout
+	// Mods: the decode modifies its scores (a sliding window, soft-cap,
+	// sinks or ALiBi), which the _mods kernels do (DecodeModsKernel; caches
+	// of the queries' type only, never as clusters). SlidingWindow > 0 is
+	// the window: each query reads at most its last SlidingWindow tokens
+	// (one page more, for alignment), so the plan splits that much, and a
+	// batch is never balanced (its partition would split whole lengths).
+	Mods          bool
+	SlidingWindow int
 }
 
 // DecodePlan is what the launcher does for a decode. Its SplitK scratch
@@ -277,8 +285,17 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (DecodePlan, error) {
 	}
 	qi, vi, hi, _ := decodeIndex(s.DType, s.CacheDType, s.HeadDim, group)
 	kernel := tables.decode[qi][vi][hi]
-	if name := tables.sm90[qi][vi][hi]; name != "" && dev.Clusters {
+	if name := tables.sm90[qi][vi][hi]; name != "" && dev.Clusters && !s.Mods {
 		kernel = name // the same kernel built for compute_90
+	}
+	if s.Mods {
+		kernel = tables.mods[kernel] // validateDecode checked it has one
+		k.Clusters = false
+		if w := s.SlidingWindow; w > 0 {
+			s.MaxKVLen = min(s.MaxKVLen, w+max(s.BlockSize, 16))
+			s.HostKVLens = nil
+			k.Balance = SplitOff
+		}
 	}
 	shared := KernelSharedBytes(kernel, dev.MaxSharedPerBlockOptin)
 	if shared > dev.MaxSharedPerBlockOptin {
@@ -287,6 +304,9 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (DecodePlan, error) {
 	}
 
 	clusterKernel := tables.cluster[qi][vi][hi]
+	if s.Mods {
+		clusterKernel = kernel // its occupancy twin; clusters are off
+	}
 	kernel, clusterKernel = DecodeLayoutKernel(kernel, s.Layout), DecodeLayoutKernel(clusterKernel, s.Layout)
 	ragged, long := s.hostStats()
 	if s.Graph && len(s.HostKVLens) == 0 {
@@ -393,6 +413,8 @@ type DecodeKey struct {
 	HostKVLens                              int // len(HostKVLens)
 	Ragged, Graph                           bool
 	LongMean                                bool // the host lengths' mean is above ShallowRingMaxTokens
+	Mods                                    bool
+	SlidingWindow                           int
 }
 
 // Key returns s's DecodeKey.
@@ -402,7 +424,7 @@ func (s *DecodeShape) Key() DecodeKey {
 		NumSeqs: s.NumSeqs, NumQHeads: s.NumQHeads, NumKVHeads: s.NumKVHeads, HeadDim: s.HeadDim,
 		BlockSize: s.BlockSize, MaxKVLen: s.MaxKVLen, MaxBlocksPerSeq: s.MaxBlocksPerSeq,
 		DType: s.DType, CacheDType: s.CacheDType, Layout: s.Layout, HostKVLens: len(s.HostKVLens), Ragged: ragged, Graph: s.Graph,
-		LongMean: long,
+		LongMean: long, Mods: s.Mods, SlidingWindow: s.SlidingWindow,
 	}
 }
 
@@ -732,6 +754,12 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	}
 	if _, ok := cacheIndex(s.DType, s.CacheDType); !ok {
 		return errCacheDType(s.CacheDType, s.DType)
+	}
+	if s.Mods && s.CacheDType != s.DType {
+		return errf("dispatch: DecodeShape.Mods with CacheDType=%v is not supported; allowed: CacheDType=DType=%v (the modifiers have 16-bit cache kernels only)", s.CacheDType, s.DType)
+	}
+	if s.SlidingWindow < 0 || (s.SlidingWindow > 0 && !s.Mods) {
+		return errf("dispatch: DecodeShape.SlidingWindow=%d is not allowed; allowed: 0, or > 0 with Mods", s.SlidingWindow)
 	}
 	if dev.SMs < 1 {
 		return errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: ≥ 1", dev.SMs)

@@ -49,7 +49,11 @@ type nameTables struct {
 	// flash layout only → their _laid twins, which read every layout and
 	// run for the x-split and shuffle ones (modules decode_*_e4m3_laid*);
 	// see DecodeLayoutKernel.
-	laid   map[string]string
+	laid map[string]string
+	// mods: the decode kernels over a cache of the queries' type → their
+	// _mods twins, which take the score modifiers (sliding window, soft-cap,
+	// sinks, ALiBi; modules decode_*_mods).
+	mods   map[string]string
 	append [len(activationTypes)][2]string
 	// appendSM90: the compute_90 builds of the fp8 appends (cache_sm90),
 	// whose e4m3 rounding is one instruction per two elements there;
@@ -103,8 +107,8 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 var tables = buildNames()
 
 func buildNames() *nameTables {
-	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, varlenShape: map[string]varlenGeometry{},
-		varlenK64: map[string]string{}}
+	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, mods: map[string]string{},
+		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -150,6 +154,12 @@ func buildNames() *nameTables {
 				t.cluster[qi][narrow][hi] = name + "_g8_cluster"
 				t.shape[name+"_g8"] = [2]int{d, size}
 				t.shape[name+"_g8_cluster"] = [2]int{d, size}
+				if fp8 == 0 {
+					for _, k := range [...]string{name, name + "_g8"} {
+						t.mods[k] = k + "_mods"
+						t.shape[k+"_mods"] = [2]int{d, size}
+					}
+				}
 				if fp8 == 1 {
 					t.sm90[qi][narrow][hi] = name + "_g8_sm90"
 					t.shape[name+"_g8_sm90"] = [2]int{d, size}
@@ -417,6 +427,15 @@ func DecodeLayoutKernel(kernel string, layout Layout) string {
 	return kernel
 }
 
+// DecodeModsKernel returns the _mods twin of decode kernel (a name from the
+// functions above, never a cluster or compute_90 build): the same kernel
+// with the score modifiers. ok is false for a kernel without one (fp8
+// caches).
+func DecodeModsKernel(kernel string) (twin string, ok bool) {
+	twin, ok = tables.mods[kernel]
+	return twin, ok
+}
+
 // DecodeKernelNames returns every decode kernel entry name, for the root
 // package to query occupancy once at module load. The slice is a fresh copy.
 func DecodeKernelNames() []string { return withLaid(flatten(&tables.decode)) }
@@ -470,6 +489,11 @@ func KernelNames() []string {
 	names = append(names, ClusterDecodeKernelNames()...)
 	names = append(names, RopeKernelNames()...)
 	names = append(names, DecodePartitionKernel)
+	for _, n := range flatten(&tables.decode) {
+		if twin, ok := tables.mods[n]; ok {
+			names = append(names, twin)
+		}
+	}
 	for qi := range tables.sm90 {
 		for vi := range tables.sm90[qi] {
 			for _, name := range tables.sm90[qi][vi] {

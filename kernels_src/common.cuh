@@ -51,6 +51,36 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// tanh_approx is tanh(x) by the special-function unit (absolute error
+// about 2^-11, below a 16-bit output's rounding), for logit soft-capping.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ScoreMods are the score modifiers of the attention entries ending _mods,
+// for one lane, in log2 units: a score x (scale·q·k·log2(e)) of token t
+// becomes cap·tanh(x/cap) (cap > 0) plus slope·(t − qpos) of the lane's
+// head, and only tokens lo … end−1 count (lo: the sliding window's first
+// token, 0 without one). Sinks are added by the merges.
+struct ScoreMods {
+  int lo;
+  int qpos;
+  float cap;      // soft-cap·log2(e); 0 = off
+  float inv_cap;  // 1/cap
+  float slope0;   // ALiBi slope·log2(e) of the lane's first and second head (0: none)
+  float slope1;
+};
+
+// mod_score applies m to a score x of token t, slope being the head's; end
+// is the first token past the sequence or split.
+__device__ __forceinline__ float mod_score(float x, int t, int end, const ScoreMods& m, float slope) {
+  if (m.cap != 0.0f) x = m.cap * tanh_approx(x * m.inv_cap);
+  x = fmaf(slope, (float)(t - m.qpos), x);
+  return t < end && t >= m.lo ? x : -INFINITY;
+}
+
 // BadBlock keeps a loader's block-table checks out of its branches (the
 // varlen and decode loaders): row
 // maps an entry to the pool row of a KV position, reading block 0 for an

@@ -64,6 +64,15 @@
 // k = 8+2c+e ↔ d = 4c+2+e), and q is stored in shared memory in that order;
 // for P·V a lane gets 2 bytes (d = 2n, 2n+1) of two tokens, so each 16-byte
 // chunk of V feeds two n-tiles, the even and the odd d.
+//
+// paged_decode_<q>_hd<D>[_g8]_mods take score modifiers after the plain
+// parameters: window (> 0: the query at position p = kv_len − 1 reads keys
+// p − window + 1 … p only; splits cut the window's pages, and the first
+// split starts at the 16-token tile that holds its first key), softcap
+// (> 0: s = softcap·tanh(s/softcap) on the scaled score), sinks (f32
+// [num_q_heads] or null: exp(sink) joins each head's denominator; the
+// first split adds it), alibi (f32 [num_q_heads] or null: s +=
+// slope·(key − p)). Caches of the queries' type; never clusters.
 #pragma once
 #include "cache.cuh"
 #include "mma.cuh"
@@ -708,13 +717,28 @@ __device__ __forceinline__ int checked_kv_len(int len, int n, int seq, int kv_bi
 // warp reads: its split covers tokens [start, end), whole pages [split·c,
 // (split+1)·c) with c = ⌈pages / splits⌉, and the warp takes mine of the
 // split's tiles of 16 tokens (tiles warp, warp + 4, ...).
-__device__ __forceinline__ void split_range(int len, int split, int splits, int block_size_log2, int warp,
+//
+// With a sliding window (lo: its first token, else 0) the splits cut the
+// pages from lo's on, and the first split starts at the tile that holds
+// lo (a multiple of 16 tokens, or lo's page start for pages under 16
+// tokens): every tile then holds a token of the window.
+template <bool MODS>
+__device__ __forceinline__ void split_range(int len, int lo, int split, int splits, int block_size_log2, int warp,
                                             int& start, int& end, int& mine) {
   const int bs_mask = (1 << block_size_log2) - 1;
-  const int pages = (len + bs_mask) >> block_size_log2;
-  const int chunk_pages = (pages + splits - 1) / splits;
-  start = (split * chunk_pages) << block_size_log2;
-  end = min(len, start + (chunk_pages << block_size_log2));
+  if constexpr (MODS) {
+    const int p0 = lo >> block_size_log2;
+    const int pages = ((len + bs_mask) >> block_size_log2) - p0;
+    const int chunk_pages = (pages + splits - 1) / splits;
+    start = (p0 + split * chunk_pages) << block_size_log2;
+    end = min(len, start + (chunk_pages << block_size_log2));
+    if (split == 0) start = max(start, lo & ~(kTileTokens - 1));
+  } else {
+    const int pages = (len + bs_mask) >> block_size_log2;
+    const int chunk_pages = (pages + splits - 1) / splits;
+    start = (split * chunk_pages) << block_size_log2;
+    end = min(len, start + (chunk_pages << block_size_log2));
+  }
   const int tiles = end > start ? (end - start + kTileTokens - 1) / kTileTokens : 0;
   mine = tiles > warp ? (tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
 }
@@ -886,6 +910,25 @@ struct DecodeTiles {
       for (int c = valid; c < kTileTokens; ++c) v16[vt_at<D>(xsplit, d, c >> 3) * 8 + (c & 7)] = 0;
     }
   }
+
+  // zero_head zeroes the V tile's tokens 0 … n−1 (16-bit caches; the _mods
+  // entries): row-major in the flash layout, Vᵀ in the others (LAID).
+  template <bool LAID>
+  __device__ __forceinline__ void zero_head(unsigned char* vtile, int n) const {
+    static_assert(!kFP8, "the _mods entries read 16-bit caches");
+    n = min(n, kTileTokens);
+    if constexpr (!LAID) {
+      for (int i = lane; i < n * CH; i += 32) {
+        *reinterpret_cast<uint4*>(vtile + swizzle<CH>(i / CH, i % CH) * 16) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    } else {
+      uint16_t* v16 = reinterpret_cast<uint16_t*>(vtile);
+      const bool xsplit = layout == kLayoutXSplit;
+      for (int d = lane; d < D; d += 32) {
+        for (int c = 0; c < n; ++c) v16[vt_at<D>(xsplit, d, c >> 3) * 8 + (c & 7)] = 0;
+      }
+    }
+  }
 };
 
 // DecodeRows refers to a lane's running state of two query heads, kept in
@@ -904,6 +947,19 @@ struct DecodeRows {
   float (&acc)[ACC][4];
 };
 
+// mod_max is a running max as the _mods entries subtract it: a tile whose
+// tokens a sliding window masks entirely leaves the max at -inf, and
+// -inf − (−inf) would make the rescale NaN; 0 keeps it 0 (an empty state).
+// Other entries never see such a tile.
+template <bool MODS>
+__device__ __forceinline__ float mod_max(float m) {
+  if constexpr (MODS) {
+    return m == -INFINITY ? 0.0f : m;
+  } else {
+    return m;
+  }
+}
+
 // narrow_softmax turns a narrow tile's scores into log2 units (q_mul) —
 // st and st_odd are narrow_scores' two chains — with -inf for the tokens
 // from end on (base: the tile's first token), and folds them into the
@@ -912,10 +968,10 @@ struct DecodeRows {
 // Pᵀ as the B fragments of Oᵀ += Vᵀ·Pᵀ (k = tokens, n = heads) in b0 and
 // b1: the transposes of P's two 8 × 8 halves (tokens 0-7 and 8-15). Every
 // tile holds a token below end.
-template <typename T, typename C, int D, bool LAID>
+template <typename T, typename C, int D, bool LAID, bool MODS>
 __device__ __forceinline__ void narrow_softmax(const DecodeRows<D / 16>& rows, float (&st)[4],
                                                const float (&st_odd)[4], int base, int end, float q_mul, int lane,
-                                               uint32_t& b0, uint32_t& b1) {
+                                               const ScoreMods& mods, uint32_t& b0, uint32_t& b1) {
   constexpr bool kFP8 = sizeof(C) == 1;
   // Lane (g, c) = (lane/4, lane%4) holds tokens g (st[0..1]) and g+8
   // (st[2..3]) of heads 2c (st[0], st[2]) and 2c+1 (st[1], st[3]).
@@ -925,7 +981,11 @@ __device__ __forceinline__ void narrow_softmax(const DecodeRows<D / 16>& rows, f
   for (int e = 0; e < 4; ++e) {
     const int rho = g + 8 * (e >> 1);
     const int t = base + (LAID && kFP8 ? fp8_token(rho) : rho);
-    st[e] = t < end ? (st[e] + st_odd[e]) * q_mul : -INFINITY;
+    if constexpr (MODS) {
+      st[e] = mod_score((st[e] + st_odd[e]) * q_mul, t, end, mods, (e & 1) ? mods.slope1 : mods.slope0);
+    } else {
+      st[e] = t < end ? (st[e] + st_odd[e]) * q_mul : -INFINITY;
+    }
   }
   float mx0 = fmaxf(st[0], st[2]), mx1 = fmaxf(st[1], st[3]);
 #pragma unroll
@@ -935,10 +995,12 @@ __device__ __forceinline__ void narrow_softmax(const DecodeRows<D / 16>& rows, f
   }
   mx0 = fmaxf(mx0, rows.m0);
   mx1 = fmaxf(mx1, rows.m1);
-  const float alpha0 = exp2_ftz(rows.m0 - mx0);  // 0 on the first tile (m = -inf)
-  const float alpha1 = exp2_ftz(rows.m1 - mx1);
+  const float alpha0 = exp2_ftz(rows.m0 - mod_max<MODS>(mx0));  // 0 on the first tile (m = -inf)
+  const float alpha1 = exp2_ftz(rows.m1 - mod_max<MODS>(mx1));
   rows.m0 = mx0;
   rows.m1 = mx1;
+  mx0 = mod_max<MODS>(mx0);
+  mx1 = mod_max<MODS>(mx1);
   const float p0 = exp2_ftz(st[0] - mx0), p1 = exp2_ftz(st[1] - mx1);
   const float p2 = exp2_ftz(st[2] - mx0), p3 = exp2_ftz(st[3] - mx1);
   rows.l0 = fmaf(rows.l0, alpha0, p0 + p2);
@@ -961,9 +1023,9 @@ __device__ __forceinline__ void narrow_softmax(const DecodeRows<D / 16>& rows, f
 // each max moved and returns P rounded to T as the A fragment of O += P·V
 // in p: (r0, k 2c..), (r1, k 2c..), (r0, k 8+2c..), (r1, k 8+2c..). Every
 // tile holds a token below end.
-template <typename T, typename C, int D, bool LAID>
+template <typename T, typename C, int D, bool LAID, bool MODS>
 __device__ __forceinline__ void wide_softmax(const DecodeRows<D / 8>& rows, float (&s)[2][4], int base, int end,
-                                             float q_mul, int lane, uint32_t (&p)[4]) {
+                                             float q_mul, int lane, const ScoreMods& mods, uint32_t (&p)[4]) {
   constexpr bool kFP8 = sizeof(C) == 1;
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -972,7 +1034,11 @@ __device__ __forceinline__ void wide_softmax(const DecodeRows<D / 8>& rows, floa
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * n + 2 * (lane & 3) + (e & 1);  // LAID fp8: token fp8_token(col)
       const int t = base + (LAID && kFP8 ? fp8_token(col) : col);
-      s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
+      if constexpr (MODS) {
+        s[n][e] = mod_score(s[n][e] * q_mul, t, end, mods, e < 2 ? mods.slope0 : mods.slope1);
+      } else {
+        s[n][e] = t < end ? s[n][e] * q_mul : -INFINITY;
+      }
     }
     mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
     mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
@@ -984,10 +1050,12 @@ __device__ __forceinline__ void wide_softmax(const DecodeRows<D / 8>& rows, floa
   }
   mx0 = fmaxf(mx0, rows.m0);
   mx1 = fmaxf(mx1, rows.m1);
-  const float alpha0 = exp2_ftz(rows.m0 - mx0);  // 0 on the first tile (m = -inf)
-  const float alpha1 = exp2_ftz(rows.m1 - mx1);
+  const float alpha0 = exp2_ftz(rows.m0 - mod_max<MODS>(mx0));  // 0 on the first tile (m = -inf)
+  const float alpha1 = exp2_ftz(rows.m1 - mod_max<MODS>(mx1));
   rows.m0 = mx0;
   rows.m1 = mx1;
+  mx0 = mod_max<MODS>(mx0);
+  mx1 = mod_max<MODS>(mx1);
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
     const float p0 = exp2_ftz(s[n][0] - mx0), p1 = exp2_ftz(s[n][1] - mx0);
@@ -1010,14 +1078,14 @@ __device__ __forceinline__ void wide_softmax(const DecodeRows<D / 8>& rows, floa
 // V tiles at kbase and vbase (tokens base … base+15; those from end on
 // are masked): Sᵀ = K·Qᵀ (16 tokens × 8 heads, even and odd k-steps apart;
 // qb: Qᵀ's B fragments), the online softmax, Oᵀ += Vᵀ·Pᵀ.
-template <typename T, typename C, int D, bool LAID>
+template <typename T, typename C, int D, bool LAID, bool MODS>
 __device__ __forceinline__ void narrow_tile(const DecodeRows<D / 16>& rows, const uint32_t (*qb)[2], uint32_t kbase,
                                             uint32_t vbase, int base, int end, float q_mul, int lane, int x4_row,
-                                            int k_slot, int layout) {
+                                            int k_slot, int layout, const ScoreMods& mods) {
   float st[4] = {0.0f, 0.0f, 0.0f, 0.0f}, st_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   narrow_scores<T, C, D, LAID>(st, st_odd, kbase, qb, lane, x4_row, k_slot);
   uint32_t b0, b1;
-  narrow_softmax<T, C, D, LAID>(rows, st, st_odd, base, end, q_mul, lane, b0, b1);
+  narrow_softmax<T, C, D, LAID, MODS>(rows, st, st_odd, base, end, q_mul, lane, mods, b0, b1);
   narrow_pv<T, C, D, LAID>(rows.acc, vbase, b0, b1, lane, x4_row, layout);
 }
 
@@ -1026,14 +1094,14 @@ __device__ __forceinline__ void narrow_tile(const DecodeRows<D / 16>& rows, cons
 // masked): S = Q·Kᵀ (n-tile 0 is tokens 0-7 of the tile, n-tile 1 tokens
 // 8-15; q's A fragments from qa or from q_s at q_base, see wide_scores),
 // the online softmax, O += P·V.
-template <typename T, typename C, int D, bool LAID, bool Q_IN_REGS>
+template <typename T, typename C, int D, bool LAID, bool Q_IN_REGS, bool MODS>
 __device__ __forceinline__ void wide_tile(const DecodeRows<D / 8>& rows, const uint32_t (*qa)[4], uint32_t q_base,
                                           uint32_t kbase, uint32_t vbase, int base, int end, float q_mul, int lane,
-                                          int x4_row, int k_slot, int layout) {
+                                          int x4_row, int k_slot, int layout, const ScoreMods& mods) {
   float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
   wide_scores<T, C, D, LAID, Q_IN_REGS>(s, kbase, q_base, qa, lane, x4_row, k_slot);
   uint32_t p[4];
-  wide_softmax<T, C, D, LAID>(rows, s, base, end, q_mul, lane, p);
+  wide_softmax<T, C, D, LAID, MODS>(rows, s, base, end, q_mul, lane, mods, p);
   wide_pv<T, C, D, LAID>(rows.acc, p, vbase, lane, x4_row, layout);
 }
 
@@ -1095,8 +1163,8 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (*qa)[4], uint32_t (*q
 // read then, two issues ahead of their use, and tile i + stages − 1 is
 // issued while tile i is computed. q must be in shared memory from every
 // thread's part before the call (the barrier here publishes it).
-template <typename T, typename C, int D, bool NARROW, bool LAID>
-__device__ __forceinline__ void attend_tiles(const DecodeLoop<C, D, NARROW>& loop) {
+template <typename T, typename C, int D, bool NARROW, bool LAID, bool MODS>
+__device__ __forceinline__ void attend_tiles(const DecodeLoop<C, D, NARROW>& loop, const ScoreMods& mods) {
   using Smem = DecodeSmem<C, D>;
   constexpr bool kQInRegs = DecodeLoop<C, D, NARROW>::kQInRegs;
   constexpr int KSTEPS = D / 16;
@@ -1146,12 +1214,20 @@ __device__ __forceinline__ void attend_tiles(const DecodeLoop<C, D, NARROW>& loo
         __syncwarp();
       }
     }
+    if constexpr (MODS) {
+      // The tile that holds a sliding window's first token: the V rows of
+      // the tokens before it get weight 0, and must be finite.
+      if (base < mods.lo) {
+        kv.template zero_head<LAID>(kt + Smem::kTileBytes, mods.lo - base);
+        __syncwarp();
+      }
+    }
     if constexpr (NARROW) {
-      narrow_tile<T, C, D, LAID>(loop.rows, qb, kbase, vbase, base, kv.end, loop.q_mul, kv.lane, loop.x4_row,
-                                 loop.k_slot, kv.layout);
+      narrow_tile<T, C, D, LAID, MODS>(loop.rows, qb, kbase, vbase, base, kv.end, loop.q_mul, kv.lane, loop.x4_row,
+                                       loop.k_slot, kv.layout, mods);
     } else {
-      wide_tile<T, C, D, LAID, kQInRegs>(loop.rows, qa, loop.q_base, kbase, vbase, base, kv.end, loop.q_mul, kv.lane,
-                                         loop.x4_row, loop.k_slot, kv.layout);
+      wide_tile<T, C, D, LAID, kQInRegs, MODS>(loop.rows, qa, loop.q_base, kbase, vbase, base, kv.end, loop.q_mul,
+                                               kv.lane, loop.x4_row, loop.k_slot, kv.layout, mods);
     }
     __syncwarp();  // this stage is refilled next iteration
   }
@@ -1220,20 +1296,28 @@ __device__ __forceinline__ void stash_warp(const DecodeRows<NARROW ? D / 16 : D 
 // and lse; for a cluster's split its normalized rows in place in o_s and
 // its max and sum in split_m_s and split_l_s, for cluster_merge; else the
 // rows of partial item pitem (the work item's first + split) in
-// partial_out, partial_max and partial_sum, for global_merge.
-template <typename T, int D, bool CLUSTER>
+// partial_out, partial_max and partial_sum, for global_merge. MODS with
+// sinks: the first split adds each head's sink logit (in log2 units) to
+// its max and sum, so every later merge counts it once.
+template <typename T, int D, bool CLUSTER, bool MODS>
 __device__ __forceinline__ void merge_warps(T* __restrict__ out, float* __restrict__ lse,
                                             float* __restrict__ partial_out, float* __restrict__ partial_max,
                                             float* __restrict__ partial_sum, float* o_s,
                                             const float (*m_s)[kTileRows], const float (*l_s)[kTileRows],
                                             float* split_m_s, float* split_l_s, int seq, int pitem, int kvh, int G,
-                                            int num_q_heads, int splits, float v_mul) {
+                                            int num_q_heads, int splits, float v_mul, const float* __restrict__ sinks,
+                                            bool first_split) {
   for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
     const int g = i / D;
     const int d = i - g * D;
     float mx = m_s[0][g];
 #pragma unroll
     for (int w = 1; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w][g]);
+    float sink = -INFINITY;
+    if constexpr (MODS) {
+      if (sinks != nullptr && first_split) sink = __ldg(sinks + kvh * G + g) * kLog2e;
+      mx = fmaxf(mx, sink);
+    }
     float sum = 0.0f, o = 0.0f;
     if (mx != -INFINITY) {
 #pragma unroll
@@ -1242,6 +1326,7 @@ __device__ __forceinline__ void merge_warps(T* __restrict__ out, float* __restri
         sum = fmaf(l_s[w][g], f, sum);
         o = fmaf(o_s[(w * kTileRows + g) * D + d], f, o);
       }
+      if constexpr (MODS) sum += exp2f(sink - mx);
     }
     o = sum > 0.0f ? o * v_mul / sum : 0.0f;
     const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
@@ -1284,12 +1369,21 @@ __device__ __forceinline__ bool last_split(unsigned int* __restrict__ counters, 
   return last_s;
 }
 
-// paged_decode is the body of every decode entry (see the top): it finds
+// decode_block is the body of every decode entry (see the top): it finds
 // the block's work and stages q, runs each warp's tiles (attend_tiles),
 // merges the four warps, and writes the result or the split's partials,
 // then merges the splits on chip (CLUSTER) or in the last block to finish.
-template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS>
-__device__ __forceinline__ void paged_decode(
+// MODS: the _mods entries' score modifiers (see the top): window, softcap,
+// sinks and alibi (0 / null: off); the others pass zeros. The block's static
+// shared memory (the warps' maxima and sums, the last-split flag, a cluster
+// split's max and sum) is declared by the entries' bodies (paged_decode,
+// paged_decode_mods): its PTX names are then their function's, and the
+// plain entries' PTX, which recorded JIT images must match byte for byte,
+// does not depend on how the _mods entries are built.
+template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS, bool MODS>
+__device__ __forceinline__ void decode_block(
+    float (&m_s)[kDecodeWarps][kTileRows], float (&l_s)[kDecodeWarps][kTileRows], bool& last_s,
+    float (&split_m_s)[kTileRows], float (&split_l_s)[kTileRows],
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
     float* __restrict__ partial_max, float* __restrict__ partial_sum,
     unsigned int* __restrict__ counters, const T* __restrict__ q,
@@ -1297,15 +1391,12 @@ __device__ __forceinline__ void paged_decode(
     const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
     unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
     int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
-    const int4* __restrict__ work, int layout, int kv_bias) {
+    const int4* __restrict__ work, int layout, int kv_bias, int window, float softcap,
+    const float* __restrict__ sinks, const float* __restrict__ alibi) {
   using Smem = DecodeSmem<C, D>;
   constexpr bool kFP8 = sizeof(C) == 1;
   constexpr int ACC = NARROW ? D / 16 : D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ float m_s[kDecodeWarps][kTileRows];
-  __shared__ float l_s[kDecodeWarps][kTileRows];
-  __shared__ bool last_s;
-  __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];  // CLUSTER: this split's max and sum
   const int stages = ring_stages<C, D>();
   T* q_s = reinterpret_cast<T*>(smem);
   unsigned char* ring = smem + Smem::kQBytes;
@@ -1381,8 +1472,24 @@ __device__ __forceinline__ void paged_decode(
   }
   len = checked_kv_len(len, n, seq, kv_bias, cap, kvh, split, fault);
   const int bs_mask = (1 << block_size_log2) - 1;
+  // The query sits at position len − 1.
+  ScoreMods mods = {0, 0, 0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (MODS) {
+    mods.lo = window > 0 ? max(0, len - window) : 0;
+    mods.qpos = len - 1;
+    if (softcap > 0.0f) {
+      mods.cap = softcap * kLog2e;
+      mods.inv_cap = 1.0f / mods.cap;
+    }
+    if (alibi != nullptr) {
+      // The lane's two heads: columns 2c and 2c+1 (NARROW), else rows r0, r0 + 8.
+      const int h0 = NARROW ? 2 * (lane & 3) : lane >> 2, h1 = NARROW ? h0 + 1 : h0 + 8;
+      mods.slope0 = h0 < G ? __ldg(alibi + kvh * G + h0) * kLog2e : 0.0f;
+      mods.slope1 = h1 < G ? __ldg(alibi + kvh * G + h1) * kLog2e : 0.0f;
+    }
+  }
   int start, end, mine;
-  split_range(len, split, splits, block_size_log2, warp, start, end, mine);
+  split_range<MODS>(len, mods.lo, split, splits, block_size_log2, warp, start, end, mine);
   if (start != guess) {
     id_cur = tile_block_id(table, start, 0, warp, lane, block_size_log2, max_blocks_per_seq);
     id_next = tile_block_id(table, start, 1, warp, lane, block_size_log2, max_blocks_per_seq);
@@ -1413,9 +1520,9 @@ __device__ __forceinline__ void paged_decode(
   // The caller passes a layout the entry reads (LAYOUTS).
   const bool flash = LAYOUTS == kLayoutsFlash || layout == kLayoutFlash;
   if (!flash) {
-    attend_tiles<T, C, D, NARROW, true>(loop);
+    attend_tiles<T, C, D, NARROW, true, MODS>(loop, mods);
   } else {
-    attend_tiles<T, C, D, NARROW, false>(loop);
+    attend_tiles<T, C, D, NARROW, false, MODS>(loop, mods);
   }
   // fp8 caches in the flash layout give each lane other d than 16-bit ones
   // (see the top); in the other layouts the same as 16-bit ones.
@@ -1426,8 +1533,9 @@ __device__ __forceinline__ void paged_decode(
   float* o_s = reinterpret_cast<float*>(ring);  // [warps][kTileRows][D]
   stash_warp<D, NARROW>(rows, o_s, m_s, l_s, fp8_d, G, warp, lane);
   __syncthreads();
-  merge_warps<T, D, CLUSTER>(out, lse, partial_out, partial_max, partial_sum, o_s, m_s, l_s, split_m_s, split_l_s,
-                             seq, item.first + split, kvh, G, num_q_heads, splits, v_scale * mma_scale<C>());
+  merge_warps<T, D, CLUSTER, MODS>(out, lse, partial_out, partial_max, partial_sum, o_s, m_s, l_s, split_m_s,
+                                   split_l_s, seq, item.first + split, kvh, G, num_q_heads, splits,
+                                   v_scale * mma_scale<C>(), sinks, split == 0);
   if (splits == 1) {
     return;
   }
@@ -1444,6 +1552,51 @@ __device__ __forceinline__ void paged_decode(
                      (int64_t)seq * num_q_heads + kvh * G, num_q_heads, G, splits,
                      reinterpret_cast<float*>(ring),  // o_s is done
                      m_s[0], l_s[0]);
+}
+
+// paged_decode is the body of the plain entries (PKV_DECODE):
+// decode_block over its own static shared memory.
+template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS>
+__device__ __forceinline__ void paged_decode(
+    T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
+    float* __restrict__ partial_max, float* __restrict__ partial_sum,
+    unsigned int* __restrict__ counters, const T* __restrict__ q,
+    const C* __restrict__ k_cache, const C* __restrict__ v_cache,
+    const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
+    unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
+    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
+    const int4* __restrict__ work, int layout, int kv_bias) {
+  __shared__ float m_s[kDecodeWarps][kTileRows];
+  __shared__ float l_s[kDecodeWarps][kTileRows];
+  __shared__ bool last_s;
+  __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];
+  decode_block<T, C, D, CLUSTER, NARROW, LAYOUTS, false>(
+      m_s, l_s, last_s, split_m_s, split_l_s, out, lse, partial_out, partial_max, partial_sum,
+      counters, q, k_cache, v_cache, block_tables, kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq,
+      block_size_log2, num_blocks, scale, k_scale, v_scale, work, layout, kv_bias, 0, 0.0f, nullptr, nullptr);
+}
+
+// paged_decode_mods is the body of the _mods entries (PKV_DECODE_MODS):
+// decode_block with the score modifiers, never a cluster.
+template <typename T, typename C, int D, bool NARROW>
+__device__ __forceinline__ void paged_decode_mods(
+    T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
+    float* __restrict__ partial_max, float* __restrict__ partial_sum,
+    unsigned int* __restrict__ counters, const T* __restrict__ q,
+    const C* __restrict__ k_cache, const C* __restrict__ v_cache,
+    const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
+    unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
+    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
+    const int4* __restrict__ work, int layout, int kv_bias, int window, float softcap,
+    const float* __restrict__ sinks, const float* __restrict__ alibi) {
+  __shared__ float m_s[kDecodeWarps][kTileRows];
+  __shared__ float l_s[kDecodeWarps][kTileRows];
+  __shared__ bool last_s;
+  __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];
+  decode_block<T, C, D, false, NARROW, kLayoutsAny, true>(
+      m_s, l_s, last_s, split_m_s, split_l_s, out, lse, partial_out, partial_max, partial_sum,
+      counters, q, k_cache, v_cache, block_tables, kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq,
+      block_size_log2, num_blocks, scale, k_scale, v_scale, work, layout, kv_bias, window, softcap, sinks, alibi);
 }
 
 }  // namespace pkv
@@ -1464,6 +1617,33 @@ __device__ __forceinline__ void paged_decode(
         kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
         scale, k_scale, v_scale, work, layout, kv_bias);                                              \
   }
+
+// PKV_DECODE_MODS defines one _mods entry: PKV_DECODE's parameters, then
+// the score modifiers (see paged_decode). Never a cluster: its splits
+// merge in the last block.
+#define PKV_DECODE_MODS(name, T, C, D, NARROW)                                                        \
+  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                            \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,                 \
+      unsigned int* counters, const T* q, const C* k_cache, const C* v_cache,                         \
+      const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
+      int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
+      float scale, float k_scale, float v_scale, const int4* work, int layout, int kv_bias,           \
+      int window, float softcap, const float* sinks, const float* alibi) {                            \
+    pkv::paged_decode_mods<T, C, D, NARROW>(                                                          \
+        out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
+        kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
+        scale, k_scale, v_scale, work, layout, kv_bias, window, softcap, sinks, alibi);               \
+  }
+
+// PKV_DECODE_MODS_ALL: the wide (_mods) and narrow (_g8_mods) entries of
+// every head dim for a cache of the queries' type.
+#define PKV_DECODE_MODS_ALL(prefix, T)                 \
+  PKV_DECODE_MODS(prefix##_hd64_mods, T, T, 64, false)   \
+  PKV_DECODE_MODS(prefix##_hd128_mods, T, T, 128, false) \
+  PKV_DECODE_MODS(prefix##_hd256_mods, T, T, 256, false) \
+  PKV_DECODE_MODS(prefix##_hd64_g8_mods, T, T, 64, true)   \
+  PKV_DECODE_MODS(prefix##_hd128_g8_mods, T, T, 128, true) \
+  PKV_DECODE_MODS(prefix##_hd256_g8_mods, T, T, 256, true)
 
 // The _ALL macros define one family for every head dim: entries
 // <prefix>_hd<D><kind><sfx> reading the layouts L (sfx: empty, or _laid

@@ -11,12 +11,14 @@ const (
 	ModuleDecodeBf16E4m3Laid     = "decode_bf16_e4m3_laid"
 	ModuleDecodeBf16E4m3LaidSm90 = "decode_bf16_e4m3_laid_sm90"
 	ModuleDecodeBf16E4m3Sm90     = "decode_bf16_e4m3_sm90"
+	ModuleDecodeBf16Mods         = "decode_bf16_mods"
 	ModuleDecodeBf16Sm90         = "decode_bf16_sm90"
 	ModuleDecodeF16              = "decode_f16"
 	ModuleDecodeF16E4m3          = "decode_f16_e4m3"
 	ModuleDecodeF16E4m3Laid      = "decode_f16_e4m3_laid"
 	ModuleDecodeF16E4m3LaidSm90  = "decode_f16_e4m3_laid_sm90"
 	ModuleDecodeF16E4m3Sm90      = "decode_f16_e4m3_sm90"
+	ModuleDecodeF16Mods          = "decode_f16_mods"
 	ModuleDecodeF16Sm90          = "decode_f16_sm90"
 	ModuleMla                    = "mla"
 	ModulePartition              = "partition"
@@ -126,6 +128,16 @@ const (
 	PagedDecodeBf16E4m3Hd64G8Sm90     = "paged_decode_bf16_e4m3_hd64_g8_sm90"
 )
 
+// Entry points of decode_bf16_mods.ptx (kernels_src/decode_bf16_mods.cu).
+const (
+	PagedDecodeBf16Hd128G8Mods = "paged_decode_bf16_hd128_g8_mods"
+	PagedDecodeBf16Hd128Mods   = "paged_decode_bf16_hd128_mods"
+	PagedDecodeBf16Hd256G8Mods = "paged_decode_bf16_hd256_g8_mods"
+	PagedDecodeBf16Hd256Mods   = "paged_decode_bf16_hd256_mods"
+	PagedDecodeBf16Hd64G8Mods  = "paged_decode_bf16_hd64_g8_mods"
+	PagedDecodeBf16Hd64Mods    = "paged_decode_bf16_hd64_mods"
+)
+
 // Entry points of decode_bf16_sm90.ptx (kernels_src/decode_bf16_sm90.cu).
 const (
 	PagedDecodeBf16Hd128Cluster   = "paged_decode_bf16_hd128_cluster"
@@ -190,6 +202,16 @@ const (
 	PagedDecodeF16E4m3Hd64Cluster    = "paged_decode_f16_e4m3_hd64_cluster"
 	PagedDecodeF16E4m3Hd64G8Cluster  = "paged_decode_f16_e4m3_hd64_g8_cluster"
 	PagedDecodeF16E4m3Hd64G8Sm90     = "paged_decode_f16_e4m3_hd64_g8_sm90"
+)
+
+// Entry points of decode_f16_mods.ptx (kernels_src/decode_f16_mods.cu).
+const (
+	PagedDecodeF16Hd128G8Mods = "paged_decode_f16_hd128_g8_mods"
+	PagedDecodeF16Hd128Mods   = "paged_decode_f16_hd128_mods"
+	PagedDecodeF16Hd256G8Mods = "paged_decode_f16_hd256_g8_mods"
+	PagedDecodeF16Hd256Mods   = "paged_decode_f16_hd256_mods"
+	PagedDecodeF16Hd64G8Mods  = "paged_decode_f16_hd64_g8_mods"
+	PagedDecodeF16Hd64Mods    = "paged_decode_f16_hd64_mods"
 )
 
 // Entry points of decode_f16_sm90.ptx (kernels_src/decode_f16_sm90.cu).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -786,6 +787,25 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				return err
 			}
 		}
+		// Score modifiers: a 4096-token window over 32768-token sequences
+		// (against the plain kv=4096 rows: a window reads only its
+		// pages), and soft-cap, sinks and ALiBi (against the plain rows of
+		// the grid above).
+		for _, mc := range []decodeCase{
+			{shape: "seqs=8 kv=4096", lens: uniformLens(8, 4096)},
+			{shape: "seqs=32 kv=4096", lens: uniformLens(32, 4096)},
+			{shape: "seqs=8 kv=32768 window=4096", lens: uniformLens(8, 32768), mods: benchMods{window: 4096}},
+			{shape: "seqs=32 kv=32768 window=4096", lens: uniformLens(32, 32768), mods: benchMods{window: 4096}},
+			{shape: "seqs=8 kv=8192 softcap=30", lens: uniformLens(8, 8192), mods: benchMods{softCap: 30}},
+			{shape: "seqs=8 kv=8192 sinks", lens: uniformLens(8, 8192), mods: benchMods{sinks: true}},
+			{shape: "seqs=8 kv=8192 alibi", lens: uniformLens(8, 8192), mods: benchMods{alibi: true}},
+			{shape: "seqs=32 kv=8192 softcap+sinks+alibi", lens: uniformLens(32, 8192), mods: benchMods{softCap: 30, sinks: true, alibi: true}},
+		} {
+			mc.q, mc.cache = q, cache
+			if err := b.decodeRow(pool, mc, ""); err != nil {
+				return err
+			}
+		}
 		// GQA group 16 (64 query / 4 KV heads), where few (sequence, KV
 		// head) items meet the cluster plan's one-wave rule.
 		g16 := decodeCase{q: q, cache: cache, lens: uniformLens(8, 8192), shape: "seqs=8 kv=8192 64/4 heads", qHeads: 64, kvHeads: 4, sweep: doSweep}
@@ -862,14 +882,30 @@ type decodeCase struct {
 	// divides benchKVHeads, so the pool's pages hold whole pages of it.
 	qHeads, kvHeads int
 	layout          pagedkv.CacheLayout // the caches' layout (the pool's random pages read as it)
+	mods            benchMods           // score modifiers (none by default)
+}
+
+// benchMods are a decode row's score modifiers: a sliding window, a
+// soft-cap, and random sinks and ALiBi slopes.
+type benchMods struct {
+	window       int
+	softCap      float32
+	sinks, alibi bool
 }
 
 const benchKVHeads, benchHeadDim, benchBlockSize = 8, 128, 16
 
-// kvBytes is the K and V the batch reads.
+// kvBytes is the K and V the batch reads (with a window, the window's).
 func (c *decodeCase) kvBytes() int64 {
 	_, kvHeads := c.heads()
-	return kvBytes(c.lens, c.cache) * int64(kvHeads) / benchKVHeads
+	lens := c.lens
+	if w := c.mods.window; w > 0 {
+		lens = make([]int32, len(c.lens))
+		for i, l := range c.lens {
+			lens[i] = min(l, int32(w))
+		}
+	}
+	return kvBytes(lens, c.cache) * int64(kvHeads) / benchKVHeads
 }
 
 // heads returns the row's query and KV heads: 32 and benchKVHeads unless
@@ -933,6 +969,25 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 		base.HostKVLens = c.lens
 	}
 	var err error
+	base.SlidingWindow, base.SoftCap = c.mods.window, c.mods.softCap
+	for _, m := range []struct {
+		on  bool
+		dst *pagedkv.Buffer
+	}{{c.mods.sinks, &base.Sinks}, {c.mods.alibi, &base.AlibiSlopes}} {
+		if !m.on {
+			continue
+		}
+		v := make([]float32, qHeads)
+		for i := range v {
+			v[i] = float32(0.5 * b.g.NormFloat64())
+			if m.dst == &base.AlibiSlopes {
+				v[i] = float32(math.Pow(2, -8*float64(i+1)/float64(qHeads)))
+			}
+		}
+		if *m.dst, err = check.Upload(a, b.s, v, 4); err != nil {
+			return benchResult{}, err
+		}
+	}
 	if base.Q, err = check.Upload(a, b.s, qRaw, 1); err != nil {
 		return benchResult{}, err
 	}

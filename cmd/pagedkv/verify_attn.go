@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -148,6 +149,20 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 			p, err := check.NewDecodeProblem(r, r.Stream(), g, c)
 			if err != nil {
 				return attnCase[*check.DecodeProblem]{}, err
+			}
+			// A third of the problems over a 16-bit cache get random score
+			// modifiers (each on or off).
+			if c.CacheDType == c.DType && g.IntN(3) == 0 {
+				window, softCap := 0, float32(0)
+				if g.IntN(2) == 0 {
+					window = 1 + g.IntN(max(c.MaxLen, 1))
+				}
+				if g.IntN(2) == 0 {
+					softCap = 5 + 45*g.Float32()
+				}
+				if err := p.SetMods(r.Stream(), g, window, softCap, g.IntN(2) == 0, g.IntN(2) == 0); err != nil {
+					return attnCase[*check.DecodeProblem]{}, errors.Join(err, p.Arena.Free())
+				}
 			}
 			return attnCase[*check.DecodeProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: p.Check}, nil
 		},

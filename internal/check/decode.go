@@ -78,6 +78,9 @@ type DecodeProblem struct {
 	Q, K, V []float64 // what the kernel sees, decoded, scales applied
 	Tables  []int32
 	Lens    []int32
+	// Mods are the score modifiers Args carries (SetMods), as the
+	// reference takes them.
+	Mods ref.Mods
 }
 
 // NewDecodeProblem draws random data, a random page table (a shuffled
@@ -175,8 +178,20 @@ func (p *DecodeProblem) Reference() ([]float64, []float64) {
 		Q: p.Q, KCache: p.K, VCache: p.V, BlockTables: p.Tables, KVLens: p.Lens,
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, MaxBlocksPerSeq: c.MaxBlocksPerSeq, Scale: scale,
-		Layout: ref.Layout(c.Layout), X: 16 / c.CacheDType.Size(),
+		Layout: ref.Layout(c.Layout), X: 16 / c.CacheDType.Size(), Mods: p.Mods,
 	})
+}
+
+// SetMods gives the problem score modifiers: window (0: none), softCap (0:
+// off), and random sinks and ALiBi slopes (uploaded on s) when asked.
+func (p *DecodeProblem) SetMods(s *pagedkv.Stream, g *rand.Rand, window int, softCap float32, sinks, alibi bool) error {
+	m, err := newMods(p.Arena, s, g, p.Shape.QHeads, window, softCap, sinks, alibi)
+	if err != nil {
+		return err
+	}
+	p.Mods = m.ref
+	p.Args.SlidingWindow, p.Args.SoftCap, p.Args.Sinks, p.Args.AlibiSlopes = window, softCap, m.sinks, m.alibi
+	return nil
 }
 
 // Poison fills the outputs with NaN on s.

@@ -30,6 +30,50 @@ type Decode struct {
 
 	// Scale multiplies every q·k score (usually 1/sqrt(HeadDim)).
 	Scale float64
+	// Mods modify the scores (the zero value: none).
+	Mods Mods
+}
+
+// Mods are the score modifiers of an attention op; the zero value modifies
+// nothing. A query at KV position p and a key at position j (both counted
+// from the sequence's start) get the score
+//
+//	s = Scale·q·k;  s = SoftCap·tanh(s/SoftCap) (SoftCap > 0);
+//	s += AlibiSlopes[h]·(j − p) (AlibiSlopes set)
+//
+// over the keys p−SlidingWindow+1 … p (SlidingWindow > 0, else 0 … p), and
+// the softmax's denominator gains exp(Sinks[h]) (Sinks set), a logit that
+// attends to no value; the log-sum-exp includes it.
+type Mods struct {
+	SlidingWindow int
+	SoftCap       float64
+	// Sinks and AlibiSlopes are [NumQHeads], or nil.
+	Sinks, AlibiSlopes []float64
+}
+
+// check panics, naming op, when m does not fit numQHeads heads.
+func (m *Mods) check(op string, numQHeads int) {
+	if m.SlidingWindow < 0 || m.SoftCap < 0 || (m.Sinks != nil && len(m.Sinks) != numQHeads) ||
+		(m.AlibiSlopes != nil && len(m.AlibiSlopes) != numQHeads) {
+		panic(fmt.Sprintf("ref: %s: Mods window %d, soft-cap %g, %d sinks, %d ALiBi slopes for %d heads", op,
+			m.SlidingWindow, m.SoftCap, len(m.Sinks), len(m.AlibiSlopes), numQHeads))
+	}
+}
+
+// visible returns the keys of rows (key j at rows[j]) a query at position p
+// sees, causal or not, and the position of the first of them.
+func (m *Mods) visible(rows []int, p int, causal bool) ([]int, int) {
+	if causal {
+		rows = rows[:min(len(rows), p+1)]
+	}
+	first := 0
+	if m.SlidingWindow > 0 {
+		first = max(0, p-m.SlidingWindow+1)
+	}
+	if first >= len(rows) {
+		return nil, first
+	}
+	return rows[first:], first
 }
 
 // PagedDecode returns the attention output out [NumSeqs, NumQHeads, HeadDim]
@@ -59,16 +103,19 @@ func PagedDecode(a Decode) (out, lse []float64) {
 		panic(fmt.Sprintf("ref: PagedDecode: KCache has %d elements, VCache %d", len(a.KCache), len(a.VCache)))
 	}
 	group := a.NumQHeads / a.NumKVHeads
+	a.Mods.check("PagedDecode", a.NumQHeads)
 
 	out = make([]float64, a.NumSeqs*a.NumQHeads*a.HeadDim)
 	lse = make([]float64, a.NumSeqs*a.NumQHeads)
 	c := newPagedCache("PagedDecode", a.KCache, a.VCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.MaxBlocksPerSeq, numBlocks)
 	for s := range a.NumSeqs {
-		rows := c.rows("PagedDecode", s, int(a.KVLens[s]))
+		n := int(a.KVLens[s])
+		rows, first := a.Mods.visible(c.rows("PagedDecode", s, n), n-1, true)
 		for h := range a.NumQHeads {
 			i := s*a.NumQHeads + h
-			lse[i] = c.attend(a.Q[i*a.HeadDim:][:a.HeadDim], rows, h/group, a.Scale, out[i*a.HeadDim:][:a.HeadDim])
+			q := query{a.Q[i*a.HeadDim:][:a.HeadDim], n - 1, h}
+			lse[i] = c.attend(q, rows, first, h/group, a.Scale, &a.Mods, out[i*a.HeadDim:][:a.HeadDim])
 		}
 	}
 	return out, lse
@@ -135,26 +182,46 @@ func (c *pagedCache) row(dst []float64, value bool, slot, kvHead int) {
 	}
 }
 
-// attend writes into o the attention of q over the tokens at slots rows, KV
-// head kvHead, and returns the natural log-sum-exp of the scaled scores; o stays
-// zero and the result is -Inf when rows is empty.
-func (c *pagedCache) attend(q []float64, rows []int, kvHead int, scale float64, o []float64) float64 {
+// query is one query row: its values, its KV position and its head.
+type query struct {
+	q    []float64
+	pos  int
+	head int
+}
+
+// attend writes into o the attention of q over the tokens at slots rows
+// (positions first, first+1, ...), KV head kvHead, with the scores
+// modified by m, and returns the natural log-sum-exp of the scores (a
+// sink's logit included); o stays zero when rows is empty, and the result
+// is then the sink's logit, or -Inf without sinks.
+func (c *pagedCache) attend(q query, rows []int, first, kvHead int, scale float64, m *Mods, o []float64) float64 {
+	sink := math.Inf(-1)
+	if m.Sinks != nil {
+		sink = m.Sinks[q.head]
+	}
 	if len(rows) == 0 {
-		return math.Inf(-1)
+		return sink
 	}
 	k := make([]float64, c.headDim)
 	scores := make([]float64, len(rows))
-	maxScore := math.Inf(-1)
+	maxScore := sink
 	for j, slot := range rows {
 		c.row(k, false, slot, kvHead)
 		var dot float64
-		for d := range q {
-			dot += q[d] * k[d]
+		for d := range q.q {
+			dot += q.q[d] * k[d]
 		}
-		scores[j] = scale * dot
-		maxScore = math.Max(maxScore, scores[j])
+		s := scale * dot
+		if m.SoftCap > 0 {
+			s = m.SoftCap * math.Tanh(s/m.SoftCap)
+		}
+		if m.AlibiSlopes != nil {
+			s += m.AlibiSlopes[q.head] * float64(first+j-q.pos)
+		}
+		scores[j] = s
+		maxScore = math.Max(maxScore, s)
 	}
-	var sum float64
+	sum := math.Exp(sink - maxScore)
 	v := k
 	for j, slot := range rows {
 		p := math.Exp(scores[j] - maxScore)

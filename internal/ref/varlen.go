@@ -31,6 +31,8 @@ type Varlen struct {
 	Causal bool
 	// Scale multiplies every q·k score (usually 1/sqrt(HeadDim)).
 	Scale float64
+	// Mods modify the scores, as for Decode; a SlidingWindow needs Causal.
+	Mods Mods
 }
 
 // PagedVarlen returns out [total q tokens, NumQHeads, HeadDim] and the
@@ -55,6 +57,10 @@ func PagedVarlen(a Varlen) (out, lse []float64) {
 			panic(fmt.Sprintf("ref: PagedVarlen: sequence %d has CuSeqlensQ %d..%d and PosOffsets %d", s, a.CuSeqlensQ[s], a.CuSeqlensQ[s+1], a.PosOffsets[s]))
 		}
 	}
+	a.Mods.check("PagedVarlen", a.NumQHeads)
+	if a.Mods.SlidingWindow > 0 && !a.Causal {
+		panic("ref: PagedVarlen: a SlidingWindow needs Causal")
+	}
 	group := a.NumQHeads / a.NumKVHeads
 	c := newPagedCache("PagedVarlen", a.KCache, a.VCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.MaxBlocksPerSeq, len(a.KCache)/(a.BlockSize*a.NumKVHeads*a.HeadDim))
@@ -66,13 +72,12 @@ func PagedVarlen(a Varlen) (out, lse []float64) {
 		pos := int(a.PosOffsets[s])
 		rows := c.rows("PagedVarlen", s, pos+end-first)
 		for t := first; t < end; t++ {
-			visible := rows
-			if a.Causal {
-				visible = rows[:pos+t-first+1]
-			}
+			p := pos + t - first
+			visible, from := a.Mods.visible(rows, p, a.Causal)
 			for h := range a.NumQHeads {
 				i := t*a.NumQHeads + h
-				lse[i] = c.attend(a.Q[i*a.HeadDim:][:a.HeadDim], visible, h/group, a.Scale, out[i*a.HeadDim:][:a.HeadDim])
+				q := query{a.Q[i*a.HeadDim:][:a.HeadDim], p, h}
+				lse[i] = c.attend(q, visible, from, h/group, a.Scale, &a.Mods, out[i*a.HeadDim:][:a.HeadDim])
 			}
 		}
 	}

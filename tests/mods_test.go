@@ -1,0 +1,156 @@
+package tests
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pagedkv/pagedkv"
+	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/internal/check"
+	"github.com/pagedkv/pagedkv/internal/ref"
+)
+
+// modsCase is one combination of score modifiers.
+type modsCase struct {
+	window       int
+	softCap      float32
+	sinks, alibi bool
+}
+
+func (m modsCase) String() string {
+	return fmt.Sprintf("window=%d cap=%g sinks=%v alibi=%v", m.window, m.softCap, m.sinks, m.alibi)
+}
+
+// TestDecodeModsMatchReference runs the score modifiers (sliding window,
+// soft-cap, sinks, ALiBi) alone and together against float64, over the
+// wide and narrow kernels, every head dim and layout, block sizes from 1 to
+// 256, single-pass, automatic and forced split-K (7 and up to 64 splits, the
+// first of which adds the sinks), and a balanced plan. Windows put their
+// first key inside a page, on a page edge, inside the first tile of a page
+// of 32, and before the sequence's start.
+func TestDecodeModsMatchReference(t *testing.T) {
+	runtimes := map[string]*pagedkv.Runtime{
+		"auto":     open(t, config.Options{}),
+		"single":   open(t, config.Options{PagedFlash: ptr(false)}),
+		"split7":   open(t, config.Options{PagedFlashSplits: ptr(7)}),
+		"split64":  open(t, config.Options{PagedFlashSplits: ptr(64)}),
+		"balanced": open(t, config.Options{DecodeBalance: ptr(config.SplitOn)}),
+	}
+	auto := runtimes["auto"]
+	g := rng(t)
+	shapes := []check.DecodeShape{
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1000},
+		{Seqs: 3, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, MaxBlocksPerSeq: 300, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 300},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 2100, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 3, QHeads: 48, KVHeads: 4, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 100, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 797, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 5, QHeads: 12, KVHeads: 2, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1200, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 6, QHeads: 4, KVHeads: 4, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1200},
+	}
+	mods := []modsCase{
+		{window: 100},
+		{softCap: 5},
+		{sinks: true},
+		{alibi: true},
+		{window: 37, softCap: 2, sinks: true, alibi: true},
+	}
+	for _, c := range shapes {
+		// Window edges for this shape: inside a page, a whole number of
+		// pages, 16 + 3 (the first key inside a tile), past the longest
+		// sequence (every key).
+		windows := []int{c.BlockSize*3 + 5, c.BlockSize * 4, 19, c.MaxLen + 50}
+		cases := append([]modsCase{}, mods...)
+		for _, w := range windows {
+			cases = append(cases, modsCase{window: w, sinks: g.IntN(2) == 0})
+		}
+		for _, m := range cases {
+			t.Run(c.String()+" "+m.String(), func(t *testing.T) {
+				p := decodeProblem(t, auto, auto.Stream(), g, c)
+				require.NoError(t, p.SetMods(auto.Stream(), g, m.window, m.softCap, m.sinks, m.alibi))
+				for name, r := range runtimes {
+					plan, err := r.PlanDecode(r.Stream(), &p.Args)
+					require.NoError(t, err, name)
+					assert.Contains(t, plan.Kernel, "_mods", name)
+					assert.Zero(t, plan.Cluster, name)
+					out, lse, err := p.Run(r, r.Stream())
+					require.NoError(t, err, name)
+					require.NoError(t, p.Check(out, lse), "%s: %s, %d splits", name, plan.Kernel, plan.Splits)
+				}
+			})
+		}
+	}
+}
+
+// TestDecodeModsWindowReads: with a window, the plan splits the window, not
+// the sequence: a batch of long sequences with a short window plans as a
+// batch of window-long ones, and pages before the window are never read
+// (their table entries point outside the pool: a read would be a fault).
+func TestDecodeModsWindowReads(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	c := check.DecodeShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 512, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 8192}
+	p := decodeProblem(t, r, r.Stream(), g, c)
+	const window = 1000
+	require.NoError(t, p.SetMods(r.Stream(), g, window, 0, true, false))
+	lens := make([]int32, c.Seqs)
+	for i := range lens {
+		lens[i] = int32(window + 1 + g.IntN(c.MaxLen-window))
+	}
+	lens[0] = int32(c.MaxLen)
+	require.NoError(t, p.SetLens(r.Stream(), lens))
+	windowed, err := r.PlanDecode(r.Stream(), &p.Args)
+	require.NoError(t, err)
+	short := p.Args
+	short.MaxKVLen = window + c.BlockSize
+	asShort, err := r.PlanDecode(r.Stream(), &short)
+	require.NoError(t, err)
+	assert.Equal(t, asShort, windowed, "the window's plan is that of a window-long batch")
+	// Pages wholly before each window point past the pool.
+	tables := append([]int32(nil), p.Tables...)
+	for s, n := range lens {
+		lo := int(n) - window
+		for page := range lo / c.BlockSize {
+			tables[s*c.MaxBlocksPerSeq+page] = int32(p.Shape.NumBlocks + 1000 + page)
+		}
+	}
+	require.NoError(t, pagedkv.Upload(r.Stream(), p.Args.BlockTables, tables))
+	out, lse, err := p.Run(r, r.Stream())
+	require.NoError(t, err, "a read of a page before the window would record a fault")
+	require.NoError(t, p.Check(out, lse))
+}
+
+// TestDecodeModsGraphReplay captures a windowed, soft-capped decode with
+// sinks and ALiBi once for a KV capacity and replays it at other lengths.
+func TestDecodeModsGraphReplay(t *testing.T) {
+	const capacity = 4096
+	r := open(t, config.Options{KVCapacity: ptr(capacity)})
+	g := rng(t)
+	s, err := r.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	for _, c := range []check.DecodeShape{
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: capacity / 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 100},
+		{Seqs: 40, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: capacity / 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 100},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			p := decodeProblem(t, r, s, g, c)
+			require.NoError(t, p.SetMods(s, g, 700, 30, true, true))
+			require.NoError(t, r.ReserveDecode(s, &p.Args))
+			graph := captureDecode(t, r, s, &p.Args)
+			t.Cleanup(func() { require.NoError(t, graph.Close()) })
+			for _, maxLen := range []int{capacity, 1, 699, 701, capacity - 1} {
+				require.NoError(t, p.SetLens(s, check.RandomLens(g, c.Seqs, maxLen, c.BlockSize)))
+				require.NoError(t, p.Poison(s))
+				require.NoError(t, graph.Launch(s))
+				out, lse, err := p.Fetch(s)
+				require.NoError(t, err)
+				require.NoError(t, p.Check(out, lse), "replay with lengths up to %d", maxLen)
+				eager, _, err := p.Run(r, s)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ref.RelL2(eager, out), check.Tolerance(c.DType)/2, "graph replay vs eager")
+			}
+		})
+	}
+}
