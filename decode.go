@@ -31,7 +31,10 @@ import (
 //     at most MaxKVLen, for planning only. With it an eager decode of a
 //     ragged batch (one long request among short ones) is balanced: each
 //     sequence is split from its own length, so the long one spreads over
-//     the GPU. Without it the plan assumes every sequence is MaxKVLen long.
+//     the GPU, and a uniform one runs without the balanced plan's partition
+//     and merge. Without it a batch of 16 or more sequences is planned
+//     balanced, as a graph is (each sequence split from its device length
+//     at the call); a smaller one as if every sequence were MaxKVLen long.
 //   - KVCapacity: the largest kv length any replay of a graph that captures
 //     this decode will see; 0 means the runtime's KV_CAPACITY. A decode
 //     captured into a graph is planned for it (balanced: every replay splits

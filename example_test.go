@@ -82,7 +82,7 @@ func Example() {
 		Q: q, KCache: kc, VCache: vc, BlockTables: tablesBuf, KVLens: lensBuf, Out: out,
 		NumSeqs: seqs, NumQHeads: qHeads, NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize,
 		NumBlocks: numBlocks, MaxBlocksPerSeq: maxBlocks, MaxKVLen: 1000,
-		HostKVLens: lens, // optional: lets the planner balance a ragged batch
+		HostKVLens: lens, // optional: the planner balances a ragged batch, runs a uniform one plainly
 		DType:      pagedkv.F16, CacheDType: pagedkv.F16,
 	})
 	if err != nil {

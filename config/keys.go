@@ -227,7 +227,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "DECODE_BALANCE", File: KeyDecodeBalance, Field: "DecodeBalance",
 			Default: "auto", Allowed: splitModeAllowed,
-			Description: "Balanced decode: the kernels split each sequence from its real kv length so a ragged batch spreads over the GPU. auto uses it for decodes captured into graphs (16 or more sequences) and for eager decodes whose DecodeArgs.HostKVLens are ragged; off (0) never; on (1) always (where split-K is allowed).",
+			Description: "Balanced decode: the kernels split each sequence from its real kv length so a ragged batch spreads over the GPU. auto uses it, for 16 or more sequences, in decodes captured into graphs and eager decodes without DecodeArgs.HostKVLens, and for eager decodes whose HostKVLens are ragged; off (0) never; on (1) always (where split-K is allowed).",
 		},
 		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.DecodeBalance) },

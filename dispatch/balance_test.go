@@ -10,8 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPlanDecodeBalancedChoice: the automatic plan is balanced for graphs and
-// for eager batches whose host lengths are ragged; never when a knob forces
+// TestPlanDecodeBalancedChoice: the automatic plan is balanced for graphs, for
+// eager batches without host lengths (BalanceGraphMinSeqs or more sequences,
+// as graphs) and for eager batches whose host lengths are ragged; never when a knob forces
 // another path, when the batch has too many sequences or the scratch limit
 // is too small.
 func TestPlanDecodeBalancedChoice(t *testing.T) {
@@ -40,7 +41,8 @@ func TestPlanDecodeBalancedChoice(t *testing.T) {
 	}{
 		{"ragged host lengths", ragged, DefaultKnobs(), ReasonBalancedRagged},
 		{"uniform host lengths", uniform, DefaultKnobs(), ""},
-		{"no host lengths", llama(128, 32768), DefaultKnobs(), ""},
+		{"no host lengths", llama(128, 32768), DefaultKnobs(), ReasonBalancedNoLens},
+		{"no host lengths, a small batch", llama(BalanceGraphMinSeqs-1, 32768), DefaultKnobs(), ""},
 		{"graph", graph, DefaultKnobs(), ReasonBalancedGraph},
 		{"graph of a small batch", smallGraph, DefaultKnobs(), ""},
 		{"graph of a small batch, forced on", smallGraph, knobs(func(k *Knobs) { k.Balance = SplitOn }), ReasonBalanceOn},

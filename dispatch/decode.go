@@ -65,8 +65,10 @@ const (
 	// automatic plan is balanced. A uniform batch gives 1, the bench's
 	// ragged batches 1.82 and 42.9; 1.5, between them, is not swept.
 	BalanceRaggedRatio = 1.5
-	// BalanceGraphMinSeqs is the smallest batch whose graph plan is
-	// balanced. A smaller batch keeps the plan for its capacity: that plan
+	// BalanceGraphMinSeqs is the smallest batch whose graph plan, or eager
+	// plan without host lengths, is balanced: neither knows the lengths, so
+	// one long sequence among short ones would otherwise set a single-pass
+	// wave's time. A smaller batch keeps the plan for its capacity: that plan
 	// cuts every sequence into as many splits as the capacity's √ rule
 	// gives, from the sequence's own length, so a long sequence among few is
 	// spread over the GPU already, and the balanced plan's extra launch and
@@ -129,6 +131,7 @@ const (
 	ReasonClusterWave        = "auto: clusters of splits, one wave"
 	ReasonBalancedRagged     = "auto: ragged batch, each sequence split from its own length"
 	ReasonBalancedGraph      = "auto: graph capture, each sequence split from its length at replay"
+	ReasonBalancedNoLens     = "auto: no host lengths, each sequence split from its device length"
 	ReasonBalanceOn          = "balanced (DECODE_BALANCE=1)"
 )
 
@@ -225,7 +228,10 @@ type DecodeShape struct {
 	CacheDType      DType // DType, or E4M3 for an fp8 cache
 	// HostKVLens is the host's copy of the batch's kv lengths (optional;
 	// NumSeqs of them when set, each at most MaxKVLen): with it an eager
-	// plan sees a ragged batch and balances it.
+	// plan sees a ragged batch and balances it, and a uniform one runs
+	// without the balanced plan's partition and merge. Without them an
+	// eager plan of BalanceGraphMinSeqs or more sequences is balanced, as a
+	// graph's is.
 	HostKVLens []int32
 	// Graph: the plan is for a CUDA graph, whose replays may see any lengths
 	// up to MaxKVLen; the automatic plan is then balanced.
@@ -309,9 +315,10 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (DecodePlan, error) {
 	}
 	kernel, clusterKernel = DecodeLayoutKernel(kernel, s.Layout), DecodeLayoutKernel(clusterKernel, s.Layout)
 	ragged, long := s.hostStats()
-	if s.Graph && len(s.HostKVLens) == 0 {
-		// A graph replays lengths its capture never sees: its capacity
-		// stands in for their mean (see planBalanced).
+	if len(s.HostKVLens) == 0 {
+		// A graph replays lengths its capture never sees, and an eager
+		// call without host lengths gives only their maximum: the
+		// capacity or MaxKVLen stands in for their mean (see planBalanced).
 		long = s.MaxKVLen > ShallowRingMaxTokens
 	}
 	if reason, ok := chooseBalanced(&s, &k, ragged); ok {
@@ -376,6 +383,8 @@ func chooseBalanced(s *DecodeShape, k *Knobs, ragged bool) (string, bool) {
 		return ReasonBalanceOn, true
 	case s.Graph && s.NumSeqs >= BalanceGraphMinSeqs:
 		return ReasonBalancedGraph, true
+	case len(s.HostKVLens) == 0 && s.NumSeqs >= BalanceGraphMinSeqs:
+		return ReasonBalancedNoLens, true
 	case ragged:
 		return ReasonBalancedRagged, true
 	}

@@ -38,6 +38,21 @@ func llama(seqs, kvLen int) DecodeShape {
 	}
 }
 
+// known is s with host lengths, every sequence MaxKVLen long: the uniform
+// batch of an engine that passes them (without them a batch of
+// BalanceGraphMinSeqs or more is planned balanced); a graph's shape, or one
+// with lengths already, as it is.
+func known(s DecodeShape) DecodeShape {
+	if s.Graph || len(s.HostKVLens) > 0 {
+		return s
+	}
+	s.HostKVLens = make([]int32, s.NumSeqs)
+	for i := range s.HostKVLens {
+		s.HostKVLens[i] = int32(s.MaxKVLen)
+	}
+	return s
+}
+
 // group16 is llama with GQA group 16: 64 query heads over 4 KV heads.
 func group16(seqs, kvLen int) DecodeShape {
 	s := llama(seqs, kvLen)
@@ -215,7 +230,7 @@ func TestPlanDecodeSplits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := PlanDecode(tt.shape, tt.dev, tt.knobs)
+			p, err := PlanDecode(known(tt.shape), tt.dev, tt.knobs)
 			require.NoError(t, err)
 			assert.Equal(t, tt.splits, p.Splits, "splits")
 			assert.Equal(t, tt.requested, p.RequestedSplits, "requested splits")
@@ -309,7 +324,7 @@ func TestPlanDecodeRing(t *testing.T) {
 		{"fp8 head dim 256: 2 stages of 8 KiB per warp", fp8hd256, 8192 + 2*32768, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := PlanDecode(tt.shape, h200(), DefaultKnobs())
+			p, err := PlanDecode(known(tt.shape), h200(), DefaultKnobs())
 			require.NoError(t, err)
 			assert.Equal(t, uint32(tt.want), p.SharedBytes, "%s, grid %v", p.Kernel, p.Grid)
 			assert.Equal(t, tt.stages, DecodeRingStages(p.Kernel, int(p.SharedBytes)))
@@ -961,7 +976,7 @@ func TestPlanDecodeClusters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := PlanDecode(tt.shape, tt.dev, tt.knobs)
+			p, err := PlanDecode(known(tt.shape), tt.dev, tt.knobs)
 			require.NoError(t, err)
 			assert.Equal(t, tt.splits, p.Splits, p.Reason)
 			assert.Equal(t, tt.cluster, p.Cluster)

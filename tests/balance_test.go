@@ -30,8 +30,8 @@ func raggedShapes() []check.DecodeShape {
 }
 
 // TestDecodeBalancedMatchesReference runs ragged batches through the
-// balanced plan, chosen automatically from HostKVLens and forced by
-// DECODE_BALANCE=1, against float64 and against single-pass.
+// balanced plan, chosen automatically from HostKVLens, chosen without them,
+// and forced by DECODE_BALANCE=1, against float64 and against single-pass.
 func TestDecodeBalancedMatchesReference(t *testing.T) {
 	auto := open(t, config.Options{})
 	on := open(t, config.Options{DecodeBalance: ptr(config.SplitOn)})
@@ -63,6 +63,17 @@ func TestDecodeBalancedMatchesReference(t *testing.T) {
 			plan, err := auto.PlanDecode(auto.Stream(), &p.Args)
 			require.NoError(t, err)
 			assert.False(t, plan.Balanced(), "%s", plan.String())
+
+			// Without host lengths the eager plan is balanced, as a graph's
+			// is: each sequence split from its device length.
+			p.Args.HostKVLens = nil
+			plan, err = auto.PlanDecode(auto.Stream(), &p.Args)
+			require.NoError(t, err)
+			require.True(t, plan.Balanced(), "%s", plan.String())
+			assert.Equal(t, dispatch.ReasonBalancedNoLens, plan.Reason)
+			out, lse, err := p.Run(auto, auto.Stream())
+			require.NoError(t, err)
+			require.NoError(t, p.Check(out, lse), "%s", plan.String())
 		})
 	}
 }

@@ -756,7 +756,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 			for _, kv := range kvGrid {
 				n++
 				c := decodeCase{q: q, cache: cache, lens: uniformLens(seqs, kv), shape: fmt.Sprintf("seqs=%d kv=%d", seqs, kv),
-					sweep: doSweep && cache != pagedkv.E4M3, balancedAB: cache != pagedkv.E4M3}
+					hostLens: true, sweep: doSweep && cache != pagedkv.E4M3, balancedAB: cache != pagedkv.E4M3}
 				if float64(c.kvBytes()) > limit {
 					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", cache, seqs, kv, float64(c.kvBytes())/1e9))
 					continue
@@ -787,6 +787,13 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				return err
 			}
 		}
+		// A uniform batch without host lengths: planned balanced as a
+		// graph is (the plan cannot tell it from a ragged one), against
+		// the grid's row, which passes them.
+		noLens := decodeCase{q: q, cache: cache, lens: uniformLens(32, 8192), shape: "seqs=32 kv=8192, no host lens"}
+		if err := b.decodeRow(pool, noLens, ""); err != nil {
+			return err
+		}
 		// Score modifiers: a 4096-token window over 32768-token sequences
 		// (against the plain kv=4096 rows: a window reads only its
 		// pages), and soft-cap, sinks and ALiBi (against the plain rows of
@@ -801,7 +808,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 			{shape: "seqs=8 kv=8192 alibi", lens: uniformLens(8, 8192), mods: benchMods{alibi: true}},
 			{shape: "seqs=32 kv=8192 softcap+sinks+alibi", lens: uniformLens(32, 8192), mods: benchMods{softCap: 30, sinks: true, alibi: true}},
 		} {
-			mc.q, mc.cache = q, cache
+			mc.q, mc.cache, mc.hostLens = q, cache, true
 			if err := b.decodeRow(pool, mc, ""); err != nil {
 				return err
 			}
