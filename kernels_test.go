@@ -34,6 +34,9 @@ func paramStructFor(entry string) (reflect.Type, bool) {
 	if strings.HasPrefix(entry, "paged_decode_") && strings.HasSuffix(entry, "_mods") {
 		return reflect.TypeFor[pagedDecodeModsParams](), true
 	}
+	if strings.HasPrefix(entry, "paged_varlen_") && strings.HasSuffix(entry, "_mods") {
+		return reflect.TypeFor[pagedVarlenModsParams](), true
+	}
 	best := ""
 	for prefix := range paramStructs {
 		if strings.HasPrefix(entry, prefix) && len(prefix) > len(best) {

@@ -26,6 +26,8 @@ import (
 //   - KVCapacity, Workspace: as for DecodeArgs and VarlenArgs (the graph's
 //     KV capacity, 0 = KV_CAPACITY; the engine's own split-K scratch, sized
 //     from the plan of the op the call runs).
+//   - SlidingWindow, SoftCap, Sinks, AlibiSlopes: the score modifiers, as
+//     DecodeArgs and VarlenArgs take them (off by default).
 //
 // Aliasing: Out and LSE must not overlap each other or any input; the inputs
 // may overlap one another. Workspace must not overlap any other buffer.
@@ -60,6 +62,10 @@ type SequenceArgs struct {
 	DType, CacheDType                     DType
 	Layout                                CacheLayout
 	Scale, KScale, VScale                 float32
+
+	SlidingWindow      int
+	SoftCap            float32
+	Sinks, AlibiSlopes Buffer
 }
 
 const sequenceArg = "SequenceArgs"
@@ -165,6 +171,7 @@ func (a *SequenceArgs) decode() DecodeArgs {
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq,
 		MaxKVLen: maxKV, QTokenStride: a.QTokenStride, HostKVLens: a.HostKVLens,
 		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+		SlidingWindow: a.SlidingWindow, SoftCap: a.SoftCap, Sinks: a.Sinks, AlibiSlopes: a.AlibiSlopes,
 	}
 }
 
@@ -183,6 +190,7 @@ func (a *SequenceArgs) varlen() VarlenArgs {
 		// sequence the planner's tile count is exact without them (slices
 		// here would cost two allocations a call).
 		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+		SlidingWindow: a.SlidingWindow, SoftCap: a.SoftCap, Sinks: a.Sinks, AlibiSlopes: a.AlibiSlopes,
 	}
 }
 

@@ -915,8 +915,22 @@ func TestVarlenArgsValidate(t *testing.T) {
 			a.NumBlocks, a.BlockSize, a.NumKVHeads, a.NumQHeads, a.Q.Bytes = math.MaxInt32, 256, 4096, 4096, 1<<40
 		},
 			"VarlenArgs.NumBlocks=2147483647 is too large for BlockSize=256; allowed: NumBlocks·BlockSize at most 2^31−1"},
+		{"window", func(a *VarlenArgs) { a.SlidingWindow = -1 }, "VarlenArgs.SlidingWindow=-1 is out of range; allowed: 0 (none) or 1..1073741824"},
+		{"window not causal", func(a *VarlenArgs) { a.SlidingWindow, a.Causal = 64, false },
+			"VarlenArgs.SlidingWindow=64 needs Causal: a window ends at each query's own position; allowed: Causal=true, or SlidingWindow=0"},
+		{"soft-cap", func(a *VarlenArgs) { a.SoftCap = float32(math.Inf(1)) }, "VarlenArgs.SoftCap=+Inf is not allowed; allowed: 0 (off) or a finite value > 0"},
+		{"sinks small", func(a *VarlenArgs) { a.Sinks = fakeBuffer(15 * 4) }, "VarlenArgs.Sinks holds 60 bytes; the shapes need 64"},
+		{"alibi over out", func(a *VarlenArgs) { a.AlibiSlopes = Buffer{Ptr: a.Out.Ptr, Bytes: 64} }, "VarlenArgs.AlibiSlopes"},
+		{"mods fp8", func(a *VarlenArgs) {
+			a.CacheDType, a.KScale, a.VScale, a.SoftCap = E4M3, 1, 1, 30
+		}, "VarlenArgs: SlidingWindow, SoftCap, Sinks and AlibiSlopes with CacheDType=e4m3 are not supported; allowed: CacheDType=DType (bf16)"},
+		{"mods layout", func(a *VarlenArgs) { a.Layout, a.Sinks = LayoutShuffle, fakeBuffer(64) },
+			"VarlenArgs: SlidingWindow, SoftCap, Sinks and AlibiSlopes with Layout=shuffle are not supported; allowed: Layout=flash"},
 	}
 	expectErrors(t, goodVarlen, cases)
+	mods := goodVarlen()
+	mods.SlidingWindow, mods.SoftCap, mods.Sinks, mods.AlibiSlopes = 4096, 50, fakeBuffer(64), fakeBuffer(64)
+	require.NoError(t, mods.Validate(), "every modifier")
 }
 
 // TestVarlenTotalQTokensBound pins the NumTokens bound against two

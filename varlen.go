@@ -64,6 +64,12 @@ import (
 //     (or, for a graph, PlanVarlenGraph) gives, 256-byte aligned. It must
 //     outlive every graph that captured it.
 //   - Scale: softmax scale; 0 means 1/√HeadDim.
+//   - SlidingWindow, SoftCap, Sinks, AlibiSlopes: the score modifiers, as
+//     DecodeArgs takes them, for a query at KV position p (PosOffsets[s] +
+//     i): SlidingWindow > 0 attends keys p−SlidingWindow+1 … p only (it needs
+//     Causal), and a block of queries reads no page before its first
+//     query's window, so a long prompt costs what its windows cover. They
+//     need the flash layout and a cache of the queries' type.
 //
 // Aliasing: Out and LSE must not overlap each other or any input; inputs may
 // overlap one another. Workspace must not overlap any other buffer. Validate
@@ -91,6 +97,10 @@ type VarlenArgs struct {
 	DType, CacheDType     DType
 	Layout                CacheLayout
 	Scale, KScale, VScale float32
+
+	SlidingWindow      int
+	SoftCap            float32
+	Sinks, AlibiSlopes Buffer
 }
 
 const varlenArg = "VarlenArgs"
@@ -133,6 +143,9 @@ func (a *VarlenArgs) Validate() error {
 		return err
 	}
 	if err := p.scalars(&sp); err != nil {
+		return err
+	}
+	if err := a.checkMods(&sp); err != nil {
 		return err
 	}
 	if _, err := p.qRows(&sp, a.Q, a.NumTokens, a.QTokenStride, "NumTokens", "QTokenStride"); err != nil {
@@ -238,6 +251,27 @@ func (a *VarlenArgs) outStrides() (token, head int64, err error) {
 	return token, head, nil
 }
 
+// mods returns a's score modifiers.
+func (a *VarlenArgs) mods() scoreMods {
+	return scoreMods{window: a.SlidingWindow, softCap: a.SoftCap, sinks: a.Sinks, alibi: a.AlibiSlopes}
+}
+
+// checkMods checks a's score modifiers: their values and buffers, and that
+// the call has kernels for them (a window needs Causal; the flash layout).
+func (a *VarlenArgs) checkMods(sp *spans) error {
+	m := a.mods()
+	if err := m.check(varlenArg, sp, a.NumQHeads, a.DType, a.CacheDType); err != nil || !m.on() {
+		return err
+	}
+	if a.SlidingWindow > 0 && !a.Causal {
+		return errf("%s.SlidingWindow=%d needs Causal: a window ends at each query's own position; allowed: Causal=true, or SlidingWindow=0", varlenArg, a.SlidingWindow)
+	}
+	if a.Layout != LayoutFlash {
+		return errf("%s: SlidingWindow, SoftCap, Sinks and AlibiSlopes with Layout=%v are not supported; allowed: Layout=%v", varlenArg, a.Layout, LayoutFlash)
+	}
+	return nil
+}
+
 // group returns the GQA group size of a valid a.
 func (a *VarlenArgs) group() int { return a.NumQHeads / a.NumKVHeads }
 
@@ -247,6 +281,9 @@ func (a *VarlenArgs) shape(graph bool, kvCapacity int) dispatch.VarlenShape {
 		NumSeqs: a.NumSeqs, NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
 		HeadDim: a.HeadDim, MaxKVLen: a.MaxKVLen, DType: a.DType, CacheDType: a.CacheDType,
 		Layout: a.Layout,
+	}
+	if m := a.mods(); m.on() {
+		s.Mods, s.SlidingWindow = true, a.SlidingWindow
 	}
 	if graph {
 		s.MaxKVLen = graphCapacity(a.KVCapacity, kvCapacity)
@@ -268,6 +305,36 @@ type pagedVarlenParams struct {
 	Causal                                                     int32
 	Scale, KScale, VScale                                      float32
 	CuBase, SeqBase, OnePos                                    int32
+}
+
+// pagedVarlenModsParams is the parameter list of the paged_varlen_*_mods
+// kernels: the plain ones', then the score modifiers.
+type pagedVarlenModsParams struct {
+	Out, LSE, PartialOut, PartialMax, PartialSum               driver.DevicePtr
+	Q, KCache, VCache, BlockTables, CuSeqlensQ, PosOffsets     driver.DevicePtr
+	Fault                                                      driver.DevicePtr
+	QTokenStride, OutTokenStride, OutHeadStride                int64
+	NumSeqs, TotalQ, NumQHeads, MaxBlocksPerSeq, BlockSizeLog2 int32
+	NumBlocks                                                  int64
+	Causal                                                     int32
+	Scale, KScale, VScale                                      float32
+	CuBase, SeqBase, OnePos                                    int32
+	Window                                                     int32
+	SoftCap                                                    float32
+	Sinks, AlibiSlopes                                         driver.DevicePtr
+}
+
+// withMods returns p's parameters followed by m's, for a _mods kernel.
+func (p *pagedVarlenParams) withMods(m modParams) pagedVarlenModsParams {
+	return pagedVarlenModsParams{
+		Out: p.Out, LSE: p.LSE, PartialOut: p.PartialOut, PartialMax: p.PartialMax, PartialSum: p.PartialSum,
+		Q: p.Q, KCache: p.KCache, VCache: p.VCache, BlockTables: p.BlockTables, CuSeqlensQ: p.CuSeqlensQ,
+		PosOffsets: p.PosOffsets, Fault: p.Fault, QTokenStride: p.QTokenStride, OutTokenStride: p.OutTokenStride,
+		OutHeadStride: p.OutHeadStride, NumSeqs: p.NumSeqs, TotalQ: p.TotalQ, NumQHeads: p.NumQHeads,
+		MaxBlocksPerSeq: p.MaxBlocksPerSeq, BlockSizeLog2: p.BlockSizeLog2, NumBlocks: p.NumBlocks, Causal: p.Causal,
+		Scale: p.Scale, KScale: p.KScale, VScale: p.VScale, CuBase: p.CuBase, SeqBase: p.SeqBase, OnePos: p.OnePos,
+		Window: m.Window, SoftCap: m.SoftCap, Sinks: m.Sinks, AlibiSlopes: m.AlibiSlopes,
+	}
 }
 
 // varlenMergeParams is the parameter list of the paged_varlen_merge_*
@@ -495,7 +562,12 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part batchView, plan *d
 			CuBase: part.cuBase,
 		}
 	}
-	err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+	if m := a.mods(); m.on() {
+		pm := p.withMods(m.params())
+		err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &pm)
+	} else {
+		err = driver.Launch(fn, dim(plan.Grid), dim(plan.Block), plan.SharedBytes, s.s, &p)
+	}
 	if err == nil && plan.Splits > 1 {
 		grid := driver.Dim3{X: uint32((int64(merge.Rows) + dispatch.VarlenThreads/32 - 1) / (dispatch.VarlenThreads / 32)), Y: 1, Z: 1}
 		err = driver.Launch(mergeFn, grid, driver.Dim3{X: dispatch.VarlenThreads, Y: 1, Z: 1}, 0, s.s, &merge)
@@ -517,14 +589,22 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 	// Any kernel of the head dim will do (PlanVarlen picks by the queries'
 	// lengths and the device).
 	layout := a.Layout
-	kernel, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, false)
+	long, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, false)
 	if err != nil {
 		return err
 	}
-	if short, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, true); plan.Kernel == short {
-		kernel = short
-	} else if k64, ok := dispatch.VarlenK64KernelName(kernel); ok && plan.Kernel == k64 {
-		kernel = k64
+	short, _ := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, true)
+	k64, _ := dispatch.VarlenK64KernelName(long)
+	mods := a.mods()
+	kernel := ""
+	for _, k := range [...]string{long, short, k64} {
+		if mods.on() {
+			// Validate checked that there is a twin.
+			k, _ = dispatch.VarlenModsKernel(k)
+		}
+		if k != "" && (kernel == "" || plan.Kernel == k) {
+			kernel = k
+		}
 	}
 	rows, _, _ := dispatch.VarlenGeometry(kernel)
 	splits := max(plan.Splits, 1)
@@ -665,6 +745,7 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 		BlockSize: a.BlockSize, NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, MaxKVLen: maxKV,
 		QTokenStride: a.QTokenStride, HostKVLens: kv,
 		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
+		SlidingWindow: a.SlidingWindow, SoftCap: a.SoftCap, Sinks: a.Sinks, AlibiSlopes: a.AlibiSlopes,
 	}
 	base := int64(cu[d])
 	rest := *a

@@ -53,3 +53,63 @@ func TestPlanDecodeMods(t *testing.T) {
 	_, err = PlanDecode(noMods, dev, DefaultKnobs())
 	assert.ErrorContains(t, err, "DecodeShape.SlidingWindow=10 is not allowed")
 }
+
+// TestPlanVarlenMods: score modifiers take the _mods twin of the kernel the
+// shape would take (the 32-key one for a _k64 choice); a window sizes the
+// splits from the KV one block reads, not MaxKVLen; fp8 caches, other
+// layouts and a window without Mods are refused.
+func TestPlanVarlenMods(t *testing.T) {
+	dev := varlenDev()
+	for _, s := range []VarlenShape{prefill(8, 2048, 2048), prefill(8, 16, 8192), prefill(1, 300, 300)} {
+		plain, err := PlanVarlen(s, dev, DefaultKnobs())
+		require.NoError(t, err)
+		s.Mods = true
+		p, err := PlanVarlen(s, dev, DefaultKnobs())
+		require.NoError(t, err)
+		want, ok := VarlenModsKernel(plain.Kernel)
+		require.True(t, ok, plain.Kernel)
+		assert.Equal(t, want, p.Kernel)
+		assert.True(t, strings.HasSuffix(p.Kernel, "_mods"), p.Kernel)
+		assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
+		rows, keys, ok := VarlenGeometry(p.Kernel)
+		require.True(t, ok)
+		assert.Equal(t, p.Grid.X, uint32(VarlenGridX(s.NumSeqs, s.NumTokens, 4, rows)), "rows %d keys %d", rows, keys)
+	}
+	k64, _ := VarlenK64KernelName("paged_varlen_bf16_hd128")
+	twin, ok := VarlenModsKernel(k64)
+	assert.True(t, ok)
+	assert.Equal(t, "paged_varlen_bf16_hd128_mods", twin)
+
+	// A short query over a long cache: without a window it splits the
+	// 32768 positions; with a 1024-position window each block reads about
+	// 1100, and the planner splits that.
+	long := prefill(2, 16, 32768)
+	long.Mods = true
+	full, err := PlanVarlen(long, dev, DefaultKnobs())
+	require.NoError(t, err)
+	long.SlidingWindow = 1024
+	windowed, err := PlanVarlen(long, dev, DefaultKnobs())
+	require.NoError(t, err)
+	assert.Greater(t, full.Splits, windowed.Splits)
+	assert.LessOrEqual(t, windowed.Splits, (1024+16+64)/VarlenMinSplitKeys)
+	forced := knobs(func(k *Knobs) { k.ForcedSplits = 64 })
+	p, err := PlanVarlen(long, dev, forced)
+	require.NoError(t, err)
+	assert.Equal(t, (1024+16+64+63)/64, p.Splits, "forced splits: whole 64-key tiles of the window's span")
+
+	for _, tc := range []struct {
+		name string
+		edit func(*VarlenShape)
+		msg  string
+	}{
+		{"fp8", func(s *VarlenShape) { s.CacheDType = E4M3 }, "VarlenShape.Mods with CacheDType=e4m3 is not supported"},
+		{"layout", func(s *VarlenShape) { s.Layout = LayoutXSplit }, "VarlenShape.Mods with Layout=x-split is not supported"},
+		{"window without mods", func(s *VarlenShape) { s.Mods = false }, "VarlenShape.SlidingWindow=1024 is not allowed; allowed: 0, or > 0 with Mods"},
+	} {
+		s := long
+		tc.edit(&s)
+		_, err := PlanVarlen(s, dev, DefaultKnobs())
+		assert.ErrorIs(t, err, ErrInvalidShape, tc.name)
+		assert.ErrorContains(t, err, tc.msg, tc.name)
+	}
+}

@@ -80,6 +80,10 @@ type nameTables struct {
 	// varlenK64: the 64-key-tile twin (_k64) of a 128-row kernel at head
 	// dim 128 over a 16-bit cache, by the 32-key kernel's name.
 	varlenK64 map[string]string
+	// varlenMods: the flash-layout varlen kernels over a cache of the
+	// queries' type → their _mods twins, which take the score modifiers
+	// (modules varlen_*_mods); a _k64 kernel's twin is its 32-key kernel's.
+	varlenMods map[string]string
 }
 
 // addVarlen records the geometry of the varlen kernels named base (and
@@ -108,7 +112,7 @@ var tables = buildNames()
 
 func buildNames() *nameTables {
 	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, mods: map[string]string{},
-		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}}
+		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}, varlenMods: map[string]string{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -142,6 +146,15 @@ func buildNames() *nameTables {
 				t.shape[name] = [2]int{d, size}
 				// VarlenConfig in kernels_src/varlen.cuh.
 				t.varlen[qi][fp8][hi] = t.addVarlen(vname, "", d, size)
+				if fp8 == 0 {
+					for _, k := range t.varlen[qi][fp8][hi] {
+						t.varlenMods[k] = k + "_mods"
+						t.varlenShape[k+"_mods"] = t.varlenShape[k]
+					}
+					if k64, ok := t.varlenK64[vname]; ok {
+						t.varlenMods[k64] = vname + "_mods"
+					}
+				}
 				for li, l := range [...]string{"_xsplit", "_shuffle"} {
 					t.varlenLaid[qi][fp8][li][hi] = t.addVarlen(vname, l, d, size)
 				}
@@ -617,6 +630,15 @@ func VarlenK64KernelName(kernel string) (string, bool) {
 	return k64, ok
 }
 
+// VarlenModsKernel returns the _mods twin of varlen kernel (a flash-layout
+// kernel over a cache of the queries' type): the same tiling with the score
+// modifiers; the twin of a _k64 kernel is its 32-key kernel's. ok is false
+// for a kernel without one (fp8 caches, the x-split and shuffle layouts).
+func VarlenModsKernel(kernel string) (twin string, ok bool) {
+	twin, ok = tables.varlenMods[kernel]
+	return twin, ok
+}
+
 // VarlenMergeKernelName returns the kernel that merges the split-K partials
 // of a varlen launch with output of type dtype and head dimension headDim.
 func VarlenMergeKernelName(dtype DType, headDim int) (string, error) {
@@ -639,6 +661,11 @@ func VarlenKernelNames() []string {
 			}
 			if k64, ok := tables.varlenK64[pair[0]]; ok {
 				names = append(names, k64)
+			}
+			for _, n := range slices.Compact([]string{pair[0], pair[1]}) {
+				if twin, ok := tables.varlenMods[n]; ok {
+					names = append(names, twin)
+				}
 			}
 		}
 	}

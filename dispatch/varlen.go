@@ -49,6 +49,13 @@ type VarlenShape struct {
 	// bounds ([NumSeqs+1], checked by the caller), so the planner counts the
 	// row tiles the batch really has; without it, it plans for the grid.
 	HostCuSeqlensQ []int32
+	// Mods: the varlen modifies its scores (a sliding window, soft-cap,
+	// sinks or ALiBi), which the _mods kernels do (VarlenModsKernel: the
+	// flash layout, caches of the queries' type). SlidingWindow (> 0, with
+	// Mods) bounds the KV a block reads to about the window, and the split
+	// count follows that span instead of MaxKVLen.
+	Mods          bool
+	SlidingWindow int
 }
 
 // VarlenPlan is what the launcher does for a varlen. Its SplitK scratch
@@ -77,7 +84,9 @@ type VarlenPlan struct {
 // KiB blocks fit an SM (Occupancy: compute capability 9.0's 228 KB, the
 // H100 and H200, where it ran long prefill 6–8% faster), else the 32-key
 // kernel (compute capability 8.0's 164 KB holds one such block, where the
-// 32-key kernel keeps two); Knobs.VarlenKeys forces either.
+// 32-key kernel keeps two); Knobs.VarlenKeys forces either. With Mods the
+// kernel is the _mods twin of that choice (VarlenModsKernel; a _k64
+// choice's twin is the 32-key kernel's).
 //
 // Split-K (Splits > 1, merged by VarlenMergeKernelName's kernel) comes in
 // when the row tiles leave the GPU without a full wave of blocks and the KV
@@ -99,9 +108,13 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	if err != nil {
 		return VarlenPlan{}, err
 	}
-	if k64, ok := tables.varlenK64[kernel]; ok && (k.VarlenKeys == 64 ||
+	if k64, ok := tables.varlenK64[kernel]; ok && !s.Mods && (k.VarlenKeys == 64 ||
 		k.VarlenKeys == 0 && dev.Occupancy[k64] >= 2 && VarlenSharedBytes(k64) <= dev.MaxSharedPerBlockOptin) {
 		kernel = k64
+	}
+	if s.Mods {
+		// validateVarlen checked that there is a twin.
+		kernel = tables.varlenMods[kernel]
 	}
 	geo := tables.varlenShape[kernel]
 	shared := VarlenSharedBytes(kernel)
@@ -165,13 +178,21 @@ func VarlenPlanScratch(tokens, heads, headDim, splits int) (floats, maxOffset, s
 // chooseVarlenSplits returns the split count before the scratch limit, and
 // why, for tiles row tiles of kernel (tiles of keys positions).
 func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string, keys, tiles int) (int, string) {
-	maxByKV := min(VarlenMaxSplits, s.MaxKVLen/VarlenMinSplitKeys)
+	// span: the most KV positions one block reads; with a sliding window,
+	// its rows' windows from the tile that holds the first one's start.
+	span := s.MaxKVLen
+	if s.SlidingWindow > 0 {
+		rows, _, _ := VarlenGeometry(kernel)
+		group := s.NumQHeads / s.NumKVHeads
+		span = min(span, s.SlidingWindow+(rows+group-1)/group+keys)
+	}
+	maxByKV := min(VarlenMaxSplits, span/VarlenMinSplitKeys)
 	switch {
 	case k.SplitK == SplitOff:
 		return 1, ReasonSplitKOff
 	case k.ForcedSplits > 0:
 		// Whole tiles per split: more splits than K/V tiles would be empty.
-		return max(1, min(k.ForcedSplits, VarlenMaxSplits, (s.MaxKVLen+keys-1)/keys)), ReasonForced
+		return max(1, min(k.ForcedSplits, VarlenMaxSplits, (span+keys-1)/keys)), ReasonForced
 	case s.MaxKVLen == 0:
 		return 1, ReasonEmptyKV
 	case maxByKV < 2:
@@ -255,6 +276,12 @@ func validateVarlen(s *VarlenShape, dev *DeviceFacts, k *Knobs) error {
 		return errf("dispatch: VarlenShape.MaxKVLen=%d is out of range; allowed: 0..%d", s.MaxKVLen, MaxSeqTokens)
 	case len(s.HostCuSeqlensQ) != 0 && len(s.HostCuSeqlensQ) != s.NumSeqs+1:
 		return errf("dispatch: VarlenShape.HostCuSeqlensQ has %d values; allowed: none, or NumSeqs+1=%d", len(s.HostCuSeqlensQ), s.NumSeqs+1)
+	case s.Mods && s.CacheDType != s.DType:
+		return errf("dispatch: VarlenShape.Mods with CacheDType=%v is not supported; allowed: CacheDType=DType=%v (the modifiers have 16-bit cache kernels only)", s.CacheDType, s.DType)
+	case s.Mods && s.Layout != LayoutFlash:
+		return errf("dispatch: VarlenShape.Mods with Layout=%v is not supported; allowed: %v (the modifiers have flash-layout kernels only)", s.Layout, LayoutFlash)
+	case s.SlidingWindow < 0 || (s.SlidingWindow > 0 && !s.Mods):
+		return errf("dispatch: VarlenShape.SlidingWindow=%d is not allowed; allowed: 0, or > 0 with Mods", s.SlidingWindow)
 	case dev.SMs < 1:
 		return errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: ≥ 1", dev.SMs)
 	}

@@ -74,6 +74,16 @@
 //   cu_seqlens_q[num_seqs] − cu_base tokens (clamped to rows / num_q_heads;
 //   all of them for a null cu_seqlens_q), writing out and, when lse != null,
 //   lse. Grid: ⌈rows/4⌉, block 128.
+//
+// paged_varlen_<q>_hd<D>[_r64]_mods take score modifiers after the plain
+// parameters, over a flash-layout cache of <q> (no _k64 twin: its split
+// loops keep the mask out of most tiles): window (> 0: the query at KV
+// position p reads keys p − window + 1 … p only; a block's tiles start at
+// the one that holds its first row's first key, and positions before that
+// are neither read nor looked up in the block table), softcap (> 0: s =
+// softcap·tanh(s/softcap) on the scaled score), sinks (f32 [num_q_heads] or
+// null: exp(sink) joins each head's denominator; split 0 adds it), alibi
+// (f32 [num_q_heads] or null: s += slope·(key − p)); see ScoreMods.
 #pragma once
 #include "cache.cuh"
 #include "common.cuh"
@@ -246,6 +256,20 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
   }
 }
 
+// in_range reports whether a loader reads KV position pos: below kv_end,
+// and with LO (the _mods entries, whose sliding window starts a block's
+// KV at kv_begin) not below kv_begin. Positions it does not read land as
+// zeros, and their block-table entries are never looked up (an engine may
+// have freed the pages before a window).
+template <bool LO>
+__device__ __forceinline__ bool in_range(int pos, int kv_begin, int kv_end) {
+  if constexpr (LO) {
+    return pos >= kv_begin && pos < kv_end;
+  } else {
+    return pos < kv_end;
+  }
+}
+
 // KVRow is one thread's share of loading a K/V tile for the two-row-tile
 // kernels: kTPR consecutive threads load one row (a KV position), kCPT
 // interleaved 16-byte chunks each. Rows of 256 bytes or more take 8
@@ -274,22 +298,28 @@ struct KVRow {
   __device__ __forceinline__ KVRow() : r((int)threadIdx.x / kTPR), h((int)threadIdx.x % kTPR) {}
 
   // lookup returns the block-table entries of this thread's rows of the
-  // tile at kv0 (0 past kv_end, where nothing is read).
-  __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
+  // tile at kv0 (0 past kv_end, and with LO below kv_begin, where nothing
+  // is read).
+  template <bool LO>
+  __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_begin, int kv_end,
+                                        int block_size_log2) const {
     Ids ids;
 #pragma unroll
     for (int j = 0; j < kRPT; ++j) {
       const int pos = kv0 + r + kRPP * j;
-      ids.v[j] = pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
+      ids.v[j] = in_range<LO>(pos, kv_begin, kv_end) ? __ldg(table + (pos >> block_size_log2)) : 0;
     }
     return ids;
   }
 
   // issue starts the copy of K/V positions kv0 … kv0+kKeys-1 (zeros at and
-  // past kv_end) into the stage at dst (K tile, then V tile); ids are
-  // lookup's entries for the rows; nb is BadBlock's pool bound.
-  __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0, int kv_end,
-                                        int block_size_log2, uint32_t nb, int64_t row_stride) {
+  // past kv_end, and with LO below kv_begin) into the stage at dst (K tile,
+  // then V tile); ids are lookup's entries for the rows; nb is BadBlock's
+  // pool bound.
+  template <bool LO>
+  __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0,
+                                        int kv_begin, int kv_end, int block_size_log2, uint32_t nb,
+                                        int64_t row_stride) {
     constexpr int CCH = Smem::kCacheChunks;
 #pragma unroll
     for (int i = 0; i < kRPT; ++i) {
@@ -298,7 +328,7 @@ struct KVRow {
       const int64_t off = bad.row(ids.v[i], pos, block_size_log2, nb) * row_stride;
       const unsigned char* k_src = reinterpret_cast<const unsigned char*>(k_head + off) + h * 16;
       const unsigned char* v_src = reinterpret_cast<const unsigned char*>(v_head + off) + h * 16;
-      const int bytes = pos < kv_end ? 16 : 0;
+      const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
 #pragma unroll
       for (int j = 0; j < kCPT; ++j) {
         const uint32_t at = swizzle<CCH>(rr, j * kTPR + h) * 16;
@@ -339,26 +369,31 @@ struct KVLines {
       : r0((int)threadIdx.x / kCCH), c((int)threadIdx.x % kCCH), lane((int)threadIdx.x & 31) {}
 
   // lookup returns the block-table entries of tile rows lane (+ 32) of the
-  // tile at kv0 (0 past kv_end, where nothing is read).
-  __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_end, int block_size_log2) const {
+  // tile at kv0 (0 past kv_end, and with LO below kv_begin, where nothing
+  // is read).
+  template <bool LO>
+  __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_begin, int kv_end,
+                                        int block_size_log2) const {
     Ids ids;
 #pragma unroll
     for (int i = 0; i < kIds; ++i) {
       const int pos = kv0 + lane + 32 * i;
-      ids.v[i] = pos < kv_end ? __ldg(table + (pos >> block_size_log2)) : 0;
+      ids.v[i] = in_range<LO>(pos, kv_begin, kv_end) ? __ldg(table + (pos >> block_size_log2)) : 0;
     }
     return ids;
   }
 
-  __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0, int kv_end,
-                                        int block_size_log2, uint32_t nb, int64_t row_stride) {
+  template <bool LO>
+  __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0,
+                                        int kv_begin, int kv_end, int block_size_log2, uint32_t nb,
+                                        int64_t row_stride) {
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       const int r = r0 + kRP * j;  // r ≥ 32 exactly when kRP·j ≥ 32 (r0 < kRP, which divides 32)
       const int blk = __shfl_sync(0xffffffffu, ids.v[kRP * j >= 32 ? 1 % kIds : 0], r & 31);
       const int pos = kv0 + r;
       const int64_t off = bad.row(blk, pos, block_size_log2, nb) * row_stride;
-      const int bytes = pos < kv_end ? 16 : 0;
+      const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
       const uint32_t at = swizzle<kCCH>(r, c) * 16;
       cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, bytes);
       cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16, bytes);
@@ -745,13 +780,15 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
 
 // store_rows writes a lane's two rows of one row tile, whose first packed
 // row is p0: the normalized output (·v_mul) and LSE, or for split-K the
-// split's partials.
-template <typename T, int D>
+// split's partials. MODS with sinks (f32 [num_q_heads]): the first split
+// adds each head's sink logit to its denominator (in log2 units), as one
+// more score that attends no value.
+template <typename T, int D, bool MODS = false>
 __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRows& st, const float (*acc)[4], int p0,
                                            int kvh, int G, int num_q_heads, int split, int splits, float q_mul,
                                            float v_mul, T* out, int64_t out_token_stride, int64_t out_head_stride,
                                            float* lse, float* partial_out, float* partial_max, float* partial_sum,
-                                           int lane) {
+                                           int lane, const float* __restrict__ sinks = nullptr) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = st.l[h];
@@ -761,8 +798,20 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
     if (p >= t.q_len * G) continue;
     const int tok = p / G;
     const int64_t row = (int64_t)(t.q_begin + tok) * num_q_heads + kvh * G + (p - tok * G);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const float mx = l > 0.0f ? st.m[h] * q_mul : -INFINITY;  // log2 units
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float mx = l > 0.0f ? st.m[h] * q_mul : -INFINITY;  // log2 units
+    if constexpr (MODS) {
+      if (sinks != nullptr && split == 0) {
+        // The rows' sum and output rescaled to the larger of the max and
+        // the sink: l·2^(mx−M) + 2^(sink−M).
+        const float sink = __ldg(sinks + kvh * G + (p - tok * G)) * kLog2e;
+        const float top = fmaxf(mx, sink);
+        const float a = l > 0.0f ? exp2f(mx - top) : 0.0f;
+        l = fmaf(l, a, exp2f(sink - top));
+        inv = a / l;
+        mx = top;
+      }
+    }
     const float o_mul = inv * v_mul;
     if (splits == 1) {
       const int64_t out_row = (int64_t)(t.q_begin + tok) * out_token_stride + (int64_t)(kvh * G + (p - tok * G)) * out_head_stride;
@@ -788,19 +837,22 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
 }
 
 // kv_tiles sets the KV range of t's block (its rows row0 … row0+ROWS−1):
-// up to its last row's limit (kv_end), cut into splits of whole KEYS-wide
-// tiles, split `split` taking tiles [first_tile, end_tile); positions from
-// mask_from on (its first row's limit) need the per-row mask.
+// up to its last row's limit (kv_end), from the tile that holds kv_begin
+// (0, or with a sliding window its first row's window start), cut into
+// splits of whole KEYS-wide tiles, split `split` taking tiles
+// [first_tile, end_tile); positions from mask_from on (its first row's
+// limit) need the per-row mask.
 template <int ROWS, int KEYS>
 __device__ __forceinline__ void kv_tiles(const VarlenTile& t, int G, bool causal, int split, int splits, int& kv_end,
-                                         int& mask_from, int& first_tile, int& end_tile) {
+                                         int& mask_from, int& first_tile, int& end_tile, int kv_begin = 0) {
   const int rows = t.q_len * G;
   const int last = min(t.row0 + ROWS, rows) - 1;
   kv_end = row_limit(t, last, G, causal);
   mask_from = row_limit(t, t.row0, G, causal);
   const int tiles = (kv_end + KEYS - 1) / KEYS;
-  const int per_split = (tiles + splits - 1) / splits;
-  first_tile = min(tiles, split * per_split);
+  const int from = kv_begin / KEYS;
+  const int per_split = (tiles - from + splits - 1) / splits;
+  first_tile = min(tiles, from + split * per_split);
   end_tile = min(tiles, first_tile + per_split);
 }
 
@@ -834,7 +886,7 @@ __device__ __forceinline__ void row_limits(int (&lim)[MT][2], const VarlenTile& 
 // before ptxas sees them (a method call through it after the loop cost the
 // two-row-tile x-split and shuffle kernels 14–21% more instructions, and
 // the _k64 ones more spills).
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool LO = false>
 struct VarlenKV {
   static constexpr bool LAID = LAYOUT != kLayoutFlash;
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
@@ -842,6 +894,7 @@ struct VarlenKV {
   using LaidRows = typename Pick<sizeof(C) == 1, LaidFP8KV<D, KEYS, LAYOUT>, LaidKV<D, KEYS, LAYOUT>>::type;
   // Ids holds the block-table entries a thread looked up for one tile.
   using Ids = typename Pick<LAID, int, typename FlashRows::Ids>::type;
+  static_assert(!(LO && LAID), "a KV range that starts past 0 has the flash loaders only");
 
   const int& end_tile;
   LaidRows& laid_row;
@@ -858,6 +911,7 @@ struct VarlenKV {
   const C* const& v_head;
   const int64_t& row_stride;  // elements between two positions' rows (flash layout)
   const int* const& table;    // the sequence's block-table row
+  const int& kv_begin;        // LO: the first position read (the loaders' in_range)
 
   // issue starts the copy of tile i into ring stage `stage` (and commits a
   // cp.async group, empty past end_tile); blk holds lookup(i).
@@ -867,8 +921,8 @@ struct VarlenKV {
         laid_row.issue(ring_s + stage * Smem::kStageBytes, k_cache, v_cache, blk, i * KEYS, kv_end, kvh,
                        num_kv_heads, block_size_log2, nb);
       } else {
-        kv_row.issue(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_end, block_size_log2, nb,
-                     row_stride);
+        kv_row.template issue<LO>(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_begin,
+                                  kv_end, block_size_log2, nb, row_stride);
       }
     }
     cp_async_commit();
@@ -883,9 +937,18 @@ struct VarlenKV {
       return laid_row.lookup(table, i * KEYS, kv_end, block_size_log2);
     } else {
       if (i >= end_tile) return typename FlashRows::Ids{};
-      return kv_row.lookup(table, i * KEYS, kv_end, block_size_log2);
+      return kv_row.template lookup<LO>(table, i * KEYS, kv_begin, kv_end, block_size_log2);
     }
   }
+};
+
+// VarlenRowMods are the _mods entries' score modifiers of a lane's rows
+// (row h of its row tile m: packed row p0 + 16m + lane/4 + 8h) in log2
+// units: ScoreMods with the row's window start (lo), query position (qpos)
+// and head's ALiBi slope (slope0); cap and inv_cap are every row's.
+template <int MT>
+struct VarlenRowMods {
+  ScoreMods m[MT][2];
 };
 
 // VarlenLoop is what varlen_step works with, referring to the kernel's
@@ -896,9 +959,9 @@ struct VarlenKV {
 // registers, or q_s) and the lane's ldmatrix offsets (ao, bo, lo), the
 // first row's limit mask_from, the running state st and acc of the warp's
 // row tiles, and q_mul, the factor that turns scores into log2 units.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false>
 struct VarlenLoop {
-  using KV = VarlenKV<T, C, D, MT, KEYS, LAYOUT>;
+  using KV = VarlenKV<T, C, D, MT, KEYS, LAYOUT, MODS>;
   // q's A fragments stay in registers with one row tile per warp below D =
   // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
   // outputs need the room and q is read from shared memory per tile.
@@ -930,9 +993,9 @@ struct VarlenLoop {
 // them: fp8 tiles widened to <q> (widen_tile, LaidFP8KV::widen), and the
 // tail of a 16-bit x-split or shuffle V tile that reaches past kv_end
 // zeroed (only a masked tile, MASK, reaches there). Every thread calls it.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int MASK>
-__device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT>& loop, int i, uint32_t& k_s,
-                                          uint32_t& v_s) {
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int MASK, bool MODS>
+__device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>& loop, int i,
+                                          uint32_t& k_s, uint32_t& v_s) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   constexpr int STAGES = Smem::kStages;
   constexpr bool kFP8 = sizeof(C) == 1;
@@ -968,23 +1031,41 @@ __device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LA
 // v_s) into this warp's rows: S = Q·Kᵀ for its MT row tiles, the mask
 // where MASK asks for it (kMaskAll: always; kMaskFrom: a tile that reaches
 // mask_from; lim: the lane's rows' limits), the online softmax, O += P·V.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK>
-__device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT>& loop, int i, uint32_t k_s,
-                                            uint32_t v_s, const int (*lim)[2]) {
+// MODS: every tile's scores go through mod_score with the rows' modifiers
+// (mods), which masks both ends of each row's range (its window's first
+// position and its limit), so MASK plays no part; the scores are in log2
+// units from there on.
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK, bool MODS>
+__device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>& loop, int i,
+                                            uint32_t k_s, uint32_t v_s, const int (*lim)[2],
+                                            const VarlenRowMods<MT>& mods) {
   constexpr bool LAID = LAYOUT != kLayoutFlash;
   // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
   // into a flash tile (LaidFP8KV).
   constexpr bool K_PIECES = LAID && sizeof(C) != 1;
-  constexpr bool kQInRegs = VarlenLoop<T, C, D, MT, KEYS, LAYOUT>::kQInRegs;
+  constexpr bool kQInRegs = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>::kQInRegs;
   float s[MT][KN / 8][4];
   qk_tile<T, D, KEYS, KN, MT, kQInRegs, K_PIECES, LAYOUT>(s, loop.qa, loop.q_s, k_s, loop.ao, loop.bo, loop.lo,
                                                          loop.warp);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
-    if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
-      mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], loop.lane);
+    if constexpr (MODS) {
+#pragma unroll
+      for (int n = 0; n < KN / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const ScoreMods& rm = mods.m[m][e >> 1];
+          const int pos = i * KEYS + 8 * n + 2 * (loop.lane & 3) + (e & 1);
+          s[m][n][e] = mod_score(s[m][n][e] * loop.q_mul, pos, lim[m][e >> 1], rm, rm.slope0);
+        }
+      }
+      softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], 1.0f);
+    } else {
+      if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
+        mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], loop.lane);
+      }
+      softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
     }
-    softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
   }
   pv_tile<T, D, KEYS, KN, MT, LAYOUT>(loop.acc, s, v_s, loop.ao, loop.lo);
 }
@@ -994,19 +1075,20 @@ __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, 
 // row's limit), kMaskAll (some lie at or past one), kMaskFrom (only a tile
 // that reaches mask_from); lim holds this lane's rows' limits. A warp
 // without rows only loads.
-template <int KN, int MASK, typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
-__device__ __forceinline__ void varlen_step(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT>& loop, int i,
-                                            const int (*lim)[2]) {
+template <int KN, int MASK, typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS>
+__device__ __forceinline__ void varlen_step(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>& loop, int i,
+                                            const int (*lim)[2], const VarlenRowMods<MT>& mods) {
   uint32_t k_s, v_s;
   next_tile<T, C, D, MT, KEYS, LAYOUT, MASK>(loop, i, k_s, v_s);
   if (!loop.computes) return;
-  attend_tile<T, C, D, MT, KEYS, LAYOUT, KN, MASK>(loop, i, k_s, v_s, lim);
+  attend_tile<T, C, D, MT, KEYS, LAYOUT, KN, MASK>(loop, i, k_s, v_s, lim, mods);
 }
 
 // paged_varlen is the body of every varlen entry (see the top): it finds
 // the block's row tile and KV range, stages q and the first K/V tiles,
-// runs the tiles (varlen_step), and writes the rows (store_rows).
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT>
+// runs the tiles (varlen_step), and writes the rows (store_rows). MODS:
+// the _mods entries' score modifiers (see the top); the others pass none.
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false>
 __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
                                              float* __restrict__ partial_out, float* __restrict__ partial_max,
                                              float* __restrict__ partial_sum, const T* __restrict__ q,
@@ -1018,9 +1100,11 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
                                              int causal, float scale, float k_scale, float v_scale, int cu_base,
-                                             int seq_base, int one_pos) {
+                                             int seq_base, int one_pos, int window = 0, float softcap = 0.0f,
+                                             const float* __restrict__ sinks = nullptr,
+                                             const float* __restrict__ alibi = nullptr) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
-  using Loop = VarlenLoop<T, C, D, MT, KEYS, LAYOUT>;
+  using Loop = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>;
   using KV = typename Loop::KV;
   constexpr int ROWS = Smem::kRows;
   constexpr int STAGES = Smem::kStages;
@@ -1030,6 +1114,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // H200's JIT at 64 keys. The other entries keep one loop: split in two,
   // theirs run 0.7–2.5% slower (H100, 2026-12-02).
   constexpr bool kSplitLoops = MT == 2 && KEYS == 64;
+  static_assert(!(MODS && kSplitLoops), "the _mods entries mask every tile in one loop");
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t q_s = smem_addr(smem);
   unsigned char* ring = smem + Smem::kQBytes;
@@ -1050,8 +1135,17 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   if (t.q_len == 0) return;
   const bool is_causal = causal != 0;
 
+  // kv_begin: with a sliding window, the block's first row's first
+  // position (its rows' windows start no earlier); nothing before it is read.
+  int kv_begin = 0;
+  if constexpr (MODS) {
+    if (window > 0) {
+      const int qpos0 = t.pos_offset + t.row0 / G;
+      kv_begin = max(0, min(qpos0 - window + 1, row_limit(t, t.row0, G, is_causal) - 1));
+    }
+  }
   int kv_end, mask_from, first_tile, end_tile;
-  kv_tiles<ROWS, KEYS>(t, G, is_causal, split, splits, kv_end, mask_from, first_tile, end_tile);
+  kv_tiles<ROWS, KEYS>(t, G, is_causal, split, splits, kv_end, mask_from, first_tile, end_tile, kv_begin);
   // This warp's rows: row tile m starts at packed row p0 + 16m. A warp
   // whose rows all lie past the sequence's end (a short sequence: a decode
   // row of a mixed batch) only helps load.
@@ -1061,6 +1155,26 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // split loops) or here.
   int lim[MT][2];
   if constexpr (!kSplitLoops) row_limits<MT>(lim, t, p0, G, is_causal, lane);
+  // mods: the score modifiers of this lane's rows (MODS).
+  VarlenRowMods<MT> mods;
+  if constexpr (MODS) {
+    const float cap = softcap > 0.0f ? softcap * kLog2e : 0.0f;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int p = p0 + 16 * m + (lane >> 2) + 8 * h;
+        const int qpos = t.pos_offset + min(p / G, t.q_len - 1);
+        ScoreMods& rm = mods.m[m][h];
+        rm.lo = window > 0 ? max(0, qpos - window + 1) : 0;
+        rm.qpos = qpos;
+        rm.cap = cap;
+        rm.inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+        rm.slope0 = alibi != nullptr ? __ldg(alibi + kvh * G + p % G) * kLog2e : 0.0f;
+        rm.slope1 = 0.0f;
+      }
+    }
+  }
   const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
   const int64_t row_stride = (int64_t)num_kv_heads * D;
   const C* k_head = k_cache + (int64_t)kvh * D;
@@ -1070,7 +1184,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const uint32_t nb = BadBlock::bound(num_blocks);
   typename KV::LaidRows laid_row;
   const KV kv{end_tile, laid_row, ring_s, k_cache, v_cache, kv_end, kvh, num_kv_heads, block_size_log2, nb,
-              kv_row, k_head, v_head, row_stride, table};
+              kv_row, k_head, v_head, row_stride, table, kv_begin};
 
   load_q_tile<T, D, ROWS>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
@@ -1108,20 +1222,20 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     // tiles from mask_from on, masked: the diagonal's, or the one that
     // holds kv_end.
     const int masked_from = max(first_tile, min(end_tile, mask_from / KEYS));
-    for (int i = first_tile; i < masked_from; ++i) varlen_step<KEYS, kMaskNone>(loop, i, nullptr);
+    for (int i = first_tile; i < masked_from; ++i) varlen_step<KEYS, kMaskNone>(loop, i, nullptr, mods);
     row_limits<MT>(lim, t, p0, G, is_causal, lane);
     for (int i = masked_from; i < end_tile; ++i) {
       // A tile whose second half lies past kv_end computes its first half
       // only (P would be 0 there): the last tile of a causal block would
       // otherwise compute on average 16 more keys than 32-key tiles.
       if (i * KEYS + KEYS / 2 >= kv_end) {
-        varlen_step<KEYS / 2, kMaskAll>(loop, i, lim);
+        varlen_step<KEYS / 2, kMaskAll>(loop, i, lim, mods);
       } else {
-        varlen_step<KEYS, kMaskAll>(loop, i, lim);
+        varlen_step<KEYS, kMaskAll>(loop, i, lim, mods);
       }
     }
   } else {
-    for (int i = first_tile; i < end_tile; ++i) varlen_step<KEYS, kMaskFrom>(loop, i, lim);
+    for (int i = first_tile; i < end_tile; ++i) varlen_step<KEYS, kMaskFrom>(loop, i, lim, mods);
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
   if constexpr (LAYOUT != kLayoutFlash) {
@@ -1131,8 +1245,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   }
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
-    store_rows<T, D>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, q_mul, v_mul, out,
-                     out_token_stride, out_head_stride, lse, partial_out, partial_max, partial_sum, lane);
+    store_rows<T, D, MODS>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, MODS ? 1.0f : q_mul,
+                           v_mul, out, out_token_stride, out_head_stride, lse, partial_out, partial_max, partial_sum,
+                           lane, sinks);
   }
 }
 
@@ -1198,6 +1313,33 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
                                causal, scale, k_scale, v_scale, cu_base, seq_base, one_pos);                \
   }
+
+// PKV_VARLEN_MODS defines one _mods entry over a flash-layout cache of the
+// queries' type: PKV_VARLEN's parameters, then the score modifiers.
+#define PKV_VARLEN_MODS(name, T, D, MT, KEYS)                                                                   \
+  extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
+      const T* k_cache, const T* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
+      const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
+      int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads, int max_blocks_per_seq,         \
+      int block_size_log2, int64_t num_blocks, int causal, float scale, float k_scale, float v_scale,       \
+      int cu_base, int seq_base, int one_pos, int window, float softcap, const float* sinks,                \
+      const float* alibi) {                                                                                 \
+    pkv::paged_varlen<T, T, D, MT, KEYS, pkv::kLayoutFlash, true>(                                          \
+        out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
+        pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
+        num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, scale, k_scale, v_scale,     \
+        cu_base, seq_base, one_pos, window, softcap, sinks, alibi);                                         \
+  }
+
+// PKV_VARLEN_MODS_ALL defines the _mods twins of PKV_VARLEN_ALL's entries
+// (<prefix>_hd<D>[_r64]_mods; none of the _k64 one).
+#define PKV_VARLEN_MODS_ALL(prefix, T)                    \
+  PKV_VARLEN_MODS(prefix##_hd64_mods, T, 64, 2, 32)       \
+  PKV_VARLEN_MODS(prefix##_hd128_mods, T, 128, 2, 32)     \
+  PKV_VARLEN_MODS(prefix##_hd256_mods, T, 256, 1, 32)     \
+  PKV_VARLEN_MODS(prefix##_hd64_r64_mods, T, 64, 1, 64)   \
+  PKV_VARLEN_MODS(prefix##_hd128_r64_mods, T, 128, 1, 64)
 
 // PKV_VARLEN_MERGE defines one merge entry.
 #define PKV_VARLEN_MERGE(name, T, D)                                                                        \

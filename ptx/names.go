@@ -27,9 +27,11 @@ const (
 	ModuleVarlenBf16             = "varlen_bf16"
 	ModuleVarlenBf16E4m3         = "varlen_bf16_e4m3"
 	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
+	ModuleVarlenBf16Mods         = "varlen_bf16_mods"
 	ModuleVarlenF16              = "varlen_f16"
 	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
 	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
+	ModuleVarlenF16Mods          = "varlen_f16_mods"
 )
 
 // moduleComputeCapability maps each module whose PTX needs more than
@@ -301,6 +303,15 @@ const (
 	PagedVarlenBf16Hd64Xsplit          = "paged_varlen_bf16_hd64_xsplit"
 )
 
+// Entry points of varlen_bf16_mods.ptx (kernels_src/varlen_bf16_mods.cu).
+const (
+	PagedVarlenBf16Hd128Mods    = "paged_varlen_bf16_hd128_mods"
+	PagedVarlenBf16Hd128R64Mods = "paged_varlen_bf16_hd128_r64_mods"
+	PagedVarlenBf16Hd256Mods    = "paged_varlen_bf16_hd256_mods"
+	PagedVarlenBf16Hd64Mods     = "paged_varlen_bf16_hd64_mods"
+	PagedVarlenBf16Hd64R64Mods  = "paged_varlen_bf16_hd64_r64_mods"
+)
+
 // Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
 const (
 	PagedVarlenF16Hd128      = "paged_varlen_f16_hd128"
@@ -347,4 +358,13 @@ const (
 	PagedVarlenF16Hd64R64Xsplit       = "paged_varlen_f16_hd64_r64_xsplit"
 	PagedVarlenF16Hd64Shuffle         = "paged_varlen_f16_hd64_shuffle"
 	PagedVarlenF16Hd64Xsplit          = "paged_varlen_f16_hd64_xsplit"
+)
+
+// Entry points of varlen_f16_mods.ptx (kernels_src/varlen_f16_mods.cu).
+const (
+	PagedVarlenF16Hd128Mods    = "paged_varlen_f16_hd128_mods"
+	PagedVarlenF16Hd128R64Mods = "paged_varlen_f16_hd128_r64_mods"
+	PagedVarlenF16Hd256Mods    = "paged_varlen_f16_hd256_mods"
+	PagedVarlenF16Hd64Mods     = "paged_varlen_f16_hd64_mods"
+	PagedVarlenF16Hd64R64Mods  = "paged_varlen_f16_hd64_r64_mods"
 )

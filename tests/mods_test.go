@@ -9,6 +9,7 @@ import (
 
 	"github.com/pagedkv/pagedkv"
 	"github.com/pagedkv/pagedkv/config"
+	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/internal/check"
 	"github.com/pagedkv/pagedkv/internal/ref"
 )
@@ -152,5 +153,174 @@ func TestDecodeModsGraphReplay(t *testing.T) {
 				assert.LessOrEqual(t, ref.RelL2(eager, out), check.Tolerance(c.DType)/2, "graph replay vs eager")
 			}
 		})
+	}
+}
+
+// TestVarlenModsMatchReference runs the score modifiers alone and together
+// against float64 through Varlen: the 128-row, 64-row (_r64) and head-dim
+// 256 kernels, block sizes 1 to 256, mixed batches with one-token rows,
+// single-pass, automatic and forced split-K (the first split adds the
+// sinks), and the 64-key knob (whose _mods twin is the 32-key kernel).
+// Windows put their first key inside a page, on a page edge, inside the
+// first K/V tile and before the sequence's start.
+func TestVarlenModsMatchReference(t *testing.T) {
+	auto := open(t, config.Options{})
+	single := open(t, config.Options{SplitKAttn: ptr(config.SplitOff)})
+	g := rng(t)
+	shapes := []check.VarlenShape{
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 200, MaxKV: 1200, Causal: true},
+		{Seqs: 4, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 9, MaxKV: 600, Causal: true},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 100, MaxKV: 1500, Causal: true},
+		{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 1, MaxKV: 900, Causal: true},
+		{Seqs: 3, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: 800, Causal: true},
+		{Seqs: 3, QHeads: 16, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: 2000, Causal: true},
+	}
+	mods := []modsCase{
+		{window: 100},
+		{softCap: 5},
+		{sinks: true},
+		{alibi: true},
+		{window: 37, softCap: 2, sinks: true, alibi: true},
+	}
+	for i, c := range shapes {
+		cases := append([]modsCase{}, mods...)
+		if i < 3 {
+			// Window edges: inside a page, a whole number of pages, 32 + 3
+			// (the first key inside a tile), past the longest sequence.
+			for _, w := range []int{c.BlockSize*3 + 5, c.BlockSize * 4, 35, c.MaxKV + 50} {
+				cases = append(cases, modsCase{window: w, sinks: g.IntN(2) == 0, alibi: g.IntN(2) == 0})
+			}
+		}
+		for _, m := range cases {
+			t.Run(c.String()+" "+m.String(), func(t *testing.T) {
+				p := varlenProblem(t, auto, auto.Stream(), g, c)
+				require.NoError(t, p.SetMods(auto.Stream(), g, m.window, m.softCap, m.sinks, m.alibi))
+				wantOut, wantLSE := p.Reference()
+				plan, err := auto.PlanVarlen(auto.Stream(), &p.Args)
+				require.NoError(t, err)
+				assert.Contains(t, plan.Kernel, "_mods")
+				out, lse, err := p.Run(auto, auto.Stream())
+				require.NoError(t, err)
+				require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "auto: %s, %d splits", plan.Kernel, plan.Splits)
+				out, lse, err = p.Run(single, single.Stream())
+				require.NoError(t, err)
+				require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "single-pass")
+				for _, k := range []dispatch.Knobs{forcedVarlen(7), forcedVarlen(64), keys64()} {
+					plan, err := auto.PlanVarlenWith(&p.Args, k)
+					require.NoError(t, err)
+					assert.Contains(t, plan.Kernel, "_mods")
+					out, lse, err := p.RunWithPlan(auto, auto.Stream(), plan)
+					require.NoError(t, err)
+					require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "%s, %d splits", plan.Kernel, plan.Splits)
+				}
+			})
+		}
+	}
+}
+
+// forcedVarlen returns the default knobs with n splits forced.
+func forcedVarlen(n int) dispatch.Knobs {
+	k := dispatch.DefaultKnobs()
+	k.ForcedSplits = n
+	return k
+}
+
+// keys64 returns the default knobs asking for the 64-key kernels.
+func keys64() dispatch.Knobs {
+	k := dispatch.DefaultKnobs()
+	k.VarlenKeys = 64
+	return k
+}
+
+// TestVarlenModsWindowReads: with a window, a block reads no page before
+// its first query's window: those pages' table entries point outside the
+// pool, where a read would be a recorded fault. Long prompts and chunks
+// over a long cache, single-pass and split-K.
+func TestVarlenModsWindowReads(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	const window = 500
+	for _, c := range []check.VarlenShape{
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 700, MaxKV: 3000, Causal: true},
+		{Seqs: 3, QHeads: 8, KVHeads: 1, HeadDim: 64, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 5, MaxKV: 3000, Causal: true},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			p := varlenProblem(t, r, r.Stream(), g, c)
+			require.NoError(t, p.SetMods(r.Stream(), g, window, 0, true, false))
+			tables := append([]int32(nil), p.Tables...)
+			mbps := p.Args.MaxBlocksPerSeq
+			for s, pos := range p.PosOffsets {
+				lo := int(pos) - window + 1
+				for page := 0; (page+1)*c.BlockSize <= lo; page++ {
+					tables[s*mbps+page] = int32(p.Args.NumBlocks + 1000 + page)
+				}
+			}
+			require.NoError(t, pagedkv.Upload(r.Stream(), p.Args.BlockTables, tables))
+			wantOut, wantLSE := p.Reference()
+			for _, k := range []dispatch.Knobs{dispatch.DefaultKnobs(), forcedVarlen(5)} {
+				plan, err := r.PlanVarlenWith(&p.Args, k)
+				require.NoError(t, err)
+				out, lse, err := p.RunWithPlan(r, r.Stream(), plan)
+				require.NoError(t, err, "a read of a page before the window would record a fault")
+				require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "%s, %d splits", plan.Kernel, plan.Splits)
+			}
+		})
+	}
+}
+
+// TestVarlenModsGraphReplay captures a windowed, soft-capped varlen with
+// sinks and ALiBi once and replays it at other lengths.
+func TestVarlenModsGraphReplay(t *testing.T) {
+	const capacity = 4096
+	r := open(t, config.Options{KVCapacity: ptr(capacity)})
+	g := rng(t)
+	s, err := r.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	c := check.VarlenShape{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 200, MaxKV: capacity, Causal: true}
+	p := varlenProblem(t, r, s, g, c)
+	require.NoError(t, p.SetMods(s, g, 700, 30, true, true))
+	budget := p.Args.NumTokens
+	p.Args.HostCuSeqlensQ, p.Args.HostPosOffsets = nil, nil
+	require.NoError(t, r.ReserveVarlen(s, &p.Args))
+	graph := captureVarlen(t, r, s, &p.Args)
+	t.Cleanup(func() { require.NoError(t, graph.Close()) })
+	for _, maxKV := range []int{capacity, 64, 701, 1500} {
+		shape := c
+		shape.MaxKV = maxKV
+		shape.MaxQLen = min(c.MaxQLen, maxKV, budget/c.Seqs)
+		cu, pos := check.VarlenLens(g, shape)
+		require.NoError(t, p.SetLens(s, cu, pos))
+		require.NoError(t, p.Poison(s))
+		require.NoError(t, graph.Launch(s))
+		out, lse, err := p.Fetch(s)
+		require.NoError(t, err)
+		require.NoError(t, p.Check(out, lse), "replay with %d tokens, KV up to %d", cu[c.Seqs], maxKV)
+	}
+}
+
+// TestSequenceAttentionMods runs SequenceAttention with every modifier on
+// both of its paths: a causal varlen over one sequence and (QLen 1) the
+// decode.
+func TestSequenceAttentionMods(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for _, c := range []check.VarlenShape{
+		{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: 3000, Causal: true},
+		{Seqs: 1, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 16, MaxKV: 5000, Causal: true},
+	} {
+		for _, qLen := range []int{1, 2 + g.IntN(c.MaxQLen-1)} {
+			t.Run(fmt.Sprintf("%v qlen=%d", c, qLen), func(t *testing.T) {
+				kv := qLen + g.IntN(c.MaxKV-qLen+1)
+				p, err := check.NewVarlenProblemWith(r, s, g, c, []int32{0, int32(qLen)}, []int32{int32(kv - qLen)})
+				require.NoError(t, err)
+				t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+				require.NoError(t, p.SetMods(s, g, 1+g.IntN(kv), 20, true, true))
+				out, lse, err := p.RunSequence(r, s)
+				require.NoError(t, err)
+				require.NoError(t, p.Check(out, lse))
+			})
+		}
 	}
 }

@@ -892,12 +892,35 @@ type decodeCase struct {
 	mods            benchMods           // score modifiers (none by default)
 }
 
-// benchMods are a decode row's score modifiers: a sliding window, a
+// benchMods are a decode or varlen row's score modifiers: a sliding window, a
 // soft-cap, and random sinks and ALiBi slopes.
 type benchMods struct {
 	window       int
 	softCap      float32
 	sinks, alibi bool
+}
+
+// modBuffers uploads m's sinks (N(0, 0.5) logits) and ALiBi slopes (the
+// ALiBi paper's 2^(−8(h+1)/heads)) for qHeads heads into a, where m asks
+// for them.
+func (b *bencher) modBuffers(a *check.Arena, m benchMods, qHeads int) (sinks, alibi pagedkv.Buffer, err error) {
+	if m.sinks {
+		v := make([]float32, qHeads)
+		for i := range v {
+			v[i] = float32(0.5 * b.g.NormFloat64())
+		}
+		if sinks, err = check.Upload(a, b.s, v, 4); err != nil {
+			return sinks, alibi, err
+		}
+	}
+	if m.alibi {
+		v := make([]float32, qHeads)
+		for i := range v {
+			v[i] = float32(math.Pow(2, -8*float64(i+1)/float64(qHeads)))
+		}
+		alibi, err = check.Upload(a, b.s, v, 4)
+	}
+	return sinks, alibi, err
 }
 
 const benchKVHeads, benchHeadDim, benchBlockSize = 8, 128, 16
@@ -977,23 +1000,8 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	}
 	var err error
 	base.SlidingWindow, base.SoftCap = c.mods.window, c.mods.softCap
-	for _, m := range []struct {
-		on  bool
-		dst *pagedkv.Buffer
-	}{{c.mods.sinks, &base.Sinks}, {c.mods.alibi, &base.AlibiSlopes}} {
-		if !m.on {
-			continue
-		}
-		v := make([]float32, qHeads)
-		for i := range v {
-			v[i] = float32(0.5 * b.g.NormFloat64())
-			if m.dst == &base.AlibiSlopes {
-				v[i] = float32(math.Pow(2, -8*float64(i+1)/float64(qHeads)))
-			}
-		}
-		if *m.dst, err = check.Upload(a, b.s, v, 4); err != nil {
-			return benchResult{}, err
-		}
+	if base.Sinks, base.AlibiSlopes, err = b.modBuffers(a, c.mods, qHeads); err != nil {
+		return benchResult{}, err
 	}
 	if base.Q, err = check.Upload(a, b.s, qRaw, 1); err != nil {
 		return benchResult{}, err

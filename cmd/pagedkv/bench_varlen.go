@@ -26,10 +26,15 @@ type varlenCase struct {
 	// twoCalls also times the same data as a Decode of the first run (its
 	// q_len must be 1) plus one Varlen of the other runs.
 	twoCalls bool
+	// mods are the row's score modifiers (none by default).
+	mods benchMods
 }
 
 // varlenCases are prefill, chunked prefill, a small-query (speculative
-// verify) step and a mixed decode + prefill batch.
+// verify) step and a mixed decode + prefill batch, then the score
+// modifiers: a 4096-token window over a 16384-token prompt (against the
+// FLOPs its windows cover), soft-cap, sinks and ALiBi over the plain rows'
+// shapes.
 func varlenCases() []varlenCase {
 	return []varlenCase{
 		{shape: "prefill 1x4096", runs: []varlenRun{{1, 4096, 4096}}},
@@ -39,6 +44,13 @@ func varlenCases() []varlenCase {
 		{shape: "chunk 4x512 kv=8192", runs: []varlenRun{{4, 512, 8192}}},
 		{shape: "small-query 8x16 kv=8192", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true, fp8: true},
 		{shape: "mixed 64x1 kv=2048 + 2x512 kv=4096", runs: []varlenRun{{64, 1, 2048}, {2, 512, 4096}}, memoryBound: true, twoCalls: true},
+		{shape: "prefill 1x16384 window=4096", runs: []varlenRun{{1, 16384, 16384}}, mods: benchMods{window: 4096}},
+		{shape: "prefill 8x2048 softcap=30", runs: []varlenRun{{8, 2048, 2048}}, mods: benchMods{softCap: 30}},
+		{shape: "prefill 8x2048 sinks", runs: []varlenRun{{8, 2048, 2048}}, mods: benchMods{sinks: true}},
+		{shape: "prefill 8x2048 alibi", runs: []varlenRun{{8, 2048, 2048}}, mods: benchMods{alibi: true}},
+		{shape: "prefill 8x2048 softcap+sinks+alibi", runs: []varlenRun{{8, 2048, 2048}}, mods: benchMods{softCap: 30, sinks: true, alibi: true}},
+		{shape: "small-query 8x16 kv=8192 softcap+sinks+alibi", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true,
+			mods: benchMods{softCap: 30, sinks: true, alibi: true}},
 	}
 }
 
@@ -64,21 +76,36 @@ func (c *varlenCase) batch() varlenBatch {
 // varlenFLOPs counts 4·HeadDim·NumQHeads FLOPs (a multiply-add each for q·k
 // and p·v) per (query, key) pair attended under the bottom-right causal
 // mask: query i of a sequence attends pos_offset+i+1 keys, so q_len L at
-// offset P gives L·P + L(L+1)/2 pairs.
-func varlenFLOPs(qLens, pos []int32, qHeads int) float64 {
+// offset P gives L·P + L(L+1)/2 pairs; with a sliding window (> 0), at
+// most window of them.
+func varlenFLOPs(qLens, pos []int32, qHeads, window int) float64 {
 	var pairs float64
 	for s, l := range qLens {
 		L, P := float64(l), float64(pos[s])
-		pairs += L*P + L*(L+1)/2
+		if window <= 0 {
+			pairs += L*P + L*(L+1)/2
+			continue
+		}
+		for i := range int(l) {
+			pairs += float64(min(int(pos[s])+i+1, window))
+		}
 	}
 	return 4 * benchHeadDim * float64(qHeads) * pairs
 }
 
 // varlenBytes is the least a varlen must move: each sequence's K and V once
-// per KV head (kvBytes), q read and out written.
-func varlenBytes(bt *varlenBatch, qHeads int, q, cache pagedkv.DType) float64 {
+// per KV head (kvBytes; with a sliding window, the keys its queries'
+// windows cover), q read and out written.
+func varlenBytes(bt *varlenBatch, qHeads int, q, cache pagedkv.DType, window int) float64 {
 	tokens := int64(bt.cu[len(bt.cu)-1])
-	return float64(kvBytes(bt.kvLens, cache) + 2*tokens*int64(qHeads*benchHeadDim*q.Size()))
+	kv := bt.kvLens
+	if window > 0 {
+		kv = make([]int32, len(bt.kvLens))
+		for s, n := range bt.kvLens {
+			kv[s] = min(n, int32(window)+bt.qLens[s]-1)
+		}
+	}
+	return float64(kvBytes(kv, cache) + 2*tokens*int64(qHeads*benchHeadDim*q.Size()))
 }
 
 // benchVarlen measures paged varlen attention on varlenCases for each
@@ -172,6 +199,11 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	if cache == pagedkv.E4M3 {
 		base.KScale, base.VScale = 1, 1
 	}
+	base.SlidingWindow, base.SoftCap = c.mods.window, c.mods.softCap
+	var err error
+	if base.Sinks, base.AlibiSlopes, err = b.modBuffers(a, c.mods, qHeads); err != nil {
+		return nil, err
+	}
 	var set check.Setter
 	set.To(&base.Q)(check.Upload(a, b.s, qRaw, 1))
 	set.To(&base.Out)(a.Alloc(int64(len(qRaw))))
@@ -193,11 +225,12 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	if err != nil {
 		return nil, err
 	}
-	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads), varlenBytes(&bt, qHeads, q, cache)
+	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads, c.mods.window), varlenBytes(&bt, qHeads, q, cache, c.mods.window)
 	dtype := varlenDType(q, cache)
 	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
-	if b.layouts {
-		// The same batch over the same pages read as the other layouts.
+	if b.layouts && c.mods == (benchMods{}) {
+		// The same batch over the same pages read as the other layouts
+		// (the score modifiers have flash-layout kernels only).
 		for _, layout := range allLayouts[1:] {
 			laid := slices.Clone(sets)
 			for i := range laid {

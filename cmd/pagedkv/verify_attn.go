@@ -150,17 +150,10 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 			if err != nil {
 				return attnCase[*check.DecodeProblem]{}, err
 			}
-			// A third of the problems over a 16-bit cache get random score
-			// modifiers (each on or off).
-			if c.CacheDType == c.DType && g.IntN(3) == 0 {
-				window, softCap := 0, float32(0)
-				if g.IntN(2) == 0 {
-					window = 1 + g.IntN(max(c.MaxLen, 1))
-				}
-				if g.IntN(2) == 0 {
-					softCap = 5 + 45*g.Float32()
-				}
-				if err := p.SetMods(r.Stream(), g, window, softCap, g.IntN(2) == 0, g.IntN(2) == 0); err != nil {
+			if c.CacheDType == c.DType {
+				if err := drawMods(g, c.MaxLen, true, func(w int, softCap float32, sinks, alibi bool) error {
+					return p.SetMods(r.Stream(), g, w, softCap, sinks, alibi)
+				}); err != nil {
 					return attnCase[*check.DecodeProblem]{}, errors.Join(err, p.Arena.Free())
 				}
 			}
@@ -179,6 +172,36 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 			{family: "decode forced split-K", run: forced(func(g *rand.Rand) int { return 1 + g.IntN(40) })},
 		},
 	}
+}
+
+// drawMods gives a third of the problems it is called for random score
+// modifiers (each on or off; a window of 1…maxLen only where window is
+// set) through set.
+func drawMods(g *rand.Rand, maxLen int, window bool, set func(window int, softCap float32, sinks, alibi bool) error) error {
+	if g.IntN(3) != 0 {
+		return nil
+	}
+	w, softCap := 0, float32(0)
+	if window && g.IntN(2) == 0 {
+		w = 1 + g.IntN(max(maxLen, 1))
+	}
+	if g.IntN(2) == 0 {
+		softCap = 5 + 45*g.Float32()
+	}
+	return set(w, softCap, g.IntN(2) == 0, g.IntN(2) == 0)
+}
+
+// varlenMods gives a problem drawn on r random score modifiers
+// (drawMods) where its kernels take them: a cache of the queries' type in
+// the flash layout, a window only under the causal mask.
+func varlenMods(r *pagedkv.Runtime, p *check.VarlenProblem, g *rand.Rand) error {
+	c := p.Shape
+	if c.CacheDType != c.DType || c.Layout != pagedkv.LayoutFlash {
+		return nil
+	}
+	return drawMods(g, c.MaxKV, c.Causal, func(w int, softCap float32, sinks, alibi bool) error {
+		return p.SetMods(r.Stream(), g, w, softCap, sinks, alibi)
+	})
 }
 
 // varlenSweep verifies Varlen: problems drawn on auto, run through the
@@ -214,6 +237,9 @@ func varlenSweep(auto, single *pagedkv.Runtime) attnSweep[*check.VarlenProblem] 
 			if err != nil {
 				return attnCase[*check.VarlenProblem]{}, err
 			}
+			if err := varlenMods(auto, p, g); err != nil {
+				return attnCase[*check.VarlenProblem]{}, errors.Join(err, p.Arena.Free())
+			}
 			// One reference serves the three paths: it costs more than they do.
 			reference := sync.OnceValues(p.Reference)
 			checkRun := func(out []float64, lse []float32) error {
@@ -241,6 +267,9 @@ func sequenceSweep(r *pagedkv.Runtime) attnSweep[*check.VarlenProblem] {
 			p, err := check.NewVarlenProblem(r, r.Stream(), g, c)
 			if err != nil {
 				return attnCase[*check.VarlenProblem]{}, err
+			}
+			if err := varlenMods(r, p, g); err != nil {
+				return attnCase[*check.VarlenProblem]{}, errors.Join(err, p.Arena.Free())
 			}
 			return attnCase[*check.VarlenProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: p.Check}, nil
 		},

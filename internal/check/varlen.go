@@ -71,6 +71,7 @@ type VarlenProblem struct {
 	Tables     []int32
 	CuSeqlensQ []int32
 	PosOffsets []int32
+	Mods       ref.Mods // the score modifiers (SetMods)
 }
 
 // VarlenLens draws the query lengths and offsets of c: lengths 1..MaxQLen
@@ -168,6 +169,18 @@ func (p *VarlenProblem) SetLens(s *pagedkv.Stream, cu, pos []int32) error {
 	return pagedkv.Upload(s, p.Args.PosOffsets, pos)
 }
 
+// SetMods gives the problem score modifiers: a sliding window, a soft-cap,
+// and random sinks and ALiBi slopes (uploaded on s) where asked for.
+func (p *VarlenProblem) SetMods(s *pagedkv.Stream, g *rand.Rand, window int, softCap float32, sinks, alibi bool) error {
+	m, err := newMods(p.Arena, s, g, p.Shape.QHeads, window, softCap, sinks, alibi)
+	if err != nil {
+		return err
+	}
+	p.Mods = m.ref
+	p.Args.SlidingWindow, p.Args.SoftCap, p.Args.Sinks, p.Args.AlibiSlopes = window, softCap, m.sinks, m.alibi
+	return nil
+}
+
 // Reference computes the float64 output and LSE of the current lengths.
 func (p *VarlenProblem) Reference() ([]float64, []float64) {
 	c := p.Shape
@@ -181,7 +194,7 @@ func (p *VarlenProblem) Reference() ([]float64, []float64) {
 		CuSeqlensQ: p.CuSeqlensQ, PosOffsets: p.PosOffsets,
 		NumSeqs: c.Seqs, NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim,
 		BlockSize: c.BlockSize, MaxBlocksPerSeq: p.Args.MaxBlocksPerSeq, Causal: c.Causal, Scale: scale,
-		Layout: ref.Layout(c.Layout), X: 16 / c.CacheDType.Size(),
+		Layout: ref.Layout(c.Layout), X: 16 / c.CacheDType.Size(), Mods: p.Mods,
 	})
 }
 
@@ -281,6 +294,7 @@ func (p *VarlenProblem) SequenceArgs(kvLens pagedkv.Buffer) pagedkv.SequenceArgs
 		NumQHeads: c.QHeads, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize,
 		NumBlocks: a.NumBlocks, MaxBlocksPerSeq: a.MaxBlocksPerSeq, QTokenStride: a.QTokenStride,
 		DType: c.DType, CacheDType: c.CacheDType, Layout: c.Layout, KScale: a.KScale, VScale: a.VScale,
+		SlidingWindow: a.SlidingWindow, SoftCap: a.SoftCap, Sinks: a.Sinks, AlibiSlopes: a.AlibiSlopes,
 	}
 }
 
