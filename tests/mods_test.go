@@ -324,3 +324,112 @@ func TestSequenceAttentionMods(t *testing.T) {
 		}
 	}
 }
+
+// ringCache copies the first kvLen tokens of one sequence (block-table row
+// table over caches k and v of numBlocks pages, flash layout, 16-bit) into
+// a sliding-window cache of ring pages the way an engine fills one:
+// Gather the tokens out, then Append them in order by their logical slots
+// (token position) through a SlotRemap that sends logical page j to
+// physical page j mod ring. It returns the ring caches and its block-table row, which
+// maps every logical page to its ring page (so the pages before the window
+// point at pages that now hold newer tokens).
+func ringCache(t *testing.T, r *pagedkv.Runtime, s *pagedkv.Stream, a *check.Arena, k, v pagedkv.Buffer, table []int32,
+	numBlocks, kvHeads, headDim, blockSize, kvLen, ring int, dtype pagedkv.DType) (rk, rv, rtable pagedkv.Buffer) {
+	t.Helper()
+	tokenBytes := int64(kvHeads * headDim * dtype.Size())
+	physical := make([]int64, kvLen)
+	logical := make([]int64, kvLen)
+	remap := make([]int64, kvLen)
+	for i := range kvLen {
+		physical[i] = int64(table[i/blockSize])*int64(blockSize) + int64(i%blockSize)
+		logical[i] = int64(i)
+		remap[i] = int64((i/blockSize)%ring*blockSize + i%blockSize)
+	}
+	var set check.Setter
+	var kTok, vTok, phys, logi, rem pagedkv.Buffer
+	set.To(&kTok)(a.Alloc(int64(kvLen) * tokenBytes))
+	set.To(&vTok)(a.Alloc(int64(kvLen) * tokenBytes))
+	set.To(&phys)(check.Upload(a, s, physical, 8))
+	set.To(&logi)(check.Upload(a, s, logical, 8))
+	set.To(&rem)(check.Upload(a, s, remap, 8))
+	set.To(&rk)(a.Alloc(int64(ring*blockSize) * tokenBytes))
+	set.To(&rv)(a.Alloc(int64(ring*blockSize) * tokenBytes))
+	rows := make([]int32, len(table))
+	for j := range rows {
+		rows[j] = int32(j % ring)
+	}
+	set.To(&rtable)(check.Upload(a, s, rows, 4))
+	require.NoError(t, set.Err)
+	require.NoError(t, r.Gather(s, &pagedkv.GatherArgs{
+		KCache: k, VCache: v, SlotMapping: phys, KOut: kTok, VOut: vTok, NumTokens: kvLen, NumKVHeads: kvHeads,
+		HeadDim: headDim, BlockSize: blockSize, NumBlocks: numBlocks, CacheDType: dtype,
+	}))
+	// One Append per ring's worth of tokens, in order, as an engine's
+	// steps write them: within one launch no two tokens share a slot.
+	for at := 0; at < kvLen; at += ring * blockSize {
+		n := min(ring*blockSize, kvLen-at)
+		var kv, vv, slots pagedkv.Buffer
+		set.To(&kv)(kTok.Slice(int64(at)*tokenBytes, int64(n)*tokenBytes))
+		set.To(&vv)(vTok.Slice(int64(at)*tokenBytes, int64(n)*tokenBytes))
+		set.To(&slots)(logi.Slice(int64(at)*8, int64(n)*8))
+		require.NoError(t, set.Err)
+		require.NoError(t, r.Append(s, &pagedkv.AppendArgs{
+			K: kv, V: vv, KCache: rk, VCache: rv, SlotMapping: slots, SlotRemap: rem, NumTokens: n,
+			NumKVHeads: kvHeads, HeadDim: headDim, BlockSize: blockSize, NumBlocks: ring, DType: dtype, CacheDType: dtype,
+		}))
+	}
+	return rk, rv, rtable
+}
+
+// TestWindowOverRingCache: a sliding-window cache of window + query + one
+// page of slots, filled through Append's SlotRemap, serves a sequence far
+// longer than the window. Decode and Varlen (split-K too) over the ring
+// give what they give over the whole cache, checked against float64:
+// neither reads a page before the window, whose table entries now name
+// ring pages that hold newer tokens.
+func TestWindowOverRingCache(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	a := arena(t, r)
+	const window, kvLen, bs = 300, 5000, 16
+	t.Run("decode", func(t *testing.T) {
+		c := check.DecodeShape{Seqs: 1, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: bs, MaxBlocksPerSeq: (kvLen + bs - 1) / bs,
+			DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: kvLen}
+		p := decodeProblem(t, r, s, g, c)
+		require.NoError(t, p.SetLens(s, []int32{kvLen}))
+		require.NoError(t, p.SetMods(s, g, window, 0, true, false))
+		ring := (window+bs-1)/bs + 1
+		rk, rv, rtable := ringCache(t, r, s, a, p.Args.KCache, p.Args.VCache, p.Tables, p.Args.NumBlocks, c.KVHeads, c.HeadDim, bs, kvLen, ring, c.DType)
+		p.Args.KCache, p.Args.VCache, p.Args.BlockTables, p.Args.NumBlocks = rk, rv, rtable, ring
+		forced := dispatch.DefaultKnobs()
+		forced.ForcedSplits = 5
+		for _, k := range []dispatch.Knobs{dispatch.DefaultKnobs(), forced} {
+			plan, err := p.PlanWith(r, k)
+			require.NoError(t, err)
+			out, lse, err := p.RunWithPlan(r, s, plan)
+			require.NoError(t, err)
+			require.NoError(t, p.Check(out, lse), "%s, %d splits", plan.Kernel, plan.Splits)
+		}
+	})
+	t.Run("varlen", func(t *testing.T) {
+		const qLen = 40
+		c := check.VarlenShape{Seqs: 1, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: bs, DType: pagedkv.BF16, CacheDType: pagedkv.BF16,
+			MaxQLen: qLen, MaxKV: kvLen, Causal: true}
+		p, err := check.NewVarlenProblemWith(r, s, g, c, []int32{0, qLen}, []int32{kvLen - qLen})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+		require.NoError(t, p.SetMods(s, g, window, 0, false, true))
+		ring := (window+qLen+bs-1)/bs + 1
+		rk, rv, rtable := ringCache(t, r, s, a, p.Args.KCache, p.Args.VCache, p.Tables, p.Args.NumBlocks, c.KVHeads, c.HeadDim, bs, kvLen, ring, c.DType)
+		p.Args.KCache, p.Args.VCache, p.Args.BlockTables, p.Args.NumBlocks = rk, rv, rtable, ring
+		want, wantLSE := p.Reference()
+		for _, k := range []dispatch.Knobs{dispatch.DefaultKnobs(), forcedVarlen(4)} {
+			plan, err := r.PlanVarlenWith(&p.Args, k)
+			require.NoError(t, err)
+			out, lse, err := p.RunWithPlan(r, s, plan)
+			require.NoError(t, err)
+			require.NoError(t, p.CheckReference(out, lse, want, wantLSE), "%s, %d splits", plan.Kernel, plan.Splits)
+		}
+	})
+}
