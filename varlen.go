@@ -49,7 +49,9 @@ import (
 //     what make it short on average runs them as a batched decode, then
 //     the rest as a varlen (VarlenPlan.DecodePrefix; the decode part uses the
 //     decode's knobs): two kernels each fit for its part instead of one
-//     fit for neither. It needs no Workspace and Out token-major and
+//     fit for neither; a batch of one-token sequences only runs as one
+//     batched decode, which reads each KV head's pages once for the whole
+//     group and splits long sequences. It needs no Workspace and Out token-major and
 //     contiguous; the device arrays must then agree with the host copies
 //     (disagreeing values stay memory-safe and faults are recorded, but
 //     the outputs are undefined). A fault either part records names the
@@ -636,7 +638,8 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 // gives each decode row a block with one computing warp (H200, 2026-12-02:
 // 526 µs, or 554 with the 128-row kernel, against 379 µs for a Decode plus
 // a Varlen of the chunks). So when the host's lengths show a prefix of
-// one-token sequences that alone makes the batch take the 64-row kernel,
+// one-token sequences that alone makes the batch take the 64-row kernel
+// (or a batch of one-token sequences only, which then runs as one decode),
 // Varlen runs that prefix as a batched decode and the rest as a varlen
 // (VarlenPlan.DecodePrefix), both launches sharing one lease of the stream's
 // scratch. Both read the batch's own device arrays: the decode takes
@@ -707,8 +710,13 @@ func (a *VarlenArgs) decodePrefix() int {
 	for d < n && cu[d+1]-cu[d] == 1 {
 		d++
 	}
-	if d == 0 || d == n || d > maxDecodeSeqs {
+	if d == 0 || d > maxDecodeSeqs {
 		return 0
+	}
+	if d == n {
+		// Every sequence is a decode: Decode's split-K and GQA read-once
+		// path serve them better than any varlen tile.
+		return d
 	}
 	layout := a.Layout
 	short, err := dispatch.VarlenKernelName(a.DType, a.CacheDType, layout, a.HeadDim, true)
@@ -747,6 +755,18 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 		DType: a.DType, CacheDType: a.CacheDType, Layout: a.Layout, Scale: a.Scale, KScale: a.KScale, VScale: a.VScale,
 		SlidingWindow: a.SlidingWindow, SoftCap: a.SoftCap, Sinks: a.Sinks, AlibiSlopes: a.AlibiSlopes,
 	}
+	m.decode.KVLens = a.PosOffsets
+	m.decodePart.kvBias = 1
+	if d == n {
+		// No varlen part: the plan is the decode's alone.
+		var err error
+		if m.dplan, err = r.PlanDecode(s, &m.decode); err != nil {
+			m.release()
+			return mixedSplit{}, false
+		}
+		m.vplan = dispatch.VarlenPlan{DecodePrefix: d}
+		return m, true
+	}
 	base := int64(cu[d])
 	rest := *a
 	rest.NumSeqs, rest.NumTokens, rest.MaxKVLen = n-d, a.NumTokens-int(base), restMaxKV
@@ -768,8 +788,6 @@ func (r *Runtime) planMixed(s *Stream, a *VarlenArgs) (mixedSplit, bool) {
 	rest.LSE = tail(a.LSE, base*int64(a.NumQHeads)*4)
 	rest.PosOffsets = tail(a.PosOffsets, int64(d)*4)
 	rest.BlockTables = tail(a.BlockTables, int64(d)*int64(a.MaxBlocksPerSeq)*4)
-	m.decode.KVLens = a.PosOffsets
-	m.decodePart.kvBias = 1
 	rest.CuSeqlensQ = tail(a.CuSeqlensQ, int64(d)*4)
 	m.restPart.cuBase, m.restPart.seqBase = cu[d], int32(d)
 	m.rest = rest
@@ -819,6 +837,9 @@ func (r *Runtime) launchMixed(s *Stream, m *mixedSplit) error {
 	}
 	if err := runPart(r, s, &m.decode, m.decodePart, &m.dplan); err != nil {
 		return err
+	}
+	if m.vplan.Kernel == "" {
+		return nil // every sequence was a decode
 	}
 	return r.launchVarlen(s, &m.rest, m.restPart, &m.vplan, false)
 }

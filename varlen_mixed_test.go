@@ -60,6 +60,15 @@ func TestDecodePrefix(t *testing.T) {
 	b := mixedVarlen(40, 2, 100)
 	b.OutTokenStride, b.OutHeadStride = b.NumQHeads*b.HeadDim, b.HeadDim
 	assert.Equal(t, 40, b.decodePrefix())
+	// Only decodes: all of them run as one decode, at head dim 256 too.
+	only := mixedVarlen(9, 0, 0)
+	require.NoError(t, only.Validate())
+	assert.Equal(t, 9, only.decodePrefix())
+	only.HeadDim = 256
+	assert.Equal(t, 9, only.decodePrefix())
+	only = mixedVarlen(9, 0, 0)
+	only.HostPosOffsets = nil
+	assert.Zero(t, only.decodePrefix(), "no host offsets")
 
 	for _, c := range []struct {
 		name                    string
@@ -68,8 +77,7 @@ func TestDecodePrefix(t *testing.T) {
 		// Few decodes beside the chunks: the batch takes the 128-row kernel
 		// anyway.
 		{"few decodes", 3, 2, 100},
-		// Only decodes, or only chunks: nothing to split.
-		{"only decodes", 9, 0, 0},
+		// Only chunks: nothing to split.
 		{"only chunks", 0, 4, 100},
 		// Short chunks (verify steps of 16 tokens): the rest takes the
 		// 64-row kernel too.

@@ -26,8 +26,11 @@ func (p DecodePlan) String() string {
 
 // String describes the plan on one line as DecodePlan's String does; a plan
 // for the rest of a mixed batch (DecodePrefix) ends "; after a decode of the
-// first N sequences".
+// first N sequences", and one without a rest says that a decode runs it all.
 func (p VarlenPlan) String() string {
+	if p.Kernel == "" && p.DecodePrefix > 0 {
+		return fmt.Sprintf("a decode of all %d sequences (one query token each), no varlen launch", p.DecodePrefix)
+	}
 	s := p.Launch.describe() + p.SplitK.describe()
 	if p.DecodePrefix > 0 {
 		s += fmt.Sprintf("; after a decode of the first %d sequences", p.DecodePrefix)

@@ -67,7 +67,8 @@ type VarlenPlan struct {
 	// DecodePrefix > 0 marks a plan for the rest of a mixed batch: the
 	// runtime's Varlen runs the batch's first DecodePrefix sequences (one
 	// query token each) as a batched decode first, and this plan for the
-	// sequences after them.
+	// sequences after them. A plan without a Kernel has no rest: every
+	// sequence is one token and the batch runs as the decode alone.
 	DecodePrefix int
 }
 

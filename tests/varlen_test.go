@@ -219,7 +219,8 @@ func logDisagreement(t *testing.T, p *check.VarlenProblem, a, b []float64) {
 
 // TestVarlenEqualsDecode checks that one query token per sequence through
 // varlen (q_len 1 at position kv_len−1) gives what Decode gives for the same
-// cache.
+// cache: with the host's lengths Varlen runs the batch as that decode,
+// without them as one varlen launch.
 func TestVarlenEqualsDecode(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
@@ -259,15 +260,26 @@ func TestVarlenEqualsDecode(t *testing.T) {
 			set.To(&a.Out)(arena.Alloc(int64(c.Seqs * c.QHeads * c.HeadDim * c.DType.Size())))
 			set.To(&a.LSE)(arena.Alloc(int64(c.Seqs * c.QHeads * 4)))
 			require.NoError(t, set.Err)
-			require.NoError(t, s.Fill32(a.Out, check.NaNPattern(c.DType)))
-			require.NoError(t, r.Varlen(s, &a))
-			raw := make([]byte, c.Seqs*c.QHeads*c.HeadDim*c.DType.Size())
-			lse := make([]float32, c.Seqs*c.QHeads)
-			require.NoError(t, pagedkv.Download(s, raw, a.Out))
-			require.NoError(t, pagedkv.Download(s, lse, a.LSE))
-			got := ref.DecodeSlice(ref.DType(c.DType), raw)
-			assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/2, "varlen vs decode")
-			assertSameLSE(t, wantLSE, lse, "varlen vs decode")
+			// With the host's lengths the batch runs as the decode; without,
+			// as one varlen launch.
+			plan, err := r.PlanVarlen(s, &a)
+			require.NoError(t, err)
+			assert.Equal(t, c.Seqs, plan.DecodePrefix, "%s", plan)
+			assert.Empty(t, plan.Kernel, "%s", plan)
+			for _, host := range []bool{true, false} {
+				if !host {
+					a.HostCuSeqlensQ, a.HostPosOffsets = nil, nil
+				}
+				require.NoError(t, s.Fill32(a.Out, check.NaNPattern(c.DType)))
+				require.NoError(t, r.Varlen(s, &a))
+				raw := make([]byte, c.Seqs*c.QHeads*c.HeadDim*c.DType.Size())
+				lse := make([]float32, c.Seqs*c.QHeads)
+				require.NoError(t, pagedkv.Download(s, raw, a.Out))
+				require.NoError(t, pagedkv.Download(s, lse, a.LSE))
+				got := ref.DecodeSlice(ref.DType(c.DType), raw)
+				assert.LessOrEqual(t, ref.RelL2(got, want), check.Tolerance(c.DType)/2, "varlen vs decode, host lengths %v", host)
+				assertSameLSE(t, wantLSE, lse, "varlen vs decode")
+			}
 		})
 	}
 }

@@ -347,6 +347,9 @@ func (b *bencher) varlenRow(c varlenCase, dtype, shape, plan string, splits int,
 // varlenPlanText describes a varlen plan: its kernel and split count, and
 // the decode of a mixed batch's prefix that runs before it.
 func varlenPlanText(p dispatch.VarlenPlan) string {
+	if p.Kernel == "" && p.DecodePrefix > 0 {
+		return fmt.Sprintf("decode x%d", p.DecodePrefix)
+	}
 	text := fmt.Sprintf("%s split-K x%d", p.Kernel, p.Splits)
 	if p.Splits == 1 {
 		text = p.Kernel + " single-pass"
