@@ -31,7 +31,8 @@ type varlenCase struct {
 }
 
 // varlenCases are prefill, chunked prefill, a small-query (speculative
-// verify) step and a mixed decode + prefill batch, then the score
+// verify) step, a mixed decode + prefill batch and decodes sent as a
+// varlen, then the score
 // modifiers: a 4096-token window over a 16384-token prompt (against the
 // FLOPs its windows cover), soft-cap, sinks and ALiBi over the plain rows'
 // shapes.
@@ -44,6 +45,7 @@ func varlenCases() []varlenCase {
 		{shape: "chunk 4x512 kv=8192", runs: []varlenRun{{4, 512, 8192}}},
 		{shape: "small-query 8x16 kv=8192", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true, fp8: true},
 		{shape: "mixed 64x1 kv=2048 + 2x512 kv=4096", runs: []varlenRun{{64, 1, 2048}, {2, 512, 4096}}, memoryBound: true, twoCalls: true},
+		{shape: "decodes 64x1 kv=2048", runs: []varlenRun{{64, 1, 2048}}, memoryBound: true},
 		{shape: "prefill 1x16384 window=4096", runs: []varlenRun{{1, 16384, 16384}}, mods: benchMods{window: 4096}},
 		{shape: "prefill 8x2048 softcap=30", runs: []varlenRun{{8, 2048, 2048}}, mods: benchMods{softCap: 30}},
 		{shape: "prefill 8x2048 sinks", runs: []varlenRun{{8, 2048, 2048}}, mods: benchMods{sinks: true}},

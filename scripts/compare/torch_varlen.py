@@ -74,6 +74,7 @@ SHAPES = [
     ("chunk 4x512 kv=8192", [(4, 512, 8192)], False),
     ("small-query 8x16 kv=8192", [(8, 16, 8192)], True),
     ("mixed 64x1 kv=2048 + 2x512 kv=4096", [(64, 1, 2048), (2, 512, 4096)], True),
+    ("decodes 64x1 kv=2048", [(64, 1, 2048)], True),
 ]
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
