@@ -198,7 +198,9 @@ func TestVarlenModsMatchReference(t *testing.T) {
 				wantOut, wantLSE := p.Reference()
 				plan, err := auto.PlanVarlen(auto.Stream(), &p.Args)
 				require.NoError(t, err)
-				assert.Contains(t, plan.Kernel, "_mods")
+				if plan.DecodePrefix < c.Seqs {
+					assert.Contains(t, plan.Kernel, "_mods")
+				} // else every sequence is one token: the decode's _mods kernels run it
 				out, lse, err := p.Run(auto, auto.Stream())
 				require.NoError(t, err)
 				require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "auto: %s, %d splits", plan.Kernel, plan.Splits)
