@@ -945,10 +945,16 @@ struct VarlenKV {
 // VarlenRowMods are the _mods entries' score modifiers of a lane's rows
 // (row h of its row tile m: packed row p0 + 16m + lane/4 + 8h) in log2
 // units: ScoreMods with the row's window start (lo), query position (qpos)
-// and head's ALiBi slope (slope0); cap and inv_cap are every row's.
+// and head's ALiBi slope (slope0); cap and inv_cap are every row's. For the
+// block: transform (a soft-cap or ALiBi changes every score: they are
+// turned into log2 units by q_mul first), and lo_max, the latest window
+// start of its rows (tiles from there on need no lower mask).
 template <int MT>
 struct VarlenRowMods {
   ScoreMods m[MT][2];
+  int lo_max;
+  bool transform;
+  float q_mul;
 };
 
 // VarlenLoop is what varlen_step works with, referring to the kernel's
@@ -1031,10 +1037,10 @@ __device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LA
 // v_s) into this warp's rows: S = Q·Kᵀ for its MT row tiles, the mask
 // where MASK asks for it (kMaskAll: always; kMaskFrom: a tile that reaches
 // mask_from; lim: the lane's rows' limits), the online softmax, O += P·V.
-// MODS: every tile's scores go through mod_score with the rows' modifiers
-// (mods), which masks both ends of each row's range (its window's first
-// position and its limit), so MASK plays no part; the scores are in log2
-// units from there on.
+// MODS: with a soft-cap or ALiBi every score is turned into log2 units and
+// modified (the loop's q_mul is then 1); a tile that starts before a row's
+// window start is masked at both ends of each row's range, as is one that
+// MASK asks for.
 template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK, bool MODS>
 __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>& loop, int i,
                                             uint32_t k_s, uint32_t v_s, const int (*lim)[2],
@@ -1050,16 +1056,36 @@ __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, 
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     if constexpr (MODS) {
+      const int kv0 = i * KEYS + 2 * (loop.lane & 3);
+      if (mods.transform) {
 #pragma unroll
-      for (int n = 0; n < KN / 8; ++n) {
+        for (int h = 0; h < 2; ++h) {
+          const ScoreMods& rm = mods.m[m][h];
+          // Key kv0 + 8n + e lies d0 + 8n + e from the query: one
+          // conversion per row and tile, the offsets are constants.
+          const float d0 = (float)(kv0 - rm.qpos);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const ScoreMods& rm = mods.m[m][e >> 1];
-          const int pos = i * KEYS + 8 * n + 2 * (loop.lane & 3) + (e & 1);
-          s[m][n][e] = mod_score(s[m][n][e] * loop.q_mul, pos, lim[m][e >> 1], rm, rm.slope0);
+          for (int n = 0; n < KN / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float x = s[m][n][2 * h + e] * mods.q_mul;
+              if (rm.cap != 0.0f) x = rm.cap * tanh_approx(x * rm.inv_cap);
+              s[m][n][2 * h + e] = fmaf(rm.slope0, d0 + (float)(8 * n + e), x);
+            }
+          }
         }
       }
-      softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], 1.0f);
+      if (i * KEYS < mods.lo_max || MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
+#pragma unroll
+        for (int n = 0; n < KN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int pos = kv0 + 8 * n + (e & 1);
+            if (pos >= lim[m][e >> 1] || pos < mods.m[m][e >> 1].lo) s[m][n][e] = -INFINITY;
+          }
+        }
+      }
+      softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
     } else {
       if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
         mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], loop.lane);
@@ -1158,6 +1184,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // mods: the score modifiers of this lane's rows (MODS).
   VarlenRowMods<MT> mods;
   if constexpr (MODS) {
+    const int last = min(t.row0 + ROWS, t.q_len * G) - 1;
+    mods.lo_max = window > 0 ? t.pos_offset + last / G - window + 1 : 0;
+    mods.transform = softcap > 0.0f || alibi != nullptr;
     const float cap = softcap > 0.0f ? softcap * kLog2e : 0.0f;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
@@ -1204,6 +1233,13 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
   const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
   const float v_mul = v_scale * mma_scale<C>();
+  // soft_mul: the factor the softmax applies, 1 where the _mods entries
+  // turned the scores into log2 units already.
+  float soft_mul = q_mul;
+  if constexpr (MODS) {
+    mods.q_mul = q_mul;
+    if (mods.transform) soft_mul = 1.0f;
+  }
   SoftmaxRows st[MT];
   float acc[MT][NT][4];
 #pragma unroll
@@ -1214,7 +1250,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
 
   int stage = 0;
   const Loop loop{kv, stage, next_blk, ring_s, kv_end, ring, wide, computes, st, acc,
-                  qa, q_s, ao, bo, lo, warp, lane, mask_from, q_mul};
+                  qa, q_s, ao, bo, lo, warp, lane, mask_from, soft_mul};
   if constexpr (kSplitLoops) {
     // The tiles wholly below every row's limit run first, in a loop
     // without the mask (a branch around it inside the loop cut the block
@@ -1245,7 +1281,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   }
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
-    store_rows<T, D, MODS>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, MODS ? 1.0f : q_mul,
+    store_rows<T, D, MODS>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, soft_mul,
                            v_mul, out, out_token_stride, out_head_stride, lse, partial_out, partial_max, partial_sum,
                            lane, sinks);
   }

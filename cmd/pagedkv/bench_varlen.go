@@ -230,6 +230,26 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads, c.mods.window), varlenBytes(&bt, qHeads, q, cache, c.mods.window)
 	dtype := varlenDType(q, cache)
 	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
+	if c.mods != (benchMods{}) {
+		// The same batch without modifiers on the 32-key kernel the _mods
+		// twins are built from: what the modifiers themselves cost.
+		plain := slices.Clone(sets)
+		for i := range plain {
+			plain[i].SlidingWindow, plain[i].SoftCap, plain[i].Sinks, plain[i].AlibiSlopes = 0, 0, pagedkv.Buffer{}, pagedkv.Buffer{}
+		}
+		k := dispatch.DefaultKnobs()
+		k.VarlenKeys = 32
+		pp, err := b.r.PlanVarlenWith(&plain[0], k)
+		if err != nil {
+			return nil, err
+		}
+		pus, err := b.measure(func(i int) error { return b.r.VarlenWithPlan(b.s, &plain[i%rot], pp) })
+		if err != nil {
+			return nil, err
+		}
+		pflops := varlenFLOPs(bt.qLens, bt.pos, qHeads, 0)
+		rows = append(rows, b.varlenRow(c, dtype, c.shape+" (none, 32-key)", varlenPlanText(pp), pp.Splits, pus, pflops, varlenBytes(&bt, qHeads, q, cache, 0)))
+	}
 	if b.layouts && c.mods == (benchMods{}) {
 		// The same batch over the same pages read as the other layouts
 		// (the score modifiers have flash-layout kernels only).
