@@ -44,6 +44,11 @@ func TestPlanString(t *testing.T) {
 			want: "paged_varlen_bf16_hd128 grid(34,8,1) block 128 smem 65536 B, single-pass: auto: grid fills the GPU; after a decode of the first 64 sequences",
 		},
 		{
+			name: "varlen of decodes only",
+			plan: VarlenPlan{DecodePrefix: 64},
+			want: "a decode of all 64 sequences (one query token each), no varlen launch",
+		},
+		{
 			name: "varlen split-K",
 			plan: VarlenPlan{
 				Launch: l("paged_varlen_bf16_hd128_k64", Dim3{2, 8, 6}, 65536),
