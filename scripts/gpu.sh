@@ -145,7 +145,7 @@ append;T=4096 .*flash prefill slots$;cache_append"}"
     ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
-    reduced='TestAppendMatchesReference|TestAppendFP8|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeExternalCapture|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention|TestVarlenWorkspace|TestVarlenMixedBatch'
+    reduced='TestAppendMatchesReference|TestAppendFP8|TestAppendFaults|TestRopeCache|TestMLA|TestQKV|TestDecodeMatchesReference|TestDecodeFaults|TestDecodeGraphReplay|TestDecodeClusterPlans|TestDecodeRingDepths|TestDecodeGraphAfterGrowth|TestDecodeExternalCapture|TestDecodeBalanced|TestDecodeWorkspace|TestDecodeFP8Narrow|TestVarlenMatchesReference|TestVarlenFaults|TestVarlenGraphReplay|TestVarlenEqualsDecode|TestSequenceAttention|TestVarlenWorkspace|TestVarlenMixedBatch|TestVarlenModsWindowReads|TestVarlenModsGraphReplay|TestSequenceAttentionMods|TestWindowOverRingCache|TestDecodeModsWindowReads'
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
       .gpu/tests.test -test.run "$reduced" -test.timeout 235s
     PAGEDKV_TEST_SEED=${PAGEDKV_TEST_SEED:-7} run racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 \
