@@ -109,7 +109,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	if err != nil {
 		return VarlenPlan{}, err
 	}
-	if k64, ok := tables.varlenK64[kernel]; ok && !s.Mods && (k.VarlenKeys == 64 ||
+	if k64, ok := tables.varlenK64[kernel]; ok && (k.VarlenKeys == 64 ||
 		k.VarlenKeys == 0 && dev.Occupancy[k64] >= 2 && VarlenSharedBytes(k64) <= dev.MaxSharedPerBlockOptin) {
 		kernel = k64
 	}
