@@ -13,9 +13,11 @@
 // causal or not) and SequenceAttention (one sequence's new tokens, picking
 // Decode or Varlen). Queries and inputs are f16 or bf16; caches hold the same
 // type or fp8 e4m3 with per-tensor scales, in the flash, x-split or shuffle
-// layout (CacheLayout). Attention takes head dims 64, 128 and 256 and GQA
-// groups of 1 to 16, and over 16-bit caches the score modifiers of current
-// models: a sliding window, logit soft-capping, attention sinks and ALiBi.
+// layout (CacheLayout). Attention takes head dims 64, 80, 96, 112, 128, 192
+// and 256 (80 to 192 over caches of the queries' type, and in Varlen the
+// flash layout) and GQA groups of 1 to 16, and over 16-bit caches the
+// score modifiers of current models: a sliding window, logit
+// soft-capping, attention sinks and ALiBi.
 //
 // A Runtime owns one device: its primary context, the modules it has loaded,
 // its streams and their split-K scratch pools; it is safe for concurrent use.

@@ -358,8 +358,14 @@ func (p *pagedAttention) types() error {
 	if p.cacheDType != p.dtype && p.cacheDType != E4M3 {
 		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", p.arg, p.cacheDType, p.dtype, p.dtype)
 	}
-	if p.headDim != 64 && p.headDim != 128 && p.headDim != 256 {
-		return errf("%s.HeadDim=%d is not supported; allowed: 64, 128, 256", p.arg, p.headDim)
+	switch p.headDim {
+	case 64, 128, 256:
+	case 80, 96, 112, 192:
+		if p.cacheDType == E4M3 {
+			return errf("%s.HeadDim=%d is not supported with CacheDType=e4m3; allowed there: 64, 128, 256", p.arg, p.headDim)
+		}
+	default:
+		return errf("%s.HeadDim=%d is not supported; allowed: %s", p.arg, p.headDim, dispatch.HeadDimsText)
 	}
 	return nil
 }

@@ -156,6 +156,9 @@ func (a *VarlenArgs) Validate() error {
 	if err := checkAttentionLayout(varlenArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
 		return err
 	}
+	if a.HeadDim&(a.HeadDim-1) != 0 && a.Layout != LayoutFlash {
+		return errf("%s.HeadDim=%d is not supported with Layout=%v; allowed there: Layout=%v (or HeadDim 64, 128, 256)", varlenArg, a.HeadDim, a.Layout, LayoutFlash)
+	}
 	if err := p.caches(&sp); err != nil {
 		return err
 	}

@@ -310,8 +310,11 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (DecodePlan, error) {
 	}
 
 	clusterKernel := tables.cluster[qi][vi][hi]
-	if s.Mods {
-		clusterKernel = kernel // its occupancy twin; clusters are off
+	if s.Mods || clusterKernel == "" {
+		// No cluster twin (the _mods kernels, the head dims between the
+		// powers of two): the kernel is its own occupancy twin.
+		clusterKernel = kernel
+		k.Clusters = false
 	}
 	kernel, clusterKernel = DecodeLayoutKernel(kernel, s.Layout), DecodeLayoutKernel(clusterKernel, s.Layout)
 	ragged, long := s.hostStats()
@@ -729,6 +732,9 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	}
 	if _, ok := headDimIndex(s.HeadDim); !ok {
 		return errHeadDim(s.HeadDim)
+	}
+	if moreDim(s.HeadDim) && s.CacheDType == E4M3 {
+		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", s.HeadDim)
 	}
 	if s.BlockSize < 1 || s.BlockSize > 256 || s.BlockSize&(s.BlockSize-1) != 0 {
 		return errf("dispatch: DecodeShape.BlockSize=%d is not supported; supported: a power of two from 1 to 256", s.BlockSize)

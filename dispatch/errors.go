@@ -30,5 +30,5 @@ func errCacheDType(cacheDType, dtype DType) error {
 }
 
 func errHeadDim(d int) error {
-	return errf("dispatch: DecodeShape.HeadDim=%d is not supported; supported: 64, 128, 256", d)
+	return errf("dispatch: DecodeShape.HeadDim=%d is not supported; supported: %s", d, HeadDimsText)
 }

@@ -6,8 +6,19 @@ import (
 	"strconv"
 )
 
-// HeadDims lists the head dimensions the decode kernels are instantiated for.
-var headDims = [...]int{64, 128, 256}
+// headDims lists the head dimensions the attention kernels are
+// instantiated for, the name tables' head-dim index: the powers of two,
+// then the dims between them (moreDim), whose kernels (modules
+// decode_*_dims and varlen_*_dims) read caches of the queries' type only,
+// never run as clusters, and in Varlen the flash layout only.
+var headDims = [...]int{64, 128, 256, 80, 96, 112, 192}
+
+// HeadDimsText lists the attention head dims for error messages.
+const HeadDimsText = "64, 80, 96, 112, 128, 192, 256"
+
+// moreDim reports whether head dim d is one of the dims between the powers
+// of two (see headDims).
+func moreDim(d int) bool { return d&(d-1) != 0 }
 
 // activationTypes lists the q / input dtypes, in table order.
 var activationTypes = [...]DType{F16, BF16}
@@ -106,6 +117,27 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 	return [2]string{base + suffix, base + "_r64" + suffix}
 }
 
+// addMoreDim records the kernels of head dim d between the powers of two
+// (see headDims) for activation row qi: the wide and narrow decode kernels
+// named name and name_g8 with their _mods twins, and the flash-layout
+// varlen kernels vname (and vname_r64 below 128) with theirs; every other
+// entry of hi stays "", which the name functions refuse.
+func (t *nameTables) addMoreDim(qi, hi int, name, vname string, d, size int) {
+	t.decode[qi][variantWide][hi] = name
+	t.decode[qi][variantNarrow][hi] = name + "_g8"
+	for _, k := range [...]string{name, name + "_g8"} {
+		t.shape[k] = [2]int{d, size}
+		t.mods[k] = k + "_mods"
+		t.shape[k+"_mods"] = [2]int{d, size}
+	}
+	t.varlen[qi][0][hi] = t.addVarlen(vname, "", d, size)
+	for _, k := range t.varlen[qi][0][hi] {
+		t.varlenMods[k] = k + "_mods"
+		t.varlenShape[k+"_mods"] = t.varlenShape[k]
+	}
+	t.varlenMerge[qi][hi] = "paged_varlen_merge_" + activationTypes[qi].String() + "_hd" + strconv.Itoa(d)
+}
+
 // tables is built by a variable initializer rather than init, so that other
 // package-level variables (tests' device profiles) can already use it.
 var tables = buildNames()
@@ -135,8 +167,14 @@ func buildNames() *nameTables {
 			t.qkv[qi][fp8] = "qkv_norm_rope_" + q.String() + cache
 			for hi, d := range headDims {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
-				t.decode[qi][fp8][hi] = name
 				vname := "paged_varlen_" + q.String() + cache + "_hd" + strconv.Itoa(d)
+				if moreDim(d) {
+					if fp8 == 0 {
+						t.addMoreDim(qi, hi, name, vname, d, q.Size())
+					}
+					continue
+				}
+				t.decode[qi][fp8][hi] = name
 				t.varlenMerge[qi][hi] = "paged_varlen_merge_" + q.String() + "_hd" + strconv.Itoa(d)
 				t.cluster[qi][fp8][hi] = name + "_cluster"
 				size := q.Size()
@@ -211,15 +249,8 @@ func cacheIndex(q, c DType) (int, bool) {
 }
 
 func headDimIndex(d int) (int, bool) {
-	switch d {
-	case 64:
-		return 0, true
-	case 128:
-		return 1, true
-	case 256:
-		return 2, true
-	}
-	return 0, false
+	i := slices.Index(headDims[:], d)
+	return i, i >= 0
 }
 
 // DecodeSharedBytes returns the dynamic shared memory a decode kernel for
@@ -380,6 +411,9 @@ func ClusterDecodeKernelName(dtype, cacheDType DType, headDim, group int) (strin
 	if err != nil {
 		return "", err
 	}
+	if moreDim(headDim) {
+		return "", newShapeError(fmt.Sprintf("dispatch: DecodeShape.HeadDim=%d has no cluster kernels; they exist for 64, 128, 256", headDim))
+	}
 	return tables.cluster[qi][vi][hi], nil
 }
 
@@ -396,6 +430,9 @@ func decodeIndex(dtype, cacheDType DType, headDim, group int) (qi, vi, hi int, e
 	}
 	if hi, ok = headDimIndex(headDim); !ok {
 		return 0, 0, 0, errHeadDim(headDim)
+	}
+	if vi == variantE4M3 && moreDim(headDim) {
+		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", headDim))
 	}
 	if group < 1 || group > MaxGroupSize {
 		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
@@ -468,7 +505,11 @@ func flatten(t *[len(activationTypes)][decodeVariants][len(headDims)]string) []s
 	names := make([]string, 0, len(activationTypes)*decodeVariants*len(headDims))
 	for qi := range t {
 		for ci := range t[qi] {
-			names = append(names, t[qi][ci][:]...)
+			for _, n := range t[qi][ci] {
+				if n != "" {
+					names = append(names, n)
+				}
+			}
 		}
 	}
 	return names
@@ -606,7 +647,13 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 	}
 	hi, ok := headDimIndex(headDim)
 	if !ok {
-		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: 64, 128, 256", headDim)
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: %s", headDim, HeadDimsText)
+	}
+	if moreDim(headDim) && ci == 1 {
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", headDim)
+	}
+	if moreDim(headDim) && layout != LayoutFlash {
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with Layout=%v; supported there: %v", headDim, layout, LayoutFlash)
 	}
 	pair := tables.varlen[qi][ci][hi]
 	switch {
@@ -655,6 +702,9 @@ func VarlenKernelNames() []string {
 	var names []string
 	add := func(pairs [len(headDims)][2]string) {
 		for _, pair := range pairs {
+			if pair[0] == "" {
+				continue
+			}
 			names = append(names, pair[0])
 			if pair[1] != pair[0] {
 				names = append(names, pair[1])
@@ -678,7 +728,11 @@ func VarlenKernelNames() []string {
 				add(tables.varlenLaid[qi][ci][li])
 			}
 		}
-		names = append(names, tables.varlenMerge[qi][:]...)
+		for _, n := range tables.varlenMerge[qi] {
+			if n != "" {
+				names = append(names, n)
+			}
+		}
 	}
 	return names
 }

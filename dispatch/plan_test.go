@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -481,9 +482,13 @@ func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
 
 func TestKernelNameLists(t *testing.T) {
 	decode := DecodeKernelNames()
-	// q dtype × (wide, e4m3, narrow, e4m3 narrow) × head dim, then the
-	// e4m3 ones' _laid twins.
-	assert.Len(t, decode, 2*4*3+2*2*3)
+	// q dtype × (wide, e4m3, narrow, e4m3 narrow) × the powers of two,
+	// (wide, narrow) × the dims between them, then the e4m3 ones' _laid
+	// twins.
+	assert.Len(t, decode, 2*4*3+2*2*4+2*2*3)
+	assert.Contains(t, decode, "paged_decode_f16_hd80")
+	assert.Contains(t, decode, "paged_decode_bf16_hd192_g8")
+	assert.NotContains(t, decode, "paged_decode_bf16_e4m3_hd96")
 	assert.Contains(t, decode, "paged_decode_f16_e4m3_hd64_laid")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd128_g8_laid")
 	assert.Contains(t, decode, "paged_decode_f16_hd64")
@@ -498,6 +503,10 @@ func TestKernelNameLists(t *testing.T) {
 	}, AppendKernelNames())
 
 	cluster := ClusterDecodeKernelNames()
+	// Every decode kernel of a power-of-two head dim has a cluster twin.
+	decode = slices.DeleteFunc(decode, func(n string) bool {
+		return strings.Contains(n, "_hd80") || strings.Contains(n, "_hd96") || strings.Contains(n, "_hd112") || strings.Contains(n, "_hd192")
+	})
 	assert.Len(t, cluster, len(decode))
 	for i := range decode {
 		if base, ok := strings.CutSuffix(decode[i], "_laid"); ok {
@@ -512,8 +521,10 @@ func TestKernelNameLists(t *testing.T) {
 	twin, err = ClusterDecodeKernelName(BF16, E4M3, 256, 9)
 	require.NoError(t, err)
 	assert.Equal(t, "paged_decode_bf16_e4m3_hd256_cluster", twin)
-	_, err = ClusterDecodeKernelName(F16, F16, 96, 4)
+	_, err = ClusterDecodeKernelName(F16, F16, 72, 4)
 	assert.ErrorIs(t, err, ErrInvalidShape)
+	_, err = ClusterDecodeKernelName(F16, F16, 96, 4)
+	assert.ErrorIs(t, err, ErrInvalidShape, "no cluster kernels between the powers of two")
 	_, err = ClusterDecodeKernelName(F16, F16, 128, 17)
 	assert.ErrorIs(t, err, ErrInvalidShape)
 
@@ -523,8 +534,11 @@ func TestKernelNameLists(t *testing.T) {
 	// kernels and their _laid twins, varlen: q dtype × ((16-bit and e4m3 caches in three
 	// layouts) × (three head dims + two _r64) + the 16-bit caches' three
 	// _k64 + three merges + the flash 16-bit kernels' five _mods twins); the
-	// 16 appends include the page path's claim and page kernels.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+1+12+2*6+2*(6*5+3+3+5))
+	// 16 appends include the page path's claim and page kernels. The dims
+	// between the powers of two add 16 decode kernels (q dtype × wide and
+	// narrow × 4), their 16 _mods twins, and per q dtype 7 varlen kernels
+	// (4 + 3 _r64), their 7 _mods twins and 4 merges.
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+1+12+2*6+2*(6*5+3+3+5)+16+16+2*(7+7+4))
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_bf16_hd256_g8_mods")
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")
@@ -563,8 +577,10 @@ func TestPlanDecodeErrors(t *testing.T) {
 			"dispatch: DecodeShape.NumQHeads=30 is not a multiple of NumKVHeads=8"},
 		{"group too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumQHeads = 32; s.NumKVHeads = 1 },
 			"dispatch: DecodeShape.NumQHeads=32 / NumKVHeads=1 is a GQA group of 32; supported: 1..16"},
-		{"head dim", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim = 96 },
-			"dispatch: DecodeShape.HeadDim=96 is not supported; supported: 64, 128, 256"},
+		{"head dim", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim = 72 },
+			"dispatch: DecodeShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 128, 192, 256"},
+		{"head dim with fp8", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim, s.CacheDType = 96, E4M3 },
+			"dispatch: DecodeShape.HeadDim=96 is not supported with CacheDType=e4m3; supported there: 64, 128, 256"},
 		{"block size not a power of two", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 24 },
 			"dispatch: DecodeShape.BlockSize=24 is not supported; supported: a power of two from 1 to 256"},
 		{"block size too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 512 },

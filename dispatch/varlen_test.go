@@ -161,10 +161,21 @@ func TestVarlenGridCoversEveryBatch(t *testing.T) {
 
 func TestPlanVarlenErrors(t *testing.T) {
 	bad := prefill(2, 4, 64)
-	bad.HeadDim = 96
+	bad.HeadDim = 72
 	_, err := PlanVarlen(bad, varlenDev(), DefaultKnobs())
 	assert.ErrorIs(t, err, ErrInvalidShape)
-	assert.ErrorContains(t, err, "VarlenShape.HeadDim=96 is not supported; supported: 64, 128, 256")
+	assert.ErrorContains(t, err, "VarlenShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 128, 192, 256")
+	for _, edit := range []func(*VarlenShape){
+		func(s *VarlenShape) { s.CacheDType = E4M3 },
+		func(s *VarlenShape) { s.Layout = LayoutShuffle },
+	} {
+		bad = prefill(2, 4, 64)
+		bad.HeadDim = 96
+		edit(&bad)
+		_, err = PlanVarlen(bad, varlenDev(), DefaultKnobs())
+		assert.ErrorIs(t, err, ErrInvalidShape)
+		assert.ErrorContains(t, err, "VarlenShape.HeadDim=96 is not supported with")
+	}
 	bad = prefill(2, 4, 64)
 	bad.HostCuSeqlensQ = bad.HostCuSeqlensQ[:2]
 	_, err = PlanVarlen(bad, varlenDev(), DefaultKnobs())

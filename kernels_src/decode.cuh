@@ -776,6 +776,10 @@ struct DecodeTiles {
   static constexpr bool kFP8 = sizeof(C) == 1;
   static constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
   static constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
+  // kWholeRows: a warp's cp.async covers whole rows (CH divides 32, or 32
+  // divides CH); else issue walks the tile's chunks.
+  static constexpr bool kWholeRows = 32 % CH == 0 || CH % 32 == 0;
+  static_assert(kWholeRows || kTileTokens * CH % 32 == 0, "whole chunk passes");
 
   const int& start;
   const int& warp;
@@ -824,7 +828,22 @@ struct DecodeTiles {
     const int base = start + (warp + kDecodeWarps * i) * kTileTokens;
     const uint32_t kdst = smem_addr(stage(st));
     const uint32_t vdst = kdst + Smem::kTileBytes;
-    if constexpr (!LAID) {
+    if constexpr (!LAID && !kWholeRows) {
+      // Rows of a chunk count that does not divide 32 (head dims 80, 96,
+      // 112, 192): lane l copies chunks l + 32j of the tile, row by row.
+#pragma unroll
+      for (int j = 0; j < kTileTokens * CH / 32; ++j) {
+        const int i = lane + 32 * j;
+        const int r = i / CH, c = i - r * CH;
+        const int t = base + r;
+        const int blk = __shfl_sync(0xffffffffu, ids, r);  // 0 past end (checked_id)
+        const bool ok = t < end;
+        const int at = swizzle<CH>(r, c) * 16;
+        const int64_t off = (int64_t)(((uint32_t)blk << block_size_log2) | ((uint32_t)t & bs_mask)) * row_stride;
+        cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, ok ? 16 : 0);
+        cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16, ok ? 16 : 0);
+      }
+    } else if constexpr (!LAID) {
 #pragma unroll
       for (int j = 0; j < ISSUES; ++j) {
         const int r = lane / CH + ROWS_PER_ISSUE * j;
@@ -841,7 +860,7 @@ struct DecodeTiles {
       // Each lane keeps one token (K) and one token half (V) for the whole
       // tile, so its source steps by a constant and one instruction reads
       // contiguous bytes: K [blocks, heads, D/8, bs, 8] (both layouts), lane
-      // l reads token l%16 of pieces l/16 + 2j (ISSUES = CH/2); V chunk
+      // l reads token l%16 of pieces l/16 + 2j (CH/2 of them); V chunk
       // l + 32j of the Vᵀ tile is element d = l/2 + 16j, tokens 8h … 8h+7
       // (h = l%2), a step of 16 elements a row (x-split [blocks, heads, D,
       // bs]: 16·bs; shuffle [blocks, heads, bs/8, D, 8]: 128).
@@ -852,7 +871,7 @@ struct DecodeTiles {
       // page), so lane l reads element d = l + 32j into row d of the Vᵀ
       // tile (16 bytes a row), 512 contiguous bytes an instruction in the
       // shuffle layout and for blocks of 16 in the x-split one.
-      static_assert(2 * ISSUES == CH && kTileTokens == 16, "a lane's K pieces are l/16 + 2j");
+      static_assert(CH % 2 == 0 && kTileTokens == 16, "a lane's K pieces are l/16 + 2j");
       constexpr int X = 16 / (int)sizeof(C);  // elements a piece
       const int r = lane & 15;
       const int blk = __shfl_sync(0xffffffffu, ids, r);
@@ -879,7 +898,7 @@ struct DecodeTiles {
       // piece-major: piece l/16 + 2j, token l%16 (fp8: at slot fp8_slot)
       const uint32_t kat = kdst + (kFP8 ? (lane >> 4) * 16 + fp8_slot(r) : lane) * 16;
 #pragma unroll
-      for (int j = 0; j < ISSUES; ++j) {
+      for (int j = 0; j < CH / 2; ++j) {
         cp_async16(kat + 512 * j, ok ? kp + j * kstep : k_cache, ok ? 16 : 0);
         cp_async16(vat + vat_step * j, vok ? vp + j * vstep : v_cache, vok ? 16 : 0);
       }
@@ -1644,6 +1663,21 @@ __device__ __forceinline__ void paged_decode_mods(
   PKV_DECODE_MODS(prefix##_hd64_g8_mods, T, T, 64, true)   \
   PKV_DECODE_MODS(prefix##_hd128_g8_mods, T, T, 128, true) \
   PKV_DECODE_MODS(prefix##_hd256_g8_mods, T, T, 256, true)
+
+// PKV_DECODE_MORE_DIMS: the wide, narrow (_g8) and _mods entries, every
+// layout, for the head dims between the powers of two (80, 96, 112, 192)
+// over a cache of the queries' type. Never clusters: their splits merge in
+// global memory.
+#define PKV_DECODE_MORE_DIM(prefix, T, D)                                     \
+  PKV_DECODE(prefix##_hd##D, T, T, D, false, false, pkv::kLayoutsAny)         \
+  PKV_DECODE(prefix##_hd##D##_g8, T, T, D, false, true, pkv::kLayoutsAny)     \
+  PKV_DECODE_MODS(prefix##_hd##D##_mods, T, T, D, false)                      \
+  PKV_DECODE_MODS(prefix##_hd##D##_g8_mods, T, T, D, true)
+#define PKV_DECODE_MORE_DIMS(prefix, T)  \
+  PKV_DECODE_MORE_DIM(prefix, T, 80)     \
+  PKV_DECODE_MORE_DIM(prefix, T, 96)     \
+  PKV_DECODE_MORE_DIM(prefix, T, 112)    \
+  PKV_DECODE_MORE_DIM(prefix, T, 192)
 
 // The _ALL macros define one family for every head dim: entries
 // <prefix>_hd<D><kind><sfx> reading the layouts L (sfx: empty, or _laid

@@ -401,6 +401,70 @@ struct KVLines {
   }
 };
 
+// KVChunks is the flash layout's loader for rows whose chunk count is not
+// a power of two (head dims 80, 96, 112 and 192), which neither KVRow's
+// threads per row nor KVLines' rows per pass divide: thread t copies
+// chunks t + 128j of the tile (row i / kCCH, chunk i % kCCH of chunk i),
+// so a warp reads whole rows, one after another. As in KVLines, lane l
+// looks up the block of tile row l (and l + 32 for 64-key tiles), which
+// the copying lanes take by shuffle.
+template <typename T, typename C, int D, int MT, int KEYS>
+struct KVChunks {
+  using Smem = VarlenSmem<T, C, D, MT, KEYS>;
+  static constexpr int kCCH = Smem::kCacheChunks;
+  static constexpr int kAll = Smem::kKeys * kCCH;  // chunks of a K (or V) tile
+  static constexpr int kPasses = (kAll + kVarlenThreads - 1) / kVarlenThreads;
+  static constexpr int kIds = Smem::kKeys / 32;  // rows a lane looks up
+  static_assert(kIds * 32 == Smem::kKeys && kIds <= 2, "a tile row per lane, 32 or 64 rows");
+  struct Ids {
+    int v[kIds];
+  };
+  int lane;
+  BadBlock bad;
+  __device__ __forceinline__ KVChunks() : lane((int)threadIdx.x & 31) {}
+
+  // lookup returns the block-table entries of tile rows lane (+ 32) of the
+  // tile at kv0 (0 past kv_end, and with LO below kv_begin, where nothing
+  // is read).
+  template <bool LO>
+  __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_begin, int kv_end,
+                                        int block_size_log2) const {
+    Ids ids;
+#pragma unroll
+    for (int i = 0; i < kIds; ++i) {
+      const int pos = kv0 + lane + 32 * i;
+      ids.v[i] = in_range<LO>(pos, kv_begin, kv_end) ? __ldg(table + (pos >> block_size_log2)) : 0;
+    }
+    return ids;
+  }
+
+  template <bool LO>
+  __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0,
+                                        int kv_begin, int kv_end, int block_size_log2, uint32_t nb,
+                                        int64_t row_stride) {
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      const int i = (int)threadIdx.x + kVarlenThreads * j;
+      const int r = i / kCCH, c = i - r * kCCH;
+      // Every lane shuffles (the last pass may have fewer chunks than threads).
+      int blk = __shfl_sync(0xffffffffu, ids.v[0], r & 31);
+      if constexpr (kIds > 1) {
+        const int b1 = __shfl_sync(0xffffffffu, ids.v[1], r & 31);
+        if (r >= 32) blk = b1;
+      }
+      if (kAll % kVarlenThreads == 0 || i < kAll) {
+        const int pos = kv0 + r;
+        const int64_t off = bad.row(blk, pos, block_size_log2, nb) * row_stride;
+        const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
+        const uint32_t at = swizzle<kCCH>(r, c) * 16;
+        cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, bytes);
+        cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16,
+                   bytes);
+      }
+    }
+  }
+};
+
 // LaidLoad is the copy of K/V tiles from the x-split and shuffle layouts
 // that LaidKV (X = 8 elements a 16-byte piece: 16-bit caches) and
 // LaidFP8KV (X = 16: e4m3) share. Thread t keeps tile row r = t % kKeys for
@@ -417,7 +481,9 @@ struct LaidLoad {
   static constexpr int kU = kVarlenThreads / KEYS;  // threads per tile row
   static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
   static constexpr int kTileBytes = KEYS * D * 16 / X;  // one stage tile, as stored
-  static_assert(kU * KEYS == kVarlenThreads && kJ * kU == kCH && kJ >= 1, "a tile row per kU threads");
+  // (A flash-layout kernel holds an unused one, of any head dim.)
+  static_assert(LAYOUT == kLayoutFlash || (kU * KEYS == kVarlenThreads && kJ * kU == kCH && kJ >= 1),
+                "a tile row per kU threads");
   int r, u;
   BadBlock bad;
   __device__ __forceinline__ LaidLoad() : r((int)threadIdx.x % KEYS), u((int)threadIdx.x / KEYS) {}
@@ -598,15 +664,34 @@ struct LaidFP8KV : LaidLoad<D, KEYS, LAYOUT, 16> {
 // CH 16-byte chunks per row, for the x4 loads whose lane reads row R + lr
 // and chunk 2ks + b (R a multiple of 16): at(R, ks) is the offset of
 // k-step ks. The swizzle moves chunks only within aligned groups of 8,
-// so 4 offsets serve every ks (ks & 3; ks >> 2 adds 8 chunks).
+// so 4 offsets serve every ks (ks & 3; ks >> 2 adds 8 chunks) in the whole
+// groups; the k-steps of a shorter last group (CH = 10, 12, 14) have
+// offsets of their own (TailOffsets).
+template <int N>
+struct TailOffsets {
+  uint32_t tail[N];
+};
+template <>
+struct TailOffsets<0> {};
 template <int CH>
-struct LaneOffsets {
+constexpr int kTailSteps = CH > 8 && CH % 8 != 0 ? (CH % 8) / 2 : 0;
+template <int CH>
+struct LaneOffsets : TailOffsets<kTailSteps<CH>> {
+  static constexpr int kTail = kTailSteps<CH>;
+  static constexpr int kWholeSteps = (CH - 2 * kTail) / 2;  // k-steps in whole groups of 8 chunks
   uint32_t off[4];
   __device__ __forceinline__ LaneOffsets(int lr, int b) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) off[c] = swizzle<CH>(lr, 2 * c + b) * 16;
+    if constexpr (kTail > 0) {
+#pragma unroll
+      for (int t = 0; t < kTail; ++t) this->tail[t] = swizzle<CH>(lr, 2 * (kWholeSteps + t) + b) * 16;
+    }
   }
   __device__ __forceinline__ uint32_t at(int R, int ks) const {
+    if constexpr (kTail > 0) {
+      if (ks >= kWholeSteps) return this->tail[ks - kWholeSteps] + (uint32_t)(R * CH * 16);
+    }
     return off[ks & 3] + (uint32_t)(R * CH * 16 + (ks >> 2) * 128);
   }
 };
@@ -890,7 +975,9 @@ template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool LO =
 struct VarlenKV {
   static constexpr bool LAID = LAYOUT != kLayoutFlash;
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
-  using FlashRows = typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS>, KVRow<T, C, D, MT, KEYS>>::type;
+  static constexpr int kCCH = Smem::kCacheChunks;
+  using FlashRows = typename Pick<(kCCH & (kCCH - 1)) != 0, KVChunks<T, C, D, MT, KEYS>,
+                                  typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS>, KVRow<T, C, D, MT, KEYS>>::type>::type;
   using LaidRows = typename Pick<sizeof(C) == 1, LaidFP8KV<D, KEYS, LAYOUT>, LaidKV<D, KEYS, LAYOUT>>::type;
   // Ids holds the block-table entries a thread looked up for one tile.
   using Ids = typename Pick<LAID, int, typename FlashRows::Ids>::type;
@@ -1306,27 +1393,58 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   for (int z = lane; z < splits; z += 32) mx = fmaxf(mx, partial_max[prow0 + z]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float o[PER_LANE] = {};
   float sum = 0.0f;
-  if (mx != -INFINITY) {
-    for (int z = 0; z < splits; ++z) {
-      const float w = partial_sum[prow0 + z] * exp2f(partial_max[prow0 + z] - mx);
-      sum += w;
-      const float* src = partial_out + (prow0 + z) * D + lane * PER_LANE;
+  if constexpr (D % 64 == 0) {
+    // A lane merges PER_LANE consecutive d.
+    float o[PER_LANE] = {};
+    if (mx != -INFINITY) {
+      for (int z = 0; z < splits; ++z) {
+        const float w = partial_sum[prow0 + z] * exp2f(partial_max[prow0 + z] - mx);
+        sum += w;
+        const float* src = partial_out + (prow0 + z) * D + lane * PER_LANE;
 #pragma unroll
-      for (int j = 0; j < PER_LANE; j += 2) {
-        const float2 v = *reinterpret_cast<const float2*>(src + j);
-        o[j] = fmaf(w, v.x, o[j]);
-        o[j + 1] = fmaf(w, v.y, o[j + 1]);
+        for (int j = 0; j < PER_LANE; j += 2) {
+          const float2 v = *reinterpret_cast<const float2*>(src + j);
+          o[j] = fmaf(w, v.x, o[j]);
+          o[j + 1] = fmaf(w, v.y, o[j + 1]);
+        }
       }
     }
-  }
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  const int64_t tok = row / num_q_heads;
-  const int64_t out_row = tok * out_token_stride + (row - tok * num_q_heads) * out_head_stride;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int64_t tok = row / num_q_heads;
+    const int64_t out_row = tok * out_token_stride + (row - tok * num_q_heads) * out_head_stride;
 #pragma unroll
-  for (int j = 0; j < PER_LANE; j += 2) {
-    *reinterpret_cast<uint32_t*>(out + out_row + lane * PER_LANE + j) = pack2<T>(o[j] * inv, o[j + 1] * inv);
+    for (int j = 0; j < PER_LANE; j += 2) {
+      *reinterpret_cast<uint32_t*>(out + out_row + lane * PER_LANE + j) = pack2<T>(o[j] * inv, o[j + 1] * inv);
+    }
+  } else {
+    // Head dims 80, 96, 112: a lane merges the pairs of d lane + 32j.
+    constexpr int PAIRS = (D / 2 + 31) / 32;
+    float o[PAIRS][2] = {};
+    if (mx != -INFINITY) {
+      for (int z = 0; z < splits; ++z) {
+        const float w = partial_sum[prow0 + z] * exp2f(partial_max[prow0 + z] - mx);
+        sum += w;
+        const float* src = partial_out + (prow0 + z) * D;
+#pragma unroll
+        for (int j = 0; j < PAIRS; ++j) {
+          const int d = 2 * (lane + 32 * j);
+          if (d < D) {
+            const float2 v = *reinterpret_cast<const float2*>(src + d);
+            o[j][0] = fmaf(w, v.x, o[j][0]);
+            o[j][1] = fmaf(w, v.y, o[j][1]);
+          }
+        }
+      }
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int64_t tok = row / num_q_heads;
+    const int64_t out_row = tok * out_token_stride + (row - tok * num_q_heads) * out_head_stride;
+#pragma unroll
+    for (int j = 0; j < PAIRS; ++j) {
+      const int d = 2 * (lane + 32 * j);
+      if (d < D) *reinterpret_cast<uint32_t*>(out + out_row + d) = pack2<T>(o[j][0] * inv, o[j][1] * inv);
+    }
   }
   if (lse != nullptr && lane == 0) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
 }
@@ -1376,6 +1494,26 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   PKV_VARLEN_MODS(prefix##_hd256_mods, T, 256, 1, 32)     \
   PKV_VARLEN_MODS(prefix##_hd64_r64_mods, T, 64, 1, 64)   \
   PKV_VARLEN_MODS(prefix##_hd128_r64_mods, T, 128, 1, 64)
+
+// PKV_VARLEN_MORE_DIMS defines, for the head dims between the powers of
+// two over a flash-layout cache of the queries' type, the entries of
+// PKV_VARLEN_ALL (<prefix>_hd<D> and, below 128, <prefix>_hd<D>_r64), their
+// _mods twins and the merges (<merge>_hd<D>).
+#define PKV_VARLEN_MORE_DIM(prefix, merge, T, D, MT)                 \
+  PKV_VARLEN(prefix##_hd##D, T, T, D, MT, 32, pkv::kLayoutFlash)      \
+  PKV_VARLEN_MODS(prefix##_hd##D##_mods, T, D, MT, 32)               \
+  PKV_VARLEN_MERGE(merge##_hd##D, T, D)
+#define PKV_VARLEN_MORE_R64(prefix, T, D)                              \
+  PKV_VARLEN(prefix##_hd##D##_r64, T, T, D, 1, 64, pkv::kLayoutFlash) \
+  PKV_VARLEN_MODS(prefix##_hd##D##_r64_mods, T, D, 1, 64)
+#define PKV_VARLEN_MORE_DIMS(prefix, merge, T) \
+  PKV_VARLEN_MORE_DIM(prefix, merge, T, 80, 2)  \
+  PKV_VARLEN_MORE_DIM(prefix, merge, T, 96, 2)  \
+  PKV_VARLEN_MORE_DIM(prefix, merge, T, 112, 2) \
+  PKV_VARLEN_MORE_DIM(prefix, merge, T, 192, 1) \
+  PKV_VARLEN_MORE_R64(prefix, T, 80)            \
+  PKV_VARLEN_MORE_R64(prefix, T, 96)            \
+  PKV_VARLEN_MORE_R64(prefix, T, 112)
 
 // PKV_VARLEN_MERGE defines one merge entry.
 #define PKV_VARLEN_MERGE(name, T, D)                                                                        \

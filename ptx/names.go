@@ -7,6 +7,7 @@ const (
 	ModuleCache                  = "cache"
 	ModuleCacheSm90              = "cache_sm90"
 	ModuleDecodeBf16             = "decode_bf16"
+	ModuleDecodeBf16Dims         = "decode_bf16_dims"
 	ModuleDecodeBf16E4m3         = "decode_bf16_e4m3"
 	ModuleDecodeBf16E4m3Laid     = "decode_bf16_e4m3_laid"
 	ModuleDecodeBf16E4m3LaidSm90 = "decode_bf16_e4m3_laid_sm90"
@@ -14,6 +15,7 @@ const (
 	ModuleDecodeBf16Mods         = "decode_bf16_mods"
 	ModuleDecodeBf16Sm90         = "decode_bf16_sm90"
 	ModuleDecodeF16              = "decode_f16"
+	ModuleDecodeF16Dims          = "decode_f16_dims"
 	ModuleDecodeF16E4m3          = "decode_f16_e4m3"
 	ModuleDecodeF16E4m3Laid      = "decode_f16_e4m3_laid"
 	ModuleDecodeF16E4m3LaidSm90  = "decode_f16_e4m3_laid_sm90"
@@ -25,10 +27,12 @@ const (
 	ModuleQkv                    = "qkv"
 	ModuleRope                   = "rope"
 	ModuleVarlenBf16             = "varlen_bf16"
+	ModuleVarlenBf16Dims         = "varlen_bf16_dims"
 	ModuleVarlenBf16E4m3         = "varlen_bf16_e4m3"
 	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
 	ModuleVarlenBf16Mods         = "varlen_bf16_mods"
 	ModuleVarlenF16              = "varlen_f16"
+	ModuleVarlenF16Dims          = "varlen_f16_dims"
 	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
 	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
 	ModuleVarlenF16Mods          = "varlen_f16_mods"
@@ -82,6 +86,26 @@ const (
 	PagedDecodeBf16Hd256G8 = "paged_decode_bf16_hd256_g8"
 	PagedDecodeBf16Hd64    = "paged_decode_bf16_hd64"
 	PagedDecodeBf16Hd64G8  = "paged_decode_bf16_hd64_g8"
+)
+
+// Entry points of decode_bf16_dims.ptx (kernels_src/decode_bf16_dims.cu).
+const (
+	PagedDecodeBf16Hd112       = "paged_decode_bf16_hd112"
+	PagedDecodeBf16Hd112G8     = "paged_decode_bf16_hd112_g8"
+	PagedDecodeBf16Hd112G8Mods = "paged_decode_bf16_hd112_g8_mods"
+	PagedDecodeBf16Hd112Mods   = "paged_decode_bf16_hd112_mods"
+	PagedDecodeBf16Hd192       = "paged_decode_bf16_hd192"
+	PagedDecodeBf16Hd192G8     = "paged_decode_bf16_hd192_g8"
+	PagedDecodeBf16Hd192G8Mods = "paged_decode_bf16_hd192_g8_mods"
+	PagedDecodeBf16Hd192Mods   = "paged_decode_bf16_hd192_mods"
+	PagedDecodeBf16Hd80        = "paged_decode_bf16_hd80"
+	PagedDecodeBf16Hd80G8      = "paged_decode_bf16_hd80_g8"
+	PagedDecodeBf16Hd80G8Mods  = "paged_decode_bf16_hd80_g8_mods"
+	PagedDecodeBf16Hd80Mods    = "paged_decode_bf16_hd80_mods"
+	PagedDecodeBf16Hd96        = "paged_decode_bf16_hd96"
+	PagedDecodeBf16Hd96G8      = "paged_decode_bf16_hd96_g8"
+	PagedDecodeBf16Hd96G8Mods  = "paged_decode_bf16_hd96_g8_mods"
+	PagedDecodeBf16Hd96Mods    = "paged_decode_bf16_hd96_mods"
 )
 
 // Entry points of decode_bf16_e4m3.ptx (kernels_src/decode_bf16_e4m3.cu).
@@ -158,6 +182,26 @@ const (
 	PagedDecodeF16Hd256G8 = "paged_decode_f16_hd256_g8"
 	PagedDecodeF16Hd64    = "paged_decode_f16_hd64"
 	PagedDecodeF16Hd64G8  = "paged_decode_f16_hd64_g8"
+)
+
+// Entry points of decode_f16_dims.ptx (kernels_src/decode_f16_dims.cu).
+const (
+	PagedDecodeF16Hd112       = "paged_decode_f16_hd112"
+	PagedDecodeF16Hd112G8     = "paged_decode_f16_hd112_g8"
+	PagedDecodeF16Hd112G8Mods = "paged_decode_f16_hd112_g8_mods"
+	PagedDecodeF16Hd112Mods   = "paged_decode_f16_hd112_mods"
+	PagedDecodeF16Hd192       = "paged_decode_f16_hd192"
+	PagedDecodeF16Hd192G8     = "paged_decode_f16_hd192_g8"
+	PagedDecodeF16Hd192G8Mods = "paged_decode_f16_hd192_g8_mods"
+	PagedDecodeF16Hd192Mods   = "paged_decode_f16_hd192_mods"
+	PagedDecodeF16Hd80        = "paged_decode_f16_hd80"
+	PagedDecodeF16Hd80G8      = "paged_decode_f16_hd80_g8"
+	PagedDecodeF16Hd80G8Mods  = "paged_decode_f16_hd80_g8_mods"
+	PagedDecodeF16Hd80Mods    = "paged_decode_f16_hd80_mods"
+	PagedDecodeF16Hd96        = "paged_decode_f16_hd96"
+	PagedDecodeF16Hd96G8      = "paged_decode_f16_hd96_g8"
+	PagedDecodeF16Hd96G8Mods  = "paged_decode_f16_hd96_g8_mods"
+	PagedDecodeF16Hd96Mods    = "paged_decode_f16_hd96_mods"
 )
 
 // Entry points of decode_f16_e4m3.ptx (kernels_src/decode_f16_e4m3.cu).
@@ -268,6 +312,28 @@ const (
 	PagedVarlenMergeBf16Hd64  = "paged_varlen_merge_bf16_hd64"
 )
 
+// Entry points of varlen_bf16_dims.ptx (kernels_src/varlen_bf16_dims.cu).
+const (
+	PagedVarlenBf16Hd112        = "paged_varlen_bf16_hd112"
+	PagedVarlenBf16Hd112Mods    = "paged_varlen_bf16_hd112_mods"
+	PagedVarlenBf16Hd112R64     = "paged_varlen_bf16_hd112_r64"
+	PagedVarlenBf16Hd112R64Mods = "paged_varlen_bf16_hd112_r64_mods"
+	PagedVarlenBf16Hd192        = "paged_varlen_bf16_hd192"
+	PagedVarlenBf16Hd192Mods    = "paged_varlen_bf16_hd192_mods"
+	PagedVarlenBf16Hd80         = "paged_varlen_bf16_hd80"
+	PagedVarlenBf16Hd80Mods     = "paged_varlen_bf16_hd80_mods"
+	PagedVarlenBf16Hd80R64      = "paged_varlen_bf16_hd80_r64"
+	PagedVarlenBf16Hd80R64Mods  = "paged_varlen_bf16_hd80_r64_mods"
+	PagedVarlenBf16Hd96         = "paged_varlen_bf16_hd96"
+	PagedVarlenBf16Hd96Mods     = "paged_varlen_bf16_hd96_mods"
+	PagedVarlenBf16Hd96R64      = "paged_varlen_bf16_hd96_r64"
+	PagedVarlenBf16Hd96R64Mods  = "paged_varlen_bf16_hd96_r64_mods"
+	PagedVarlenMergeBf16Hd112   = "paged_varlen_merge_bf16_hd112"
+	PagedVarlenMergeBf16Hd192   = "paged_varlen_merge_bf16_hd192"
+	PagedVarlenMergeBf16Hd80    = "paged_varlen_merge_bf16_hd80"
+	PagedVarlenMergeBf16Hd96    = "paged_varlen_merge_bf16_hd96"
+)
+
 // Entry points of varlen_bf16_e4m3.ptx (kernels_src/varlen_bf16_e4m3.cu).
 const (
 	PagedVarlenBf16E4m3Hd128    = "paged_varlen_bf16_e4m3_hd128"
@@ -323,6 +389,28 @@ const (
 	PagedVarlenMergeF16Hd128 = "paged_varlen_merge_f16_hd128"
 	PagedVarlenMergeF16Hd256 = "paged_varlen_merge_f16_hd256"
 	PagedVarlenMergeF16Hd64  = "paged_varlen_merge_f16_hd64"
+)
+
+// Entry points of varlen_f16_dims.ptx (kernels_src/varlen_f16_dims.cu).
+const (
+	PagedVarlenF16Hd112        = "paged_varlen_f16_hd112"
+	PagedVarlenF16Hd112Mods    = "paged_varlen_f16_hd112_mods"
+	PagedVarlenF16Hd112R64     = "paged_varlen_f16_hd112_r64"
+	PagedVarlenF16Hd112R64Mods = "paged_varlen_f16_hd112_r64_mods"
+	PagedVarlenF16Hd192        = "paged_varlen_f16_hd192"
+	PagedVarlenF16Hd192Mods    = "paged_varlen_f16_hd192_mods"
+	PagedVarlenF16Hd80         = "paged_varlen_f16_hd80"
+	PagedVarlenF16Hd80Mods     = "paged_varlen_f16_hd80_mods"
+	PagedVarlenF16Hd80R64      = "paged_varlen_f16_hd80_r64"
+	PagedVarlenF16Hd80R64Mods  = "paged_varlen_f16_hd80_r64_mods"
+	PagedVarlenF16Hd96         = "paged_varlen_f16_hd96"
+	PagedVarlenF16Hd96Mods     = "paged_varlen_f16_hd96_mods"
+	PagedVarlenF16Hd96R64      = "paged_varlen_f16_hd96_r64"
+	PagedVarlenF16Hd96R64Mods  = "paged_varlen_f16_hd96_r64_mods"
+	PagedVarlenMergeF16Hd112   = "paged_varlen_merge_f16_hd112"
+	PagedVarlenMergeF16Hd192   = "paged_varlen_merge_f16_hd192"
+	PagedVarlenMergeF16Hd80    = "paged_varlen_merge_f16_hd80"
+	PagedVarlenMergeF16Hd96    = "paged_varlen_merge_f16_hd96"
 )
 
 // Entry points of varlen_f16_e4m3.ptx (kernels_src/varlen_f16_e4m3.cu).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -813,6 +814,14 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				return err
 			}
 		}
+		// The head dims between the powers of two, against the grid's
+		// seqs=32 kv=8192 row (head dim 128).
+		for _, d := range []int{80, 96, 112, 192} {
+			hc := decodeCase{q: q, cache: cache, lens: uniformLens(32, 8192), shape: fmt.Sprintf("seqs=32 kv=8192 hd=%d", d), hostLens: true, headDim: d}
+			if err := b.decodeRow(pool, hc, ""); err != nil {
+				return err
+			}
+		}
 		// GQA group 16 (64 query / 4 KV heads), where few (sequence, KV
 		// head) items meet the cluster plan's one-wave rule.
 		g16 := decodeCase{q: q, cache: cache, lens: uniformLens(8, 8192), shape: "seqs=8 kv=8192 64/4 heads", qHeads: 64, kvHeads: 4, sweep: doSweep}
@@ -890,7 +899,11 @@ type decodeCase struct {
 	qHeads, kvHeads int
 	layout          pagedkv.CacheLayout // the caches' layout (the pool's random pages read as it)
 	mods            benchMods           // score modifiers (none by default)
+	headDim         int                 // 0: benchHeadDim
 }
+
+// hd returns the row's head dim.
+func (c *decodeCase) hd() int { return cmp.Or(c.headDim, benchHeadDim) }
 
 // benchMods are a decode or varlen row's score modifiers: a sliding window, a
 // soft-cap, and random sinks and ALiBi slopes.
@@ -935,7 +948,7 @@ func (c *decodeCase) kvBytes() int64 {
 			lens[i] = min(l, int32(w))
 		}
 	}
-	return kvBytes(lens, c.cache) * int64(kvHeads) / benchKVHeads
+	return kvBytes(lens, c.cache) * int64(kvHeads) * int64(c.hd()) / (benchKVHeads * benchHeadDim)
 }
 
 // heads returns the row's query and KV heads: 32 and benchKVHeads unless
@@ -973,10 +986,12 @@ func (b *bencher) decodeRow(pool *pagePool, c decodeCase, progress string) error
 }
 
 func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error) {
-	const headDim, blockSize = benchHeadDim, benchBlockSize
+	const blockSize = benchBlockSize
+	headDim := c.hd()
 	qHeads, kvHeads := c.heads()
-	// Fewer KV heads make smaller pages: the pool holds more of them.
-	blocks := pool.blocks * benchKVHeads / kvHeads
+	// Fewer KV heads or a smaller head dim make smaller pages: the pool
+	// holds more of them.
+	blocks := pool.blocks * benchKVHeads * benchHeadDim / (kvHeads * headDim)
 	seqs := len(c.lens)
 	maxLen := int(slices.Max(c.lens))
 	pagesPerSeq := (maxLen + blockSize - 1) / blockSize

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -28,14 +29,19 @@ type varlenCase struct {
 	twoCalls bool
 	// mods are the row's score modifiers (none by default).
 	mods benchMods
+	// headDim is the row's head dim (0: benchHeadDim).
+	headDim int
 }
+
+// hd returns the row's head dim.
+func (c *varlenCase) hd() int { return cmp.Or(c.headDim, benchHeadDim) }
 
 // varlenCases are prefill, chunked prefill, a small-query (speculative
 // verify) step, a mixed decode + prefill batch and decodes sent as a
 // varlen, then the score
 // modifiers: a 4096-token window over a 16384-token prompt (against the
 // FLOPs its windows cover), soft-cap, sinks and ALiBi over the plain rows'
-// shapes.
+// shapes, and the head dims between the powers of two.
 func varlenCases() []varlenCase {
 	return []varlenCase{
 		{shape: "prefill 1x4096", runs: []varlenRun{{1, 4096, 4096}}},
@@ -53,6 +59,11 @@ func varlenCases() []varlenCase {
 		{shape: "prefill 8x2048 softcap+sinks+alibi", runs: []varlenRun{{8, 2048, 2048}}, mods: benchMods{softCap: 30, sinks: true, alibi: true}},
 		{shape: "small-query 8x16 kv=8192 softcap+sinks+alibi", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true,
 			mods: benchMods{softCap: 30, sinks: true, alibi: true}},
+		{shape: "prefill 8x2048 hd=80", runs: []varlenRun{{8, 2048, 2048}}, headDim: 80},
+		{shape: "prefill 8x2048 hd=96", runs: []varlenRun{{8, 2048, 2048}}, headDim: 96},
+		{shape: "prefill 8x2048 hd=112", runs: []varlenRun{{8, 2048, 2048}}, headDim: 112},
+		{shape: "prefill 8x2048 hd=192", runs: []varlenRun{{8, 2048, 2048}}, headDim: 192},
+		{shape: "small-query 8x16 kv=8192 hd=80", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true, headDim: 80},
 	}
 }
 
@@ -75,12 +86,12 @@ func (c *varlenCase) batch() varlenBatch {
 	return bt
 }
 
-// varlenFLOPs counts 4·HeadDim·NumQHeads FLOPs (a multiply-add each for q·k
+// varlenFLOPs counts 4·headDim·NumQHeads FLOPs (a multiply-add each for q·k
 // and p·v) per (query, key) pair attended under the bottom-right causal
 // mask: query i of a sequence attends pos_offset+i+1 keys, so q_len L at
 // offset P gives L·P + L(L+1)/2 pairs; with a sliding window (> 0), at
 // most window of them.
-func varlenFLOPs(qLens, pos []int32, qHeads, window int) float64 {
+func varlenFLOPs(qLens, pos []int32, qHeads, headDim, window int) float64 {
 	var pairs float64
 	for s, l := range qLens {
 		L, P := float64(l), float64(pos[s])
@@ -92,13 +103,13 @@ func varlenFLOPs(qLens, pos []int32, qHeads, window int) float64 {
 			pairs += float64(min(int(pos[s])+i+1, window))
 		}
 	}
-	return 4 * benchHeadDim * float64(qHeads) * pairs
+	return 4 * float64(headDim) * float64(qHeads) * pairs
 }
 
 // varlenBytes is the least a varlen must move: each sequence's K and V once
 // per KV head (kvBytes; with a sliding window, the keys its queries'
 // windows cover), q read and out written.
-func varlenBytes(bt *varlenBatch, qHeads int, q, cache pagedkv.DType, window int) float64 {
+func varlenBytes(bt *varlenBatch, qHeads, headDim int, q, cache pagedkv.DType, window int) float64 {
 	tokens := int64(bt.cu[len(bt.cu)-1])
 	kv := bt.kvLens
 	if window > 0 {
@@ -107,7 +118,7 @@ func varlenBytes(bt *varlenBatch, qHeads int, q, cache pagedkv.DType, window int
 			kv[s] = min(n, int32(window)+bt.qLens[s]-1)
 		}
 	}
-	return float64(kvBytes(kv, cache) + 2*tokens*int64(qHeads*benchHeadDim*q.Size()))
+	return float64(kvBytes(kv, cache)*int64(headDim)/benchHeadDim + 2*tokens*int64(qHeads*headDim*q.Size()))
 }
 
 // benchVarlen measures paged varlen attention on varlenCases for each
@@ -188,14 +199,16 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	seqs, totalQ := len(bt.qLens), int(bt.cu[len(bt.cu)-1])
 	maxKV := int(slices.Max(bt.kvLens))
 	pagesPerSeq := (maxKV + benchBlockSize - 1) / benchBlockSize
-	rot := min(b.rotations(kvBytes(bt.kvLens, cache), 16), pool.blocks/pagesOf(bt.kvLens))
+	hd := c.hd()
+	blocks := pool.blocks * benchHeadDim / hd // pages of hd hold this many
+	rot := min(b.rotations(kvBytes(bt.kvLens, cache)*int64(hd)/benchHeadDim, 16), blocks/pagesOf(bt.kvLens))
 	a := check.NewArena(b.r)
 	defer a.Free()
-	qRaw, _ := check.RandomTensor(b.g, q, totalQ*qHeads*benchHeadDim, 1)
+	qRaw, _ := check.RandomTensor(b.g, q, totalQ*qHeads*hd, 1)
 	base := pagedkv.VarlenArgs{
 		KCache: pool.k, VCache: pool.v,
-		NumSeqs: seqs, NumTokens: totalQ, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: benchHeadDim,
-		BlockSize: benchBlockSize, NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxKV, Causal: true,
+		NumSeqs: seqs, NumTokens: totalQ, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: hd,
+		BlockSize: benchBlockSize, NumBlocks: blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxKV, Causal: true,
 		HostCuSeqlensQ: bt.cu, HostPosOffsets: bt.pos, DType: q, CacheDType: cache,
 	}
 	if cache == pagedkv.E4M3 {
@@ -212,7 +225,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	set.To(&base.CuSeqlensQ)(check.Upload(a, b.s, bt.cu, 4))
 	set.To(&base.PosOffsets)(check.Upload(a, b.s, bt.pos, 4))
 	sets := make([]pagedkv.VarlenArgs, rot)
-	for i, table := range pageTables(b.g.Perm(pool.blocks), bt.kvLens, pagesPerSeq, rot) {
+	for i, table := range pageTables(b.g.Perm(blocks), bt.kvLens, pagesPerSeq, rot) {
 		sets[i] = base
 		set.To(&sets[i].BlockTables)(check.Upload(a, b.s, table, 4))
 	}
@@ -227,7 +240,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	if err != nil {
 		return nil, err
 	}
-	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads, c.mods.window), varlenBytes(&bt, qHeads, q, cache, c.mods.window)
+	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads, hd, c.mods.window), varlenBytes(&bt, qHeads, hd, q, cache, c.mods.window)
 	dtype := varlenDType(q, cache)
 	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
 	if c.mods != (benchMods{}) {
@@ -247,10 +260,10 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 		if err != nil {
 			return nil, err
 		}
-		pflops := varlenFLOPs(bt.qLens, bt.pos, qHeads, 0)
-		rows = append(rows, b.varlenRow(c, dtype, c.shape+" (none, 32-key)", varlenPlanText(pp), pp.Splits, pus, pflops, varlenBytes(&bt, qHeads, q, cache, 0)))
+		pflops := varlenFLOPs(bt.qLens, bt.pos, qHeads, hd, 0)
+		rows = append(rows, b.varlenRow(c, dtype, c.shape+" (none, 32-key)", varlenPlanText(pp), pp.Splits, pus, pflops, varlenBytes(&bt, qHeads, hd, q, cache, 0)))
 	}
-	if b.layouts && c.mods == (benchMods{}) {
+	if b.layouts && c.mods == (benchMods{}) && c.headDim == 0 {
 		// The same batch over the same pages read as the other layouts
 		// (the score modifiers have flash-layout kernels only).
 		for _, layout := range allLayouts[1:] {
@@ -300,11 +313,11 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	for i, t := range rest {
 		restCu[i] = t - rest[0]
 	}
-	rowBytes, tableRow := int64(qHeads*benchHeadDim*q.Size()), int64(pagesPerSeq*4)
+	rowBytes, tableRow := int64(qHeads*hd*q.Size()), int64(pagesPerSeq*4)
 	decBase := pagedkv.DecodeArgs{
 		KCache: pool.k, VCache: pool.v,
-		NumSeqs: d, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: benchHeadDim, BlockSize: benchBlockSize,
-		NumBlocks: pool.blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: int(slices.Max(bt.kvLens[:d])), HostKVLens: bt.kvLens[:d],
+		NumSeqs: d, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: hd, BlockSize: benchBlockSize,
+		NumBlocks: blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: int(slices.Max(bt.kvLens[:d])), HostKVLens: bt.kvLens[:d],
 		DType: q, CacheDType: cache, KScale: base.KScale, VScale: base.VScale,
 	}
 	preBase := base

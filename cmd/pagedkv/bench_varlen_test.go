@@ -37,12 +37,12 @@ func TestVarlenFLOPs(t *testing.T) {
 				}
 			}
 		}
-		assert.Equal(t, 4*benchHeadDim*32*pairs, varlenFLOPs(bt.qLens, bt.pos, 32, c.mods.window), c.shape)
+		assert.Equal(t, 4*float64(c.hd())*32*pairs, varlenFLOPs(bt.qLens, bt.pos, 32, c.hd(), c.mods.window), c.shape)
 	}
 	// One 4096-token prefill: 4·128·32·4096·4097/2.
-	assert.Equal(t, 4.0*128*32*4096*4097/2, varlenFLOPs([]int32{4096}, []int32{0}, 32, 0))
+	assert.Equal(t, 4.0*128*32*4096*4097/2, varlenFLOPs([]int32{4096}, []int32{0}, 32, 128, 0))
 	// With a 1000-token window: 1000·1001/2 pairs, then 1000 a query.
-	assert.Equal(t, 4.0*128*32*(1000*1001/2+3096*1000), varlenFLOPs([]int32{4096}, []int32{0}, 32, 1000))
+	assert.Equal(t, 4.0*128*32*(1000*1001/2+3096*1000), varlenFLOPs([]int32{4096}, []int32{0}, 32, 128, 1000))
 }
 
 func TestVarlenBytes(t *testing.T) {
@@ -50,10 +50,10 @@ func TestVarlenBytes(t *testing.T) {
 	bt := c.batch()
 	kv := 8 * 8192 * benchKVHeads * benchHeadDim * 2 * 2
 	qo := 2 * 8 * 16 * 32 * benchHeadDim * 2
-	assert.Equal(t, float64(kv+qo), varlenBytes(&bt, 32, pagedkv.BF16, pagedkv.BF16, 0))
-	assert.Equal(t, float64(kv/2+qo), varlenBytes(&bt, 32, pagedkv.F16, pagedkv.E4M3, 0))
+	assert.Equal(t, float64(kv+qo), varlenBytes(&bt, 32, 128, pagedkv.BF16, pagedkv.BF16, 0))
+	assert.Equal(t, float64(kv/2+qo), varlenBytes(&bt, 32, 128, pagedkv.F16, pagedkv.E4M3, 0))
 	// A window of 1000 covers its 16 queries' 1015 keys.
-	assert.Equal(t, float64(kv*1015/8192+qo), varlenBytes(&bt, 32, pagedkv.BF16, pagedkv.BF16, 1000))
+	assert.Equal(t, float64(kv*1015/8192+qo), varlenBytes(&bt, 32, 128, pagedkv.BF16, pagedkv.BF16, 1000))
 }
 
 func TestPageTables(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -365,8 +366,8 @@ func TestCompareShapes(t *testing.T) {
 	varlenPy, err := os.ReadFile("../../scripts/compare/torch_varlen.py")
 	require.NoError(t, err)
 	var pyShapes []string
-	for _, m := range regexp.MustCompile(`(?m)^\s+\("([^"]+)", (\[[^\]]*\]), (True|False)\),$`).FindAllStringSubmatch(string(varlenPy), -1) {
-		pyShapes = append(pyShapes, m[1]+" "+m[2]+" "+strings.ToLower(m[3]))
+	for _, m := range regexp.MustCompile(`(?m)^\s+\("([^"]+)", (\[[^\]]*\]), (True|False)(?:, (\d+))?\),$`).FindAllStringSubmatch(string(varlenPy), -1) {
+		pyShapes = append(pyShapes, m[1]+" "+m[2]+" "+strings.ToLower(m[3])+" "+cmp.Or(m[4], "128"))
 	}
 	var goShapes []string
 	for _, c := range varlenCases() {
@@ -377,7 +378,7 @@ func TestCompareShapes(t *testing.T) {
 		for _, r := range c.runs {
 			runs = append(runs, fmt.Sprintf("(%d, %d, %d)", r.seqs, r.qLen, r.kvLen))
 		}
-		goShapes = append(goShapes, fmt.Sprintf("%s [%s] %t", c.shape, strings.Join(runs, ", "), c.memoryBound))
+		goShapes = append(goShapes, fmt.Sprintf("%s [%s] %t %d", c.shape, strings.Join(runs, ", "), c.memoryBound, c.hd()))
 	}
 	assert.Equal(t, goShapes, pyShapes, "torch_varlen.py SHAPES against varlenCases")
 

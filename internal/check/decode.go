@@ -29,18 +29,19 @@ func (c DecodeShape) String() string {
 }
 
 // RandomDecodeShape draws a small random decode shape covering every head
-// dim, group size 1..16, block sizes 1..256, both dtypes and fp8 caches.
+// dim, group size 1..16, block sizes 1..256, both dtypes and fp8 caches
+// (at head dims 64, 128 and 256, the ones they serve).
 func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	c := DecodeShape{
 		Seqs:      1 + g.IntN(12),
 		KVHeads:   1 + g.IntN(4),
-		HeadDim:   []int{64, 128, 256}[g.IntN(3)],
+		HeadDim:   HeadDims[g.IntN(len(HeadDims))],
 		BlockSize: 1 << g.IntN(9),
 		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 	}
 	c.QHeads = c.KVHeads * (1 + g.IntN(16))
 	c.CacheDType = c.DType
-	if g.IntN(3) == 0 {
+	if g.IntN(3) == 0 && PowerOfTwo(c.HeadDim) {
 		c.CacheDType = pagedkv.E4M3
 	}
 	c.MaxLen = 1 + g.IntN(3000)
@@ -52,6 +53,15 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	}
 	return c
 }
+
+// HeadDims lists the attention head dims; the ones between the powers of
+// two take caches of the queries' type only, and in Varlen the flash
+// layout only.
+var HeadDims = []int{64, 80, 96, 112, 128, 192, 256}
+
+// PowerOfTwo reports whether head dim d is 64, 128 or 256 (a power of
+// two), whose kernels serve every cache type and layout.
+func PowerOfTwo(d int) bool { return d&(d-1) == 0 }
 
 // RandomLens draws n lengths in [0, maxLen], mixing in 0, 1, page boundaries
 // and maxLen; at least one is maxLen.

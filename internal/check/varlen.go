@@ -35,26 +35,26 @@ func (c VarlenShape) String() string {
 }
 
 // RandomVarlenShape draws a small random varlen shape covering every head
-// dim, groups 1..16, block sizes 1..256, both dtypes, fp8 caches, both
-// masks and (blocks of 8 or more for 16-bit caches, 16 for fp8) the
-// x-split and shuffle layouts.
+// dim, groups 1..16, block sizes 1..256, both dtypes, both masks, and at
+// head dims 64, 128 and 256 fp8 caches and (blocks of 8 or more for 16-bit
+// caches, 16 for fp8) the x-split and shuffle layouts.
 func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	c := VarlenShape{
 		Seqs:      1 + g.IntN(6),
 		KVHeads:   1 + g.IntN(3),
-		HeadDim:   []int{64, 128, 256}[g.IntN(3)],
+		HeadDim:   HeadDims[g.IntN(len(HeadDims))],
 		BlockSize: 1 << g.IntN(9),
 		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		Causal:    g.IntN(4) != 0,
 	}
 	c.QHeads = c.KVHeads * []int{1, 2, 4, 8, 16, 3, 5}[g.IntN(7)]
 	c.CacheDType = c.DType
-	if g.IntN(3) == 0 {
+	if g.IntN(3) == 0 && PowerOfTwo(c.HeadDim) {
 		c.CacheDType = pagedkv.E4M3
 	}
 	c.MaxQLen = 1 + g.IntN(300)
 	c.MaxKV = c.MaxQLen + g.IntN(2000)
-	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 {
+	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 && PowerOfTwo(c.HeadDim) {
 		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
 	}
 	return c

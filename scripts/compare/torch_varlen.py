@@ -2,7 +2,7 @@
 on the shapes of `pagedkv bench varlen`, for side-by-side ratios: run it in
 the same device call as `pagedkv bench varlen`.
 
-Shapes (32 query heads, 8 KV heads, head dim 128, causal, bf16 and f16; the
+Shapes (32 query heads, 8 KV heads, head dim 128 unless a shape names one, causal, bf16 and f16; the
 names are the Go bench's, so rows can be joined on (dtype, shape)):
 prefill 1x4096, 8x2048, 32x512, 1x16384; chunk 4x512 kv=8192 (pos_offset
 7680); small-query 8x16 kv=8192; mixed 64x1 kv=2048 + 2x512 kv=4096.
@@ -75,6 +75,11 @@ SHAPES = [
     ("small-query 8x16 kv=8192", [(8, 16, 8192)], True),
     ("mixed 64x1 kv=2048 + 2x512 kv=4096", [(64, 1, 2048), (2, 512, 4096)], True),
     ("decodes 64x1 kv=2048", [(64, 1, 2048)], True),
+    ("prefill 8x2048 hd=80", [(8, 2048, 2048)], False, 80),
+    ("prefill 8x2048 hd=96", [(8, 2048, 2048)], False, 96),
+    ("prefill 8x2048 hd=112", [(8, 2048, 2048)], False, 112),
+    ("prefill 8x2048 hd=192", [(8, 2048, 2048)], False, 192),
+    ("small-query 8x16 kv=8192 hd=80", [(8, 16, 8192)], True, 80),
 ]
 
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
@@ -337,7 +342,11 @@ def main(argv=None):
             continue
         for dname in dtypes:
             dtype = DTYPES[dname]
-            for shape, runs, memory_bound in SHAPES:
+            for shape, runs, memory_bound, *hd in SHAPES:
+                # A shape's head dim, when it names one (HEAD_DIM is what
+                # the timing functions and flops() read).
+                global HEAD_DIM
+                HEAD_DIM = hd[0] if hd else 128
                 label = f"{backend} {dname} {shape}"
                 try:
                     if backend == "fa2":
