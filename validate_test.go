@@ -175,7 +175,8 @@ func TestDecodeArgsValidate(t *testing.T) {
 		}, "DecodeArgs.BlockSize=4 is not allowed with the x-split layout and a f16 cache; allowed: 8 to 256"},
 		{"heads", func(a *DecodeArgs) { a.NumQHeads = 30 }, "DecodeArgs.NumQHeads=30 is not a multiple of NumKVHeads=8"},
 		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
-		{"head dim", func(a *DecodeArgs) { a.HeadDim = 96 }, "DecodeArgs.HeadDim=96 is not supported; allowed: 64, 128, 256"},
+		{"head dim", func(a *DecodeArgs) { a.HeadDim = 72 }, "DecodeArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
+		{"head dim with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 96, E4M3 }, "DecodeArgs.HeadDim=96 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
 		{"block size", func(a *DecodeArgs) { a.BlockSize = 3 }, "DecodeArgs.BlockSize=3 is not allowed"},
 		{"max kv", func(a *DecodeArgs) { a.MaxKVLen = 257 }, "DecodeArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
 		{"q small", func(a *DecodeArgs) { a.Q.Bytes -= 2 }, "DecodeArgs.Q holds"},
@@ -453,13 +454,13 @@ func TestValidationErrorsMatchSentinel(t *testing.T) {
 func TestPlanError(t *testing.T) {
 	a := goodDecode()
 	shape := a.shape(false, 0)
-	shape.HeadDim = 96
+	shape.HeadDim = 72
 	_, err := dispatch.PlanDecode(shape, dispatch.DeviceFacts{Name: "x", SMs: 108, MaxSharedPerBlockOptin: 163 << 10}, dispatch.DefaultKnobs())
 	require.ErrorIs(t, err, dispatch.ErrInvalidShape)
 	err = planError(err, "DecodeShape", decodeArg)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	assert.ErrorIs(t, err, dispatch.ErrInvalidShape)
-	assert.True(t, strings.HasPrefix(err.Error(), "pagedkv: DecodeArgs.HeadDim=96"), err.Error())
+	assert.True(t, strings.HasPrefix(err.Error(), "pagedkv: DecodeArgs.HeadDim=72"), err.Error())
 	assert.NotContains(t, err.Error(), "DecodeShape")
 	assert.NoError(t, planError(nil, "DecodeShape", decodeArg))
 }
@@ -829,8 +830,9 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"dtype", func(a *VarlenArgs) { a.DType = E4M3 }, "VarlenArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
 		{"dtype zero", func(a *VarlenArgs) { a.DType = 0 }, "VarlenArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
 		{"cache dtype", func(a *VarlenArgs) { a.CacheDType = F16 }, "VarlenArgs.CacheDType=f16 is not supported with DType=bf16; allowed: bf16, e4m3"},
-		{"head dim", func(a *VarlenArgs) { a.HeadDim = 96 }, "VarlenArgs.HeadDim=96 is not supported; allowed: 64, 128, 256"},
-		{"head dim big", func(a *VarlenArgs) { a.HeadDim = 512 }, "VarlenArgs.HeadDim=512 is not supported; allowed: 64, 128, 256"},
+		{"head dim", func(a *VarlenArgs) { a.HeadDim = 72 }, "VarlenArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
+		{"head dim with fp8", func(a *VarlenArgs) { a.HeadDim, a.CacheDType = 112, E4M3 }, "VarlenArgs.HeadDim=112 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
+		{"head dim big", func(a *VarlenArgs) { a.HeadDim = 512 }, "VarlenArgs.HeadDim=512 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
 		{"seqs", func(a *VarlenArgs) { a.NumSeqs = 0 }, "VarlenArgs.NumSeqs=0 is out of range; allowed: 1..16777216"},
 		{"seqs big", func(a *VarlenArgs) { a.NumSeqs = 1<<24 + 1 }, "VarlenArgs.NumSeqs=16777217 is out of range; allowed: 1..16777216"},
 		{"kv heads", func(a *VarlenArgs) { a.NumKVHeads = 0 }, "VarlenArgs.NumKVHeads=0 is out of range; allowed: 1..65535"},
