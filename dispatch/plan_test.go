@@ -523,8 +523,9 @@ func TestKernelNameLists(t *testing.T) {
 	// kernels and their _laid twins, varlen: q dtype × ((16-bit and e4m3 caches in three
 	// layouts) × (three head dims + two _r64) + the 16-bit caches' three
 	// _k64 + three merges + the flash 16-bit kernels' five _mods twins); the
-	// 16 appends include the page path's claim and page kernels.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+1+12+2*6+2*(6*5+3+3+5))
+	// 16 appends include the page path's claim and page kernels, the 8
+	// qkv_norm_rope kernels their 4 _split twins.
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+8+1+12+2*6+2*(6*5+3+3+5))
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_bf16_hd256_g8_mods")
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")
