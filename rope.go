@@ -11,7 +11,9 @@ import (
 //   - Q: [NumTokens, NumQHeads, HeadDim]; K, V: [NumKVTokens, NumKVHeads,
 //     HeadDim] (NumKVTokens ≥ NumTokens; 0 means NumTokens), all of DType at
 //     element strides (0 = contiguous). Tokens NumTokens.. are KV-only: no
-//     RoPE, cached as given.
+//     RoPE, cached as given. HeadDim is a multiple of 8 from 16 to 256 (80,
+//     96, 112, 120, 192 as well as the powers of two; the x-split and shuffle
+//     layouts over an e4m3 cache need a multiple of 16).
 //   - Positions: int64 [NumTokens]; PositionDeltas (optional): int64 [NumTokens]
 //     added to them. CosSin: one combined f32 table [MaxPos, 2·RotDim], each
 //     row RotDim cosines then RotDim sines (QKVNormRopeArgs takes two separate
@@ -102,8 +104,8 @@ func (a *RopeCacheArgs) Validate() error {
 	if a.NumKVTokens != 0 && a.NumKVTokens < a.NumTokens {
 		return errf("%s.NumKVTokens=%d is below NumTokens=%d; allowed: 0 (= NumTokens) or ≥ NumTokens", ropeArg, a.NumKVTokens, a.NumTokens)
 	}
-	if a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim&(a.HeadDim-1) != 0 {
-		return errf("%s.HeadDim=%d is not allowed; allowed: a power of two from 16 to 256", ropeArg, a.HeadDim)
+	if a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim%8 != 0 {
+		return errf("%s.HeadDim=%d is not allowed; allowed: a multiple of 8 from 16 to 256", ropeArg, a.HeadDim)
 	}
 	// The kernel counts a token's pieces, (NumQHeads+NumKVHeads)·HeadDim/8,
 	// in an int32.

@@ -58,10 +58,11 @@ func wantPattern(want string) string {
 }
 
 // fakeBuffer is a buffer at a plausible, aligned device address, 2^40
-// bytes past the one before it (wrapping after 256), so that the buffers of
-// one argument struct never overlap.
+// bytes past the one before it (wrapping after 255), so that the buffers of
+// one argument struct never overlap. It never returns 0x7f0000000000 itself,
+// which tests use for buffers they place by hand.
 func fakeBuffer(bytes int64) Buffer {
-	n := fakeBuffers.Add(1) % 256
+	n := fakeBuffers.Add(1)%255 + 1
 	return Buffer{Ptr: driver.DevicePtr(0x7f0000000000 + n<<40), Bytes: bytes}
 }
 
@@ -261,7 +262,7 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 		{"kv tokens k", func(a *RopeCacheArgs) { a.NumKVTokens, a.SlotMapping.Bytes = 12, 96 }, "RopeCacheArgs.K holds 2560 bytes; the shapes need 3072"},
 		{"v stride", func(a *RopeCacheArgs) { a.VTokenStride = 100 }, "RopeCacheArgs.VTokenStride=100 is not allowed"},
 		{"q heads", func(a *RopeCacheArgs) { a.NumQHeads = 1<<16 + 2 }, "RopeCacheArgs.NumQHeads=65538 is out of range; allowed: 1..65536"},
-		{"head dim big", func(a *RopeCacheArgs) { a.HeadDim, a.RotDim = 512, 256 }, "RopeCacheArgs.HeadDim=512 is not allowed; allowed: a power of two from 16 to 256"},
+		{"head dim big", func(a *RopeCacheArgs) { a.HeadDim, a.RotDim = 512, 256 }, "RopeCacheArgs.HeadDim=512 is not allowed; allowed: a multiple of 8 from 16 to 256"},
 		{"head stride zero tokens", func(a *RopeCacheArgs) { a.QHeadStride = 100 }, "RopeCacheArgs.QHeadStride=100 is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ HeadDim=64"},
 		{"contiguous tokens, spread heads", func(a *RopeCacheArgs) { a.QHeadStride = 128 },
 			"RopeCacheArgs.QTokenStride=0 (contiguous: 512) is not allowed; allowed: 0 (contiguous) or a multiple of 8 ≥ 960 (the heads' span)"},
@@ -272,6 +273,98 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 // TestOverflows pins the overflow cases: extents that wrap int64, and
 // counts that do not fit the kernels' int32 parameters, are errors that name
 // the field the caller set and what it may be.
+// ropeWithHeadDim is goodRope with heads of d elements, every buffer sized
+// for them, RotDim d/2 and the given layout and cache dtype.
+func ropeWithHeadDim(d int, l CacheLayout, cache DType) RopeCacheArgs {
+	const tok, qh, kh, bs, nb, maxPos = 10, 8, 2, 16, 4, 100
+	a := goodRope()
+	n, cs := int64(d), int64(cache.Size())
+	a.HeadDim, a.RotDim, a.Layout, a.CacheDType = d, d/2, l, cache
+	a.Q, a.K, a.V = fakeBuffer(tok*qh*n*2), fakeBuffer(tok*kh*n*2), fakeBuffer(tok*kh*n*2)
+	a.QOut, a.KOut = fakeBuffer(tok*qh*n*2), fakeBuffer(tok*kh*n*2)
+	a.KCache, a.VCache = fakeBuffer(nb*bs*kh*n*cs), fakeBuffer(nb*bs*kh*n*cs)
+	a.CosSin = fakeBuffer(maxPos * n * 4)
+	if cache == E4M3 {
+		a.KScale, a.VScale = 1, 1
+	}
+	return a
+}
+
+// qkvWithHeadDim is goodQKV with heads of d elements, every buffer sized
+// for them, RotDim d/2, f16 input and the given layout and cache dtype.
+func qkvWithHeadDim(d int, l CacheLayout, cache DType) QKVNormRopeArgs {
+	const tok, qh, kh, bs, nb, maxPos = 12, 8, 2, 16, 32, 4096
+	a := goodQKV()
+	n, cs := int64(d), int64(cache.Size())
+	a.HeadDim, a.RotDim, a.Layout, a.DType, a.CacheDType = d, d/2, l, F16, cache
+	a.QKV, a.QOut = fakeBuffer(tok*(qh+2*kh)*n*2), fakeBuffer(tok*qh*n*2)
+	a.KCache, a.VCache = fakeBuffer(nb*bs*kh*n*cs), fakeBuffer(nb*bs*kh*n*cs)
+	a.CosSin = fakeBuffer(maxPos * n * 4)
+	a.QNormWeight, a.KNormWeight = fakeBuffer(n*2), fakeBuffer(n*2)
+	if cache == E4M3 {
+		a.KScale, a.VScale = 1, 1
+	}
+	return a
+}
+
+// TestRopeHeadDims checks the head dims RopeCacheArgs and QKVNormRopeArgs
+// take: every multiple of 8 from 16 to 256 (the powers of two and 80, 96,
+// 112, 120, 192 among them) in the flash layout, the x-split and shuffle
+// layouts over an e4m3 cache only multiples of 16, and nothing else, each
+// refusal naming HeadDim and wrapping ErrInvalidArgument.
+func TestRopeHeadDims(t *testing.T) {
+	for _, tt := range []struct {
+		headDim int
+		layout  CacheLayout
+		cache   DType
+		want    string // "" when allowed
+	}{
+		{16, LayoutFlash, F16, ""},
+		{24, LayoutFlash, F16, ""},
+		{64, LayoutFlash, F16, ""},
+		{80, LayoutFlash, F16, ""},
+		{96, LayoutFlash, F16, ""},
+		{112, LayoutFlash, F16, ""},
+		{120, LayoutFlash, F16, ""},
+		{128, LayoutFlash, F16, ""},
+		{192, LayoutFlash, F16, ""},
+		{256, LayoutFlash, F16, ""},
+		{120, LayoutFlash, E4M3, ""},
+		{120, LayoutXSplit, F16, ""},
+		{120, LayoutShuffle, F16, ""},
+		{80, LayoutXSplit, E4M3, ""},
+		{96, LayoutShuffle, E4M3, ""},
+		{192, LayoutShuffle, E4M3, ""},
+		{120, LayoutXSplit, E4M3, "%s.HeadDim=120 is not allowed with the x-split layout and a e4m3 cache; allowed: a multiple of 16"},
+		{120, LayoutShuffle, E4M3, "%s.HeadDim=120 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
+		{8, LayoutFlash, F16, "%s.HeadDim=8 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{0, LayoutFlash, F16, "%s.HeadDim=0 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{-16, LayoutFlash, F16, "%s.HeadDim=-16 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{20, LayoutFlash, F16, "%s.HeadDim=20 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{100, LayoutFlash, F16, "%s.HeadDim=100 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{124, LayoutFlash, F16, "%s.HeadDim=124 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{264, LayoutFlash, F16, "%s.HeadDim=264 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{512, LayoutFlash, F16, "%s.HeadDim=512 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+	} {
+		t.Run(fmt.Sprintf("%d_%v_%v", tt.headDim, tt.layout, tt.cache), func(t *testing.T) {
+			for _, c := range []struct {
+				arg string
+				err error
+			}{
+				{ropeArg, func() error { a := ropeWithHeadDim(tt.headDim, tt.layout, tt.cache); return a.Validate() }()},
+				{qkvArg, func() error { a := qkvWithHeadDim(tt.headDim, tt.layout, tt.cache); return a.Validate() }()},
+			} {
+				if tt.want == "" {
+					assert.NoError(t, c.err, c.arg)
+					continue
+				}
+				assert.EqualError(t, c.err, "pagedkv: "+fmt.Sprintf(tt.want, c.arg), c.arg)
+				assert.ErrorIs(t, c.err, ErrInvalidArgument, c.arg)
+			}
+		})
+	}
+}
+
 func TestOverflows(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -636,8 +729,8 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 		{"tokens", func(a *QKVNormRopeArgs) { a.NumTokens = 1<<30 + 1 }, "QKVNormRopeArgs.NumTokens=1073741825 is out of range; allowed: 0..1073741824"},
 		{"seqs", func(a *QKVNormRopeArgs) { a.NumSeqs = 1<<20 + 1 }, "QKVNormRopeArgs.NumSeqs=1048577 is out of range; allowed: 1..1048576"},
 		{"seqs without cu", func(a *QKVNormRopeArgs) { a.CuSeqlensQ = Buffer{} }, "QKVNormRopeArgs.NumSeqs=3 needs CuSeqlensQ; without it the tokens are one sequence"},
-		{"head dim", func(a *QKVNormRopeArgs) { a.HeadDim = 96 }, "QKVNormRopeArgs.HeadDim=96 is not allowed; allowed: a power of two from 16 to 256"},
-		{"head dim big", func(a *QKVNormRopeArgs) { a.HeadDim = 512 }, "QKVNormRopeArgs.HeadDim=512 is not allowed; allowed: a power of two from 16 to 256"},
+		{"head dim", func(a *QKVNormRopeArgs) { a.HeadDim = 100 }, "QKVNormRopeArgs.HeadDim=100 is not allowed; allowed: a multiple of 8 from 16 to 256"},
+		{"head dim big", func(a *QKVNormRopeArgs) { a.HeadDim = 512 }, "QKVNormRopeArgs.HeadDim=512 is not allowed; allowed: a multiple of 8 from 16 to 256"},
 		{"rot", func(a *QKVNormRopeArgs) { a.RotDim = 48 }, "QKVNormRopeArgs.RotDim=48 is not allowed; allowed: HeadDim=128 or HeadDim/2=64"},
 		{"max pos", func(a *QKVNormRopeArgs) { a.MaxPos = 0 }, "QKVNormRopeArgs.MaxPos=0 is out of range; allowed: 1..1073741824"},
 		{"max blocks", func(a *QKVNormRopeArgs) { a.MaxBlocksPerSeq = 0 }, "QKVNormRopeArgs.MaxBlocksPerSeq=0 is out of range"},

@@ -77,7 +77,9 @@ type nameTables struct {
 	gather      [3]string // by cache dtype: f16, bf16, e4m3
 	rope        [len(activationTypes)][2]string
 	mla         [len(activationTypes)][2]string // rope+quant, concat
-	qkv         [len(activationTypes)][2]string
+	// qkv: by input, fp8 cache, and split (HeadDim%16 == 8: the
+	// _split kernels).
+	qkv [len(activationTypes)][2][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
 	// (1: the _r64 kernels; the 128-row ones at index 0; both the same at
 	// head dim 256, which has only 64-row blocks); varlenMerge: by
@@ -164,7 +166,7 @@ func buildNames() *nameTables {
 				t.appendSM90Flash[qi] = t.append[qi][fp8] + "_t" + strconv.Itoa(AppendFlashFP8Tokens) + "_sm90"
 			}
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
-			t.qkv[qi][fp8] = "qkv_norm_rope_" + q.String() + cache
+			t.qkv[qi][fp8] = [2]string{"qkv_norm_rope_" + q.String() + cache, "qkv_norm_rope_" + q.String() + cache + "_split"}
 			for hi, d := range headDims {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
 				vname := "paged_varlen_" + q.String() + cache + "_hd" + strconv.Itoa(d)
@@ -370,8 +372,10 @@ func KernelSharedBytes(kernel string, optin int) int {
 		return n
 	}
 	for _, row := range tables.qkv {
-		if kernel == row[0] || kernel == row[1] {
-			return QKVSharedBytesMax(optin)
+		for _, names := range row {
+			if kernel == names[0] || kernel == names[1] {
+				return QKVSharedBytesMax(optin)
+			}
 		}
 	}
 	return 0
@@ -560,7 +564,9 @@ func KernelNames() []string {
 	names = append(names, VarlenKernelNames()...)
 	for qi := range tables.mla {
 		names = append(names, tables.mla[qi][:]...)
-		names = append(names, tables.qkv[qi][:]...)
+		for _, split := range tables.qkv[qi] {
+			names = append(names, split[:]...)
+		}
 	}
 	return names
 }
@@ -619,8 +625,10 @@ func PlanTokens(kernel string, tokens int) (TokenPlan, error) {
 const maxGridX = 1<<31 - 1
 
 // QKVKernelName returns the split-QKV + norm + RoPE + cache kernel for input
-// of type dtype and a cache of type cacheDType (dtype, or E4M3).
-func QKVKernelName(dtype, cacheDType DType) (string, error) {
+// of type dtype, a cache of type cacheDType (dtype, or E4M3) and heads of
+// headDim elements (a multiple of 8): the _split kernel when headDim/2 is not
+// a multiple of 8, whose second half-head pieces are only 8-byte aligned.
+func QKVKernelName(dtype, cacheDType DType, headDim int) (string, error) {
 	ii, ok := activationIndex(dtype)
 	if !ok {
 		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.DType=%v is not supported; supported: f16, bf16", dtype))
@@ -629,7 +637,11 @@ func QKVKernelName(dtype, cacheDType DType) (string, error) {
 	if !ok {
 		return "", newShapeError(fmt.Sprintf("dispatch: QKVShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype))
 	}
-	return tables.qkv[ii][ci], nil
+	split := 0
+	if headDim%16 != 0 {
+		split = 1
+	}
+	return tables.qkv[ii][ci][split], nil
 }
 
 // VarlenKernelName returns the varlen attention kernel for q of type dtype,

@@ -2,9 +2,9 @@ package dispatch
 
 import "math"
 
-// The geometry of qkv_norm_rope (kernels_src/qkv.cu). A unit is two 16-byte
-// pieces of one head (elements 8c..8c+7 and HeadDim/2+8c..), HeadDim/16
-// units per head.
+// The geometry of qkv_norm_rope (kernels_src/qkv.cu). A unit is two pieces
+// of up to 8 elements of one head (elements 8c..8c+7 and HeadDim/2+8c..),
+// ceil(HeadDim/16) units per head on a group of QKVHeadLanes lanes.
 const (
 	// QKVUnitsPerThread is how many units one thread holds per pass
 	// (kQKVUnits in kernels_src/qkv.cu).
@@ -34,10 +34,23 @@ const (
 type QKVShape struct {
 	NumTokens             int
 	NumQHeads, NumKVHeads int
-	HeadDim               int   // a power of two from 16 to 256
+	HeadDim               int   // a multiple of 8 from 16 to 256
 	RotDim                int   // HeadDim or HeadDim/2: floats per cos/sin row
 	DType                 DType // F16 or BF16
 	CacheDType            DType // DType, or E4M3
+}
+
+// QKVHeadLanes is how many lanes (and units) one head takes: its
+// ceil(headDim/16) units rounded up to a power of two, so that a head's
+// lanes sit in one warp and reduce its norm with shuffles; the lanes past
+// its units idle. headDim/16 for a power of two.
+func QKVHeadLanes(headDim int) int {
+	units := (headDim + 15) / 16
+	lanes := 1
+	for lanes < units {
+		lanes *= 2
+	}
+	return lanes
 }
 
 // QKVStageBytes is the shared memory of one ring stage of a qkv_norm_rope
@@ -57,9 +70,10 @@ func QKVSharedBytesMax(optin int) int {
 	return min(qkvStages*stage, optin)
 }
 
-// PlanQKV plans a split QKV + norm + RoPE + cache launch: Block.X threads per
-// token, the fewest warps whose threads hold at most QKVUnitsPerThread units
-// of the token each (at most QKVMaxThreads; larger tokens take several
+// PlanQKV plans a split QKV + norm + RoPE + cache launch (the _split kernel
+// when HeadDim is not a multiple of 16, see QKVKernelName): Block.X threads
+// per token, the fewest warps whose threads hold at most QKVUnitsPerThread
+// units (QKVHeadLanes per head) of the token each (at most QKVMaxThreads; larger tokens take several
 // passes); Block.Y tokens per block, enough for qkvBlockThreads threads.
 // The ceil(NumTokens/Block.Y) token groups are dealt out in runs of up to
 // qkvMaxRun groups, as short as keeps qkvBlocksPerSM blocks per SM, one run
@@ -74,18 +88,18 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 		return TokenPlan{}, errf("dispatch: QKVShape.NumQHeads=%d is out of range; allowed: 1..%d", a.NumQHeads, 1<<16)
 	case a.NumKVHeads < 1 || a.NumKVHeads > 1<<16:
 		return TokenPlan{}, errf("dispatch: QKVShape.NumKVHeads=%d is out of range; allowed: 1..%d", a.NumKVHeads, 1<<16)
-	case a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim&(a.HeadDim-1) != 0:
-		return TokenPlan{}, errf("dispatch: QKVShape.HeadDim=%d is not supported; supported: a power of two from 16 to 256", a.HeadDim)
+	case a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim%8 != 0:
+		return TokenPlan{}, errf("dispatch: QKVShape.HeadDim=%d is not supported; supported: a multiple of 8 from 16 to 256", a.HeadDim)
 	case a.RotDim != a.HeadDim && a.RotDim != a.HeadDim/2:
 		return TokenPlan{}, errf("dispatch: QKVShape.RotDim=%d is not allowed; allowed: HeadDim=%d or HeadDim/2=%d", a.RotDim, a.HeadDim, a.HeadDim/2)
 	case dev.SMs < 1:
 		return TokenPlan{}, errf("dispatch: DeviceFacts.SMs=%d is out of range; allowed: 1 or more", dev.SMs)
 	}
-	kernel, err := QKVKernelName(a.DType, a.CacheDType)
+	kernel, err := QKVKernelName(a.DType, a.CacheDType, a.HeadDim)
 	if err != nil {
 		return TokenPlan{}, err
 	}
-	units := (a.NumQHeads + 2*a.NumKVHeads) * (a.HeadDim / 16)
+	units := (a.NumQHeads + 2*a.NumKVHeads) * QKVHeadLanes(a.HeadDim)
 	threads := min((units+QKVUnitsPerThread-1)/QKVUnitsPerThread, QKVMaxThreads)
 	threads = (threads + 31) &^ 31
 	perBlock := max(1, qkvBlockThreads/threads)

@@ -1,7 +1,7 @@
 // qkv.cu: split a fused QKV activation, RMSNorm q and k per head, apply RoPE,
 // write q token-major and K/V into the paged cache in any layout (cache.cuh).
 //
-// qkv_norm_rope_<in>[_e4m3]
+// qkv_norm_rope_<in>[_e4m3][_split]
 //   qkv          [num_tokens, (num_q_heads + 2·num_kv_heads)·head_dim] of <in>,
 //                token stride qkv_token_stride elements: q heads, k heads, v heads.
 //   cu_seqlens   optional int32 [num_seqs + 1]: token t belongs to sequence s
@@ -27,7 +27,9 @@
 //                nothing of that token is written; a position beyond the block
 //                table or a block id outside the pool is recorded and that
 //                token's cache rows are not written (q_out still is).
-// head_dim is a power of two from 16 to 256.
+// head_dim is a multiple of 8 from 16 to 256; the _split kernels serve those
+// whose half is not a multiple of 8 (head_dim % 16 == 8), the others the
+// rest.
 //
 // Block: blockDim.x threads per token, a multiple of 32 (so that a warp
 // serves one token), blockDim.y tokens, blockDim.x·blockDim.y ≤ 256. Grid:
@@ -37,13 +39,18 @@
 // what %dynamic_smem_size holds, at most 4).
 //
 // Work is cut in units: unit c of a head holds its elements 8c..8c+7 and
-// head_dim/2 + 8c..+7 (two 16-byte pieces), which contain every rotated pair
-// of both RoPE styles, so no lane needs another lane's elements; a head is
-// head_dim/16 units on as many adjacent lanes, which reduce the norm with
-// shuffles. Thread x of a token takes units x, x + blockDim.x, … (q heads,
+// head_dim/2 + 8c..+7 (two pieces), which contain every rotated pair of both
+// RoPE styles, so no lane needs another lane's elements. A head's
+// ceil(head_dim/16) units sit on a group of adjacent lanes, as many as the
+// next power of two, which reduce the norm with shuffles; the group's other
+// lanes idle (none when head_dim is a power of two). In the _split kernels
+// (SPLIT) the second piece is only 8-byte aligned and moves as two 8-byte
+// halves, and the last unit holds 4 elements of each half (narrow); they are
+// kernels of their own because their extra registers would cost the others
+// occupancy. Thread x of a token takes units x, x + blockDim.x, … (q heads,
 // then k, then v), kQKVUnits per pass: they all sit at the same c, so they
-// use the same cos/sin values and norm weights. A step is one pass of one
-// token group. The block streams its steps through a ring of shared-memory
+// use the same cos/sin values and norm weights, and a thread is idle, narrow
+// or full for all of them. A step is one pass of one token group. The block streams its steps through a ring of shared-memory
 // stages with cp.async: while it computes step i, the QKV pieces, cos/sin
 // rows and block-table entries of steps i+1 … i+stages−1 are in flight, so
 // DRAM stays busy through the compute and the per-token lookups. Each thread
@@ -101,6 +108,58 @@ __device__ __forceinline__ int find_sequence(const int* __restrict__ cu_seqlens,
   return lo;
 }
 
+// cp_async8 copies 8 bytes global → shared (through L1), or writes 8 zero
+// bytes when bytes is 0 (src is then not read).
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+// store4 writes 4 raw elements, packed in w (16-bit elements: w.x and w.y;
+// fp8: w.x), at element index at with the given element stride.
+template <int SIZE>
+__device__ __forceinline__ void store4(void* base, int64_t at, int stride, uint2 w) {
+  using E = typename Raw<SIZE>::elem;
+  E* dst = static_cast<E*>(base) + at;
+  if (stride == 1) {
+    if constexpr (SIZE == 1) {
+      *reinterpret_cast<uint32_t*>(dst) = w.x;
+    } else {
+      *reinterpret_cast<uint2*>(dst) = w;
+    }
+    return;
+  }
+  const E* e = reinterpret_cast<const E*>(&w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) dst[(int64_t)i * stride] = e[i];
+}
+
+// store_cache_halves writes the 8 elements of v (packed In) like
+// store_cache8, as two runs of 4: elements 0..3 at element index at (stride
+// sa), and, unless first_only, elements 4..7 at bt (stride sb).
+template <typename In, bool FP8>
+__device__ __forceinline__ void store_cache_halves(void* cache, int64_t at, int sa, int64_t bt, int sb,
+                                                   bool first_only, uint4 v, float scale) {
+  if constexpr (FP8) {
+    const uint2 q = to_e4m3x8<In>(v, scale);
+    store4<1>(cache, at, sa, make_uint2(q.x, 0u));
+    if (!first_only) store4<1>(cache, bt, sb, make_uint2(q.y, 0u));
+  } else {
+    store4<2>(cache, at, sa, make_uint2(v.x, v.y));
+    if (!first_only) store4<2>(cache, bt, sb, make_uint2(v.z, v.w));
+  }
+}
+
+// load_pair_angles is load_angles with pairs from a row at p that is only
+// 8-byte aligned (the second piece of a split unit).
+__device__ __forceinline__ void load_pair_angles(const float* p, float f[8]) {
+  const float2 a = reinterpret_cast<const float2*>(p)[0];
+  const float2 b = reinterpret_cast<const float2*>(p)[1];
+  f[0] = f[1] = a.x;
+  f[2] = f[3] = a.y;
+  f[4] = f[5] = b.x;
+  f[6] = f[7] = b.y;
+}
+
 // load_angles reads the cos or sin values of one piece's 8 elements from a
 // staged row at p (16-byte aligned): 8 consecutive floats, or with pairs 4,
 // each serving an element pair (GPT-J with one value per pair).
@@ -118,7 +177,7 @@ __device__ __forceinline__ void load_angles(const float* p, bool pairs, float f[
   f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-template <typename In, bool FP8>
+template <typename In, bool FP8, bool SPLIT>
 __device__ __forceinline__ void qkv_norm_rope(
     const In* __restrict__ qkv, In* __restrict__ q_out, void* __restrict__ key_cache,
     void* __restrict__ value_cache, const int* __restrict__ cu_seqlens,
@@ -141,15 +200,20 @@ __device__ __forceinline__ void qkv_norm_rope(
   }
   const int x = threadIdx.x;
   const int tid = threadIdx.y * blockDim.x + x;
-  const int upr = head_dim >> 4;  // units (and lanes) per head
-  const int upr_log2 = __ffs(upr) - 1;
   const int half = head_dim >> 1;
-  const int d = (x & (upr - 1)) << 3;             // the same for every unit of this thread
+  const int head_units = (half + 7) >> 3;             // units of a head
+  const int upr = 1 << (32 - __clz(head_units - 1));  // lanes per head: the next power of two
+  const int upr_log2 = __ffs(upr) - 1;
+  const int c = x & (upr - 1);  // the same for every unit of this thread
+  const int d = c << 3;
+  const bool idle = c >= head_units;  // a lane past the head's units
+  constexpr bool split = SPLIT;       // second pieces 8-byte aligned
+  const bool narrow = split && (half & 7) != 0 && c == head_units - 1;  // 4 elements of each half
   const int normed = num_q_heads + num_kv_heads;  // heads [0, normed) are normed and rotated
   const int units = (normed + num_kv_heads) << upr_log2;
   const int per_pass = U * (int)blockDim.x;
   const int passes = (units + per_pass - 1) / per_pass;
-  const float inv_dim = 1.0f / head_dim;  // exact: head_dim is a power of two
+  const float inv_dim = 1.0f / head_dim;  // exact for a power of two, else rounded once
   const bool vec = (reinterpret_cast<uintptr_t>(cos_sin) & 15) == 0;  // rows are 16-byte multiples: rot % 4 == 0
   const int bs_mask = (1 << block_size_log2) - 1;
 
@@ -177,10 +241,16 @@ __device__ __forceinline__ void qkv_norm_rope(
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       const int u = base + x + j * (int)blockDim.x;
-      if (u < units) {
+      if (u < units && !idle) {
         const In* p = src_tok + (int64_t)(u >> upr_log2) * head_dim + d;
         cp_async16(dst + (2 * j) * geo.threads * 16, p, 16);
-        cp_async16(dst + (2 * j + 1) * geo.threads * 16, p + half, 16);
+        if (!split) {
+          cp_async16(dst + (2 * j + 1) * geo.threads * 16, p + half, 16);
+        } else {
+          // A narrow unit's second half ends the head: zeros, not the next head.
+          cp_async8(dst + (2 * j + 1) * geo.threads * 16, p + half, 8);
+          cp_async8(dst + (2 * j + 1) * geo.threads * 16 + 8, p + half, narrow ? 0 : 8);
+        }
       }
     }
     if (t >= seq_end) {
@@ -222,12 +292,24 @@ __device__ __forceinline__ void qkv_norm_rope(
   // process computes step k from stage st.
   // store_pieces writes this thread's two pieces of head h of slot (elements
   // d… and half+d…) to the K (value false) or V cache, in the layout.
+  // A split unit writes its second piece as two halves, a narrow one only
+  // the first half of each piece.
   auto store_pieces = [&](void* cache, bool value, int64_t slot, int h, uint4 a, uint4 b, float scale) {
     int st;
     const int64_t at = cache_place<X>(layout, value, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
-    store_cache8<In, FP8>(cache, at, st, a, scale);
+    if (narrow) {
+      store_cache_halves<In, FP8>(cache, at, st, 0, 1, true, a, scale);
+    } else {
+      store_cache8<In, FP8>(cache, at, st, a, scale);
+    }
     const int64_t bt = cache_place<X>(layout, value, slot, h, d + half, num_kv_heads, head_dim, block_size_log2, &st);
-    store_cache8<In, FP8>(cache, bt, st, b, scale);
+    if (!split) {
+      store_cache8<In, FP8>(cache, bt, st, b, scale);
+      return;
+    }
+    int sc;
+    const int64_t ct = cache_place<X>(layout, value, slot, h, d + half + 4, num_kv_heads, head_dim, block_size_log2, &sc);
+    store_cache_halves<In, FP8>(cache, bt, st, ct, sc, narrow, b, scale);
   };
   auto process = [&](int k, int st) {
     const int64_t t = token_of(k);
@@ -261,8 +343,13 @@ __device__ __forceinline__ void qkv_norm_rope(
       const int ob = full ? d + half : neox ? d : (d + half) >> 1;
       load_angles(crow + oa, pairs, ca);
       load_angles(srow + oa, pairs, sa);
-      load_angles(crow + ob, pairs, cb);
-      load_angles(srow + ob, pairs, sb);
+      if (pairs && split) {
+        load_pair_angles(crow + ob, cb);
+        load_pair_angles(srow + ob, sb);
+      } else {
+        load_angles(crow + ob, pairs, cb);
+        load_angles(srow + ob, pairs, sb);
+      }
     }
     const In* src_tok = qkv + t * qkv_token_stride;  // only its type is used
     const int base = (k % passes) * per_pass;
@@ -273,6 +360,7 @@ __device__ __forceinline__ void qkv_norm_rope(
       for (int j = 0; j < U; ++j) {
         ra[j] = src[(2 * j) * geo.threads];
         rb[j] = src[(2 * j + 1) * geo.threads];
+        if (narrow) ra[j].z = ra[j].w = 0u;  // elements half.., unit 0's: out of the norm
       }
     }
     // inv[j]: 1/√(mean(x²) + eps) of unit j's head, reduced over its lanes;
@@ -290,7 +378,7 @@ __device__ __forceinline__ void qkv_norm_rope(
         for (int e = 0; e < 8; ++e) ss = fmaf(xa[e], xa[e], ss);
 #pragma unroll
         for (int e = 0; e < 8; ++e) ss = fmaf(xb[e], xb[e], ss);
-        inv[j] = ss;
+        inv[j] = idle ? 0.0f : ss;
       }
       for (int o = upr >> 1; o > 0; o >>= 1) {
 #pragma unroll
@@ -302,7 +390,7 @@ __device__ __forceinline__ void qkv_norm_rope(
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       const int u = base + x + j * (int)blockDim.x;
-      if (u >= units) continue;
+      if (u >= units || idle) continue;
       const int hh = u >> upr_log2;
       if (hh >= normed) {  // V: copied (or quantized) as given
         if (slot >= 0) store_pieces(value_cache, true, slot, hh - normed, ra[j], rb[j], v_scale);
@@ -317,7 +405,13 @@ __device__ __forceinline__ void qkv_norm_rope(
         float wa[8], wb[8];
         const In* w = (is_q ? q_weight : k_weight) + d;
         to_float8(load8(w), w, wa);
-        to_float8(load8(w + half), w, wb);
+        if (!split) {
+          to_float8(load8(w + half), w, wb);
+        } else {
+          const uint2 w0 = *reinterpret_cast<const uint2*>(w + half);
+          const uint2 w1 = narrow ? make_uint2(0u, 0u) : *reinterpret_cast<const uint2*>(w + half + 4);
+          to_float8(make_uint4(w0.x, w0.y, w1.x, w1.y), w, wb);
+        }
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           xa[e] = xa[e] * inv[j] * wa[e];
@@ -345,8 +439,18 @@ __device__ __forceinline__ void qkv_norm_rope(
       const uint4 pa = pack8<In>(oa), pb = pack8<In>(ob);
       if (is_q) {
         In* dst = q_out + (t * num_q_heads + hh) * head_dim + d;
-        *reinterpret_cast<uint4*>(dst) = pa;
-        *reinterpret_cast<uint4*>(dst + half) = pb;
+        if (!split) {
+          *reinterpret_cast<uint4*>(dst) = pa;
+          *reinterpret_cast<uint4*>(dst + half) = pb;
+        } else {
+          if (narrow) {
+            *reinterpret_cast<uint2*>(dst) = make_uint2(pa.x, pa.y);
+          } else {
+            *reinterpret_cast<uint4*>(dst) = pa;
+            *reinterpret_cast<uint2*>(dst + half + 4) = make_uint2(pb.z, pb.w);
+          }
+          *reinterpret_cast<uint2*>(dst + half) = make_uint2(pb.x, pb.y);
+        }
       } else {
         store_pieces(key_cache, false, slot, hh - num_q_heads, pa, pb, k_scale);
       }
@@ -378,7 +482,7 @@ __device__ __forceinline__ void qkv_norm_rope(
 
 }  // namespace pkv
 
-#define PKV_QKV(name, In, FP8)                                                                    \
+#define PKV_QKV(name, In, FP8, SPLIT)                                                             \
   extern "C" __global__ void __launch_bounds__(256) name(                                         \
       const In* qkv, In* q_out, void* key_cache, void* value_cache, const int* cu_seqlens,        \
       const int* pos_offsets, const int* block_tables, const In* q_weight, const In* k_weight,    \
@@ -387,14 +491,19 @@ __device__ __forceinline__ void qkv_norm_rope(
       int head_dim, int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2,        \
       int64_t num_blocks, int norm, float eps, float k_scale, float v_scale, int neox,            \
       int layout) {                                                                               \
-    pkv::qkv_norm_rope<In, FP8>(qkv, q_out, key_cache, value_cache, cu_seqlens, pos_offsets,      \
-                                block_tables, q_weight, k_weight, cos_sin, max_pos, rot,          \
-                                fault, num_tokens, num_seqs, num_q_heads, num_kv_heads, head_dim, \
-                                qkv_token_stride, max_blocks_per_seq, block_size_log2,            \
-                                num_blocks, norm, eps, k_scale, v_scale, neox, layout);           \
+    pkv::qkv_norm_rope<In, FP8, SPLIT>(qkv, q_out, key_cache, value_cache, cu_seqlens,            \
+                                       pos_offsets, block_tables, q_weight, k_weight, cos_sin,    \
+                                       max_pos, rot, fault, num_tokens, num_seqs, num_q_heads,    \
+                                       num_kv_heads, head_dim, qkv_token_stride,                  \
+                                       max_blocks_per_seq, block_size_log2, num_blocks, norm,     \
+                                       eps, k_scale, v_scale, neox, layout);                      \
   }
 
-PKV_QKV(qkv_norm_rope_f16, __half, false)
-PKV_QKV(qkv_norm_rope_bf16, __nv_bfloat16, false)
-PKV_QKV(qkv_norm_rope_f16_e4m3, __half, true)
-PKV_QKV(qkv_norm_rope_bf16_e4m3, __nv_bfloat16, true)
+PKV_QKV(qkv_norm_rope_f16, __half, false, false)
+PKV_QKV(qkv_norm_rope_bf16, __nv_bfloat16, false, false)
+PKV_QKV(qkv_norm_rope_f16_e4m3, __half, true, false)
+PKV_QKV(qkv_norm_rope_bf16_e4m3, __nv_bfloat16, true, false)
+PKV_QKV(qkv_norm_rope_f16_split, __half, false, true)
+PKV_QKV(qkv_norm_rope_bf16_split, __nv_bfloat16, false, true)
+PKV_QKV(qkv_norm_rope_f16_e4m3_split, __half, true, true)
+PKV_QKV(qkv_norm_rope_bf16_e4m3_split, __nv_bfloat16, true, true)

@@ -14,8 +14,11 @@
 //                and 2i+1 for GPT-J).
 //   neox         1: rotate halves (x[j], x[j + D/2]); 0: GPT-J, interleaved
 //                pairs (x[2i], x[2i+1]). out1 = x1·c1 − x2·s1,
-//                out2 = x2·c2 + x1·s2, in f32. Threads move 16-byte pieces
-//                (head_dim ≥ 16 for NeoX so that each half holds whole pieces).
+//                out2 = x2·c2 + x1·s2, in f32. Threads move 16-byte pieces:
+//                with head_dim/2 a multiple of 8, a NeoX piece of the first
+//                half and its partner in the second; otherwise one piece, its
+//                NeoX partners read as two 8-byte halves (rotate8_across).
+//                head_dim is a multiple of 8 from 16 to 256.
 //   q_out        [num_tokens, num_q_heads, head_dim] rotated q; k_out
 //                [num_tokens, num_kv_heads, head_dim] rotated k (contiguous);
 //                zeros_out (optional) shaped like q_out, written with zeros.
@@ -28,6 +31,43 @@
 #include "rope.cuh"
 
 namespace pkv {
+
+// Flag carries a bool as a type, for a generic lambda to branch on at
+// compile time.
+template <bool B>
+struct Flag {
+  static constexpr bool value = B;
+};
+
+// rotate8_across rotates the 16-byte piece c (elements 8c..8c+7) NeoX-style
+// for a head_dim whose halves are not whole pieces (head_dim/2 a multiple of
+// 4, not of 8): each 4-element half of the piece lies within one half of the
+// head, and its partners, (j + dim/2) mod dim, are one 8-byte load. o
+// receives the piece's results.
+template <typename In>
+__device__ __forceinline__ void rotate8_across(const In* src, const float* row, int rot, int dim, int c,
+                                               float o[8]) {
+  const int half = dim >> 1;
+  const int e0 = c * 8;
+  float x[8], y[8];
+  to_float8(load8(src + e0), src, x);
+  const int p0 = e0 < half ? e0 + half : e0 - half;
+  const int p1 = e0 + 4 < half ? e0 + 4 + half : e0 + 4 - half;
+  const uint2 y0 = *reinterpret_cast<const uint2*>(src + p0);
+  const uint2 y1 = *reinterpret_cast<const uint2*>(src + p1);
+  to_float8(make_uint4(y0.x, y0.y, y1.x, y1.y), src, y);
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const int j = e0 + 4 * g;
+    const bool first = j < half;
+    const float* cs = row + (first || rot == dim ? j : j - half);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float a = x[4 * g + e], b = y[4 * g + e];
+      o[4 * g + e] = first ? a * cs[e] - b * cs[rot + e] : a * cs[e] + b * cs[rot + e];
+    }
+  }
+}
 
 template <typename In, bool FP8>
 __device__ __forceinline__ void rope_cache(
@@ -59,10 +99,14 @@ __device__ __forceinline__ void rope_cache(
   const int half = head_dim >> 1;
 
   // One chunk per iteration, q heads first, then k heads. NeoX: elements
-  // j0..j0+7 and j0+half..j0+half+7 (8 pairs); GPT-J: elements e0..e0+7
-  // (4 interleaved pairs). Loads and stores are 16 bytes.
-  if (rotate) {
-    const int chunks_per_head = neox ? half / 8 : head_dim / 8;
+  // j0..j0+7 and j0+half..j0+half+7 (8 pairs), or with halves not of whole
+  // pieces (across) elements j0..j0+7 alone; GPT-J: elements e0..e0+7 (4
+  // interleaved pairs). Stores are 16 bytes.
+  // The choice is made once per launch, outside the loop: one loop serving
+  // both would keep the registers of both alive (96 against 56 for f16).
+  auto rotate_heads = [&](auto across_tag) {
+    constexpr bool across = decltype(across_tag)::value;
+    const int chunks_per_head = neox && !across ? half / 8 : head_dim / 8;
     const int chunks = (num_q_heads + num_kv_heads) * chunks_per_head;
     for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
       const int hh = i / chunks_per_head;
@@ -73,7 +117,13 @@ __device__ __forceinline__ void rope_cache(
       In* dst = is_q ? q_out + (t * num_q_heads + h) * head_dim : k_out + (t * num_kv_heads + h) * head_dim;
       float o1[8], o2[8];
       int ea, eb;  // element offsets of the pieces written (eb < 0: one piece)
-      rotate8<In>(src, row, rot, head_dim, neox != 0, c, o1, o2, &ea, &eb);
+      if constexpr (across) {
+        rotate8_across<In>(src, row, rot, head_dim, c, o1);
+        ea = c * 8;
+        eb = -1;
+      } else {
+        rotate8<In>(src, row, rot, head_dim, neox != 0, c, o1, o2, &ea, &eb);
+      }
       const uint4 va = pack8<In>(o1);
       *reinterpret_cast<uint4*>(dst + ea) = va;
       uint4 vb;
@@ -97,6 +147,13 @@ __device__ __forceinline__ void rope_cache(
           store_cache8<In, FP8>(key_cache, kb, st, vb, k_scale);
         }
       }
+    }
+  };
+  if (rotate) {
+    if (neox && (half & 7) != 0) {
+      rotate_heads(Flag<true>{});
+    } else {
+      rotate_heads(Flag<false>{});
     }
   }
   if (slot < 0) return;

@@ -285,10 +285,14 @@ const (
 
 // Entry points of qkv.ptx (kernels_src/qkv.cu).
 const (
-	QkvNormRopeBf16     = "qkv_norm_rope_bf16"
-	QkvNormRopeBf16E4m3 = "qkv_norm_rope_bf16_e4m3"
-	QkvNormRopeF16      = "qkv_norm_rope_f16"
-	QkvNormRopeF16E4m3  = "qkv_norm_rope_f16_e4m3"
+	QkvNormRopeBf16          = "qkv_norm_rope_bf16"
+	QkvNormRopeBf16E4m3      = "qkv_norm_rope_bf16_e4m3"
+	QkvNormRopeBf16E4m3Split = "qkv_norm_rope_bf16_e4m3_split"
+	QkvNormRopeBf16Split     = "qkv_norm_rope_bf16_split"
+	QkvNormRopeF16           = "qkv_norm_rope_f16"
+	QkvNormRopeF16E4m3       = "qkv_norm_rope_f16_e4m3"
+	QkvNormRopeF16E4m3Split  = "qkv_norm_rope_f16_e4m3_split"
+	QkvNormRopeF16Split      = "qkv_norm_rope_f16_split"
 )
 
 // Entry points of rope.ptx (kernels_src/rope.cu).

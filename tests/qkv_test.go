@@ -62,6 +62,36 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 	}
 }
 
+// TestQKVNormRopeHeadDims covers the head dims that are not powers of two
+// in both styles and table widths, with and without the norm: those whose
+// halves are whole 16-byte pieces (80, 96, 112, 192: idle lanes in each
+// head's group) and those whose halves are not (24, 120: the _split
+// kernels), through every layout and f16, bf16 and fp8 caches where the
+// layout allows them, one sequence and varlen.
+func TestQKVNormRopeHeadDims(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+	i := 0
+	for _, d := range []int{24, 80, 96, 112, 120, 192} {
+		for _, neox := range []bool{true, false} {
+			for _, halfRot := range []bool{true, false} {
+				c := check.QKVShape{Seqs: 1 + 2*(i%2), MaxLen: 45, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16,
+					DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[i%2], Norm: i%3 != 1, NeoX: neox, HalfRot: halfRot,
+					Varlen: i%2 == 1, Layout: layouts[i%3]}
+				c.CacheDType = c.DType
+				if i%4 >= 2 && (c.Layout == pagedkv.LayoutFlash || d%16 == 0) {
+					c.CacheDType = pagedkv.E4M3
+				}
+				i++
+				t.Run(c.String(), func(t *testing.T) {
+					require.NoError(t, check.RunQKV(r, r.Stream(), g, c))
+				})
+			}
+		}
+	}
+}
+
 // TestQKVNormRopeFaults checks the fault record and what is (not) written
 // for a position outside the cos/sin table (nothing of those tokens) and a
 // block id outside the pool (q_out, but no cache rows), with and without the

@@ -41,6 +41,35 @@ func TestRopeCacheMatchesReference(t *testing.T) {
 	}
 }
 
+// TestRopeCacheHeadDims covers the head dims that are not powers of two in
+// both styles and table widths: those whose halves are whole 16-byte pieces
+// (80, 96, 112, 192) and those whose halves are not (24, 120), through
+// every layout and f16, bf16 and fp8 caches where the layout allows them.
+func TestRopeCacheHeadDims(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+	i := 0
+	for _, d := range []int{24, 80, 96, 112, 120, 192} {
+		for _, neox := range []bool{true, false} {
+			for _, halfRot := range []bool{true, false} {
+				c := check.RopeShape{Tokens: 37, KVOnly: 3, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, NumBlocks: 4,
+					DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[i%2], NeoX: neox, HalfRot: halfRot,
+					Layout: layouts[i%3], Zeros: i%2 == 0, Offsets: i%3 == 0}
+				c.CacheDType = c.DType
+				if i%4 >= 2 && (c.Layout == pagedkv.LayoutFlash || d%16 == 0) {
+					c.CacheDType = pagedkv.E4M3
+				}
+				i++
+				t.Run(c.String(), func(t *testing.T) {
+					p := ropeProblem(t, r, g, c)
+					require.NoError(t, p.RunAndCheck(r, r.Stream()))
+				})
+			}
+		}
+	}
+}
+
 // TestRopeCachePositionFault checks that a position outside the cos/sin
 // table is reported and that token is not written.
 func TestRopeCachePositionFault(t *testing.T) {

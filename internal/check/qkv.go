@@ -53,10 +53,11 @@ func (c QKVShape) String() string {
 	return s
 }
 
-// RandomQKVShape draws a random shape.
+// RandomQKVShape draws a random shape, head dims that are powers of two and
+// not (80, 96, 112, 120, 192) among them.
 func RandomQKVShape(g *rand.Rand) QKVShape {
 	c := QKVShape{
-		Seqs: 1, MaxLen: 1 + g.IntN(200), KVHeads: 1 + g.IntN(4), HeadDim: []int{16, 32, 64, 128, 256}[g.IntN(5)],
+		Seqs: 1, MaxLen: 1 + g.IntN(200), KVHeads: 1 + g.IntN(4), HeadDim: []int{16, 32, 64, 128, 256, 80, 96, 112, 120, 192}[g.IntN(10)],
 		BlockSize: 1 << g.IntN(7), DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		Norm: g.IntN(2) == 0, NeoX: g.IntN(2) == 0, HalfRot: g.IntN(2) == 0, Varlen: g.IntN(2) == 0,
 		PadToken: 8 * g.IntN(2), QKVOffset: 16 * int64(g.IntN(3)), QOutOffset: 16 * int64(g.IntN(3)),
@@ -74,10 +75,15 @@ func RandomQKVShape(g *rand.Rand) QKVShape {
 		c.CacheDType = pagedkv.E4M3
 	}
 	// Every layout; the shuffle layout needs whole x-groups of rows per
-	// block (x = 16 bytes of cache elements), else x-split.
+	// block (x = 16 bytes of cache elements), else x-split; both need whole
+	// x-groups of elements per head, else flash.
+	x := 16 / c.CacheDType.Size()
 	c.Layout = pagedkv.CacheLayout(g.IntN(3))
-	if c.Layout == pagedkv.LayoutShuffle && c.BlockSize%(16/c.CacheDType.Size()) != 0 {
+	if c.Layout == pagedkv.LayoutShuffle && c.BlockSize%x != 0 {
 		c.Layout = pagedkv.LayoutXSplit
+	}
+	if c.HeadDim%x != 0 {
+		c.Layout = pagedkv.LayoutFlash
 	}
 	return c
 }

@@ -25,13 +25,14 @@ func (c RopeShape) String() string {
 		c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.Layout, c.NeoX, c.HalfRot, c.Offsets, c.Remap)
 }
 
-// RandomRopeShape draws a random shape: GQA 1/4/8, both styles and table
-// widths, offsets, KV-only tokens, remap, fp8 and every layout it allows.
+// RandomRopeShape draws a random shape: GQA 1/4/8, head dims that are powers
+// of two and not (80, 96, 112, 120, 192), both styles and table widths,
+// offsets, KV-only tokens, remap, fp8 and every layout it allows.
 func RandomRopeShape(g *rand.Rand) RopeShape {
 	c := RopeShape{
 		Tokens:    1 + g.IntN(300),
 		KVHeads:   1 + g.IntN(4),
-		HeadDim:   []int{64, 128, 256}[g.IntN(3)],
+		HeadDim:   []int{64, 128, 256, 80, 96, 112, 120, 192}[g.IntN(8)],
 		BlockSize: 1 << (3 + g.IntN(6)),
 		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		NeoX:      g.IntN(2) == 0,
@@ -50,7 +51,7 @@ func RandomRopeShape(g *rand.Rand) RopeShape {
 		c.CacheDType = pagedkv.E4M3
 	}
 	x := 16 / c.CacheDType.Size()
-	if l := pagedkv.CacheLayout(g.IntN(3)); l == pagedkv.LayoutFlash || c.BlockSize%x == 0 {
+	if l := pagedkv.CacheLayout(g.IntN(3)); l == pagedkv.LayoutFlash || c.BlockSize%x == 0 && c.HeadDim%x == 0 {
 		c.Layout = l
 	}
 	c.NumBlocks = (c.Tokens+c.KVOnly+c.BlockSize-1)/c.BlockSize + 1 + g.IntN(3)
