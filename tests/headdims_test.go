@@ -145,3 +145,43 @@ func TestHeadDimsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadDimsSequence runs SequenceAttention (one sequence's new tokens:
+// Varlen, or Decode for one token) at every head dim between the powers of
+// two, eager and replayed from a CUDA graph.
+func TestHeadDimsSequence(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	for i, d := range moreDims {
+		dt := []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[i%2]
+		c := check.VarlenShape{Seqs: 1, QHeads: 16, KVHeads: 4, HeadDim: d, BlockSize: 16, DType: dt, CacheDType: dt, MaxQLen: 200, MaxKV: 3000, Causal: true}
+		for _, qLen := range []int{1, 1 + g.IntN(c.MaxQLen)} {
+			t.Run(fmt.Sprintf("%s q_len=%d", c.String(), qLen), func(t *testing.T) {
+				kv := qLen + g.IntN(c.MaxKV-qLen+1)
+				p, err := check.NewVarlenProblemWith(r, s, g, c, []int32{0, int32(qLen)}, []int32{int32(kv - qLen)})
+				require.NoError(t, err)
+				t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+				out, lse, err := p.RunSequence(r, s)
+				require.NoError(t, err)
+				require.NoError(t, p.Check(out, lse))
+				out, lse, err = p.RunSequenceVia(s, func(a *pagedkv.SequenceArgs) error {
+					a.KVCapacity = a.MaxBlocksPerSeq * a.BlockSize
+					require.NoError(t, r.ReserveSequence(s, a))
+					require.NoError(t, s.BeginCapture())
+					err := r.SequenceAttention(s, a)
+					graph, endErr := s.EndCapture()
+					require.NoError(t, err)
+					require.NoError(t, endErr)
+					defer func() { assert.NoError(t, graph.Close()) }()
+					if err := graph.Launch(s); err != nil {
+						return err
+					}
+					return s.Synchronize()
+				})
+				require.NoError(t, err)
+				require.NoError(t, p.Check(out, lse), "graph replay")
+			})
+		}
+	}
+}
