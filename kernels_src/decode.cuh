@@ -1164,14 +1164,19 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (*qa)[4], uint32_t (*q
     for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], q_base + swizzle<QCH>(x4_row, 2 * ks + (lane >> 4)) * 16);
   }
   if constexpr (NARROW) {
+    // One x4 load is k-steps kp and kp + 1; an odd last k-step (head dims
+    // 80 and 112) loads its two chunks twice and keeps one copy.
 #pragma unroll
     for (int kp = 0; kp < KSTEPS; kp += 2) {
       uint32_t r[4];
-      ldmatrix_x4(r, q_base + swizzle<QCH>(lane & 7, 2 * kp + (lane >> 3)) * 16);
+      const int c = kp + 1 < KSTEPS ? 2 * kp + (lane >> 3) : 2 * kp + ((lane >> 3) & 1);
+      ldmatrix_x4(r, q_base + swizzle<QCH>(lane & 7, c) * 16);
       qb[kp][0] = r[0];
       qb[kp][1] = r[1];
-      qb[kp + 1][0] = r[2];
-      qb[kp + 1][1] = r[3];
+      if (kp + 1 < KSTEPS) {
+        qb[kp + 1][0] = r[2];
+        qb[kp + 1][1] = r[3];
+      }
     }
   }
 }
