@@ -165,20 +165,7 @@ func TestHeadDimsSequence(t *testing.T) {
 				out, lse, err := p.RunSequence(r, s)
 				require.NoError(t, err)
 				require.NoError(t, p.Check(out, lse))
-				out, lse, err = p.RunSequenceVia(s, func(a *pagedkv.SequenceArgs) error {
-					a.KVCapacity = a.MaxBlocksPerSeq * a.BlockSize
-					require.NoError(t, r.ReserveSequence(s, a))
-					require.NoError(t, s.BeginCapture())
-					err := r.SequenceAttention(s, a)
-					graph, endErr := s.EndCapture()
-					require.NoError(t, err)
-					require.NoError(t, endErr)
-					defer func() { assert.NoError(t, graph.Close()) }()
-					if err := graph.Launch(s); err != nil {
-						return err
-					}
-					return s.Synchronize()
-				})
+				out, lse, err = replaySequence(t, r, s, p)
 				require.NoError(t, err)
 				require.NoError(t, p.Check(out, lse), "graph replay")
 			})

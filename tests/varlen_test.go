@@ -393,6 +393,27 @@ func TestVarlenPlans(t *testing.T) {
 	assert.Equal(t, 1, plan.Splits, "long prefill: %s", plan.Reason)
 }
 
+// replaySequence runs p through SequenceAttention captured into a CUDA
+// graph for the whole table's capacity (the varlen path plans for the
+// lengths it captures: KVCapacity plays no part) and replays it once.
+func replaySequence(t *testing.T, r *pagedkv.Runtime, s *pagedkv.Stream, p *check.VarlenProblem) ([]float64, []float32, error) {
+	t.Helper()
+	return p.RunSequenceVia(s, func(a *pagedkv.SequenceArgs) error {
+		a.KVCapacity = a.MaxBlocksPerSeq * a.BlockSize
+		require.NoError(t, r.ReserveSequence(s, a))
+		require.NoError(t, s.BeginCapture())
+		err := r.SequenceAttention(s, a)
+		graph, endErr := s.EndCapture()
+		require.NoError(t, err)
+		require.NoError(t, endErr)
+		defer func() { assert.NoError(t, graph.Close()) }()
+		if err := graph.Launch(s); err != nil {
+			return err
+		}
+		return s.Synchronize()
+	})
+}
+
 // TestSequenceAttention checks the single-sequence dispatcher: several
 // query tokens of one sequence run as a causal varlen whose output comes out
 // head-major [heads, q_len, head_dim] and matches float64; one token per
@@ -419,22 +440,7 @@ func TestSequenceAttention(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, p.Check(out, lse))
 
-			out, lse, err = p.RunSequenceVia(s, func(a *pagedkv.SequenceArgs) error {
-				// The varlen path plans a graph for the lengths it
-				// captures: KVCapacity plays no part.
-				a.KVCapacity = a.MaxBlocksPerSeq * a.BlockSize
-				require.NoError(t, r.ReserveSequence(s, a))
-				require.NoError(t, s.BeginCapture())
-				err := r.SequenceAttention(s, a)
-				graph, endErr := s.EndCapture()
-				require.NoError(t, err)
-				require.NoError(t, endErr)
-				defer func() { assert.NoError(t, graph.Close()) }()
-				if err := graph.Launch(s); err != nil {
-					return err
-				}
-				return s.Synchronize()
-			})
+			out, lse, err = replaySequence(t, r, s, p)
 			require.NoError(t, err)
 			require.NoError(t, p.Check(out, lse), "graph replay")
 
