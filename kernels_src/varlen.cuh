@@ -339,6 +339,20 @@ struct KVRow {
   }
 };
 
+// lane_row_ids looks up, for the loaders whose lanes each look up tile
+// rows (KVLines, KVChunks), the block-table entries of rows lane + 32i of
+// the tile at kv0: 0 past kv_end, and with LO below kv_begin, where
+// nothing is read.
+template <bool LO, int N>
+__device__ __forceinline__ void lane_row_ids(int (&v)[N], const int* table, int kv0, int lane, int kv_begin,
+                                             int kv_end, int block_size_log2) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int pos = kv0 + lane + 32 * i;
+    v[i] = in_range<LO>(pos, kv_begin, kv_end) ? __ldg(table + (pos >> block_size_log2)) : 0;
+  }
+}
+
 // KVLines is KVRow's alternative for the one-row-tile kernels (MT = 1: the
 // _r64 ones and head dim 256), which serve short queries over long KV and
 // are bound by memory: CCH consecutive threads load one whole row (CCH
@@ -375,11 +389,7 @@ struct KVLines {
   __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_begin, int kv_end,
                                         int block_size_log2) const {
     Ids ids;
-#pragma unroll
-    for (int i = 0; i < kIds; ++i) {
-      const int pos = kv0 + lane + 32 * i;
-      ids.v[i] = in_range<LO>(pos, kv_begin, kv_end) ? __ldg(table + (pos >> block_size_log2)) : 0;
-    }
+    lane_row_ids<LO>(ids.v, table, kv0, lane, kv_begin, kv_end, block_size_log2);
     return ids;
   }
 
@@ -430,11 +440,7 @@ struct KVChunks {
   __device__ __forceinline__ Ids lookup(const int* table, int kv0, int kv_begin, int kv_end,
                                         int block_size_log2) const {
     Ids ids;
-#pragma unroll
-    for (int i = 0; i < kIds; ++i) {
-      const int pos = kv0 + lane + 32 * i;
-      ids.v[i] = in_range<LO>(pos, kv_begin, kv_end) ? __ldg(table + (pos >> block_size_log2)) : 0;
-    }
+    lane_row_ids<LO>(ids.v, table, kv0, lane, kv_begin, kv_end, block_size_log2);
     return ids;
   }
 
