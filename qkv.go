@@ -22,9 +22,9 @@ const (
 //   - QKV: [NumTokens, (NumQHeads+2·NumKVHeads)·HeadDim] of DType, token
 //     stride QKVTokenStride elements (0 = contiguous): q heads, then k heads,
 //     then v heads. A view inside a larger buffer is a Buffer.Slice of it.
-//     HeadDim is a multiple of 16 from 16 to 256 (80, 96, 112, 192 as well
-//     as the powers of two). Head dims whose halves are not whole 16-byte
-//     pieces (24, 120, …) are refused: RopeCache takes them.
+//     HeadDim is a multiple of 8 from 16 to 256 (80, 96, 112, 120, 192 as
+//     well as the powers of two; the x-split and shuffle layouts over an
+//     e4m3 cache need a multiple of 16).
 //   - CuSeqlensQ (optional): int32 [NumSeqs+1], token t belongs to sequence s
 //     when CuSeqlensQ[s] ≤ t < CuSeqlensQ[s+1]; left out, all tokens are one
 //     sequence (NumSeqs must be 1). PosOffsets: int32 [NumSeqs]; token t of
@@ -94,8 +94,8 @@ func (a *QKVNormRopeArgs) Validate() error {
 	if err := inRange(qkvArg, "NumTokens", a.NumTokens, 0, 1<<30); err != nil {
 		return err
 	}
-	if a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim%16 != 0 {
-		return errf("%s.HeadDim=%d is not allowed; allowed: a multiple of 16 from 16 to 256", qkvArg, a.HeadDim)
+	if a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim%8 != 0 {
+		return errf("%s.HeadDim=%d is not allowed; allowed: a multiple of 8 from 16 to 256", qkvArg, a.HeadDim)
 	}
 	if err := inRange(qkvArg, "NumQHeads", a.NumQHeads, 1, 1<<12); err != nil {
 		return err

@@ -34,7 +34,7 @@ const (
 type QKVShape struct {
 	NumTokens             int
 	NumQHeads, NumKVHeads int
-	HeadDim               int   // a multiple of 16 from 16 to 256
+	HeadDim               int   // a multiple of 8 from 16 to 256
 	RotDim                int   // HeadDim or HeadDim/2: floats per cos/sin row
 	DType                 DType // F16 or BF16
 	CacheDType            DType // DType, or E4M3
@@ -88,10 +88,8 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 		return TokenPlan{}, errf("dispatch: QKVShape.NumQHeads=%d is out of range; allowed: 1..%d", a.NumQHeads, 1<<16)
 	case a.NumKVHeads < 1 || a.NumKVHeads > 1<<16:
 		return TokenPlan{}, errf("dispatch: QKVShape.NumKVHeads=%d is out of range; allowed: 1..%d", a.NumKVHeads, 1<<16)
-	case a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim%16 != 0:
-		// The _split kernels (HeadDim%16 == 8) do not match the reference
-		// yet: refused until they do.
-		return TokenPlan{}, errf("dispatch: QKVShape.HeadDim=%d is not supported; supported: a multiple of 16 from 16 to 256", a.HeadDim)
+	case a.HeadDim < 16 || a.HeadDim > 256 || a.HeadDim%8 != 0:
+		return TokenPlan{}, errf("dispatch: QKVShape.HeadDim=%d is not supported; supported: a multiple of 8 from 16 to 256", a.HeadDim)
 	case a.RotDim != a.HeadDim && a.RotDim != a.HeadDim/2:
 		return TokenPlan{}, errf("dispatch: QKVShape.RotDim=%d is not allowed; allowed: HeadDim=%d or HeadDim/2=%d", a.RotDim, a.HeadDim, a.HeadDim/2)
 	case dev.SMs < 1:

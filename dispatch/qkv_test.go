@@ -40,6 +40,10 @@ func TestPlanQKV(t *testing.T) {
 		{QKVShape{NumTokens: 16, NumQHeads: 32, NumKVHeads: 8, HeadDim: 80, RotDim: 80, DType: BF16, CacheDType: E4M3}, "qkv_norm_rope_bf16_e4m3", 16, Dim3{96, 1, 1}, 3 * (12288 + 640 + 16)},
 		// HeadDim 192 (12 units on 16 lanes): 24 · 16 = 384 units → 96 threads.
 		{QKVShape{NumTokens: 2, NumQHeads: 16, NumKVHeads: 4, HeadDim: 192, RotDim: 96, DType: F16, CacheDType: F16}, "qkv_norm_rope_f16", 2, Dim3{96, 1, 1}, 3 * (12288 + 768 + 16)},
+		// HeadDim 120, halves of 60: the _split kernel, 8 units (the last
+		// of 4 elements per half) per head.
+		{QKVShape{NumTokens: 4, NumQHeads: 32, NumKVHeads: 8, HeadDim: 120, RotDim: 60, DType: BF16, CacheDType: BF16}, "qkv_norm_rope_bf16_split", 4, Dim3{96, 1, 1}, 3 * (12288 + 480 + 16)},
+		{QKVShape{NumTokens: 4, NumQHeads: 2, NumKVHeads: 1, HeadDim: 24, RotDim: 24, DType: F16, CacheDType: E4M3}, "qkv_norm_rope_f16_e4m3_split", 1, Dim3{32, 4, 1}, 3 * (16384 + 4*192 + 64)},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%+v", tt.shape), func(t *testing.T) {
@@ -83,7 +87,7 @@ func TestPlanQKVStages(t *testing.T) {
 // units per thread unless the token already has the most threads.
 func TestPlanQKVGeometry(t *testing.T) {
 	for _, dev := range []DeviceFacts{hopper, ampere, {Name: "one SM", SMs: 1, MaxSharedPerBlockOptin: 99 << 10}} {
-		for _, hd := range []int{16, 32, 64, 80, 96, 112, 128, 192, 256} {
+		for _, hd := range []int{16, 24, 32, 64, 80, 96, 112, 120, 128, 192, 256} {
 			for _, kv := range []int{1, 2, 3, 8, 16} {
 				for _, group := range []int{1, 2, 4, 7, 8} {
 					for _, tokens := range []int{0, 1, 3, 4, 5, 1000, 100000} {
@@ -91,7 +95,7 @@ func TestPlanQKVGeometry(t *testing.T) {
 						p, err := PlanQKV(s, dev)
 						require.NoError(t, err)
 						units := int(s.NumQHeads+2*s.NumKVHeads) * QKVHeadLanes(hd)
-						assert.False(t, strings.HasSuffix(p.Kernel, "_split"), "%+v: %s", s, p.Kernel)
+						assert.Equal(t, hd%16 != 0, strings.HasSuffix(p.Kernel, "_split"), "%+v: %s", s, p.Kernel)
 						x, y := int(p.Block.X), int(p.Block.Y)
 						assert.Zero(t, x%32, "%+v: %d threads per token", s, x)
 						assert.LessOrEqual(t, x*y, QKVMaxThreads, "%+v", s)
@@ -142,10 +146,10 @@ func TestPlanQKVErrors(t *testing.T) {
 		{"negative tokens", func(a *QKVShape) { a.NumTokens = -1 }, "dispatch: QKVShape.NumTokens=-1 is out of range; allowed: 0..2147483647"},
 		{"no q heads", func(a *QKVShape) { a.NumQHeads = 0 }, "dispatch: QKVShape.NumQHeads=0 is out of range; allowed: 1..65536"},
 		{"no kv heads", func(a *QKVShape) { a.NumKVHeads = 0 }, "dispatch: QKVShape.NumKVHeads=0 is out of range; allowed: 1..65536"},
-		{"head dim 8", func(a *QKVShape) { a.HeadDim = 8 }, "dispatch: QKVShape.HeadDim=8 is not supported; supported: a multiple of 16 from 16 to 256"},
-		{"head dim 100", func(a *QKVShape) { a.HeadDim = 100 }, "dispatch: QKVShape.HeadDim=100 is not supported; supported: a multiple of 16 from 16 to 256"},
-		{"head dim 264", func(a *QKVShape) { a.HeadDim = 264 }, "dispatch: QKVShape.HeadDim=264 is not supported; supported: a multiple of 16 from 16 to 256"},
-		{"head dim 512", func(a *QKVShape) { a.HeadDim = 512 }, "dispatch: QKVShape.HeadDim=512 is not supported; supported: a multiple of 16 from 16 to 256"},
+		{"head dim 8", func(a *QKVShape) { a.HeadDim = 8 }, "dispatch: QKVShape.HeadDim=8 is not supported; supported: a multiple of 8 from 16 to 256"},
+		{"head dim 100", func(a *QKVShape) { a.HeadDim = 100 }, "dispatch: QKVShape.HeadDim=100 is not supported; supported: a multiple of 8 from 16 to 256"},
+		{"head dim 264", func(a *QKVShape) { a.HeadDim = 264 }, "dispatch: QKVShape.HeadDim=264 is not supported; supported: a multiple of 8 from 16 to 256"},
+		{"head dim 512", func(a *QKVShape) { a.HeadDim = 512 }, "dispatch: QKVShape.HeadDim=512 is not supported; supported: a multiple of 8 from 16 to 256"},
 		{"input fp8", func(a *QKVShape) { a.DType = E4M3; a.CacheDType = E4M3 }, "dispatch: QKVShape.DType=e4m3 is not supported; supported: f16, bf16"},
 		{"cache mismatch", func(a *QKVShape) { a.CacheDType = BF16 }, "dispatch: QKVShape.CacheDType=bf16 is not supported with DType=f16; supported: f16, e4m3"},
 		{"rot dim 32", func(a *QKVShape) { a.RotDim = 32 }, "dispatch: QKVShape.RotDim=32 is not allowed; allowed: HeadDim=128 or HeadDim/2=64"},

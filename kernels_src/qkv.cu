@@ -247,9 +247,10 @@ __device__ __forceinline__ void qkv_norm_rope(
         if (!split) {
           cp_async16(dst + (2 * j + 1) * geo.threads * 16, p + half, 16);
         } else {
-          // A narrow unit's second half ends the head: zeros, not the next head.
+          // Elements half+d.. and half+d+4..; a narrow unit's second 8
+          // bytes would be the next head's: zeros (nothing read).
           cp_async8(dst + (2 * j + 1) * geo.threads * 16, p + half, 8);
-          cp_async8(dst + (2 * j + 1) * geo.threads * 16 + 8, p + half, narrow ? 0 : 8);
+          cp_async8(dst + (2 * j + 1) * geo.threads * 16 + 8, narrow ? p + half : p + half + 4, narrow ? 0 : 8);
         }
       }
     }

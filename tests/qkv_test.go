@@ -65,14 +65,15 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 // TestQKVNormRopeHeadDims covers the head dims that are not powers of two
 // in both styles and table widths, with and without the norm: those whose
 // halves are whole 16-byte pieces (80, 96, 112, 192: idle lanes in each
-// head's group), through every layout and f16, bf16 and fp8 caches where the
+// head's group) and those whose halves are not (24, 120: the _split
+// kernels), through every layout and f16, bf16 and fp8 caches where the
 // layout allows them, one sequence and varlen.
 func TestQKVNormRopeHeadDims(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
 	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
 	i := 0
-	for _, d := range []int{80, 96, 112, 192} {
+	for _, d := range []int{24, 80, 96, 112, 120, 192} {
 		for _, neox := range []bool{true, false} {
 			for _, halfRot := range []bool{true, false} {
 				c := check.QKVShape{Seqs: 1 + 2*(i%2), MaxLen: 45, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16,

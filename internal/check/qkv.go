@@ -54,10 +54,10 @@ func (c QKVShape) String() string {
 }
 
 // RandomQKVShape draws a random shape, head dims that are powers of two and
-// not (80, 96, 112, 192) among them.
+// not (80, 96, 112, 120, 192) among them.
 func RandomQKVShape(g *rand.Rand) QKVShape {
 	c := QKVShape{
-		Seqs: 1, MaxLen: 1 + g.IntN(200), KVHeads: 1 + g.IntN(4), HeadDim: []int{16, 32, 64, 128, 256, 80, 96, 112, 192}[g.IntN(9)],
+		Seqs: 1, MaxLen: 1 + g.IntN(200), KVHeads: 1 + g.IntN(4), HeadDim: []int{16, 32, 64, 128, 256, 80, 96, 112, 120, 192}[g.IntN(10)],
 		BlockSize: 1 << g.IntN(7), DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 		Norm: g.IntN(2) == 0, NeoX: g.IntN(2) == 0, HalfRot: g.IntN(2) == 0, Varlen: g.IntN(2) == 0,
 		PadToken: 8 * g.IntN(2), QKVOffset: 16 * int64(g.IntN(3)), QOutOffset: 16 * int64(g.IntN(3)),
