@@ -91,7 +91,7 @@ func TestPlanVarlenMods(t *testing.T) {
 	windowed, err := PlanVarlen(long, dev, DefaultKnobs())
 	require.NoError(t, err)
 	assert.Greater(t, full.Splits, windowed.Splits)
-	assert.LessOrEqual(t, windowed.Splits, (1024+16+64)/VarlenMinSplitKeys)
+	assert.Equal(t, 6, windowed.Splits, "18 tiles of the window's span: 6 splits of 3 (cost 192+6·24+100 keys)")
 	forced := knobs(func(k *Knobs) { k.ForcedSplits = 64 })
 	p, err := PlanVarlen(long, dev, forced)
 	require.NoError(t, err)

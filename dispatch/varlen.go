@@ -9,10 +9,16 @@ const (
 	VarlenThreads = 128
 	// VarlenMaxSplits is the largest varlen split count (kVarlenMaxSplits).
 	VarlenMaxSplits = 64
-	// VarlenMinSplitKeys is the fewest KV positions the planner gives one
-	// split: four K/V tiles of 64 keys, so that a split streams long enough
-	// to hide its start and the merge's extra traffic stays small.
-	VarlenMinSplitKeys = 256
+	// VarlenSplitCostKeys is what one more split costs a varlen, in the
+	// time one block takes to stream as many KV positions: its start,
+	// and its share of the merge (which reads every split's partials).
+	// VarlenMergeCostKeys is what splitting at all costs: the merge
+	// kernel's launch. Measured together on an H100 (1×16 tokens over
+	// 512–2048 positions, every forced split count): a 64-key tile of
+	// 64 rows takes about 0.9 µs, a split 0.37 µs more, the merge launch
+	// about 1.4 µs.
+	VarlenSplitCostKeys = 24
+	VarlenMergeCostKeys = 100
 )
 
 // VarlenGeometry returns the packed (query token, query head) rows one
@@ -90,10 +96,11 @@ type VarlenPlan struct {
 // choice's twin is the 32-key kernel's).
 //
 // Split-K (Splits > 1, merged by VarlenMergeKernelName's kernel) comes in
-// when the row tiles leave the GPU without a full wave of blocks and the KV
-// is long enough to give each split VarlenMinSplitKeys positions: few query
-// tokens over a long cache. The count is the one whose blocks end closest
-// to a whole number of waves (the fewest splits among equals).
+// when the row tiles leave the GPU without a full wave of blocks: few query
+// tokens over a long cache. The count minimizes the launch's estimated time
+// in KV positions: waves × the longest split's whole tiles, plus
+// VarlenSplitCostKeys a split and VarlenMergeCostKeys for the merge (the
+// fewest splits among equals).
 // SplitK (SPLIT_K_ATTN) off forbids it, on forces it wherever the KV can be
 // split; ForcedSplits forces the count (the runtime sets it only for
 // PlanVarlenWith: PAGED_FLASH_SPLITS and PAGED_FLASH govern decode);
@@ -187,16 +194,17 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 		group := s.NumQHeads / s.NumKVHeads
 		span = min(span, s.SlidingWindow+(rows+group-1)/group+keys)
 	}
-	maxByKV := min(VarlenMaxSplits, span/VarlenMinSplitKeys)
+	tilesInSpan := (span + keys - 1) / keys
+	most := min(VarlenMaxSplits, tilesInSpan)
 	switch {
 	case k.SplitK == SplitOff:
 		return 1, ReasonSplitKOff
 	case k.ForcedSplits > 0:
 		// Whole tiles per split: more splits than K/V tiles would be empty.
-		return max(1, min(k.ForcedSplits, VarlenMaxSplits, (span+keys-1)/keys)), ReasonForced
+		return max(1, min(k.ForcedSplits, most)), ReasonForced
 	case s.MaxKVLen == 0:
 		return 1, ReasonEmptyKV
-	case maxByKV < 2:
+	case most < 2:
 		if k.SplitK == SplitOn {
 			return 1, ReasonSplitOnShortKV
 		}
@@ -210,17 +218,29 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 		}
 		return 1, ReasonGridFills
 	}
-	// Each block's work shrinks as 1/splits; the launch takes
-	// ⌈blocks·splits/wave⌉ waves of it.
-	best, bestCost := 1, 1.0
-	for n := 2; n <= maxByKV; n++ {
+	// The launch takes ⌈blocks·n/wave⌉ waves of its longest split.
+	cost := func(n int) int64 {
 		waves := (blocks*int64(n) + wave - 1) / wave
-		if cost := float64(waves) / float64(n); cost < bestCost-1e-9 {
-			best, bestCost = n, cost
+		c := waves * int64((tilesInSpan+n-1)/n*keys)
+		if n > 1 {
+			c += int64(n*VarlenSplitCostKeys + VarlenMergeCostKeys)
+		}
+		return c
+	}
+	best, bestCost := 1, cost(1)
+	for n := 2; n <= most; n++ {
+		if c := cost(n); c < bestCost {
+			best, bestCost = n, c
 		}
 	}
-	if k.SplitK == SplitOn {
-		return max(best, 2), ReasonSplitOn
+	switch {
+	case k.SplitK == SplitOn:
+		if best == 1 {
+			best = 2
+		}
+		return best, ReasonSplitOn
+	case best == 1:
+		return 1, ReasonShortKV
 	}
 	return best, ReasonFillSMs
 }

@@ -48,8 +48,20 @@ func TestPlanVarlen(t *testing.T) {
 			"paged_varlen_bf16_hd128_r64", Dim3{16, 8, 1}, 1, ReasonSplitKOff},
 		{"forced splits, clamped to the K/V tiles", prefill(1, 4, 100), knobs(func(k *Knobs) { k.ForcedSplits = 9 }),
 			"paged_varlen_bf16_hd128_r64", Dim3{1, 8, 2}, 2, ReasonForced},
-		{"short KV", prefill(1, 16, 300), DefaultKnobs(),
+		{"short KV", prefill(1, 16, 100), DefaultKnobs(),
 			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 1}, 1, ReasonShortKV},
+		// One sequence's 16 new tokens (SequenceAttention) over short
+		// caches: 8 blocks, so the split count is the one the cost model
+		// picks, 128 positions a split at 512 and 1024, 256 at 2048 (the
+		// fastest forced counts on an H100), none at 256.
+		{"one chunk over 256 positions: no split", prefill(1, 16, 256), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 1}, 1, ReasonShortKV},
+		{"one chunk over 512 positions", prefill(1, 16, 512), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 4}, 4, ReasonFillSMs},
+		{"one chunk over 1024 positions", prefill(1, 16, 1024), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 8}, 8, ReasonFillSMs},
+		{"one chunk over 2048 positions", prefill(1, 16, 2048), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 8}, 8, ReasonFillSMs},
 		{"scratch limit", prefill(8, 16, 8192), knobs(func(k *Knobs) { k.ScratchLimitBytes = 3 * 128 * 32 * 130 * 4 }),
 			"paged_varlen_bf16_hd128_r64", Dim3{16, 8, 3}, 3, ReasonScratchLimit},
 	}
