@@ -329,10 +329,7 @@ func (r *Runtime) ReserveDecode(s *Stream, a *DecodeArgs) error {
 	if err != nil || !a.Workspace.IsZero() {
 		return err
 	}
-	if err := r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats); err != nil {
-		return err
-	}
-	return r.counters.Reserve(uintptr(s.s), plan.Counters)
+	return r.reserveSplit(s, &plan.SplitK)
 }
 
 // PlanDecodeGraph returns the plan a decode of a captured into a graph

@@ -155,6 +155,15 @@ func (sc *splitScratch) release() {
 	sc.lease.Release()
 }
 
+// reserveSplit sizes stream s's scratch and counter pools for a plan's
+// split-K.
+func (r *Runtime) reserveSplit(s *Stream, plan *dispatch.SplitK) error {
+	if err := r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats); err != nil {
+		return err
+	}
+	return r.counters.Reserve(uintptr(s.s), plan.Counters)
+}
+
 // acquireScratch places plan's split-K scratch: in ws, the caller's
 // workspace (at least plan.WorkspaceBytes; counters first, then the floats),
 // or in leases of stream s's pools. arg and op name the argument struct and

@@ -239,7 +239,7 @@ func (r *Runtime) ReserveSequence(s *Stream, a *SequenceArgs) error {
 	if err != nil || !a.Workspace.IsZero() {
 		return sequenceError(err, "VarlenArgs")
 	}
-	return r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats)
+	return r.reserveSplit(s, &plan.SplitK)
 }
 
 // view returns the lengths of the varlen a (QLen > 1) runs, for its kernels'

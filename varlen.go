@@ -475,7 +475,7 @@ func (r *Runtime) ReserveVarlen(s *Stream, a *VarlenArgs) error {
 	if err != nil || !a.Workspace.IsZero() {
 		return err
 	}
-	return r.scratch.Reserve(uintptr(s.s), plan.ScratchFloats)
+	return r.reserveSplit(s, &plan.SplitK)
 }
 
 // Varlen runs paged varlen attention on stream s, following the plan
