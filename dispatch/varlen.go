@@ -19,6 +19,14 @@ const (
 	// about 1.4 µs.
 	VarlenSplitCostKeys = 24
 	VarlenMergeCostKeys = 100
+	// VarlenMinSplitSpan is the fewest KV positions a block must read
+	// before its varlen splits at all. Below it a split saves the GPU at
+	// most a few tiles, while the merge's second launch costs the host
+	// about as much as the first: on an H100 VM a Varlen of 4 rows × 4
+	// tokens over at most 404 positions took 10.6 µs of host time as two
+	// launches, against 5.2 for a Decode. From 512 positions (one chunk
+	// of 16 tokens) the split is the faster call even back to back.
+	VarlenMinSplitSpan = 512
 )
 
 // VarlenGeometry returns the packed (query token, query head) rows one
@@ -96,11 +104,11 @@ type VarlenPlan struct {
 // choice's twin is the 32-key kernel's).
 //
 // Split-K (Splits > 1, merged by VarlenMergeKernelName's kernel) comes in
-// when the row tiles leave the GPU without a full wave of blocks: few query
-// tokens over a long cache. The count minimizes the launch's estimated time
-// in KV positions: waves × the longest split's whole tiles, plus
-// VarlenSplitCostKeys a split and VarlenMergeCostKeys for the merge (the
-// fewest splits among equals).
+// when the row tiles leave the GPU without a full wave of blocks and a block
+// reads at least VarlenMinSplitSpan positions: few query tokens over a long
+// cache. The count minimizes the launch's estimated time in KV positions:
+// waves × the longest split's whole tiles, plus VarlenSplitCostKeys a split
+// and VarlenMergeCostKeys for the merge (the fewest splits among equals).
 // SplitK (SPLIT_K_ATTN) off forbids it, on forces it wherever the KV can be
 // split; ForcedSplits forces the count (the runtime sets it only for
 // PlanVarlenWith: PAGED_FLASH_SPLITS and PAGED_FLASH govern decode);
@@ -208,6 +216,8 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 		if k.SplitK == SplitOn {
 			return 1, ReasonSplitOnShortKV
 		}
+		return 1, ReasonShortKV
+	case span < VarlenMinSplitSpan && k.SplitK != SplitOn:
 		return 1, ReasonShortKV
 	}
 	blocks := int64(max(tiles, 1)) * int64(s.NumKVHeads)

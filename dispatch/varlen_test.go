@@ -56,6 +56,13 @@ func TestPlanVarlen(t *testing.T) {
 		// fastest forced counts on an H100), none at 256.
 		{"one chunk over 256 positions: no split", prefill(1, 16, 256), DefaultKnobs(),
 			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 1}, 1, ReasonShortKV},
+		// 4 rows of 4 tokens over 404 positions: the cost model alone would
+		// split in two (404 < 448 keys), but below VarlenMinSplitSpan the
+		// merge's launch costs the host more than the split saves.
+		{"4x4 over 404 positions: one launch", prefill(4, 4, 404), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", Dim3{5, 8, 1}, 1, ReasonShortKV},
+		{"4x4 over 404 positions, SPLIT_K_ATTN=1", prefill(4, 4, 404), knobs(func(k *Knobs) { k.SplitK = SplitOn }),
+			"paged_varlen_bf16_hd128_r64", Dim3{5, 8, 4}, 4, ReasonSplitOn},
 		{"one chunk over 512 positions", prefill(1, 16, 512), DefaultKnobs(),
 			"paged_varlen_bf16_hd128_r64", Dim3{2, 8, 4}, 4, ReasonFillSMs},
 		{"one chunk over 1024 positions", prefill(1, 16, 1024), DefaultKnobs(),
