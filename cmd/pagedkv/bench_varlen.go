@@ -36,13 +36,13 @@ type varlenCase struct {
 // hd returns the row's head dim.
 func (c *varlenCase) hd() int { return cmp.Or(c.headDim, benchHeadDim) }
 
-// varlenCases are prefill, chunked prefill, a small-query (speculative
-// verify) step, one sequence's 16-token chunk over short caches (a
-// SequenceAttention call, where a split-K merge's second launch weighs), a
-// mixed decode + prefill batch and decodes sent as a varlen, then the
-// score modifiers: a 4096-token window over a 16384-token prompt (against
-// the FLOPs its windows cover), soft-cap, sinks and ALiBi over the plain
-// rows' shapes, and the head dims between the powers of two.
+// varlenCases are prefill, chunked prefill, small-query steps (speculative
+// verification of 16 and of 5 tokens), one sequence's 16-token chunk over
+// short caches (a SequenceAttention call, where a split-K merge's second
+// launch weighs), a mixed decode + prefill batch and decodes sent as a
+// varlen, then the score modifiers: a 4096-token window over a 16384-token
+// prompt (against the FLOPs its windows cover), soft-cap, sinks and ALiBi
+// over the plain rows' shapes, and the head dims between the powers of two.
 func varlenCases() []varlenCase {
 	return []varlenCase{
 		{shape: "prefill 1x4096", runs: []varlenRun{{1, 4096, 4096}}},
@@ -51,6 +51,7 @@ func varlenCases() []varlenCase {
 		{shape: "prefill 1x16384", runs: []varlenRun{{1, 16384, 16384}}},
 		{shape: "chunk 4x512 kv=8192", runs: []varlenRun{{4, 512, 8192}}},
 		{shape: "small-query 8x16 kv=8192", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true, fp8: true},
+		{shape: "spec-verify 8x5 kv=3584", runs: []varlenRun{{8, 5, 3584}}, memoryBound: true},
 		{shape: "chunk 1x16 kv=512", runs: []varlenRun{{1, 16, 512}}, memoryBound: true},
 		{shape: "chunk 1x16 kv=1024", runs: []varlenRun{{1, 16, 1024}}, memoryBound: true},
 		{shape: "chunk 1x16 kv=2048", runs: []varlenRun{{1, 16, 2048}}, memoryBound: true},
