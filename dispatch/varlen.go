@@ -245,10 +245,7 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 	}
 	switch {
 	case k.SplitK == SplitOn:
-		if best == 1 {
-			best = 2
-		}
-		return best, ReasonSplitOn
+		return max(best, 2), ReasonSplitOn
 	case best == 1:
 		return 1, ReasonShortKV
 	}
