@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """jit_harvest.py turns a CUDA driver JIT cache into pagedkv's recorded JIT
-images: ptx/<module>.sm_<arch>.jit.cubin.gz and ptx/jit.json.
+images: ptx/<module>.sm_<arch>.jit.cubin.gz and ptx/jit.json. Modules the
+cache lacks keep the images recorded for their current PTX.
 
 The driver's JIT of a module's PTX (cuModuleLoadData) makes faster code on
 sm_90 than any offline ptxas, and the driver's linker (cuLink*) makes yet
@@ -71,6 +72,16 @@ def main():
             images.append({"module": module, "arch": "sm_%d" % arch, "device": device, "driver_version": driver,
                            "ptx_sha256": hashlib.sha256(ptx).hexdigest(),
                            "sha256": hashlib.sha256(elf).hexdigest(), "size": len(elf)})
+    # A module the cache lacks keeps its recorded image while its PTX is
+    # the one that image came from (a harvest of only the changed modules:
+    # pagedkv info in auto mode JITs just the JITFaster modules without one).
+    found = {i["module"] for i in images}
+    if os.path.exists("ptx/jit.json"):
+        for old in json.load(open("ptx/jit.json"))["images"]:
+            ptx = open("ptx/%s.ptx" % old["module"], "rb").read()
+            if old["module"] in wanted - found and old["arch"] == "sm_%d" % arch and \
+                    old["ptx_sha256"] == hashlib.sha256(ptx).hexdigest():
+                images.append(old)
     missing = wanted - {i["module"] for i in images}
     if missing:
         sys.exit("jit_harvest: no cache entry for %s" % ", ".join(sorted(missing)))
