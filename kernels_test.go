@@ -1,8 +1,11 @@
 package pagedkv
 
 import (
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,6 +73,29 @@ func TestEntrySignaturesMatchParamStructs(t *testing.T) {
 				assert.Equal(t, p.Type == "f32" || p.Type == "f64", f.Float, "%s parameter %d: PTX .%s vs %s.%s", e.Name, i, p.Type, st, f.Name)
 			}
 		}
+	}
+}
+
+// TestVarlenConstantsMatchKernels checks that the planner's varlen
+// constants are the kernels' own (kernels_src/varlen.cuh): the block size,
+// the most splits, and the split model the kernels apply to each row tile
+// (dispatch.VarlenModelSplits), which must choose as the planner does.
+func TestVarlenConstantsMatchKernels(t *testing.T) {
+	src, err := os.ReadFile("kernels_src/varlen.cuh")
+	require.NoError(t, err)
+	got := map[string]int{}
+	for _, m := range regexp.MustCompile(`constexpr int (kVarlen\w+) = (\d+);`).FindAllStringSubmatch(string(src), -1) {
+		got[m[1]], err = strconv.Atoi(m[2])
+		require.NoError(t, err)
+	}
+	for name, want := range map[string]int{
+		"kVarlenThreads":       dispatch.VarlenThreads,
+		"kVarlenMaxSplits":     dispatch.VarlenMaxSplits,
+		"kVarlenSplitCostKeys": dispatch.VarlenSplitCostKeys,
+		"kVarlenMergeCostKeys": dispatch.VarlenMergeCostKeys,
+		"kVarlenMinSplitSpan":  dispatch.VarlenMinSplitSpan,
+	} {
+		assert.Equal(t, want, got[name], "%s in kernels_src/varlen.cuh", name)
 	}
 }
 

@@ -763,7 +763,9 @@ func varlenModel(a *VarlenArgs) kernelModel {
 			"MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)), "BlockSizeLog2": bitsLog2(a.BlockSize),
 			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(0), "SeqBase": bi(0), "OnePos": bi(0),
 		},
-		free: []string{"QTokenStride", "OutTokenStride", "OutHeadStride"},
+		// SplitBlocks and SplitWave come from the plan; whatever their
+		// values, a row tile takes from 1 to gridDim.z splits.
+		free: []string{"QTokenStride", "OutTokenStride", "OutHeadStride", "SplitBlocks", "SplitWave"},
 		int32s: map[string]*big.Int{
 			"q_len·G (a sequence's packed rows)":     bmul(bi(T), bi(G)),
 			"the merge's rows (NumTokens·NumQHeads)": bmul(bi(int64(a.NumTokens)), bi(int64(a.NumQHeads))),

@@ -60,7 +60,11 @@ import (
 //     any replay will see (0: the runtime's KV_CAPACITY); the plan is made
 //     for it and for NumTokens, the most query tokens any replay may
 //     have (CuSeqlensQ[NumSeqs] ≤ NumTokens at every replay; the
-//     sequence count is fixed at capture). Eager calls ignore it.
+//     sequence count is fixed at capture). Its split count is a ceiling:
+//     each row tile splits by the KV length it meets at the replay, as an
+//     eager plan for those lengths would (VarlenPlan.SplitWave), so a
+//     graph captured for a long capacity replays short lengths at the
+//     eager call's speed. Eager calls ignore it.
 //   - Workspace (optional): the engine's own split-K scratch instead of the
 //     stream's pool, at least VarlenPlan.WorkspaceBytes of the plan PlanVarlen
 //     (or, for a graph, PlanVarlenGraph) gives, 256-byte aligned. It must
@@ -310,6 +314,7 @@ type pagedVarlenParams struct {
 	Causal                                                     int32
 	Scale, KScale, VScale                                      float32
 	CuBase, SeqBase, OnePos                                    int32
+	SplitBlocks, SplitWave                                     int32
 }
 
 // pagedVarlenModsParams is the parameter list of the paged_varlen_*_mods
@@ -324,6 +329,7 @@ type pagedVarlenModsParams struct {
 	Causal                                                     int32
 	Scale, KScale, VScale                                      float32
 	CuBase, SeqBase, OnePos                                    int32
+	SplitBlocks, SplitWave                                     int32
 	Window                                                     int32
 	SoftCap                                                    float32
 	Sinks, AlibiSlopes                                         driver.DevicePtr
@@ -338,7 +344,7 @@ func (p *pagedVarlenParams) withMods(m modParams) pagedVarlenModsParams {
 		OutHeadStride: p.OutHeadStride, NumSeqs: p.NumSeqs, TotalQ: p.TotalQ, NumQHeads: p.NumQHeads,
 		MaxBlocksPerSeq: p.MaxBlocksPerSeq, BlockSizeLog2: p.BlockSizeLog2, NumBlocks: p.NumBlocks, Causal: p.Causal,
 		Scale: p.Scale, KScale: p.KScale, VScale: p.VScale, CuBase: p.CuBase, SeqBase: p.SeqBase, OnePos: p.OnePos,
-		Window: m.Window, SoftCap: m.SoftCap, Sinks: m.Sinks, AlibiSlopes: m.AlibiSlopes,
+		SplitBlocks: p.SplitBlocks, SplitWave: p.SplitWave, Window: m.Window, SoftCap: m.SoftCap, Sinks: m.Sinks, AlibiSlopes: m.AlibiSlopes,
 	}
 }
 
@@ -538,6 +544,7 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part batchView, plan *d
 		return err
 	}
 	p := a.params(s.fault, part)
+	p.SplitBlocks, p.SplitWave = int32(plan.SplitBlocks), int32(plan.SplitWave)
 	var merge varlenMergeParams
 	var mergeFn driver.Function
 	if plan.Splits > 1 {
@@ -622,6 +629,12 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 	want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.NumTokens, a.NumQHeads, a.HeadDim, splits)
 	if plan.Splits < 1 || plan.Splits > dispatch.VarlenMaxSplits {
 		return errf("VarlenWithPlan: VarlenPlan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.VarlenMaxSplits)
+	}
+	if plan.SplitWave < 0 || plan.SplitWave > dispatch.VarlenMaxSplitWave {
+		return errf("VarlenWithPlan: VarlenPlan.SplitWave=%d is out of range; allowed: 0 (every row tile takes all splits) or 1..%d", plan.SplitWave, dispatch.VarlenMaxSplitWave)
+	}
+	if plan.SplitWave > 0 && (plan.SplitBlocks < 1 || plan.SplitBlocks >= plan.SplitWave) {
+		return errf("VarlenWithPlan: VarlenPlan.SplitBlocks=%d with SplitWave=%d is out of range; allowed: 1..%d (a split's blocks leave a wave unfilled)", plan.SplitBlocks, plan.SplitWave, plan.SplitWave-1)
 	}
 	if plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.ScratchFloats != want.ScratchFloats ||

@@ -24,14 +24,18 @@ func (p DecodePlan) String() string {
 	return s + p.SplitK.describe()
 }
 
-// String describes the plan on one line as DecodePlan's String does; a plan
-// for the rest of a mixed batch (DecodePrefix) ends "; after a decode of the
+// String describes the plan on one line as DecodePlan's String does (a
+// split count the model chose adds how each row tile splits); a plan for
+// the rest of a mixed batch (DecodePrefix) ends "; after a decode of the
 // first N sequences", and one without a rest says that a decode runs it all.
 func (p VarlenPlan) String() string {
 	if p.Kernel == "" && p.DecodePrefix > 0 {
 		return fmt.Sprintf("a decode of all %d sequences (one query token each), no varlen launch", p.DecodePrefix)
 	}
 	s := p.Launch.describe() + p.SplitK.describe()
+	if p.SplitWave > 0 && p.Splits > 1 {
+		s += fmt.Sprintf("; each row tile takes up to %d splits by its KV range (%d blocks a split, waves of %d)", p.Splits, p.SplitBlocks, p.SplitWave)
+	}
 	if p.DecodePrefix > 0 {
 		s += fmt.Sprintf("; after a decode of the first %d sequences", p.DecodePrefix)
 	}

@@ -27,6 +27,9 @@ const (
 	// launches, against 5.2 for a Decode. From 512 positions (one chunk
 	// of 16 tokens) the split is the faster call even back to back.
 	VarlenMinSplitSpan = 512
+	// VarlenMaxSplitWave bounds VarlenPlan.SplitWave (the blocks a wave of
+	// the GPU holds), so that the kernels' model stays in int32.
+	VarlenMaxSplitWave = 1 << 20
 )
 
 // VarlenGeometry returns the packed (query token, query head) rows one
@@ -78,6 +81,15 @@ type VarlenShape struct {
 type VarlenPlan struct {
 	Launch
 	SplitK
+	// SplitWave > 0 marks a split count the model chose (VarlenModelSplits):
+	// the kernel then splits each row tile from its own KV range with the
+	// same model, for SplitBlocks blocks a split in waves of SplitWave, and
+	// Splits is only the most any tile takes. So a ragged batch splits each
+	// sequence from its length, and a graph planned for a long KV capacity
+	// and replayed over short lengths splits as an eager plan for those
+	// lengths would (the splits a tile leaves exit at once, and the merge
+	// skips them). 0: every tile takes all Splits (a forced count).
+	SplitBlocks, SplitWave int
 	// DecodePrefix > 0 marks a plan for the rest of a mixed batch: the
 	// runtime's Varlen runs the batch's first DecodePrefix sequences (one
 	// query token each) as a batched decode first, and this plan for the
@@ -158,6 +170,9 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	}
 	splits, reason := chooseVarlenSplits(&s, &dev, &k, kernel, geo.keys, tiles)
 	p.RequestedSplits, p.Reason = splits, reason
+	if reason == ReasonFillSMs {
+		p.SplitBlocks, p.SplitWave = max(tiles, 1)*s.NumKVHeads, dev.SMs*max(dev.Occupancy[kernel], 1)
+	}
 	if splits > 1 {
 		rows := int64(s.NumTokens) * int64(s.NumQHeads)
 		perSplit := rows * int64(s.HeadDim+2) * 4
@@ -220,29 +235,19 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 	case span < VarlenMinSplitSpan && k.SplitK != SplitOn:
 		return 1, ReasonShortKV
 	}
-	blocks := int64(max(tiles, 1)) * int64(s.NumKVHeads)
-	wave := int64(dev.SMs) * int64(max(dev.Occupancy[kernel], 1))
+	blocks := max(tiles, 1) * s.NumKVHeads
+	wave := dev.SMs * max(dev.Occupancy[kernel], 1)
 	if blocks >= wave {
 		if k.SplitK == SplitOn {
 			return 2, ReasonSplitOn
 		}
 		return 1, ReasonGridFills
 	}
-	// The launch takes ⌈blocks·n/wave⌉ waves of its longest split.
-	cost := func(n int) int64 {
-		waves := (blocks*int64(n) + wave - 1) / wave
-		c := waves * int64((tilesInSpan+n-1)/n*keys)
-		if n > 1 {
-			c += int64(n*VarlenSplitCostKeys + VarlenMergeCostKeys)
-		}
-		return c
+	modelSpan := span
+	if k.SplitK == SplitOn {
+		modelSpan = max(span, VarlenMinSplitSpan) // forced: split however short
 	}
-	best, bestCost := 1, cost(1)
-	for n := 2; n <= most; n++ {
-		if c := cost(n); c < bestCost {
-			best, bestCost = n, c
-		}
-	}
+	best := VarlenModelSplits(tilesInSpan, modelSpan, keys, most, blocks, wave)
 	switch {
 	case k.SplitK == SplitOn:
 		return max(best, 2), ReasonSplitOn
@@ -250,6 +255,36 @@ func chooseVarlenSplits(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel strin
 		return 1, ReasonShortKV
 	}
 	return best, ReasonFillSMs
+}
+
+// VarlenModelSplits is the split model PlanVarlen follows and the kernels
+// apply on the device to each row tile (VarlenPlan.SplitWave;
+// length_splits in kernels_src/varlen.cuh, which must agree): the count
+// from 1 to min(most, tiles) that minimizes the launch's estimated time
+// over tiles tiles of keys positions (span positions) for blocks blocks a
+// split in waves of wave blocks, in KV positions: ⌈blocks·n/wave⌉ waves of
+// the longest split's whole tiles, plus VarlenSplitCostKeys a split and
+// VarlenMergeCostKeys for the merge (the fewest splits among equals). A
+// span below VarlenMinSplitSpan, or blocks that fill a wave, keep 1.
+func VarlenModelSplits(tiles, span, keys, most, blocks, wave int) int {
+	if span < VarlenMinSplitSpan || blocks >= wave {
+		return 1
+	}
+	cost := func(n int) int64 {
+		waves := (int64(blocks)*int64(n) + int64(wave) - 1) / int64(wave)
+		c := waves * int64((tiles+n-1)/n) * int64(keys)
+		if n > 1 {
+			c += int64(n*VarlenSplitCostKeys + VarlenMergeCostKeys)
+		}
+		return c
+	}
+	best, bestCost := 1, cost(1)
+	for n := 2; n <= min(most, tiles); n++ {
+		if c := cost(n); c < bestCost {
+			best, bestCost = n, c
+		}
+	}
+	return best
 }
 
 // VarlenGridX returns the row tiles of a varlen launch of blocks of rows

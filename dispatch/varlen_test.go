@@ -83,7 +83,48 @@ func TestPlanVarlen(t *testing.T) {
 			floats, mx, sum := VarlenPlanScratch(tt.shape.NumTokens, tt.shape.NumQHeads, tt.shape.HeadDim, p.Splits)
 			assert.Equal(t, [3]int64{floats, mx, sum}, [3]int64{p.ScratchFloats, p.MaxOffset, p.SumOffset})
 			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
+			// A count the model chose lets each row tile split by its own
+			// KV range; a forced or single one does not.
+			if tt.reason == ReasonFillSMs || tt.reason == ReasonScratchLimit {
+				assert.Equal(t, varlenDev().SMs*varlenDev().Occupancy[p.Kernel], p.SplitWave)
+				assert.True(t, p.SplitBlocks > 0 && p.SplitBlocks < p.SplitWave, "SplitBlocks=%d", p.SplitBlocks)
+				assert.Contains(t, p.String(), "each row tile takes up to")
+			} else {
+				assert.Zero(t, p.SplitWave)
+				assert.Zero(t, p.SplitBlocks)
+			}
 		})
+	}
+}
+
+// TestVarlenGraphSplitsAsEager: a varlen planned for a graph's KV capacity
+// and replayed over shorter lengths splits each row tile (the kernels'
+// model, VarlenModelSplits with the plan's SplitBlocks and SplitWave, at
+// most its Splits) as an eager plan for those lengths does, from one
+// chunk of 16 tokens to 300-token chunks and small-query batches.
+func TestVarlenGraphSplitsAsEager(t *testing.T) {
+	const capacity = 32768
+	for _, sq := range [][2]int{{1, 16}, {1, 300}, {8, 16}, {8, 5}, {4, 64}} {
+		graph := prefill(sq[0], sq[1], capacity)
+		graph.HostCuSeqlensQ = nil // a graph's plan counts the grid's row tiles
+		gp, err := PlanVarlen(graph, varlenDev(), DefaultKnobs())
+		require.NoError(t, err)
+		_, keys, ok := VarlenGeometry(gp.Kernel)
+		require.True(t, ok)
+		for _, kv := range []int{sq[1], 300, 512, 700, 1024, 2000, 4096, 10000, capacity} {
+			if kv < sq[1] {
+				continue
+			}
+			eager := graph
+			eager.MaxKVLen = kv
+			ep, err := PlanVarlen(eager, varlenDev(), DefaultKnobs())
+			require.NoError(t, err)
+			got := 1
+			if gp.SplitWave > 0 {
+				got = VarlenModelSplits((kv+keys-1)/keys, kv, keys, gp.Splits, gp.SplitBlocks, gp.SplitWave)
+			}
+			assert.Equal(t, ep.Splits, got, "%dx%d graph for %d (%s), replayed over %d", sq[0], sq[1], capacity, gp.String(), kv)
+		}
 	}
 }
 

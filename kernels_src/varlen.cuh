@@ -36,12 +36,20 @@
 //                [num_q_heads, total_q, D] for the single-sequence dispatcher), and
 //                when lse != null, lse [total_q, num_q_heads] f32 (natural log
 //                of Σ exp(scale·q·k)).
-//   Split-K (gridDim.z = splits ≤ kVarlenMaxSplits): split z covers KV tiles
-//                [z·c, (z+1)·c) of its row tile's range, c = ⌈tiles/splits⌉,
-//                and writes f32 partial_out [total_q, num_q_heads, splits, D]
-//                (normalized by its own sum), partial_max (log2 units, -inf
-//                when empty) and partial_sum [total_q, num_q_heads, splits];
-//                paged_varlen_merge_<q>_hd<D> merges them.
+//   Split-K (gridDim.z = splits ≤ kVarlenMaxSplits): a row tile whose KV
+//                range holds `tiles` tiles takes n ≤ splits of them (split_wave
+//                0: n = splits; else the count the planner's model gives for
+//                its own range, length_splits), and split z < n covers tiles
+//                [z·c, (z+1)·c) of the range, c = ⌈tiles/n⌉: it writes f32
+//                partial_out [total_q, num_q_heads, splits, D] (normalized by
+//                its own sum), partial_max (log2 units) and partial_sum
+//                [total_q, num_q_heads, splits]. A split left without tiles
+//                exits at once, and split 0 writes its rows' partial_max −inf
+//                and partial_sum 0 (no partial_out), which
+//                paged_varlen_merge_<q>_hd<D> skips as it merges the rest. So
+//                a graph planned for a long capacity and replayed over short
+//                lengths splits each row tile as an eager plan for those
+//                lengths would, and its spare splits cost only their start.
 // Grid: (num_seqs + ⌊total_q·G/R⌋, num_kv_heads, splits), G =
 // num_q_heads/num_kv_heads, R = VarlenConfig<D, MT, KEYS>::kRows (128 for the
 // entries without a suffix below D = 256 and the _k64 ones, else 64). Block: kVarlenThreads (4 warps). Dynamic shared
@@ -94,6 +102,12 @@ namespace pkv {
 constexpr int kVarlenThreads = 128;
 constexpr int kVarlenWarps = kVarlenThreads / 32;
 constexpr int kVarlenMaxSplits = 64;
+// The planner's split model (dispatch.VarlenModelSplits and its constants,
+// which these mirror): what a split and the merge cost, in KV positions one
+// block streams, and the fewest positions a block splits.
+constexpr int kVarlenSplitCostKeys = 24;
+constexpr int kVarlenMergeCostKeys = 100;
+constexpr int kVarlenMinSplitSpan = 512;
 
 // VarlenConfig is the tiling of a block for head dim D with MT mma row
 // tiles (16 rows each) per warp and K/V tiles of KEYS positions: a block
@@ -871,14 +885,13 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
 
 // store_rows writes a lane's two rows of one row tile, whose first packed
 // row is p0: the normalized output (·v_mul) and LSE, or for split-K the
-// split's partials. MODS with sinks (f32 [num_q_heads]): the first split
-// adds each head's sink logit to its denominator (in log2 units), as one
-// more score that attends no value.
+// split's partials. MODS with sinks (f32
+// [num_q_heads]): the first split adds each head's sink logit to its
+// denominator (in log2 units), as one more score that attends no value.
 template <typename T, int D, bool MODS = false>
 __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRows& st, const float (*acc)[4], int p0,
-                                           int kvh, int G, int num_q_heads, int split, int splits, float q_mul,
-                                           float v_mul, T* out, int64_t out_token_stride, int64_t out_head_stride,
-                                           float* lse, float* partial_out, float* partial_max, float* partial_sum,
+                                           int kvh, int G, int num_q_heads, int split, int splits, float q_mul, float v_mul, T* out, int64_t out_token_stride,
+                                           int64_t out_head_stride, float* lse, float* partial_out, float* partial_max, float* partial_sum,
                                            int lane, const float* __restrict__ sinks = nullptr) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -927,6 +940,31 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
   }
 }
 
+// length_splits returns how many of a launch's `splits` splits a row tile
+// whose KV range holds `tiles` tiles of KEYS positions (`span` positions)
+// uses: the planner's model (dispatch.VarlenModelSplits) for a launch of
+// `blocks` blocks a split in waves of `wave` blocks, which minimizes
+// waves × the longest split's whole tiles, plus kVarlenSplitCostKeys a
+// split and kVarlenMergeCostKeys for the merge (the fewest among equals),
+// and keeps one split below kVarlenMinSplitSpan positions or when the
+// blocks fill a wave. Each lane costs the counts lane + 1 and lane + 33;
+// every lane returns the same count.
+template <int KEYS>
+__device__ __forceinline__ int length_splits(int tiles, int span, int splits, int blocks, int wave) {
+  if (span < kVarlenMinSplitSpan || blocks >= wave) return 1;
+  const int most = min(splits, tiles);
+  unsigned long long best = ~0ull;
+  for (int n = (threadIdx.x & 31) + 1; n <= most; n += 32) {
+    const int waves = (blocks * n + wave - 1) / wave;
+    long long c = (long long)waves * (long long)((tiles + n - 1) / n) * KEYS;
+    if (n > 1) c += n * kVarlenSplitCostKeys + kVarlenMergeCostKeys;
+    best = min(best, ((unsigned long long)c << 7) | (unsigned long long)n);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) best = min(best, __shfl_xor_sync(0xffffffffu, best, o));
+  return (int)(best & 127);
+}
+
 // kv_tiles sets the KV range of t's block (its rows row0 … row0+ROWS−1):
 // up to its last row's limit (kv_end), from the tile that holds kv_begin
 // (0, or with a sliding window its first row's window start), cut into
@@ -934,17 +972,41 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
 // [first_tile, end_tile); positions from mask_from on (its first row's
 // limit) need the per-row mask.
 template <int ROWS, int KEYS>
-__device__ __forceinline__ void kv_tiles(const VarlenTile& t, int G, bool causal, int split, int splits, int& kv_end,
-                                         int& mask_from, int& first_tile, int& end_tile, int kv_begin = 0) {
+__device__ __forceinline__ void kv_tiles(const VarlenTile& t, int G, bool causal, int split, int splits,
+                                         int split_blocks, int split_wave, int& kv_end, int& mask_from,
+                                         int& first_tile, int& end_tile, int& live, int kv_begin = 0) {
   const int rows = t.q_len * G;
   const int last = min(t.row0 + ROWS, rows) - 1;
   kv_end = row_limit(t, last, G, causal);
   mask_from = row_limit(t, t.row0, G, causal);
   const int tiles = (kv_end + KEYS - 1) / KEYS;
   const int from = kv_begin / KEYS;
-  const int per_split = (tiles - from + splits - 1) / splits;
+  int n = splits;
+  if (split_wave > 0 && splits > 1) {
+    n = length_splits<KEYS>(tiles - from, kv_end - from * KEYS, splits, split_blocks, split_wave);
+  }
+  const int per_split = (tiles - from + n - 1) / n;
+  live = (tiles - from + per_split - 1) / per_split;
   first_tile = min(tiles, from + split * per_split);
   end_tile = min(tiles, first_tile + per_split);
+}
+
+// mark_empty_splits writes, for the rows of t's block, the partials of
+// splits live … splits − 1, which the block's row tile leaves without tiles
+// (they exit before writing): max −inf and sum 0, which the merge skips.
+template <int ROWS>
+__device__ __forceinline__ void mark_empty_splits(const VarlenTile& t, int G, int kvh, int num_q_heads, int live,
+                                               int splits, float* __restrict__ partial_max,
+                                               float* __restrict__ partial_sum) {
+  const int rows = min(ROWS, t.q_len * G - t.row0);
+  const int n = splits - live;
+  for (int i = threadIdx.x; i < rows * n; i += kVarlenThreads) {
+    const int p = t.row0 + i / n;
+    const int tok = p / G;
+    const int64_t row = (int64_t)(t.q_begin + tok) * num_q_heads + kvh * G + (p - tok * G);
+    partial_max[row * splits + live + i % n] = -INFINITY;
+    partial_sum[row * splits + live + i % n] = 0.0f;
+  }
 }
 
 // row_limits sets lim to the limits of this lane's rows of the warp's MT
@@ -1219,7 +1281,8 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
                                              int causal, float scale, float k_scale, float v_scale, int cu_base,
-                                             int seq_base, int one_pos, int window = 0, float softcap = 0.0f,
+                                             int seq_base, int one_pos, int split_blocks, int split_wave,
+                                             int window = 0, float softcap = 0.0f,
                                              const float* __restrict__ sinks = nullptr,
                                              const float* __restrict__ alibi = nullptr) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
@@ -1264,7 +1327,15 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     }
   }
   int kv_end, mask_from, first_tile, end_tile;
-  kv_tiles<ROWS, KEYS>(t, G, is_causal, split, splits, kv_end, mask_from, first_tile, end_tile, kv_begin);
+  int live;  // the splits that take tiles: 0 … live − 1
+  kv_tiles<ROWS, KEYS>(t, G, is_causal, split, splits, split_blocks, split_wave, kv_end, mask_from, first_tile,
+                       end_tile, live, kv_begin);
+  // A split its row tile does not use (a short range) exits before any
+  // load; split 0 marks its partials empty first.
+  if (split >= live) return;
+  if (split == 0 && live < splits) {
+    mark_empty_splits<ROWS>(t, G, kvh, num_q_heads, live, splits, partial_max, partial_sum);
+  }
   // This warp's rows: row tile m starts at packed row p0 + 16m. A warp
   // whose rows all lie past the sequence's end (a short sequence: a decode
   // row of a mixed batch) only helps load.
@@ -1380,7 +1451,10 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   }
 }
 
-// varlen_merge is split-K phase 2: warp w of block b merges row 4b + w.
+// varlen_merge is split-K phase 2: warp w of block b merges row 4b + w,
+// over its splits up to the last with a finite max (the splits after it
+// took no tiles of the row's tile and wrote no partial_out; a split before
+// it without keys for the row wrote zeros and weighs 0).
 template <typename T, int D>
 __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restrict__ lse,
                                              const float* __restrict__ partial_out,
@@ -1396,15 +1470,21 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   if (row >= (int64_t)total * num_q_heads) return;
   const int64_t prow0 = row * splits;
   float mx = -INFINITY;
-  for (int z = lane; z < splits; z += 32) mx = fmaxf(mx, partial_max[prow0 + z]);
+  int used = 0;  // 1 + the last split with a finite max
+  for (int z = lane; z < splits; z += 32) {
+    const float m = partial_max[prow0 + z];
+    mx = fmaxf(mx, m);
+    if (m != -INFINITY) used = z + 1;
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  used = __reduce_max_sync(0xffffffffu, used);
   float sum = 0.0f;
   if constexpr (D % 64 == 0) {
     // A lane merges PER_LANE consecutive d.
     float o[PER_LANE] = {};
     if (mx != -INFINITY) {
-      for (int z = 0; z < splits; ++z) {
+      for (int z = 0; z < used; ++z) {
         const float w = partial_sum[prow0 + z] * exp2f(partial_max[prow0 + z] - mx);
         sum += w;
         const float* src = partial_out + (prow0 + z) * D + lane * PER_LANE;
@@ -1428,7 +1508,7 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
     constexpr int PAIRS = (D / 2 + 31) / 32;
     float o[PAIRS][2] = {};
     if (mx != -INFINITY) {
-      for (int z = 0; z < splits; ++z) {
+      for (int z = 0; z < used; ++z) {
         const float w = partial_sum[prow0 + z] * exp2f(partial_max[prow0 + z] - mx);
         sum += w;
         const float* src = partial_out + (prow0 + z) * D;
@@ -1466,12 +1546,14 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
-      float scale, float k_scale, float v_scale, int cu_base, int seq_base, int one_pos) {                  \
+      float scale, float k_scale, float v_scale, int cu_base, int seq_base, int one_pos, int split_blocks,  \
+      int split_wave) {                                                                                     \
     pkv::paged_varlen<T, C, D, MT, KEYS, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
-                               causal, scale, k_scale, v_scale, cu_base, seq_base, one_pos);                \
+                               causal, scale, k_scale, v_scale, cu_base, seq_base, one_pos, split_blocks,   \
+                               split_wave);                                                                 \
   }
 
 // PKV_VARLEN_MODS defines one _mods entry over a flash-layout cache of the
@@ -1483,13 +1565,13 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads, int max_blocks_per_seq,         \
       int block_size_log2, int64_t num_blocks, int causal, float scale, float k_scale, float v_scale,       \
-      int cu_base, int seq_base, int one_pos, int window, float softcap, const float* sinks,                \
-      const float* alibi) {                                                                                 \
+      int cu_base, int seq_base, int one_pos, int split_blocks, int split_wave, int window, float softcap, \
+      const float* sinks, const float* alibi) {                                                             \
     pkv::paged_varlen<T, T, D, MT, KEYS, pkv::kLayoutFlash, true>(                                          \
         out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
         pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
         num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, scale, k_scale, v_scale,     \
-        cu_base, seq_base, one_pos, window, softcap, sinks, alibi);                                         \
+        cu_base, seq_base, one_pos, split_blocks, split_wave, window, softcap, sinks, alibi);               \
   }
 
 // PKV_VARLEN_MODS_ALL defines the _mods twins of PKV_VARLEN_ALL's entries

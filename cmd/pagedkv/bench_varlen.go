@@ -31,6 +31,10 @@ type varlenCase struct {
 	mods benchMods
 	// headDim is the row's head dim (0: benchHeadDim).
 	headDim int
+	// graphCap > 0 times the batch as graphs captured for a KV capacity of
+	// graphCap (an engine's graph, captured once and replayed at whatever
+	// lengths each step has), replayed over the row's own lengths.
+	graphCap int
 }
 
 // hd returns the row's head dim.
@@ -55,6 +59,10 @@ func varlenCases() []varlenCase {
 		{shape: "chunk 1x16 kv=512", runs: []varlenRun{{1, 16, 512}}, memoryBound: true},
 		{shape: "chunk 1x16 kv=1024", runs: []varlenRun{{1, 16, 1024}}, memoryBound: true},
 		{shape: "chunk 1x16 kv=2048", runs: []varlenRun{{1, 16, 2048}}, memoryBound: true},
+		{shape: "chunk 1x300 kv=2000", runs: []varlenRun{{1, 300, 2000}}},
+		{shape: "chunk 1x16 kv=512 graph cap=32768", runs: []varlenRun{{1, 16, 512}}, memoryBound: true, graphCap: 32768},
+		{shape: "chunk 1x300 kv=2000 graph cap=32768", runs: []varlenRun{{1, 300, 2000}}, graphCap: 32768},
+		{shape: "spec-verify 8x5 kv=3584 graph cap=32768", runs: []varlenRun{{8, 5, 3584}}, memoryBound: true, graphCap: 32768},
 		{shape: "mixed 64x1 kv=2048 + 2x512 kv=4096", runs: []varlenRun{{64, 1, 2048}, {2, 512, 4096}}, memoryBound: true, twoCalls: true},
 		{shape: "decodes 64x1 kv=2048", runs: []varlenRun{{64, 1, 2048}}, memoryBound: true},
 		{shape: "prefill 1x16384 window=4096", runs: []varlenRun{{1, 16384, 16384}}, mods: benchMods{window: 4096}},
@@ -203,7 +211,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	bt := c.batch()
 	seqs, totalQ := len(bt.qLens), int(bt.cu[len(bt.cu)-1])
 	maxKV := int(slices.Max(bt.kvLens))
-	pagesPerSeq := (maxKV + benchBlockSize - 1) / benchBlockSize
+	pagesPerSeq := (max(maxKV, c.graphCap) + benchBlockSize - 1) / benchBlockSize
 	hd := c.hd()
 	blocks := pool.blocks * benchHeadDim / hd // pages of hd hold this many
 	rot := min(b.rotations(kvBytes(bt.kvLens, cache)*int64(hd)/benchHeadDim, 16), blocks/pagesOf(bt.kvLens))
@@ -214,7 +222,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 		KCache: pool.k, VCache: pool.v,
 		NumSeqs: seqs, NumTokens: totalQ, NumQHeads: qHeads, NumKVHeads: benchKVHeads, HeadDim: hd,
 		BlockSize: benchBlockSize, NumBlocks: blocks, MaxBlocksPerSeq: pagesPerSeq, MaxKVLen: maxKV, Causal: true,
-		HostCuSeqlensQ: bt.cu, HostPosOffsets: bt.pos, DType: q, CacheDType: cache,
+		HostCuSeqlensQ: bt.cu, HostPosOffsets: bt.pos, DType: q, CacheDType: cache, KVCapacity: c.graphCap,
 	}
 	if cache == pagedkv.E4M3 {
 		base.KScale, base.VScale = 1, 1
@@ -237,13 +245,19 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	if set.Err != nil {
 		return nil, set.Err
 	}
-	plan, err := b.r.PlanVarlen(b.s, &sets[0])
-	if err != nil {
-		return nil, err
-	}
-	us, err := b.measure(func(i int) error { return b.r.Varlen(b.s, &sets[i%rot]) })
-	if err != nil {
-		return nil, err
+	var plan dispatch.VarlenPlan
+	var us float64
+	if c.graphCap > 0 {
+		if plan, us, err = b.varlenGraphs(sets); err != nil {
+			return nil, err
+		}
+	} else {
+		if plan, err = b.r.PlanVarlen(b.s, &sets[0]); err != nil {
+			return nil, err
+		}
+		if us, err = b.measure(func(i int) error { return b.r.Varlen(b.s, &sets[i%rot]) }); err != nil {
+			return nil, err
+		}
 	}
 	flops, bytes := varlenFLOPs(bt.qLens, bt.pos, qHeads, hd, c.mods.window), varlenBytes(&bt, qHeads, hd, q, cache, c.mods.window)
 	dtype := varlenDType(q, cache)
@@ -373,6 +387,33 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	return rows, nil
 }
 
+// varlenGraphs captures one graph of a Varlen per input set, planned for
+// the sets' KVCapacity (PlanVarlenGraph), and times their replays.
+func (b *bencher) varlenGraphs(sets []pagedkv.VarlenArgs) (dispatch.VarlenPlan, float64, error) {
+	plan, err := b.r.PlanVarlenGraph(&sets[0])
+	if err != nil {
+		return plan, 0, err
+	}
+	if err := b.r.ReserveVarlen(b.s, &sets[0]); err != nil {
+		return plan, 0, err
+	}
+	graphs := make([]*pagedkv.Graph, 0, len(sets))
+	defer func() {
+		for _, g := range graphs {
+			g.Close()
+		}
+	}()
+	for i := range sets {
+		g, err := b.captureGraph(func() error { return b.r.Varlen(b.s, &sets[i]) })
+		if err != nil {
+			return plan, 0, fmt.Errorf("varlen as a graph: %w", err)
+		}
+		graphs = append(graphs, g)
+	}
+	us, err := b.measure(func(i int) error { return graphs[i%len(graphs)].Launch(b.s) })
+	return plan, us, err
+}
+
 // varlenRow is a measured varlen row: TFLOP/s always, bytes/s against the
 // copy bandwidth for memory-bound cases.
 func (b *bencher) varlenRow(c varlenCase, dtype, shape, plan string, splits int, us, flops, bytes float64) benchResult {
@@ -384,13 +425,18 @@ func (b *bencher) varlenRow(c varlenCase, dtype, shape, plan string, splits int,
 	return res
 }
 
-// varlenPlanText describes a varlen plan: its kernel and split count, and
+// varlenPlanText describes a varlen plan: its kernel and split count
+// ("<=xN by length" where each row tile splits by its own KV range), and
 // the decode of a mixed batch's prefix that runs before it.
 func varlenPlanText(p dispatch.VarlenPlan) string {
 	if p.Kernel == "" && p.DecodePrefix > 0 {
 		return fmt.Sprintf("decode x%d", p.DecodePrefix)
 	}
 	text := fmt.Sprintf("%s split-K x%d", p.Kernel, p.Splits)
+	if p.SplitWave > 0 {
+		// Each row tile splits by its own KV range, up to Splits.
+		text = fmt.Sprintf("%s split-K <=x%d by length", p.Kernel, p.Splits)
+	}
 	if p.Splits == 1 {
 		text = p.Kernel + " single-pass"
 	}

@@ -6,8 +6,8 @@ Shapes (32 query heads, 8 KV heads, head dim 128 unless a shape names one, causa
 names are the Go bench's, so rows can be joined on (dtype, shape)):
 prefill 1x4096, 8x2048, 32x512, 1x16384; chunk 4x512 kv=8192 (pos_offset
 7680); small-query 8x16 kv=8192; spec-verify 8x5 kv=3584; chunk 1x16 over
-512, 1024 and 2048; mixed 64x1 kv=2048 + 2x512 kv=4096; decodes 64x1
-kv=2048; the head dims 80-192 (the names say which).
+512, 1024 and 2048; chunk 1x300 kv=2000; mixed 64x1 kv=2048 + 2x512
+kv=4096; decodes 64x1 kv=2048; the head dims 80-192 (the names say which).
 
 Causal is bottom-right aligned everywhere, as in pagedkv: query i of a
 sequence with q_len L over kv_len K attends keys 0 .. K-L+i.
@@ -79,6 +79,7 @@ SHAPES = [
     ("chunk 1x16 kv=512", [(1, 16, 512)], True),
     ("chunk 1x16 kv=1024", [(1, 16, 1024)], True),
     ("chunk 1x16 kv=2048", [(1, 16, 2048)], True),
+    ("chunk 1x300 kv=2000", [(1, 300, 2000)], False),
     ("mixed 64x1 kv=2048 + 2x512 kv=4096", [(64, 1, 2048), (2, 512, 4096)], True),
     ("decodes 64x1 kv=2048", [(64, 1, 2048)], True),
     ("prefill 8x2048 hd=80", [(8, 2048, 2048)], False, 80),
