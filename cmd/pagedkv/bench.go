@@ -1047,15 +1047,11 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	}
 	decode := func(i int) error { return b.r.Decode(b.s, &sets[i%rot]) }
 	if c.graph {
-		graphs, err := b.capture(sets)
+		graphs, err := b.captureEach(len(sets), func(i int) error { return b.r.ReserveDecode(b.s, &sets[i]) }, decode)
 		if err != nil {
 			return benchResult{}, err
 		}
-		defer func() {
-			for _, g := range graphs {
-				g.Close()
-			}
-		}()
+		defer closeGraphs(graphs)
 		decode = func(i int) error { return graphs[i%rot].Launch(b.s) }
 	}
 	us, err := b.measure(decode)
@@ -1117,21 +1113,32 @@ func (b *bencher) knobs() dispatch.Knobs {
 	return k
 }
 
-// capture records one graph per input set, each decode planned for its
-// KVCapacity as an engine's graph is.
-func (b *bencher) capture(sets []pagedkv.DecodeArgs) ([]*pagedkv.Graph, error) {
-	graphs := make([]*pagedkv.Graph, 0, len(sets))
-	for i := range sets {
-		if err := b.r.ReserveDecode(b.s, &sets[i]); err != nil {
-			return graphs, err
+// captureEach records one graph of op(i) per input set i < n, after
+// reserve(i) sized the stream's scratch for it, as an engine captures its
+// graphs (each op planned for its KVCapacity). On an error it closes what
+// it captured.
+func (b *bencher) captureEach(n int, reserve, op func(i int) error) ([]*pagedkv.Graph, error) {
+	graphs := make([]*pagedkv.Graph, 0, n)
+	for i := range n {
+		err := reserve(i)
+		var g *pagedkv.Graph
+		if err == nil {
+			g, err = b.captureGraph(func() error { return op(i) })
 		}
-		g, err := b.captureGraph(func() error { return b.r.Decode(b.s, &sets[i]) })
 		if err != nil {
-			return graphs, err
+			closeGraphs(graphs)
+			return nil, err
 		}
 		graphs = append(graphs, g)
 	}
 	return graphs, nil
+}
+
+// closeGraphs closes every graph of graphs.
+func closeGraphs(graphs []*pagedkv.Graph) {
+	for _, g := range graphs {
+		g.Close()
+	}
 }
 
 // captureGraph records what fn issues on the bench's stream as a graph; on

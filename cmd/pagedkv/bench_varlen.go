@@ -394,22 +394,12 @@ func (b *bencher) varlenGraphs(sets []pagedkv.VarlenArgs) (dispatch.VarlenPlan, 
 	if err != nil {
 		return plan, 0, err
 	}
-	if err := b.r.ReserveVarlen(b.s, &sets[0]); err != nil {
-		return plan, 0, err
+	graphs, err := b.captureEach(len(sets), func(i int) error { return b.r.ReserveVarlen(b.s, &sets[i]) },
+		func(i int) error { return b.r.Varlen(b.s, &sets[i]) })
+	if err != nil {
+		return plan, 0, fmt.Errorf("varlen as a graph: %w", err)
 	}
-	graphs := make([]*pagedkv.Graph, 0, len(sets))
-	defer func() {
-		for _, g := range graphs {
-			g.Close()
-		}
-	}()
-	for i := range sets {
-		g, err := b.captureGraph(func() error { return b.r.Varlen(b.s, &sets[i]) })
-		if err != nil {
-			return plan, 0, fmt.Errorf("varlen as a graph: %w", err)
-		}
-		graphs = append(graphs, g)
-	}
+	defer closeGraphs(graphs)
 	us, err := b.measure(func(i int) error { return graphs[i%len(graphs)].Launch(b.s) })
 	return plan, us, err
 }
