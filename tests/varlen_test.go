@@ -353,6 +353,57 @@ func TestVarlenGraphReplay(t *testing.T) {
 	}
 }
 
+// TestVarlenGraphAfterGrowth captures a split-K varlen on the stream's
+// scratch, grows that scratch with a larger eager split-K varlen of a
+// ragged batch, then replays the graph at other lengths: the graph keeps the
+// scratch it captured, every replay matches float64, and the larger varlen
+// runs again after the graph is closed. Run it under compute-sanitizer
+// memcheck.
+func TestVarlenGraphAfterGrowth(t *testing.T) {
+	const capacity = 4096
+	r := open(t, config.Options{KVCapacity: ptr(capacity)})
+	g := rng(t)
+	s, err := r.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	shape := check.VarlenShape{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16,
+		CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: capacity, Causal: true}
+	small := varlenProblem(t, r, s, g, shape)
+	small.Args.HostCuSeqlensQ, small.Args.HostPosOffsets = nil, nil
+	bigShape := shape
+	bigShape.Seqs, bigShape.MaxQLen = 12, 12
+	big := varlenProblem(t, r, s, g, bigShape)
+	runBig := func(msg string) {
+		t.Helper()
+		plan, err := r.PlanVarlen(s, &big.Args)
+		require.NoError(t, err)
+		require.Greater(t, plan.Splits, 1, "the larger varlen splits: %s", plan.String())
+		out, lse, err := big.Run(r, s)
+		require.NoError(t, err, msg)
+		require.NoError(t, big.Check(out, lse), msg)
+	}
+	plan, err := r.PlanVarlenGraph(&small.Args)
+	require.NoError(t, err)
+	require.Greater(t, plan.Splits, 1, "the graph splits: %s", plan.String())
+	require.NoError(t, r.ReserveVarlen(s, &small.Args))
+	graph := captureVarlen(t, r, s, &small.Args)
+	runBig("growing the scratch")
+	for _, maxKV := range []int{capacity, 600, 2000} {
+		c := shape
+		c.MaxKV, c.MaxQLen = maxKV, small.Args.NumTokens // the capture's token budget
+		cu, pos := check.VarlenLens(g, c)
+		require.NoError(t, small.SetLens(s, cu, pos))
+		require.NoError(t, small.Poison(s))
+		require.NoError(t, graph.Launch(s))
+		out, lse, err := small.Fetch(s)
+		require.NoError(t, err)
+		require.NoError(t, small.Check(out, lse), "replay over KV up to %d after growth", maxKV)
+		runBig("between replays")
+	}
+	require.NoError(t, graph.Close())
+	runBig("after the graph released its scratch")
+}
+
 // TestVarlenFaults checks that bad device-resident lengths and block ids
 // are reported through the stream's fault record and never read outside
 // the buffers (compute-sanitizer runs this test).
