@@ -38,6 +38,10 @@ func TestKnobsFrom(t *testing.T) {
 	assert.Equal(t, int64(4096), k.ScratchLimitBytes)
 	v := varlenKnobsFrom(c)
 	assert.Equal(t, 0, v.ForcedSplits, "PAGED_FLASH_SPLITS governs decode only")
+	assert.True(t, v.Clusters, "DECODE_CLUSTERS governs decode only")
+	c.VarlenClusters = false
+	assert.False(t, varlenKnobsFrom(c).Clusters)
+	assert.True(t, knobsFrom(config.Default()).Clusters, "VARLEN_CLUSTERS governs varlen only")
 	assert.Equal(t, int64(4096), v.ScratchLimitBytes)
 }
 

@@ -202,13 +202,14 @@ func knobsFrom(c config.Config) dispatch.Knobs {
 	return k
 }
 
-// varlenKnobsFrom returns the varlen planner's knobs of c: SPLIT_K_ATTN
-// and the scratch limit (a forced split count comes only from
+// varlenKnobsFrom returns the varlen planner's knobs of c: SPLIT_K_ATTN,
+// VARLEN_CLUSTERS and the scratch limit (a forced split count comes only from
 // PlanVarlenWith).
 func varlenKnobsFrom(c config.Config) dispatch.Knobs {
 	k := dispatch.DefaultKnobs()
 	k.SplitK = splitMode(c.SplitKAttn)
 	k.ScratchLimitBytes = c.ScratchLimitBytes
+	k.Clusters = c.VarlenClusters
 	return k
 }
 

@@ -433,19 +433,25 @@ func (r *Runtime) checkVarlenCapacity(a *VarlenArgs) error {
 // the plan knows its occupancy.
 func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) (dispatch.VarlenPlan, error) {
 	// Plan once to learn the kernel, load its module (which measures its
-	// occupancy), and plan again with it.
+	// occupancy), and plan again with it. A cluster plan's kernel is a
+	// twin whose split count comes from its plain kernel's figures, and
+	// which the device may not place: both load, and the second plan may
+	// be the plain kernel's.
 	plan, err := dispatch.PlanVarlen(shape, *r.facts.Load(), k)
 	if err != nil {
 		return plan, planError(err, "VarlenShape", varlenArg)
 	}
-	if _, loaded, err := r.function(plan.Kernel); err != nil {
+	if loaded, err := r.loadVarlenKernels(&plan); err != nil {
 		return dispatch.VarlenPlan{}, err
 	} else if loaded {
 		if plan, err = dispatch.PlanVarlen(shape, *r.facts.Load(), k); err != nil {
 			return plan, planError(err, "VarlenShape", varlenArg)
 		}
+		if _, err := r.loadVarlenKernels(&plan); err != nil {
+			return dispatch.VarlenPlan{}, err
+		}
 	}
-	if plan.Splits == 1 {
+	if plan.Splits == 1 || plan.Cluster > 0 {
 		return plan, nil
 	}
 	// The merge may live in another module (fp8 caches): load it now, so
@@ -456,6 +462,27 @@ func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) 
 	}
 	_, _, err = r.function(merge)
 	return plan, err
+}
+
+// loadVarlenKernels loads the module of plan's kernel and, for a cluster
+// plan, that of the plain kernel whose figures its split count comes from,
+// and reports whether that loaded a module (new figures for the planner).
+func (r *Runtime) loadVarlenKernels(plan *dispatch.VarlenPlan) (loaded bool, err error) {
+	names := [2]string{plan.Kernel}
+	if plan.Cluster > 0 {
+		names[1], _ = dispatch.VarlenClusterPlain(plan.Kernel)
+	}
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		_, l, err := r.function(name)
+		if err != nil {
+			return false, err
+		}
+		loaded = loaded || l
+	}
+	return loaded, nil
 }
 
 // PlanVarlenWith plans a with explicit knobs instead of the configuration's
@@ -534,7 +561,8 @@ func (r *Runtime) VarlenWithPlan(s *Stream, a *VarlenArgs, plan dispatch.VarlenP
 }
 
 // launchVarlen enqueues the kernels of plan: the varlen kernel, and for
-// split-K the merge. Call it inside r.do (enqueue).
+// split-K the merge unless its splits merge on chip (plan.Cluster). Call it
+// inside r.do (enqueue).
 func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part batchView, plan *dispatch.VarlenPlan, capturing bool) error {
 	if a.NumTokens == 0 {
 		return nil
@@ -545,6 +573,14 @@ func (r *Runtime) launchVarlen(s *Stream, a *VarlenArgs, part batchView, plan *d
 	}
 	p := a.params(s.fault, part)
 	p.SplitBlocks, p.SplitWave = int32(plan.SplitBlocks), int32(plan.SplitWave)
+	if plan.Cluster > 0 {
+		// The splits merge on chip: no scratch, no second launch.
+		if err := driver.LaunchCluster(fn, dim(plan.Grid), dim(plan.Block), driver.Dim3{X: 1, Y: 1, Z: plan.Cluster},
+			plan.SharedBytes, s.s, &p); err != nil {
+			return err
+		}
+		return s.afterLaunch(capturing)
+	}
 	var merge varlenMergeParams
 	var mergeFn driver.Function
 	if plan.Splits > 1 {
@@ -617,7 +653,11 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 		if k != "" && (kernel == "" || plan.Kernel == k) {
 			kernel = k
 		}
+		if twin, ok := dispatch.VarlenClusterKernel(k); ok && !mods.on() && plan.Kernel == twin {
+			kernel = twin
+		}
 	}
+	_, isTwin := dispatch.VarlenClusterPlain(kernel)
 	rows, _, _ := dispatch.VarlenGeometry(kernel)
 	splits := max(plan.Splits, 1)
 	want := dispatch.VarlenPlan{Launch: dispatch.Launch{
@@ -626,7 +666,12 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 			Y: uint32(a.NumKVHeads), Z: uint32(splits)},
 		SharedBytes: uint32(dispatch.VarlenSharedBytes(kernel)),
 	}}
-	want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.NumTokens, a.NumQHeads, a.HeadDim, splits)
+	if isTwin {
+		// Its splits form the clusters.
+		want.Cluster = uint32(splits)
+	} else {
+		want.ScratchFloats, want.MaxOffset, want.SumOffset = dispatch.VarlenPlanScratch(a.NumTokens, a.NumQHeads, a.HeadDim, splits)
+	}
 	if plan.Splits < 1 || plan.Splits > dispatch.VarlenMaxSplits {
 		return errf("VarlenWithPlan: VarlenPlan.Splits=%d is out of range; allowed: 1..%d", plan.Splits, dispatch.VarlenMaxSplits)
 	}
@@ -636,13 +681,16 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 	if plan.SplitWave > 0 && (plan.SplitBlocks < 1 || plan.SplitBlocks >= plan.SplitWave) {
 		return errf("VarlenWithPlan: VarlenPlan.SplitBlocks=%d with SplitWave=%d is out of range; allowed: 1..%d (a split's blocks leave a wave unfilled)", plan.SplitBlocks, plan.SplitWave, plan.SplitWave-1)
 	}
-	if plan.Kernel != want.Kernel || plan.Grid != want.Grid ||
+	if isTwin && (plan.Splits < 2 || plan.Splits > dispatch.MaxClusterSplits) {
+		return errf("VarlenWithPlan: VarlenPlan.Splits=%d with the cluster kernel %s is out of range; allowed: 2..%d", plan.Splits, plan.Kernel, dispatch.MaxClusterSplits)
+	}
+	if plan.Kernel != want.Kernel || plan.Grid != want.Grid || plan.Cluster != want.Cluster ||
 		plan.Block != want.Block || plan.SharedBytes != want.SharedBytes || plan.ScratchFloats != want.ScratchFloats ||
 		plan.MaxOffset != want.MaxOffset || plan.SumOffset != want.SumOffset || plan.PartialOutOffset != 0 ||
 		plan.Counters != 0 {
 		return planMismatch("VarlenWithPlan", varlenArg, "PlanVarlen or PlanVarlenWith", *plan, want,
 			"Kernel", "Grid", "Block", "SharedBytes", "ScratchFloats", "MaxOffset", "SumOffset", "PartialOutOffset",
-			"Counters")
+			"Counters", "Cluster")
 	}
 	return nil
 }

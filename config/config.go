@@ -22,6 +22,7 @@ type Config struct {
 	ScratchLimitBytes int64     // PAGEDKV_SCRATCH_LIMIT_BYTES, 0 = no limit
 	CheckBounds       bool      // PAGEDKV_CHECK_BOUNDS
 	DecodeClusters    bool      // PAGEDKV_DECODE_CLUSTERS
+	VarlenClusters    bool      // PAGEDKV_VARLEN_CLUSTERS
 	DecodeNarrow      bool      // PAGEDKV_DECODE_NARROW
 	DecodeBalance     SplitMode // PAGEDKV_DECODE_BALANCE
 	LoadSASS          SplitMode // PAGEDKV_LOAD_SASS
@@ -41,6 +42,7 @@ type Options struct {
 	ScratchLimitBytes *int64
 	CheckBounds       *bool
 	DecodeClusters    *bool
+	VarlenClusters    *bool
 	DecodeNarrow      *bool
 	DecodeBalance     *SplitMode
 	LoadSASS          *SplitMode

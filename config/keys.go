@@ -27,6 +27,7 @@ const (
 	KeyScratchLimitBytes = "scratch_limit_bytes"
 	KeyCheckBounds       = "check_bounds"
 	KeyDecodeClusters    = "decode_clusters"
+	KeyVarlenClusters    = "varlen_clusters"
 	KeyDecodeNarrow      = "decode_narrow"
 	KeyDecodeBalance     = "decode_balance"
 	KeyLoadSASS          = "load_sass"
@@ -210,6 +211,18 @@ var keys = []key{
 		validate: anyValue,
 		set:      func(c *Config, v any) { c.DecodeClusters = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.DecodeClusters) },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "VARLEN_CLUSTERS", File: KeyVarlenClusters, Field: "VarlenClusters",
+			Default: "true", Allowed: boolAllowed,
+			Description: "On sm_90 and newer, let a split-K varlen of up to 8 splits over a flash-layout cache of the queries' type, without score modifiers, run each row tile's splits as one thread-block cluster that merges on chip in the same launch (not the 64-key-tile kernel, whose splits always merge in global memory); false merges in global memory with a second launch.",
+		},
+		parse:    parseBool,
+		option:   func(o Options) (any, bool) { return deref(o.VarlenClusters) },
+		validate: anyValue,
+		set:      func(c *Config, v any) { c.VarlenClusters = v.(bool) },
+		get:      func(c Config) string { return strconv.FormatBool(c.VarlenClusters) },
 	},
 	{
 		Key: Key{

@@ -169,7 +169,7 @@ type Knobs struct {
 	ForcedSplits      int       // PAGED_FLASH_SPLITS; 0 = auto, else clamped to 1..min(MaxSplits, pages)
 	SplitK            SplitMode // SPLIT_K_ATTN for varlen; a decode plan obeys it when a caller sets it (PlanDecodeWith), the runtime leaves it auto for decode
 	ScratchLimitBytes int64     // SCRATCH_LIMIT_BYTES; 0 = no limit on one plan's scratch
-	Clusters          bool      // DECODE_CLUSTERS; false keeps split-K merges in global memory
+	Clusters          bool      // DECODE_CLUSTERS (VARLEN_CLUSTERS for varlen); false keeps split-K merges in global memory
 	Narrow            bool      // DECODE_NARROW; false keeps groups up to NarrowMaxGroup on the wide kernels
 	Balance           SplitMode // DECODE_BALANCE: auto, off, or on (balanced whenever split-K is allowed)
 	// VarlenKeys: the K/V tile of a 128-row varlen kernel that has a
@@ -640,6 +640,14 @@ func occupancy(dev *DeviceFacts, kernel, twin string) int {
 func clustersFit(dev *DeviceFacts, kernel string) bool {
 	active, ok := dev.ActiveClusters[kernel]
 	return !ok || len(active) > 2 && active[2] > 0
+}
+
+// clusterWaveFits reports whether count clusters of n blocks of kernel
+// run at once: true until its module's figures are known, then whether
+// the device holds that many.
+func clusterWaveFits(dev *DeviceFacts, kernel string, n, count int) bool {
+	active, ok := dev.ActiveClusters[kernel]
+	return !ok || len(active) > n && active[n] >= count
 }
 
 // chooseClusterSplits returns the split count of an automatic plan whose

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // headDims lists the head dimensions the attention kernels are
@@ -97,6 +98,10 @@ type nameTables struct {
 	// queries' type → their _mods twins, which take the score modifiers
 	// (modules varlen_*_mods); a _k64 kernel's twin is its 32-key kernel's.
 	varlenMods map[string]string
+	// varlenCluster: the _cluster twin (varlen_*_sm90 modules, compute_90)
+	// of a flash-layout varlen kernel over a cache of the queries' type
+	// (not _k64), by its name.
+	varlenCluster map[string]string
 }
 
 // addVarlen records the geometry of the varlen kernels named base (and
@@ -107,14 +112,14 @@ type nameTables struct {
 // (base_k64). The geometry is VarlenConfig's in kernels_src/varlen.cuh.
 func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]string {
 	if headDim > 128 {
-		t.varlenShape[base+suffix] = varlenGeometry{headDim, cacheSize, 64, 32}
+		t.varlenShape[base+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 64, keys: 32}
 		return [2]string{base + suffix, base + suffix}
 	}
-	t.varlenShape[base+suffix] = varlenGeometry{headDim, cacheSize, 128, 32}
-	t.varlenShape[base+"_r64"+suffix] = varlenGeometry{headDim, cacheSize, 64, 64}
+	t.varlenShape[base+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 128, keys: 32}
+	t.varlenShape[base+"_r64"+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 64, keys: 64}
 	if headDim == 128 && cacheSize == 2 {
 		t.varlenK64[base+suffix] = base + "_k64" + suffix
-		t.varlenShape[base+"_k64"+suffix] = varlenGeometry{headDim, cacheSize, 128, 64}
+		t.varlenShape[base+"_k64"+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 128, keys: 64}
 	}
 	return [2]string{base + suffix, base + "_r64" + suffix}
 }
@@ -146,7 +151,8 @@ var tables = buildNames()
 
 func buildNames() *nameTables {
 	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, mods: map[string]string{},
-		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}, varlenMods: map[string]string{}}
+		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}, varlenMods: map[string]string{},
+		varlenCluster: map[string]string{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -190,6 +196,10 @@ func buildNames() *nameTables {
 					for _, k := range t.varlen[qi][fp8][hi] {
 						t.varlenMods[k] = k + "_mods"
 						t.varlenShape[k+"_mods"] = t.varlenShape[k]
+						t.varlenCluster[k] = k + "_cluster"
+						g := t.varlenShape[k]
+						g.cluster = true
+						t.varlenShape[k+"_cluster"] = g
 					}
 					if k64, ok := t.varlenK64[vname]; ok {
 						t.varlenMods[k64] = vname + "_mods"
@@ -519,9 +529,11 @@ func flatten(t *[len(activationTypes)][decodeVariants][len(headDims)]string) []s
 	return names
 }
 
-// IsClusterKernel reports whether kernel is a cluster decode kernel, one
-// launched as thread-block clusters of its splits.
-func IsClusterKernel(kernel string) bool { return slices.Contains(ClusterDecodeKernelNames(), kernel) }
+// IsClusterKernel reports whether kernel is a cluster decode or varlen
+// kernel, one launched as thread-block clusters of its splits.
+func IsClusterKernel(kernel string) bool {
+	return tables.varlenShape[kernel].cluster || slices.Contains(ClusterDecodeKernelNames(), kernel)
+}
 
 // ClusterDecodeKernelNames returns every cluster decode kernel entry name
 // (decode_*_sm90 modules, compute_90).
@@ -689,6 +701,26 @@ func VarlenK64KernelName(kernel string) (string, bool) {
 	return k64, ok
 }
 
+// VarlenClusterKernel returns the _cluster twin of varlen kernel (a
+// flash-layout kernel over a cache of the queries' type, not _k64; needs
+// compute capability 9.0): the same tiling, launched with its splits of a
+// row tile as one thread-block cluster of up to MaxClusterSplits, which
+// merges them on chip. ok is false for a kernel without one.
+func VarlenClusterKernel(kernel string) (twin string, ok bool) {
+	twin, ok = tables.varlenCluster[kernel]
+	return twin, ok
+}
+
+// VarlenClusterPlain returns the kernel whose _cluster twin is twin, and
+// whether twin is one.
+func VarlenClusterPlain(twin string) (kernel string, ok bool) {
+	kernel, ok = strings.CutSuffix(twin, "_cluster")
+	if !ok || tables.varlenCluster[kernel] != twin {
+		return "", false
+	}
+	return kernel, true
+}
+
 // VarlenModsKernel returns the _mods twin of varlen kernel (a flash-layout
 // kernel over a cache of the queries' type): the same tiling with the score
 // modifiers; the twin of a _k64 kernel is its 32-key kernel's. ok is false
@@ -726,6 +758,9 @@ func VarlenKernelNames() []string {
 			}
 			for _, n := range slices.Compact([]string{pair[0], pair[1]}) {
 				if twin, ok := tables.varlenMods[n]; ok {
+					names = append(names, twin)
+				}
+				if twin, ok := tables.varlenCluster[n]; ok {
 					names = append(names, twin)
 				}
 			}

@@ -32,7 +32,12 @@ func (p VarlenPlan) String() string {
 	if p.Kernel == "" && p.DecodePrefix > 0 {
 		return fmt.Sprintf("a decode of all %d sequences (one query token each), no varlen launch", p.DecodePrefix)
 	}
-	s := p.Launch.describe() + p.SplitK.describe()
+	s := p.Launch.describe()
+	if p.Cluster > 0 {
+		s += fmt.Sprintf(", %d splits in clusters of %d", p.Splits, p.Cluster) + parenthesized(p.SplitK.requested()) + p.reason()
+	} else {
+		s += p.SplitK.describe()
+	}
 	if p.SplitWave > 0 && p.Splits > 1 {
 		s += fmt.Sprintf("; each row tile takes up to %d splits by its KV range (%d blocks a split, waves of %d)", p.Splits, p.SplitBlocks, p.SplitWave)
 	}

@@ -533,13 +533,14 @@ func TestKernelNameLists(t *testing.T) {
 	// 16-bit cache, q dtype × head dim), the six _g8_sm90 fp8
 	// kernels and their _laid twins, varlen: q dtype × ((16-bit and e4m3 caches in three
 	// layouts) × (three head dims + two _r64) + the 16-bit caches' three
-	// _k64 + three merges + the flash 16-bit kernels' five _mods twins); the
+	// _k64 + three merges + the flash 16-bit kernels' five _mods twins and five
+	// _cluster twins); the
 	// 16 appends include the page path's claim and page kernels, the 8
 	// qkv_norm_rope kernels their 4 _split twins. The dims between the
 	// powers of two add 16 decode kernels (q dtype × wide and narrow × 4),
 	// their 16 _mods twins, and per q dtype 7 varlen kernels (4 + 3 _r64),
 	// their 7 _mods twins and 4 merges.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+8+1+12+2*6+2*(6*5+3+3+5)+16+16+2*(7+7+4))
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+8+1+12+2*6+2*(6*5+3+3+5+5)+16+16+2*(7+7+4))
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_bf16_hd256_g8_mods")
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")
@@ -549,6 +550,7 @@ func TestKernelNameLists(t *testing.T) {
 	assert.Contains(t, all, "paged_varlen_bf16_e4m3_hd128")
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_k64_xsplit")
 	assert.Contains(t, all, "paged_varlen_merge_f16_hd256")
+	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_cluster")
 	seen := map[string]bool{}
 	for _, name := range all {
 		assert.False(t, seen[name], "duplicate %s", name)

@@ -27,6 +27,14 @@ const (
 	// launches, against 5.2 for a Decode. From 512 positions (one chunk
 	// of 16 tokens) the split is the faster call even back to back.
 	VarlenMinSplitSpan = 512
+	// VarlenMaxAutoClusterSplits is the most splits of a count the model
+	// chose that merge on chip (a forced count: MaxClusterSplits). On an
+	// H100, one sequence's 16 tokens over 512 positions ran ×4 in 11.5 µs
+	// as clusters against 12.5–13.2 with the merge launch, but ×8 over 1024
+	// positions tied (14.3 against 14.3–14.6) and over 2048 lost (17.6
+	// against 16.8–17.0): the on-chip merge reads every split's rows, one
+	// more block of them per split.
+	VarlenMaxAutoClusterSplits = 4
 	// VarlenMaxSplitWave bounds VarlenPlan.SplitWave (the blocks a wave of
 	// the GPU holds), so that the kernels' model stays in int32.
 	VarlenMaxSplitWave = 1 << 20
@@ -48,7 +56,10 @@ const varlenStages = 2
 
 // varlenGeometry is what the planner and the launcher know of a varlen
 // kernel.
-type varlenGeometry struct{ headDim, cacheSize, rows, keys int }
+type varlenGeometry struct {
+	headDim, cacheSize, rows, keys int
+	cluster                        bool // a _cluster twin (VarlenClusterKernel)
+}
 
 // VarlenShape describes one paged varlen attention launch, as the host
 // knows it.
@@ -90,6 +101,12 @@ type VarlenPlan struct {
 	// lengths would (the splits a tile leaves exit at once, and the merge
 	// skips them). 0: every tile takes all Splits (a forced count).
 	SplitBlocks, SplitWave int
+	// Cluster is the thread-block cluster depth along Grid.Z: 0 for an
+	// ordinary launch (a split-K one merges in a second launch of the
+	// merge kernel); Splits when Kernel is a _cluster twin
+	// (VarlenClusterKernel) whose splits of each row tile form one cluster
+	// and merge on chip, in the one launch and without scratch.
+	Cluster uint32
 	// DecodePrefix > 0 marks a plan for the rest of a mixed batch: the
 	// runtime's Varlen runs the batch's first DecodePrefix sequences (one
 	// query token each) as a batched decode first, and this plan for the
@@ -115,7 +132,7 @@ type VarlenPlan struct {
 // kernel is the _mods twin of that choice (VarlenModsKernel; a _k64
 // choice's twin is the 32-key kernel's).
 //
-// Split-K (Splits > 1, merged by VarlenMergeKernelName's kernel) comes in
+// Split-K (Splits > 1) comes in
 // when the row tiles leave the GPU without a full wave of blocks and a block
 // reads at least VarlenMinSplitSpan positions: few query tokens over a long
 // cache. The count minimizes the launch's estimated time in KV positions:
@@ -126,7 +143,12 @@ type VarlenPlan struct {
 // PlanVarlenWith: PAGED_FLASH_SPLITS and PAGED_FLASH govern decode);
 // PagedFlash is not read. The scratch (partials for every
 // query row and split) is cut to ScratchLimitBytes by lowering the split
-// count. Errors wrap ErrInvalidShape.
+// count. Its splits merge on chip where the kernel has a _cluster twin
+// (VarlenClusterKernel: compute capability 9.0, Knobs.Clusters, at most
+// VarlenMaxAutoClusterSplits splits, MaxClusterSplits forced, whose
+// clusters all fit the device at once; the plan then needs no scratch),
+// else in a second launch (VarlenMergeKernelName).
+// Errors wrap ErrInvalidShape.
 func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	if err := validateVarlen(&s, &dev, &k); err != nil {
 		return VarlenPlan{}, err
@@ -173,7 +195,22 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	if reason == ReasonFillSMs {
 		p.SplitBlocks, p.SplitWave = max(tiles, 1)*s.NumKVHeads, dev.SMs*max(dev.Occupancy[kernel], 1)
 	}
-	if splits > 1 {
+	// Clusters: a count of 2..VarlenMaxAutoClusterSplits the model chose
+	// (or a forced one up to MaxClusterSplits) whose clusters, one per row
+	// tile and KV head, the device holds at once: a second wave of
+	// clusters costs more than the merge launch saves (small-query 8×16
+	// over 8192, ×4: 136.8 µs as clusters of a 62-cluster wave, against
+	// 105.0; H100).
+	twin, cluster := tables.varlenCluster[kernel]
+	most := VarlenMaxAutoClusterSplits
+	if reason == ReasonForced {
+		most = MaxClusterSplits
+	}
+	cluster = cluster && splits > 1 && splits <= most && dev.Clusters && k.Clusters &&
+		clusterWaveFits(&dev, twin, splits, max(tiles, 1)*s.NumKVHeads) && VarlenSharedBytes(twin) <= dev.MaxSharedPerBlockOptin
+	if cluster {
+		p.Kernel, p.Cluster, p.SharedBytes = twin, uint32(splits), uint32(VarlenSharedBytes(twin))
+	} else if splits > 1 {
 		rows := int64(s.NumTokens) * int64(s.NumQHeads)
 		perSplit := rows * int64(s.HeadDim+2) * 4
 		if k.ScratchLimitBytes > 0 && int64(splits)*perSplit > k.ScratchLimitBytes {
@@ -183,7 +220,9 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	}
 	p.Splits, p.Clamped = splits, splits != p.RequestedSplits
 	p.Grid.Z = uint32(splits)
-	p.ScratchFloats, p.MaxOffset, p.SumOffset = VarlenPlanScratch(s.NumTokens, s.NumQHeads, s.HeadDim, splits)
+	if !cluster {
+		p.ScratchFloats, p.MaxOffset, p.SumOffset = VarlenPlanScratch(s.NumTokens, s.NumQHeads, s.HeadDim, splits)
+	}
 	return p, nil
 }
 
@@ -317,6 +356,11 @@ func VarlenSharedBytes(kernel string) int {
 	n := g.rows*g.headDim*2 + varlenStages*2*g.keys*g.headDim*g.cacheSize
 	if g.cacheSize == 1 {
 		n += 2 * g.keys * g.headDim * 2
+	}
+	if g.cluster {
+		// VarlenSmem::kClusterBytes: the staged rows (stride headDim + 4),
+		// their maxima and sums, and the merge's weights.
+		n = max(n, g.rows*(g.headDim+4+2+MaxClusterSplits)*4)
 	}
 	return n
 }

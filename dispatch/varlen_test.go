@@ -308,3 +308,75 @@ func TestPlanVarlenLayouts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "paged_varlen_f16_hd256_shuffle", name, "head dim 256 has one kernel")
 }
+
+// TestPlanVarlenClusters: on a device with clusters, a split count of 2..8
+// over a kernel with a _cluster twin runs the twin, its splits as the
+// clusters, with no scratch; more splits, the _k64 kernel, score
+// modifiers, Knobs.Clusters off, a device without clusters, or one that
+// places no cluster of that size keep the global merge.
+func TestPlanVarlenClusters(t *testing.T) {
+	dev := varlenDev()
+	dev.Clusters = true
+	noPlace := dev
+	noPlace.ActiveClusters = map[string][]int{"paged_varlen_bf16_hd128_r64_cluster": {0, 264, 132, 0, 0, 0, 0, 0, 0}}
+	// The H100's clusters of 4 blocks of the 64-row kernel: 62 at once.
+	h100 := dev
+	h100.ActiveClusters = map[string][]int{"paged_varlen_bf16_hd128_r64_cluster": {0, 264, 132, 80, 62, 48, 40, 32, 30}}
+	mods := prefill(1, 16, 512)
+	mods.Mods = true
+	tests := []struct {
+		name    string
+		shape   VarlenShape
+		dev     DeviceFacts
+		knobs   Knobs
+		kernel  string
+		cluster uint32
+	}{
+		{"one chunk over 512: 4 splits in a cluster", prefill(1, 16, 512), dev, DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64_cluster", 4},
+		{"over 2048: 8 splits, global merge", prefill(1, 16, 2048), dev, DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", 0},
+		{"forced 8 splits over 2048: a cluster", prefill(1, 16, 2048), dev, knobs(func(k *Knobs) { k.ForcedSplits = 8 }),
+			"paged_varlen_bf16_hd128_r64_cluster", 8},
+		{"8 clusters of 4 fit the H100 at once", prefill(1, 16, 512), h100, DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64_cluster", 4},
+		{"64 clusters of 4 do not", prefill(8, 16, 8192), h100, DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", 0},
+		{"more than 8 splits: global merge", prefill(1, 16, 8192), dev, knobs(func(k *Knobs) { k.ForcedSplits = 12 }),
+			"paged_varlen_bf16_hd128_r64", 0},
+		{"Knobs.Clusters off", prefill(1, 16, 512), dev, knobs(func(k *Knobs) { k.Clusters = false }),
+			"paged_varlen_bf16_hd128_r64", 0},
+		{"no clusters on the device", prefill(1, 16, 512), varlenDev(), DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", 0},
+		{"clusters of 4 not placed", prefill(1, 16, 512), noPlace, DefaultKnobs(),
+			"paged_varlen_bf16_hd128_r64", 0},
+		{"score modifiers", mods, dev, DefaultKnobs(), "paged_varlen_bf16_hd128_r64_mods", 0},
+		{"single-pass", prefill(8, 2048, 2048), dev, DefaultKnobs(), "paged_varlen_bf16_hd128_k64", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanVarlen(tt.shape, tt.dev, tt.knobs)
+			require.NoError(t, err)
+			assert.Equal(t, tt.kernel, p.Kernel, p.String())
+			assert.Equal(t, tt.cluster, p.Cluster)
+			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
+			if tt.cluster > 0 {
+				assert.Equal(t, tt.cluster, p.Grid.Z)
+				assert.Zero(t, p.ScratchFloats, "the splits merge on chip")
+				assert.Zero(t, p.WorkspaceBytes())
+				assert.Contains(t, p.String(), "splits in clusters of")
+				plain, ok := VarlenClusterPlain(p.Kernel)
+				require.True(t, ok)
+				// The twin holds the merge's staging beside the ring.
+				rows, _, _ := VarlenGeometry(plain)
+				assert.GreaterOrEqual(t, VarlenSharedBytes(p.Kernel), max(VarlenSharedBytes(plain), rows*(128+4+2+8)*4))
+			} else if p.Splits > 1 {
+				assert.Positive(t, p.ScratchFloats)
+			}
+		})
+	}
+	_, ok := VarlenClusterKernel("paged_varlen_bf16_hd128_k64")
+	assert.False(t, ok, "the 64-key kernel has no twin")
+	_, ok = VarlenClusterPlain("paged_varlen_bf16_hd128_k64_cluster")
+	assert.False(t, ok)
+}

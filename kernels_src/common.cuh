@@ -133,6 +133,35 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+// cluster_sync is a barrier over every thread of the thread-block cluster:
+// writes to shared memory before it are visible to the whole cluster after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait;\n" ::: "memory");
+}
+
+// cluster_load reads the f32 at p in the shared memory of cluster block rank.
+__device__ __forceinline__ float cluster_load(const float* p, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// cluster_load4 reads the four f32 at p (16-byte aligned) in the shared
+// memory of cluster block rank.
+__device__ __forceinline__ float4 cluster_load4(const float* p, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+  return v;
+}
+
 // cp_async16 copies 16 bytes global → shared, or writes 16 zero bytes when
 // bytes is 0 (src is then not read); cp_async4 copies 4 bytes (through L1).
 // A thread sees the data after its cp_async_wait; other threads after a

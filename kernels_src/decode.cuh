@@ -144,22 +144,6 @@ struct DecodeSmem {
   static_assert(2 * kStageBytes >= kTileRows * kMaxSplits * 4, "the merge's weights must fit in 2 stages");
 };
 
-// cluster_sync is a barrier over every thread of the thread-block cluster:
-// writes to shared memory before it are visible to the whole cluster after it.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait;\n" ::: "memory");
-}
-
-// cluster_load reads the f32 at p in the shared memory of cluster block rank.
-__device__ __forceinline__ float cluster_load(const float* p, int rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-}
-
 // cluster_merge is split-K phase 2 on chip, for launches whose splits of a
 // (sequence, KV head) form one thread-block cluster (cluster dims 1 × 1 ×
 // splits, so the cluster rank is the split). Each block holds its split's

@@ -77,6 +77,14 @@
 // land in the ring as bytes and are widened to <q> in shared memory before
 // the products (widen_tile), so the products are the 16-bit ones.
 //
+// paged_varlen_<q>_hd<D>[_r64]_cluster (compute_90; flash layout, cache of
+//   <q>, no score modifiers): split-K whose splits of each row tile form
+//   one thread-block cluster (dims 1 × 1 × splits, splits ≤
+//   kVarlenMaxClusterSplits). Each split stages its rows in shared memory
+//   and the cluster merges them there into out and lse within the launch:
+//   no partials, no merge launch. Dynamic shared memory: the larger of
+//   VarlenSmem's kBytes and kClusterBytes.
+//
 // paged_varlen_merge_<q>_hd<D>
 //   Merges split-K partials: one warp per (token, q head) row of the first
 //   cu_seqlens_q[num_seqs] − cu_base tokens (clamped to rows / num_q_heads;
@@ -108,6 +116,12 @@ constexpr int kVarlenMaxSplits = 64;
 constexpr int kVarlenSplitCostKeys = 24;
 constexpr int kVarlenMergeCostKeys = 100;
 constexpr int kVarlenMinSplitSpan = 512;
+// The most splits a row tile's cluster holds (the _cluster entries: the
+// portable cluster size), and the row stride, in floats, of a cluster
+// split's staged output (padded so that a warp's writes of its rows meet at
+// most two to a bank).
+constexpr int kVarlenMaxClusterSplits = 8;
+__host__ __device__ constexpr int kVarlenClusterStride(int d) { return d + 4; }
 
 // VarlenConfig is the tiling of a block for head dim D with MT mma row
 // tiles (16 rows each) per warp and K/V tiles of KEYS positions: a block
@@ -151,6 +165,10 @@ struct VarlenSmem {
   static constexpr int kWideTileBytes = kKeys * D * 2;
   static constexpr int kWideBytes = sizeof(C) == 1 ? 2 * kWideTileBytes : 0;
   static constexpr int kBytes = kQBytes + kStages * kStageBytes + kWideBytes;
+  // A _cluster entry's staged output, maxima and sums, and its merge's
+  // weights (stage_rows, cluster_merge_rows), in the same memory after the
+  // loop; it launches with the larger of the two.
+  static constexpr int kClusterBytes = kRows * (kVarlenClusterStride(D) + 2 + kVarlenMaxClusterSplits) * 4;
 };
 
 // How a tile's scores are masked (varlen_step's MASK): not at all, all of
@@ -1265,11 +1283,130 @@ __device__ __forceinline__ void varlen_step(const VarlenLoop<T, C, D, MT, KEYS, 
   attend_tile<T, C, D, MT, KEYS, LAYOUT, KN, MASK>(loop, i, k_s, v_s, lim, mods);
 }
 
+// stage_rows writes a lane's two rows of one row tile (first packed row
+// p0) of a cluster's split into shared memory for cluster_merge_rows: the
+// output normalized by the split's own sum (·v_mul) in o_s (row stride
+// kVarlenClusterStride(D) floats), its max (log2 units; −inf for a row
+// without keys) in m_s and its sum in l_s, each at the row's place in the
+// tile (p − row0). Rows past the sequence's end are not written (the merge
+// reads none of them).
+template <int D>
+__device__ __forceinline__ void stage_rows(const VarlenTile& t, const SoftmaxRows& st, const float (*acc)[4], int p0,
+                                           int G, float q_mul, float v_mul, float* o_s, float* m_s, float* l_s,
+                                           int lane) {
+  constexpr int OS = kVarlenClusterStride(D);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.l[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int p = p0 + (lane >> 2) + 8 * h;
+    if (p >= t.q_len * G) continue;
+    const int r = p - t.row0;
+    const float o_mul = (l > 0.0f ? 1.0f / l : 0.0f) * v_mul;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<float2*>(o_s + r * OS + 8 * n + 2 * (lane & 3)) =
+          make_float2(acc[n][2 * h] * o_mul, acc[n][2 * h + 1] * o_mul);
+    }
+    if ((lane & 3) == 0) {
+      m_s[r] = l > 0.0f ? st.m[h] * q_mul : -INFINITY;
+      l_s[r] = l;
+    }
+  }
+}
+
+// cluster_merge_rows is split-K phase 2 on chip, for launches whose splits
+// of a row tile form one thread-block cluster (cluster dims 1 × 1 ×
+// splits, so the cluster rank is the split). Each block has staged its
+// split's rows (stage_rows); after a cluster barrier, block z merges the
+// z-th of `splits` shares of the tile's rows over splits 0 … live − 1
+// (those from live on took no tiles), reading them through distributed
+// shared memory: one thread per row turns the splits' maxima and sums into
+// weights normalized by the row's total (w_s [rows][kVarlenMaxClusterSplits],
+// its own shared memory) and writes the row's LSE, then each thread merges
+// float4 columns into out. The second barrier keeps every block's shared
+// memory alive until all are done.
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void cluster_merge_rows(const VarlenTile& t, int G, int kvh, int num_q_heads, int live,
+                                                   int split, int splits, T* __restrict__ out,
+                                                   int64_t out_token_stride, int64_t out_head_stride,
+                                                   float* __restrict__ lse, const float* o_s, const float* m_s,
+                                                   const float* l_s, float* w_s) {
+  constexpr int OS = kVarlenClusterStride(D);
+  constexpr int C4 = D / 4;  // float4 columns of a row
+  constexpr int Z = kVarlenMaxClusterSplits;
+  static_assert(D % 4 == 0, "rows of whole float4 columns");
+  cluster_sync();
+  const int rows = min(ROWS, t.q_len * G - t.row0);
+  const int share = (rows + splits - 1) / splits;
+  const int r0 = min(rows, split * share);
+  const int n = min(rows, r0 + share) - r0;
+  for (int i = threadIdx.x; i < n; i += kVarlenThreads) {
+    const int r = r0 + i;
+    float mz[Z], lz[Z];
+#pragma unroll
+    for (int z = 0; z < Z; ++z) {
+      mz[z] = -INFINITY;
+      lz[z] = 0.0f;
+      if (z < live) {
+        mz[z] = cluster_load(m_s + r, z);
+        lz[z] = cluster_load(l_s + r, z);
+      }
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int z = 0; z < Z; ++z) mx = fmaxf(mx, mz[z]);
+    float tot = 0.0f;
+#pragma unroll
+    for (int z = 0; z < Z; ++z) {
+      lz[z] = mx == -INFINITY ? 0.0f : lz[z] * exp2f(mz[z] - mx);  // 0 for an empty split
+      tot += lz[z];
+    }
+    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
+#pragma unroll
+    for (int z = 0; z < Z; ++z) w_s[i * Z + z] = lz[z] * inv;
+    if (lse != nullptr) {
+      const int p = t.row0 + r;
+      const int tok = p / G;
+      lse[(int64_t)(t.q_begin + tok) * num_q_heads + kvh * G + (p - tok * G)] =
+          tot > 0.0f ? (mx + log2f(tot)) * kLn2 : -INFINITY;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n * C4; i += kVarlenThreads) {
+    const int rl = i / C4, c = i - rl * C4;
+    const int r = r0 + rl;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int z = 0; z < Z; ++z) {
+      if (z < live) {
+        const float4 v = cluster_load4(o_s + r * OS + 4 * c, z);
+        const float w = w_s[rl * Z + z];
+        o.x = fmaf(w, v.x, o.x);
+        o.y = fmaf(w, v.y, o.y);
+        o.z = fmaf(w, v.z, o.z);
+        o.w = fmaf(w, v.w, o.w);
+      }
+    }
+    const int p = t.row0 + r;
+    const int tok = p / G;
+    T* dst = out + (int64_t)(t.q_begin + tok) * out_token_stride + (int64_t)(kvh * G + (p - tok * G)) * out_head_stride +
+             4 * c;
+    reinterpret_cast<uint32_t*>(dst)[0] = pack2<T>(o.x, o.y);
+    reinterpret_cast<uint32_t*>(dst)[1] = pack2<T>(o.z, o.w);
+  }
+  cluster_sync();
+}
+
 // paged_varlen is the body of every varlen entry (see the top): it finds
 // the block's row tile and KV range, stages q and the first K/V tiles,
 // runs the tiles (varlen_step), and writes the rows (store_rows). MODS:
 // the _mods entries' score modifiers (see the top); the others pass none.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false>
+// CLUSTER: the _cluster entries, whose splits of a row tile form one
+// cluster and merge on chip (stage_rows, cluster_merge_rows); a split
+// without tiles then stays to merge its share.
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false, bool CLUSTER = false>
 __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
                                              float* __restrict__ partial_out, float* __restrict__ partial_max,
                                              float* __restrict__ partial_sum, const T* __restrict__ q,
@@ -1331,9 +1468,11 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   kv_tiles<ROWS, KEYS>(t, G, is_causal, split, splits, split_blocks, split_wave, kv_end, mask_from, first_tile,
                        end_tile, live, kv_begin);
   // A split its row tile does not use (a short range) exits before any
-  // load; split 0 marks its partials empty first.
-  if (split >= live) return;
-  if (split == 0 && live < splits) {
+  // load; split 0 marks its partials empty first. (A cluster's split runs
+  // no tiles and merges its share.)
+  static_assert(!(MODS && CLUSTER), "the _mods entries merge in global memory");
+  if (split >= live && !CLUSTER) return;
+  if (split == 0 && live < splits && !CLUSTER) {
     mark_empty_splits<ROWS>(t, G, kvh, num_q_heads, live, splits, partial_max, partial_sum);
   }
   // This warp's rows: row tile m starts at packed row p0 + 16m. A warp
@@ -1443,11 +1582,25 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   } else {
     kv_row.bad.report(fault, t.seq + seq_base, block_size_log2);
   }
+  if constexpr (CLUSTER) {
+    // Every warp has read its last tile: the ring's memory is free.
+    __syncthreads();
+    float* o_s = reinterpret_cast<float*>(smem);
+    float* m_s = o_s + ROWS * kVarlenClusterStride(D);
+    float* l_s = m_s + ROWS;
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    store_rows<T, D, MODS>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, soft_mul,
-                           v_mul, out, out_token_stride, out_head_stride, lse, partial_out, partial_max, partial_sum,
-                           lane, sinks);
+    for (int m = 0; m < MT; ++m) {
+      stage_rows<D>(t, st[m], acc[m], p0 + 16 * m, G, soft_mul, v_mul, o_s, m_s, l_s, lane);
+    }
+    cluster_merge_rows<T, D, ROWS>(t, G, kvh, num_q_heads, live, split, splits, out, out_token_stride,
+                                   out_head_stride, lse, o_s, m_s, l_s, l_s + ROWS);
+  } else {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      store_rows<T, D, MODS>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, soft_mul,
+                             v_mul, out, out_token_stride, out_head_stride, lse, partial_out, partial_max,
+                             partial_sum, lane, sinks);
+    }
   }
 }
 
@@ -1555,6 +1708,37 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
                                causal, scale, k_scale, v_scale, cu_base, seq_base, one_pos, split_blocks,   \
                                split_wave);                                                                 \
   }
+
+// PKV_VARLEN_CLUSTER defines one _cluster entry over a flash-layout cache
+// of the queries' type (PKV_VARLEN's parameters; the partials are unused):
+// launched with cluster dims 1 × 1 × splits, 2 ≤ splits ≤
+// kVarlenMaxClusterSplits, and VarlenSmem::kClusterBytes of dynamic shared
+// memory where that exceeds kBytes. Needs compute_90.
+#define PKV_VARLEN_CLUSTER(name, T, D, MT, KEYS)                                                              \
+  extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
+      const T* k_cache, const T* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
+      const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
+      int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads, int max_blocks_per_seq,         \
+      int block_size_log2, int64_t num_blocks, int causal, float scale, float k_scale, float v_scale,       \
+      int cu_base, int seq_base, int one_pos, int split_blocks, int split_wave) {                           \
+    pkv::paged_varlen<T, T, D, MT, KEYS, pkv::kLayoutFlash, false, true>(                                   \
+        out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
+        pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
+        num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, scale, k_scale, v_scale,     \
+        cu_base, seq_base, one_pos, split_blocks, split_wave);                                              \
+  }
+
+// PKV_VARLEN_CLUSTER_ALL defines the _cluster twins of the flash-layout
+// entries of PKV_VARLEN_ALL over a cache of the queries' type
+// (<prefix>_hd<D>[_r64]_cluster). The _k64 entry has none: at 255
+// registers, the merge's code made ptxas spill in its loop.
+#define PKV_VARLEN_CLUSTER_ALL(prefix, T)                     \
+  PKV_VARLEN_CLUSTER(prefix##_hd64_cluster, T, 64, 2, 32)       \
+  PKV_VARLEN_CLUSTER(prefix##_hd128_cluster, T, 128, 2, 32)     \
+  PKV_VARLEN_CLUSTER(prefix##_hd256_cluster, T, 256, 1, 32)     \
+  PKV_VARLEN_CLUSTER(prefix##_hd64_r64_cluster, T, 64, 1, 64)   \
+  PKV_VARLEN_CLUSTER(prefix##_hd128_r64_cluster, T, 128, 1, 64)
 
 // PKV_VARLEN_MODS defines one _mods entry over a flash-layout cache of the
 // queries' type: PKV_VARLEN's parameters, then the score modifiers.

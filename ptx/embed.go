@@ -50,7 +50,8 @@ func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass
 // the x-split and shuffle layouts, the varlen _mods modules (the same
 // kernels with score modifiers) and the fp8 decode modules for the other
 // layouts (_laid) are the same kernels with other loaders or a few more
-// instructions per score and are listed with them, unmeasured. For head
+// instructions per score and are listed with them, unmeasured, as are the
+// varlen cluster modules (_sm90: the same kernels, merging on chip). For head
 // dims 80-192 (the _dims modules; H100, driver 13.0, 2026-12-06) ptxas's
 // varlen code took 2-14% longer on bf16 prefill 8x2048, while its decode
 // code ran within 1.2% of the JIT's and keeps its SASS. On the H100 and
@@ -62,7 +63,7 @@ var jitFaster = map[int][]string{
 		"decode_bf16_e4m3_laid", "decode_bf16_e4m3_laid_sm90", "decode_f16_e4m3_laid", "decode_f16_e4m3_laid_sm90",
 		"varlen_bf16", "varlen_bf16_e4m3", "varlen_f16", "varlen_f16_e4m3",
 		"varlen_bf16_layouts", "varlen_f16_layouts", "varlen_bf16_mods", "varlen_f16_mods",
-		"varlen_bf16_dims", "varlen_f16_dims",
+		"varlen_bf16_dims", "varlen_f16_dims", "varlen_bf16_sm90", "varlen_f16_sm90",
 	},
 }
 

@@ -31,11 +31,13 @@ const (
 	ModuleVarlenBf16E4m3         = "varlen_bf16_e4m3"
 	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
 	ModuleVarlenBf16Mods         = "varlen_bf16_mods"
+	ModuleVarlenBf16Sm90         = "varlen_bf16_sm90"
 	ModuleVarlenF16              = "varlen_f16"
 	ModuleVarlenF16Dims          = "varlen_f16_dims"
 	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
 	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
 	ModuleVarlenF16Mods          = "varlen_f16_mods"
+	ModuleVarlenF16Sm90          = "varlen_f16_sm90"
 )
 
 // moduleComputeCapability maps each module whose PTX needs more than
@@ -49,6 +51,8 @@ var moduleComputeCapability = map[string]int{
 	ModuleDecodeF16E4m3LaidSm90:  90,
 	ModuleDecodeF16E4m3Sm90:      90,
 	ModuleDecodeF16Sm90:          90,
+	ModuleVarlenBf16Sm90:         90,
+	ModuleVarlenF16Sm90:          90,
 }
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
@@ -382,6 +386,15 @@ const (
 	PagedVarlenBf16Hd64R64Mods  = "paged_varlen_bf16_hd64_r64_mods"
 )
 
+// Entry points of varlen_bf16_sm90.ptx (kernels_src/varlen_bf16_sm90.cu).
+const (
+	PagedVarlenBf16Hd128Cluster    = "paged_varlen_bf16_hd128_cluster"
+	PagedVarlenBf16Hd128R64Cluster = "paged_varlen_bf16_hd128_r64_cluster"
+	PagedVarlenBf16Hd256Cluster    = "paged_varlen_bf16_hd256_cluster"
+	PagedVarlenBf16Hd64Cluster     = "paged_varlen_bf16_hd64_cluster"
+	PagedVarlenBf16Hd64R64Cluster  = "paged_varlen_bf16_hd64_r64_cluster"
+)
+
 // Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
 const (
 	PagedVarlenF16Hd128      = "paged_varlen_f16_hd128"
@@ -459,4 +472,13 @@ const (
 	PagedVarlenF16Hd256Mods    = "paged_varlen_f16_hd256_mods"
 	PagedVarlenF16Hd64Mods     = "paged_varlen_f16_hd64_mods"
 	PagedVarlenF16Hd64R64Mods  = "paged_varlen_f16_hd64_r64_mods"
+)
+
+// Entry points of varlen_f16_sm90.ptx (kernels_src/varlen_f16_sm90.cu).
+const (
+	PagedVarlenF16Hd128Cluster    = "paged_varlen_f16_hd128_cluster"
+	PagedVarlenF16Hd128R64Cluster = "paged_varlen_f16_hd128_r64_cluster"
+	PagedVarlenF16Hd256Cluster    = "paged_varlen_f16_hd256_cluster"
+	PagedVarlenF16Hd64Cluster     = "paged_varlen_f16_hd64_cluster"
+	PagedVarlenF16Hd64R64Cluster  = "paged_varlen_f16_hd64_r64_cluster"
 )

@@ -205,6 +205,30 @@ func captureDecode(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, a *paged
 	return graph
 }
 
+// replayVarlenAt replays graph, a varlen of p (shape c) captured for at
+// most budget tokens, once per KV bound in kvs: fresh random lengths within
+// the bound and the budget, outputs poisoned (and before, when not nil,
+// run), then the replay checked against float64.
+func replayVarlenAt(t *testing.T, s *pagedkv.Stream, g *rand.Rand, p *check.VarlenProblem, graph *pagedkv.Graph,
+	c check.VarlenShape, budget int, kvs []int, before func()) {
+	t.Helper()
+	for _, maxKV := range kvs {
+		shape := c
+		shape.MaxKV = maxKV
+		shape.MaxQLen = min(c.MaxQLen, maxKV, budget/c.Seqs)
+		cu, pos := check.VarlenLens(g, shape)
+		require.NoError(t, p.SetLens(s, cu, pos))
+		require.NoError(t, p.Poison(s))
+		if before != nil {
+			before()
+		}
+		require.NoError(t, graph.Launch(s))
+		out, lse, err := p.Fetch(s)
+		require.NoError(t, err)
+		require.NoError(t, p.Check(out, lse), "replay with %d tokens, KV up to %d", cu[c.Seqs], maxKV)
+	}
+}
+
 // captureVarlen captures one varlen of a on s into a graph (the caller
 // reserves first unless a has a Workspace); a failed varlen or capture fails
 // the test with msg. The caller closes the graph.

@@ -287,18 +287,7 @@ func TestVarlenModsGraphReplay(t *testing.T) {
 	require.NoError(t, r.ReserveVarlen(s, &p.Args))
 	graph := captureVarlen(t, r, s, &p.Args)
 	t.Cleanup(func() { require.NoError(t, graph.Close()) })
-	for _, maxKV := range []int{capacity, 64, 701, 1500} {
-		shape := c
-		shape.MaxKV = maxKV
-		shape.MaxQLen = min(c.MaxQLen, maxKV, budget/c.Seqs)
-		cu, pos := check.VarlenLens(g, shape)
-		require.NoError(t, p.SetLens(s, cu, pos))
-		require.NoError(t, p.Poison(s))
-		require.NoError(t, graph.Launch(s))
-		out, lse, err := p.Fetch(s)
-		require.NoError(t, err)
-		require.NoError(t, p.Check(out, lse), "replay with %d tokens, KV up to %d", cu[c.Seqs], maxKV)
-	}
+	replayVarlenAt(t, s, g, p, graph, c, budget, []int{capacity, 64, 701, 1500}, nil)
 }
 
 // TestSequenceAttentionMods runs SequenceAttention with every modifier on

@@ -178,7 +178,11 @@ func TestVarlenKeysAgree(t *testing.T) {
 					k.VarlenKeys, k.ForcedSplits = keys, splits
 					plan, err := p.PlanWith(r, k)
 					require.NoError(t, err)
-					_, twin := dispatch.VarlenK64KernelName(plan.Kernel)
+					kernel := plan.Kernel
+					if plain, ok := dispatch.VarlenClusterPlain(kernel); ok {
+						kernel = plain // its splits merge on chip
+					}
+					_, twin := dispatch.VarlenK64KernelName(kernel)
 					require.Equal(t, keys == 32, twin, "%d keys: %s", keys, plan.Kernel)
 					if keys == 64 && r.Occupancy(plan.Kernel) >= 2 && splits == 1 {
 						assert.Equal(t, plan.Kernel, auto.Kernel, "the planner takes the twin where two blocks fit an SM")
@@ -334,21 +338,11 @@ func TestVarlenGraphReplay(t *testing.T) {
 			require.NoError(t, r.ReserveVarlen(s, &p.Args))
 			graph := captureVarlen(t, r, s, &p.Args)
 			t.Cleanup(func() { require.NoError(t, graph.Close()) })
-			for _, maxKV := range []int{capacity, 64, 700, 1500} {
-				shape := c
-				shape.MaxKV = maxKV
-				shape.MaxQLen = min(c.MaxQLen, maxKV, budget/c.Seqs)
-				cu, pos := check.VarlenLens(g, shape)
-				require.NoError(t, p.SetLens(s, cu, pos))
-				require.NoError(t, p.Poison(s))
+			replayVarlenAt(t, s, g, p, graph, c, budget, []int{capacity, 64, 700, 1500}, func() {
 				if !p.Args.Workspace.IsZero() {
 					require.NoError(t, s.Fill32(p.Args.Workspace, check.NaNPattern(0)))
 				}
-				require.NoError(t, graph.Launch(s))
-				out, lse, err := p.Fetch(s)
-				require.NoError(t, err)
-				require.NoError(t, p.Check(out, lse), "replay with %d tokens, KV up to %d", cu[c.Seqs], maxKV)
-			}
+			})
 		})
 	}
 }
@@ -431,6 +425,9 @@ func TestVarlenFaults(t *testing.T) {
 	assert.Contains(t, fe.Error(), "PosOffsets[1]")
 	require.NoError(t, pagedkv.Upload(s, p.Args.PosOffsets, p.PosOffsets))
 
+	// Without the host's lengths: a batch of one-token sequences would
+	// run as a decode, which reads no CuSeqlensQ.
+	p.Args.HostCuSeqlensQ, p.Args.HostPosOffsets = nil, nil
 	cu := append([]int32(nil), p.CuSeqlensQ...)
 	cu[1], cu[2] = cu[2], cu[1] // decreasing where they were distinct
 	if cu[1] == cu[2] {
@@ -752,4 +749,114 @@ func TestVarlenMixedBatch(t *testing.T) {
 			assert.Zero(t, plan.DecodePrefix, "head-major Out")
 		})
 	}
+}
+
+// TestVarlenClusters runs split-K varlens whose splits of each row tile form
+// a thread-block cluster and merge on chip (the _cluster kernels, sm_90)
+// against float64 and against the same split count merged in global memory
+// (VARLEN_CLUSTERS off): forced counts 2..8 (clusters where the device
+// holds them all at once), the planner's own, ragged batches whose short
+// sequences leave splits of a cluster without tiles, one sequence's chunk
+// (SequenceAttention, head-major Out), without LSE, and a graph replayed
+// at other lengths.
+func TestVarlenClusters(t *testing.T) {
+	r := open(t, config.Options{})
+	if !r.Facts().Clusters {
+		t.Skip("the GPU has no thread-block clusters (compute capability 9.0 and newer)")
+	}
+	global := open(t, config.Options{VarlenClusters: ptr(false)})
+	g := rng(t)
+	s := r.Stream()
+	// Ragged lengths, long enough to split: short sequences leave splits
+	// of their clusters without tiles.
+	shapes := []struct {
+		shape   check.VarlenShape
+		cu, pos []int32
+	}{
+		{check.VarlenShape{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: 2048, Causal: true},
+			[]int32{0, 16}, []int32{2032}},
+		{check.VarlenShape{Seqs: 8, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 5, MaxKV: 3584, Causal: true},
+			[]int32{0, 5, 10, 15, 20, 25, 30, 35, 40}, []int32{3579, 100, 2000, 0, 3000, 1500, 700, 3579}},
+		{check.VarlenShape{Seqs: 3, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 40, MaxKV: 1900, Causal: true},
+			[]int32{0, 40, 41, 70}, []int32{1860, 1899, 500}},
+		{check.VarlenShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 30, MaxKV: 1300, Causal: false},
+			[]int32{0, 30, 47}, []int32{1270, 900}},
+		{check.VarlenShape{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 64, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 100, MaxKV: 2500, Causal: true},
+			[]int32{0, 100, 101, 150, 230, 231}, []int32{2400, 2499, 10, 1000, 2000}},
+	}
+	for _, sc := range shapes {
+		c := sc.shape
+		t.Run(c.String(), func(t *testing.T) {
+			p, err := check.NewVarlenProblemWith(r, s, g, c, sc.cu, sc.pos)
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+			want, wantLSE := p.Reference()
+			clusters := 0
+			for _, splits := range []int{0, 2, 3, 5, 8} {
+				k := dispatch.DefaultKnobs()
+				k.ForcedSplits = splits
+				k.VarlenKeys = 32 // the 128-row kernels of head dim 128 have twins; their _k64 ones do not
+				plan, err := r.PlanVarlenWith(&p.Args, k)
+				require.NoError(t, err)
+				if plan.Cluster == 0 {
+					t.Logf("no clusters: %s", plan)
+					continue
+				}
+				clusters++
+				out, lse, err := p.RunWithPlan(r, s, plan)
+				require.NoError(t, err)
+				require.NoError(t, p.CheckReference(out, lse, want, wantLSE), "%s", plan)
+				k.Clusters = false
+				gplan, err := global.PlanVarlenWith(&p.Args, k)
+				require.NoError(t, err)
+				require.Zero(t, gplan.Cluster)
+				require.Equal(t, plan.Splits, gplan.Splits)
+				o2, l2, err := p.RunWithPlan(global, global.Stream(), gplan)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ref.RelL2(o2, out), check.Tolerance(c.DType)/16, "on chip vs global merge, %d splits", plan.Splits)
+				assertSameLSE(t, l2, lse, "on chip vs global merge")
+				withLSE := p.Args.LSE
+				p.Args.LSE = pagedkv.Buffer{}
+				o0, _, err := p.RunWithPlan(r, s, plan)
+				p.Args.LSE = withLSE
+				require.NoError(t, err)
+				assert.Equal(t, out, o0, "without LSE")
+			}
+			require.Positive(t, clusters, "some split counts run as clusters")
+		})
+	}
+	t.Run("SequenceAttention", func(t *testing.T) {
+		c := shapes[0].shape
+		for _, kv := range []int{512} { // one chunk over 512 positions: ×4
+			c.MaxKV = kv
+			p, err := check.NewVarlenProblemWith(r, s, g, c, []int32{0, 16}, []int32{int32(kv - 16)})
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+			plan, err := r.PlanVarlen(s, &p.Args)
+			require.NoError(t, err)
+			require.Positive(t, plan.Cluster, "one chunk over %d splits in a cluster: %s", kv, plan)
+			out, lse, err := p.RunSequence(r, s)
+			require.NoError(t, err)
+			require.NoError(t, p.Check(out, lse), "kv %d", kv)
+		}
+	})
+	t.Run("graph", func(t *testing.T) {
+		const capacity = 512 // ×4: clusters
+		rg := open(t, config.Options{KVCapacity: ptr(capacity)})
+		sg, err := rg.NewStream()
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, sg.Close()) })
+		c := check.VarlenShape{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16,
+			MaxQLen: 6, MaxKV: capacity, Causal: true}
+		p := varlenProblem(t, rg, sg, g, c)
+		budget := p.Args.NumTokens // the capture's token bound
+		p.Args.HostCuSeqlensQ, p.Args.HostPosOffsets = nil, nil
+		plan, err := rg.PlanVarlenGraph(&p.Args)
+		require.NoError(t, err)
+		require.Positive(t, plan.Cluster, "%s", plan)
+		require.NoError(t, rg.ReserveVarlen(sg, &p.Args))
+		graph := captureVarlen(t, rg, sg, &p.Args)
+		t.Cleanup(func() { require.NoError(t, graph.Close()) })
+		replayVarlenAt(t, sg, g, p, graph, c, budget, []int{capacity, 64, 300, 450}, nil)
+	})
 }
