@@ -28,6 +28,7 @@ var paramStructs = map[string]reflect.Type{
 	"mla_rope_quant_":     reflect.TypeFor[mlaRopeQuantParams](),
 	"mla_concat_q_":       reflect.TypeFor[mlaConcatQParams](),
 	"qkv_norm_rope_":      reflect.TypeFor[qkvNormRopeParams](),
+	"qkv_values_":         reflect.TypeFor[qkvValuesParams](),
 	"decode_partition":    reflect.TypeFor[decodePartitionParams](),
 	"paged_varlen_":       reflect.TypeFor[pagedVarlenParams](),
 	"paged_varlen_merge_": reflect.TypeFor[varlenMergeParams](),

@@ -42,9 +42,12 @@ const (
 //     sequence s goes to block BlockTables[s][p/BlockSize] (int32 [NumSeqs,
 //     MaxBlocksPerSeq]), row p%BlockSize. Device-side values out of range
 //     are recorded in the stream's fault record and not written. In the
-//     x-split and shuffle layouts V is token-minor and each token's V is
-//     written element by element (2 bytes per store): correct, and slower
-//     than the flash layout's 16-byte rows.
+//     x-split and shuffle layouts V is token-minor: when the tokens average
+//     dispatch.QKVValuesMinTokens or more per sequence (prefill, chunks), a
+//     second launch writes V as Append does, whole pieces for runs of 8 or
+//     16 consecutive positions of a page (position offsets and sequence
+//     starts that are multiples of 16 keep every full page a run); fewer
+//     (decode steps) write each token's V element by element.
 //
 // Aliasing: QOut, KCache and VCache must not overlap each other or any input
 // (QKV, CuSeqlensQ, PosOffsets, BlockTables, CosSin, QNormWeight,
@@ -208,12 +211,47 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 		return err
 	}
 	plan, err := dispatch.PlanQKV(dispatch.QKVShape{NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
-		HeadDim: a.HeadDim, RotDim: a.RotDim, DType: a.DType, CacheDType: a.CacheDType}, *r.facts.Load())
+		HeadDim: a.HeadDim, RotDim: a.RotDim, DType: a.DType, CacheDType: a.CacheDType,
+		Laid: a.Layout != LayoutFlash, NumSeqs: a.NumSeqs}, *r.facts.Load())
 	if err != nil {
 		return planError(err, "QKVShape", qkvArg)
 	}
 	p := a.params(s.fault)
+	if plan.Values.Kernel != "" {
+		// V first: it records no faults, so a CHECK_BOUNDS error of the
+		// second launch still leaves every valid row written.
+		vp := a.valuesParams(&p)
+		if err := launchPlan(r, s, &plan.Values, &vp); err != nil {
+			return err
+		}
+		p.VCache = 0 // qkv_norm_rope leaves V to qkv_values
+	}
 	return launchPlan(r, s, &plan.Launch, &p)
+}
+
+// qkvValuesParams is the parameter list of the qkv_values_* kernels, in
+// PTX order (kernels_src/qkv.cu).
+type qkvValuesParams struct {
+	Value, VCache, CuSeqlens, PosOffsets, BlockTables driver.DevicePtr
+	MaxPos                                            int64
+	NumTokens, NumSeqs, NumKVHeads, HeadDim           int32
+	ValueTokenStride                                  int64
+	MaxBlocksPerSeq, BlockSizeLog2                    int32
+	NumBlocks                                         int64
+	VScale                                            float32
+	Layout                                            int32
+}
+
+// valuesParams returns qkv_values' parameters for a valid a whose
+// qkv_norm_rope parameters are p: Value is the first V head of token 0.
+func (a *QKVNormRopeArgs) valuesParams(p *qkvNormRopeParams) qkvValuesParams {
+	off := driver.DevicePtr((a.NumQHeads + a.NumKVHeads) * a.HeadDim * a.DType.Size())
+	return qkvValuesParams{
+		Value: p.QKV + off, VCache: p.VCache, CuSeqlens: p.CuSeqlens, PosOffsets: p.PosOffsets, BlockTables: p.BlockTables,
+		MaxPos: p.MaxPos, NumTokens: p.NumTokens, NumSeqs: p.NumSeqs, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim,
+		ValueTokenStride: p.QKVTokenStride, MaxBlocksPerSeq: p.MaxBlocksPerSeq, BlockSizeLog2: p.BlockSizeLog2,
+		NumBlocks: p.NumBlocks, VScale: p.VScale, Layout: p.Layout,
+	}
 }
 
 // params returns the kernel parameters of a valid a, with fault as the fault

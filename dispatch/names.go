@@ -81,6 +81,8 @@ type nameTables struct {
 	// qkv: by input, fp8 cache, and split (HeadDim%16 == 8: the
 	// _split kernels).
 	qkv [len(activationTypes)][2][2]string
+	// qkvValues: QKVNormRope's V launch (TokenPlan.Values), [input][fp8].
+	qkvValues [len(activationTypes)][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
 	// (1: the _r64 kernels; the 128-row ones at index 0; both the same at
 	// head dim 256, which has only 64-row blocks); varlenMerge: by
@@ -173,6 +175,7 @@ func buildNames() *nameTables {
 			}
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			t.qkv[qi][fp8] = [2]string{"qkv_norm_rope_" + q.String() + cache, "qkv_norm_rope_" + q.String() + cache + "_split"}
+			t.qkvValues[qi][fp8] = "qkv_values_" + q.String() + cache
 			for hi, d := range headDims {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
 				vname := "paged_varlen_" + q.String() + cache + "_hd" + strconv.Itoa(d)
@@ -579,6 +582,7 @@ func KernelNames() []string {
 		for _, split := range tables.qkv[qi] {
 			names = append(names, split[:]...)
 		}
+		names = append(names, tables.qkvValues[qi][:]...)
 	}
 	return names
 }
@@ -654,6 +658,13 @@ func QKVKernelName(dtype, cacheDType DType, headDim int) (string, error) {
 		split = 1
 	}
 	return tables.qkv[ii][ci][split], nil
+}
+
+// qkvValuesKernel returns QKVNormRope's V kernel for valid dtypes.
+func qkvValuesKernel(dtype, cacheDType DType) string {
+	ii, _ := activationIndex(dtype)
+	ci, _ := cacheIndex(dtype, cacheDType)
+	return tables.qkvValues[ii][ci]
 }
 
 // VarlenKernelName returns the varlen attention kernel for q of type dtype,

@@ -112,11 +112,16 @@ func parenthesized(s string) string {
 
 // TokenPlan is what the launcher does for a token-parallel op (cache
 // writes, gathers, RoPE, QKV, conversions): one launch, after a claim
-// launch where Claim names one.
+// launch where Claim names one, before a values launch where Values has a
+// kernel.
 type TokenPlan struct {
 	Launch
 	// Claim names the append page path's first launch (see
 	// AppendPagesMinCover): one thread per token, blocks of AppendThreads,
 	// before Kernel; "" for one launch.
 	Claim string
+	// Values is QKVNormRope's second launch into the x-split and shuffle
+	// layouts (see QKVValuesMinTokens): the V heads, written as an append
+	// writes them, after Kernel wrote q and K; Kernel "" for none.
+	Values Launch
 }

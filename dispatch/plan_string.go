@@ -55,5 +55,8 @@ func (p TokenPlan) String() string {
 	if p.Claim != "" {
 		s += "; after " + p.Claim + " (one thread per token)"
 	}
+	if p.Values.Kernel != "" {
+		s += "; then " + p.Values.describe()
+	}
 	return s
 }

@@ -38,7 +38,22 @@ type QKVShape struct {
 	RotDim                int   // HeadDim or HeadDim/2: floats per cos/sin row
 	DType                 DType // F16 or BF16
 	CacheDType            DType // DType, or E4M3
+	// Laid: the cache is in the x-split or shuffle layout (token-minor V);
+	// NumSeqs: how many sequences the tokens belong to (0 counts as 1).
+	Laid    bool
+	NumSeqs int
 }
+
+// QKVValuesMinTokens is how many tokens per sequence, on average, make
+// PlanQKV write V into a laid cache with a launch of its own (TokenPlan.
+// Values): qkv_norm_rope then leaves V alone, and qkv_values writes it as
+// an append does, 8 or 16 consecutive rows of a page per thread pair as
+// whole 16-byte pieces (through shared memory for 16-bit caches), where
+// qkv_norm_rope stores each token's V element by element, 2 bytes per
+// 32-byte sector. Below it (decode steps: one token per sequence) the
+// rows are scattered anyway and the second launch would only add its cost.
+// 16 is one page run of the token path.
+const QKVValuesMinTokens = 16
 
 // QKVHeadLanes is how many lanes (and units) one head takes: its
 // ceil(headDim/16) units rounded up to a power of two, so that a head's
@@ -99,7 +114,12 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 	if err != nil {
 		return TokenPlan{}, err
 	}
-	units := (a.NumQHeads + 2*a.NumKVHeads) * QKVHeadLanes(a.HeadDim)
+	values := a.Laid && a.NumTokens >= QKVValuesMinTokens*max(a.NumSeqs, 1)
+	heads := a.NumQHeads + 2*a.NumKVHeads
+	if values {
+		heads -= a.NumKVHeads // qkv_values writes V
+	}
+	units := heads * QKVHeadLanes(a.HeadDim)
 	threads := min((units+QKVUnitsPerThread-1)/QKVUnitsPerThread, QKVMaxThreads)
 	threads = (threads + 31) &^ 31
 	perBlock := max(1, qkvBlockThreads/threads)
@@ -114,10 +134,19 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 	}
 	groups := (a.NumTokens + perBlock - 1) / perBlock
 	run := min(max((groups+qkvBlocksPerSM*dev.SMs-1)/(qkvBlocksPerSM*dev.SMs), 1), qkvMaxRun)
-	return TokenPlan{Launch: Launch{
+	plan := TokenPlan{Launch: Launch{
 		Kernel:      kernel,
 		Grid:        Dim3{uint32((groups + run - 1) / run), 1, 1},
 		Block:       Dim3{uint32(threads), uint32(perBlock), 1},
 		SharedBytes: uint32(stages * stage),
-	}}, nil
+	}}
+	if values {
+		rows, err := planRows(AppendShape{NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim},
+			qkvValuesKernel(a.DType, a.CacheDType), AppendGroupTokens)
+		if err != nil {
+			return TokenPlan{}, err
+		}
+		plan.Values = rows.Launch
+	}
+	return plan, nil
 }

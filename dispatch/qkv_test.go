@@ -166,3 +166,33 @@ func TestPlanQKVErrors(t *testing.T) {
 	_, err := PlanQKV(ok, DeviceFacts{Name: "none"})
 	assert.EqualError(t, err, "dispatch: DeviceFacts.SMs=0 is out of range; allowed: 1 or more")
 }
+
+// TestPlanQKVValues checks when V into a laid cache takes its own launch:
+// from QKVValuesMinTokens tokens a sequence on average, never for the flash
+// layout; the first launch then holds the q and K heads only, and the
+// values launch has an append's geometry with the qkv_values kernel.
+func TestPlanQKVValues(t *testing.T) {
+	base := QKVShape{NumQHeads: 32, NumKVHeads: 16, HeadDim: 128, RotDim: 64, DType: BF16, CacheDType: E4M3}
+	for _, tt := range []struct {
+		tokens, seqs int
+		laid, values bool
+	}{
+		{4096, 1, true, true}, {4096, 0, true, true}, {4096, 1, false, false},
+		{16 * 64, 64, true, true}, {16*64 - 1, 64, true, false}, {64, 64, true, false}, {15, 1, true, false},
+	} {
+		a := base
+		a.NumTokens, a.NumSeqs, a.Laid = tt.tokens, tt.seqs, tt.laid
+		p, err := PlanQKV(a, hopper)
+		require.NoError(t, err)
+		if !tt.values {
+			assert.Empty(t, p.Values.Kernel, "%+v", tt)
+			assert.Equal(t, Dim3{128, 1, 1}, p.Block, "%+v: 64 heads of 8 units", tt)
+			continue
+		}
+		assert.Equal(t, Dim3{96, 1, 1}, p.Block, "%+v: 48 heads of 8 units, V left out", tt)
+		rows, err := planRows(AppendShape{NumTokens: tt.tokens, NumKVHeads: 16, HeadDim: 128}, "qkv_values_bf16_e4m3", AppendGroupTokens)
+		require.NoError(t, err)
+		assert.Equal(t, rows.Launch, p.Values, "%+v", tt)
+		assert.Contains(t, p.String(), "; then qkv_values_bf16_e4m3 grid(")
+	}
+}

@@ -172,7 +172,7 @@ __device__ __forceinline__ int stage_index(int i) { return i ^ ((i >> 3) & 7); }
 // group's tile; then every lane stores pieces lane, lane+32, ... of the warp.
 // pair says this lane's pair is a run starting at slot start; it is the same
 // in every lane of a group. Every lane of the warp must call it.
-template <int X>
+template <int X, bool KEYS>
 __device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens], const uint4 (&v)[kGroupTokens],
                                                  bool pair, int64_t start, const TokenGroup& g, void* key_cache,
                                                  void* value_cache, int layout, int num_kv_heads, int head_dim,
@@ -192,7 +192,8 @@ __device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens],
   const int base = grp * group_pieces;
   if (pair) {
 #pragma unroll
-    for (int j = 0; j < kGroupTokens; ++j) k_s[warp][stage_index(base + cl * 16 + g.p * 8 + j)] = k[j];
+    for (int j = 0; j < kGroupTokens; ++j)
+      if constexpr (KEYS) k_s[warp][stage_index(base + cl * 16 + g.p * 8 + j)] = k[j];
     uint4 col[kGroupTokens];
     transpose8x8(v, col);
 #pragma unroll
@@ -218,9 +219,11 @@ __device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens],
     const int h = head_s[warp][gi];
     const int c0 = chunk_s[warp][gi];
     // K: piece pi is row pi % 16 of the run, elements 8·(c0 + pi/16) ..
-    const int64_t kat = cache_place<X>(layout, false, s0 + (pi & 15), h, 8 * (c0 + (pi >> 4)), num_kv_heads, head_dim,
-                                       block_size_log2, &st);
-    store8<2>(key_cache, kat, 1, k_s[warp][stage_index(piece)]);
+    if constexpr (KEYS) {
+      const int64_t kat = cache_place<X>(layout, false, s0 + (pi & 15), h, 8 * (c0 + (pi >> 4)), num_kv_heads,
+                                         head_dim, block_size_log2, &st);
+      store8<2>(key_cache, kat, 1, k_s[warp][stage_index(piece)]);
+    }
     // V: x-split piece pi is element row pi/2, rows 8·(pi%2) ..; shuffle
     // piece pi is x-block pi / (8·cg), element row pi % (8·cg).
     const int half = layout == kLayoutXSplit ? pi & 1 : pi / (8 * cg);
@@ -230,20 +233,29 @@ __device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens],
   }
 }
 
+// MappedSlots is cache_append's default slot source: slot_mapping and the
+// optional remap (resolve_slots). Another source (a struct with kMapped
+// false and resolve(t0, n, slot), as resolve_slots) computes the slots
+// itself, and slot_mapping, slot_remap and fault are then unused.
+struct MappedSlots {
+  static constexpr bool kMapped = true;
+};
+
 // cache_append moves groups of N consecutive tokens per thread: N =
 // kGroupTokens for every layout (the page runs above need 8), or fewer for
 // the flash layout only (PKV_CACHE_APPEND_TOKENS), where every token moves
 // on its own anyway: an fp8 thread converts N·16 elements after its loads,
 // and with N = 8 a small append (T = 64: 1024 threads on 8 SMs) waits on
-// those 128 conversions in a row.
-template <typename In, bool FP8, int N>
+// those 128 conversions in a row. KEYS false moves V alone (key and
+// key_cache unused): QKVNormRope's values (qkv.cu).
+template <typename In, bool FP8, int N, bool KEYS = true, typename Slots = MappedSlots>
 __device__ __forceinline__ void cache_append(
     const In* __restrict__ key, const In* __restrict__ value, void* __restrict__ key_cache,
     void* __restrict__ value_cache, const int64_t* __restrict__ slot_mapping,
     const int64_t* __restrict__ slot_remap, unsigned long long* fault, int64_t num_slots,
     int64_t num_remap, int num_tokens, int num_kv_heads, int head_dim, int64_t key_token_stride,
     int64_t key_head_stride, int64_t value_token_stride, int64_t value_head_stride, float k_scale,
-    float v_scale, int layout, int block_size_log2) {
+    float v_scale, int layout, int block_size_log2, const Slots& source = Slots{}) {
   constexpr int X = FP8 ? 16 : 8;
   constexpr int SIZE = FP8 ? 1 : 2;
   using Vec = typename Raw<SIZE>::vec;
@@ -253,7 +265,11 @@ __device__ __forceinline__ void cache_append(
   if (!token_group<N>(num_tokens, num_kv_heads, head_dim, &g)) g = TokenGroup{0, 0, 0, 0, (int)(threadIdx.x & 1)};
 
   int64_t slot[N];
-  resolve_slots(g.t0, g.n, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
+  if constexpr (Slots::kMapped) {
+    resolve_slots(g.t0, g.n, slot_mapping, slot_remap, num_remap, num_slots, fault, slot);
+  } else {
+    source.resolve(g.t0, g.n, slot);
+  }
   // Every load is issued before the first conversion (fp8) and store: the
   // loads of skipped tokens are predicated off, not branched around, so no
   // token's conversion waits between two tokens' loads.
@@ -263,7 +279,7 @@ __device__ __forceinline__ void cache_append(
     const int64_t t = g.t0 + j;
     kin[j] = vin[j] = make_uint4(0u, 0u, 0u, 0u);
     if (slot[j] >= 0) {
-      kin[j] = load8(key + t * key_token_stride + g.h * key_head_stride + g.d);
+      if constexpr (KEYS) kin[j] = load8(key + t * key_token_stride + g.h * key_head_stride + g.d);
       vin[j] = load8(value + t * value_token_stride + g.h * value_head_stride + g.d);
     }
   }
@@ -284,7 +300,7 @@ __device__ __forceinline__ void cache_append(
       // 16-bit caches, head_dim a power of two (so a group never straddles
       // warps): page runs go through shared memory, see store_pair_tiles.
       if (layout != kLayoutFlash && (head_dim & (head_dim - 1)) == 0 && __any_sync(0xffffffffu, pair)) {
-        store_pair_tiles<X>(k, v, pair, slot[0] - (int64_t)g.p * kGroupTokens, g, key_cache, value_cache, layout,
+        store_pair_tiles<X, KEYS>(k, v, pair, slot[0] - (int64_t)g.p * kGroupTokens, g, key_cache, value_cache, layout,
                             num_kv_heads, head_dim, block_size_log2);
         if (pair) return;
       }
@@ -293,12 +309,14 @@ __device__ __forceinline__ void cache_append(
       // A 16-row run: store i writes pieces 2i and 2i+1 of the run from lanes
       // 0 and 1, one whole 32-byte sector (16-bit; fp8 with the neighbour
       // piece's pair). K rows of consecutive slots are adjacent, X apart.
-      const int64_t start = slot[0] - (int64_t)g.p * kGroupTokens;
-      Vec out[kGroupTokens];
-      pair_interleave(k, g.p, mask, out);
-      const int64_t kat = cache_place<X>(layout, false, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+      if constexpr (KEYS) {
+        const int64_t start = slot[0] - (int64_t)g.p * kGroupTokens;
+        Vec out[kGroupTokens];
+        pair_interleave(k, g.p, mask, out);
+        const int64_t kat = cache_place<X>(layout, false, start, g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
 #pragma unroll
-      for (int i = 0; i < kGroupTokens; ++i) store8<SIZE>(key_cache, kat + (int64_t)(2 * i + g.p) * X, 1, out[i]);
+        for (int i = 0; i < kGroupTokens; ++i) store8<SIZE>(key_cache, kat + (int64_t)(2 * i + g.p) * X, 1, out[i]);
+      }
       Vec col[kGroupTokens];
       transpose8x8(v, col);
       // Element row d+e of each lane's 8 rows is contiguous. x-split: the
@@ -315,7 +333,8 @@ __device__ __forceinline__ void cache_append(
       // K rows of consecutive slots are adjacent: 8 pieces, one per token.
 #pragma unroll
       for (int j = 0; j < kGroupTokens; ++j)
-        store8<SIZE>(key_cache,
+        if constexpr (KEYS)
+          store8<SIZE>(key_cache,
                      cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
                      1, k[j]);
       // Element d+e of the 8 rows starts at vat + e·vs and is contiguous.
@@ -330,9 +349,10 @@ __device__ __forceinline__ void cache_append(
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     if (slot[j] < 0) continue;
-    const int64_t kat = cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
+    int64_t kat = 0;
+    if constexpr (KEYS) kat = cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks);
     const int64_t vat = cache_place<X>(layout, true, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &vs);
-    store8<SIZE>(key_cache, kat, ks, k[j]);
+    if constexpr (KEYS) store8<SIZE>(key_cache, kat, ks, k[j]);
     store8<SIZE>(value_cache, vat, vs, v[j]);
   }
 }

@@ -27,6 +27,7 @@
 //                nothing of that token is written; a position beyond the block
 //                table or a block id outside the pool is recorded and that
 //                token's cache rows are not written (q_out still is).
+//                With value_cache null the V heads are left to qkv_values.
 // head_dim is a multiple of 8 from 16 to 256; the _split kernels serve those
 // whose half is not a multiple of 8 (head_dim % 16 == 8), the others the
 // rest.
@@ -56,7 +57,7 @@
 // DRAM stays busy through the compute and the per-token lookups. Each thread
 // copies exactly the QKV pieces it later reads; the cos/sin rows and the
 // block id are copied once per token and shared, behind one barrier per step.
-#include "cache.cuh"
+#include "append.cuh"
 
 namespace pkv {
 
@@ -210,7 +211,8 @@ __device__ __forceinline__ void qkv_norm_rope(
   constexpr bool split = SPLIT;       // second pieces 8-byte aligned
   const bool narrow = split && (half & 7) != 0 && c == head_units - 1;  // 4 elements of each half
   const int normed = num_q_heads + num_kv_heads;  // heads [0, normed) are normed and rotated
-  const int units = (normed + num_kv_heads) << upr_log2;
+  // Null value_cache: V is qkv_values' (heads [normed, normed + num_kv_heads) skipped).
+  const int units = (normed + (value_cache != nullptr ? num_kv_heads : 0)) << upr_log2;
   const int per_pass = U * (int)blockDim.x;
   const int passes = (units + per_pass - 1) / per_pass;
   const float inv_dim = 1.0f / head_dim;  // exact for a power of two, else rounded once
@@ -481,7 +483,81 @@ __device__ __forceinline__ void qkv_norm_rope(
   }
 }
 
+// TableSlots is the slot source of qkv_values (cache_append): the slot of
+// token t, as qkv_norm_rope places it, from cu_seqlens, pos_offsets and
+// the block table; -1 (skipped, not recorded: qkv_norm_rope records it)
+// where qkv_norm_rope writes no cache row: a position outside [0, max_pos),
+// past the block table, or a block id outside the pool.
+struct TableSlots {
+  static constexpr bool kMapped = false;
+  const int* cu_seqlens;  // null: one sequence
+  const int* pos_offsets;
+  const int* block_tables;
+  int64_t max_pos, num_blocks;
+  int num_seqs, max_blocks_per_seq, block_size_log2;
+
+  // resolve: slot[j] of token t0 + j for j < n, else -1. The sequence of t0
+  // is the last s with cu_seqlens[s] ≤ t0 (0 when none), as find_sequence
+  // has it, found by bisection; later tokens step forward from it.
+  template <int N>
+  __device__ __forceinline__ void resolve(int64_t t0, int n, int64_t (&slot)[N]) const {
+    int s = 0;
+    if (cu_seqlens != nullptr) {
+      int lo = 0, hi = num_seqs - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (cu_seqlens[mid] <= t0) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      s = lo;
+    }
+    int64_t next = cu_seqlens != nullptr && s + 1 < num_seqs ? cu_seqlens[s + 1] : INT64_MAX;
+    int64_t base = pos_offsets[s] - (cu_seqlens != nullptr ? cu_seqlens[s] : 0);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      slot[j] = -1;
+      if (j >= n) continue;
+      const int64_t t = t0 + j;
+      while (t >= next) {  // only with cu_seqlens, s + 1 < num_seqs
+        ++s;
+        base = pos_offsets[s] - next;
+        next = s + 1 < num_seqs ? cu_seqlens[s + 1] : INT64_MAX;
+      }
+      const int64_t pos = base + t;
+      if (pos < 0 || pos >= max_pos) continue;
+      const int64_t page = pos >> block_size_log2;
+      if (page >= max_blocks_per_seq) continue;
+      const int blk = block_tables[(int64_t)s * max_blocks_per_seq + page];
+      if (blk < 0 || blk >= num_blocks) continue;
+      slot[j] = ((int64_t)blk << block_size_log2) | (pos & ((1 << block_size_log2) - 1));
+    }
+  }
+};
+
 }  // namespace pkv
+
+// qkv_values_<in>[_e4m3]: the V heads of qkv (value points at the first V
+// head of token 0, token stride value_token_stride elements) into the
+// x-split or shuffle layout, where qkv_norm_rope (value_cache null) writes
+// Q and K: cache_append's token path without keys, so that 8-token runs of
+// one page are written as whole pieces of token-minor V rather than
+// element by element. Grid and block as cache_append (dispatch.PlanQKV).
+#define PKV_QKV_VALUES(name, In, FP8)                                                              \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                        \
+      const In* value, void* value_cache, const int* cu_seqlens, const int* pos_offsets,           \
+      const int* block_tables, int64_t max_pos, int num_tokens, int num_seqs, int num_kv_heads,    \
+      int head_dim, int64_t value_token_stride, int max_blocks_per_seq, int block_size_log2,       \
+      int64_t num_blocks, float v_scale, int layout) {                                             \
+    const pkv::TableSlots slots{cu_seqlens, pos_offsets, block_tables, max_pos, num_blocks,       \
+                                num_seqs, max_blocks_per_seq, block_size_log2};                    \
+    pkv::cache_append<In, FP8, pkv::kGroupTokens, false>(                                          \
+        nullptr, value, nullptr, value_cache, nullptr, nullptr, nullptr, 0, 0, num_tokens,         \
+        num_kv_heads, head_dim, 0, 0, value_token_stride, head_dim, 1.0f, v_scale, layout,         \
+        block_size_log2, slots);                                                                   \
+  }
 
 #define PKV_QKV(name, In, FP8, SPLIT)                                                             \
   extern "C" __global__ void __launch_bounds__(256) name(                                         \
@@ -508,3 +584,8 @@ PKV_QKV(qkv_norm_rope_f16_split, __half, false, true)
 PKV_QKV(qkv_norm_rope_bf16_split, __nv_bfloat16, false, true)
 PKV_QKV(qkv_norm_rope_f16_e4m3_split, __half, true, true)
 PKV_QKV(qkv_norm_rope_bf16_e4m3_split, __nv_bfloat16, true, true)
+
+PKV_QKV_VALUES(qkv_values_f16, __half, false)
+PKV_QKV_VALUES(qkv_values_bf16, __nv_bfloat16, false)
+PKV_QKV_VALUES(qkv_values_f16_e4m3, __half, true)
+PKV_QKV_VALUES(qkv_values_bf16_e4m3, __nv_bfloat16, true)

@@ -297,6 +297,10 @@ const (
 	QkvNormRopeF16E4m3       = "qkv_norm_rope_f16_e4m3"
 	QkvNormRopeF16E4m3Split  = "qkv_norm_rope_f16_e4m3_split"
 	QkvNormRopeF16Split      = "qkv_norm_rope_f16_split"
+	QkvValuesBf16            = "qkv_values_bf16"
+	QkvValuesBf16E4m3        = "qkv_values_bf16_e4m3"
+	QkvValuesF16             = "qkv_values_f16"
+	QkvValuesF16E4m3         = "qkv_values_f16_e4m3"
 )
 
 // Entry points of rope.ptx (kernels_src/rope.cu).

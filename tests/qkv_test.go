@@ -51,6 +51,21 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 		{Seqs: 4, MaxLen: 90, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 2, MaxLen: 40, QHeads: 4, KVHeads: 2, HeadDim: 256, BlockSize: 1, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, NeoX: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
 		{Seqs: 1, MaxLen: 2000, QHeads: 8, KVHeads: 8, HeadDim: 16, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, HalfRot: true, Layout: pagedkv.LayoutXSplit},
+		// Prefills whose V goes through the values launch (16 or more tokens
+		// a sequence): aligned ones, whose pages are whole runs (shared-memory
+		// tiles for 16-bit caches and power-of-two head dims, the lane-pair
+		// path otherwise), and ones at random offsets, whose runs start
+		// anywhere (8-row runs, single rows at their edges); a sequence
+		// boundary inside a token group; pages of 8 and 32 rows.
+		{Seqs: 1, MaxLen: 500, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, HalfRot: true, Aligned: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 3, MaxLen: 200, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, Varlen: true, Aligned: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 4, MaxLen: 150, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, NeoX: true, Varlen: true, Aligned: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 2, MaxLen: 300, QHeads: 8, KVHeads: 4, HeadDim: 256, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, Aligned: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 2, MaxLen: 300, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, HalfRot: true, Varlen: true, Aligned: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 3, MaxLen: 120, QHeads: 8, KVHeads: 2, HeadDim: 96, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, NeoX: true, Varlen: true, Aligned: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 5, MaxLen: 400, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, Varlen: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 5, MaxLen: 400, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, NeoX: true, HalfRot: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 4, MaxLen: 400, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomQKVShape(g))
@@ -109,6 +124,9 @@ func TestQKVNormRopeFaults(t *testing.T) {
 		// pool outside the good rows changes.
 		{Seqs: 3, MaxLen: 60, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, Varlen: true, Layout: pagedkv.LayoutXSplit, Fault: check.QKVBlockFault},
 		{Seqs: 2, MaxLen: 60, QHeads: 4, KVHeads: 1, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, NeoX: true, Varlen: true, Layout: pagedkv.LayoutShuffle, Fault: check.QKVBlockFault},
+		// The same through the values launch (whole-page runs).
+		{Seqs: 3, MaxLen: 200, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, Varlen: true, Aligned: true, Layout: pagedkv.LayoutXSplit, Fault: check.QKVBlockFault},
+		{Seqs: 3, MaxLen: 200, QHeads: 8, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, NeoX: true, Varlen: true, Aligned: true, Layout: pagedkv.LayoutShuffle, Fault: check.QKVPositionFault},
 	}
 	for _, checking := range []bool{false, true} {
 		t.Run(fmt.Sprintf("check=%v", checking), func(t *testing.T) {

@@ -17,11 +17,15 @@ type QKVShape struct {
 	BlockSize                   int
 	DType, CacheDType           pagedkv.DType
 	Norm, NeoX, HalfRot, Varlen bool
-	PadToken                    int   // extra QKV token stride, a multiple of 8
-	QKVOffset, QOutOffset       int64 // byte offsets of the QKV and QOut views (Buffer.Slice), multiples of 16
-	TableOffset                 int64 // where CosSin starts in its buffer, a multiple of 4 bytes
-	Layout                      pagedkv.CacheLayout
-	Fault                       QKVFault
+	// Aligned makes every sequence start at a position that is a multiple
+	// of 16 and hold a multiple of 16 tokens (at least MaxLen rounded up):
+	// a prefill whose pages are whole runs of 16 rows.
+	Aligned               bool
+	PadToken              int   // extra QKV token stride, a multiple of 8
+	QKVOffset, QOutOffset int64 // byte offsets of the QKV and QOut views (Buffer.Slice), multiples of 16
+	TableOffset           int64 // where CosSin starts in its buffer, a multiple of 4 bytes
+	Layout                pagedkv.CacheLayout
+	Fault                 QKVFault
 }
 
 // QKVFault names a bad device-side value RunQKV plants in the last sequence.
@@ -43,6 +47,9 @@ func (c QKVShape) String() string {
 		c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.Norm, c.NeoX, c.HalfRot, c.Varlen, c.TableOffset)
 	if c.Layout != pagedkv.LayoutFlash {
 		s += "_" + c.Layout.String()
+	}
+	if c.Aligned {
+		s += "_aligned"
 	}
 	switch c.Fault {
 	case QKVPositionFault:
@@ -102,8 +109,12 @@ func RunQKV(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c QKVShape) err
 	maxPosNeeded := 0
 	for i := range lens {
 		lens[i] = 1 + g.IntN(c.MaxLen)
-		cu[i+1] = cu[i] + int32(lens[i])
 		posOff[i] = int32(g.IntN(300))
+		if c.Aligned {
+			lens[i] = (lens[i] + 15) &^ 15
+			posOff[i] &^= 15
+		}
+		cu[i+1] = cu[i] + int32(lens[i])
 		maxPosNeeded = max(maxPosNeeded, int(posOff[i])+lens[i])
 	}
 	tokens := int(cu[c.Seqs])
