@@ -20,14 +20,14 @@
 //   value_cache  num_kv_heads, head_dim], x-split or shuffle), <in> or fp8 e4m3
 //                (/ k_scale, v_scale). K's pieces are contiguous in every
 //                layout; V's are written element by element in the x-split
-//                and shuffle layouts (stride block_size or x). The slot of
+//                and shuffle layouts (stride block_size or x), unless
+//                value_cache is null and qkv_values writes V. The slot of
 //                position p is block_tables[s][p / block_size]·block_size +
 //                p % block_size.
 //                A position outside the cos/sin table is recorded in fault and
 //                nothing of that token is written; a position beyond the block
 //                table or a block id outside the pool is recorded and that
 //                token's cache rows are not written (q_out still is).
-//                With value_cache null the V heads are left to qkv_values.
 // head_dim is a multiple of 8 from 16 to 256; the _split kernels serve those
 // whose half is not a multiple of 8 (head_dim % 16 == 8), the others the
 // rest.
