@@ -191,9 +191,10 @@ __device__ __forceinline__ void store_pair_tiles(const uint4 (&k)[kGroupTokens],
   const int group_pieces = 16 * cg;
   const int base = grp * group_pieces;
   if (pair) {
+    if constexpr (KEYS) {
 #pragma unroll
-    for (int j = 0; j < kGroupTokens; ++j)
-      if constexpr (KEYS) k_s[warp][stage_index(base + cl * 16 + g.p * 8 + j)] = k[j];
+      for (int j = 0; j < kGroupTokens; ++j) k_s[warp][stage_index(base + cl * 16 + g.p * 8 + j)] = k[j];
+    }
     uint4 col[kGroupTokens];
     transpose8x8(v, col);
 #pragma unroll
@@ -331,12 +332,13 @@ __device__ __forceinline__ void cache_append(
     }
     if (run) {
       // K rows of consecutive slots are adjacent: 8 pieces, one per token.
+      if constexpr (KEYS) {
 #pragma unroll
-      for (int j = 0; j < kGroupTokens; ++j)
-        if constexpr (KEYS)
+        for (int j = 0; j < kGroupTokens; ++j)
           store8<SIZE>(key_cache,
-                     cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
-                     1, k[j]);
+                       cache_place<X>(layout, false, slot[j], g.h, g.d, num_kv_heads, head_dim, block_size_log2, &ks),
+                       1, k[j]);
+      }
       // Element d+e of the 8 rows starts at vat + e·vs and is contiguous.
       Vec col[kGroupTokens];
       transpose8x8(v, col);
