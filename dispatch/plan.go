@@ -120,8 +120,8 @@ type TokenPlan struct {
 	// AppendPagesMinCover): one thread per token, blocks of AppendThreads,
 	// before Kernel; "" for one launch.
 	Claim string
-	// Values is QKVNormRope's second launch into the x-split and shuffle
-	// layouts (see QKVValuesMinTokens): the V heads, written as an append
-	// writes them, after Kernel wrote q and K; Kernel "" for none.
+	// Values is QKVNormRope's V launch into the x-split and shuffle layouts
+	// (see QKVValuesMinTokens): the V heads, written as an append writes
+	// them, before Kernel writes q and K; Kernel "" for none.
 	Values Launch
 }

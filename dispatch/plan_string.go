@@ -49,14 +49,14 @@ func (p VarlenPlan) String() string {
 
 // String describes the plan on one line: kernel, grid, block, dynamic shared
 // memory, and for a plan with a claim launch (Claim) "; after <claim> (one
-// thread per token)".
+// thread per token)", with a values launch "; after <values launch> (V)".
 func (p TokenPlan) String() string {
 	s := p.Launch.describe()
 	if p.Claim != "" {
 		s += "; after " + p.Claim + " (one thread per token)"
 	}
 	if p.Values.Kernel != "" {
-		s += "; then " + p.Values.describe()
+		s += "; after " + p.Values.describe() + " (V)"
 	}
 	return s
 }

@@ -193,6 +193,6 @@ func TestPlanQKVValues(t *testing.T) {
 		rows, err := planRows(AppendShape{NumTokens: tt.tokens, NumKVHeads: 16, HeadDim: 128}, "qkv_values_bf16_e4m3", AppendGroupTokens)
 		require.NoError(t, err)
 		assert.Equal(t, rows.Launch, p.Values, "%+v", tt)
-		assert.Contains(t, p.String(), "; then qkv_values_bf16_e4m3 grid(")
+		assert.Contains(t, p.String(), "; after qkv_values_bf16_e4m3 grid(")
 	}
 }

@@ -756,8 +756,10 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		for _, seqs := range seqsGrid {
 			for _, kv := range kvGrid {
 				n++
+				// fp8 rows sweep forced splits where the split count decides
+				// (up to 8 sequences: long contexts over few blocks).
 				c := decodeCase{q: q, cache: cache, lens: uniformLens(seqs, kv), shape: fmt.Sprintf("seqs=%d kv=%d", seqs, kv),
-					hostLens: true, sweep: doSweep && cache != pagedkv.E4M3, balancedAB: cache != pagedkv.E4M3}
+					hostLens: true, sweep: doSweep && (cache != pagedkv.E4M3 || seqs <= 8), balancedAB: cache != pagedkv.E4M3}
 				if float64(c.kvBytes()) > limit {
 					b.status(fmt.Sprintf("skip %s seqs=%d kv=%d: %.0f GB of KV", cache, seqs, kv, float64(c.kvBytes())/1e9))
 					continue
