@@ -127,13 +127,17 @@ for step in $STEPS; do
     # Nsight Compute on single bench rows, one process per row: PROFILE holds
     # lines "op;row regexp (bench -shape);kernel regexp"; the profiled launch
     # is the 4th of the matching kernels (the row's plan, after warm-up).
+    # The metrics add DRAM bytes and L2 sector counts: a store of half
+    # sectors shows as more L2 sectors than bytes/32, and a partial sector
+    # L2 must fill from DRAM as read bytes a write-only stream should not have.
+    ncu_metrics=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum
     i=0
     while IFS=';' read -r op shape kern; do
       [ -z "$op" ] && continue
       i=$((i + 1))
       run "ncu-$i" 150 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
-        --section InstructionStats -k "regex:$kern" --launch-skip 3 --launch-count 1 \
+        --section InstructionStats --metrics "$ncu_metrics" -k "regex:$kern" --launch-skip 3 --launch-count 1 \
         .gpu/pagedkv bench "$op" -shape "$shape" -nosweep -reps 3
       sed -i "1i PROFILE $op;$shape;$kern" "$OUT/ncu-$i.log"
     done <<<"${PROFILE:-"decode;^f16 seqs=1 kv=32768$;paged_decode
@@ -141,7 +145,11 @@ decode;^f16 seqs=32 kv=8192$;paged_decode
 decode;^e4m3 seqs=8 kv=8192$;paged_decode
 decode;^e4m3 seqs=128 kv=512$;paged_decode
 append;T=4096 .*flash prefill slots e4m3$;cache_append
-append;T=4096 .*flash prefill slots$;cache_append"}"
+append;T=4096 .*flash prefill slots$;cache_append
+append;qkv.*T=65536 .*flash$;qkv_norm_rope
+append;qkv.*T=65536 .*x-split$;qkv_norm_rope
+append;qkv.*T=65536 .*x-split$;qkv_values
+decode;^f16 seqs=8 kv=8192 64/4 heads$;paged_decode"}"
     ;;
   bench) run bench 280 .gpu/pagedkv bench -json "$OUT/bench.json" ${BENCH_ARGS:-} ;;
   sanitize)
@@ -168,7 +176,7 @@ for t in memcheck racecheck; do
   done
 done
 for f in "$OUT"/ncu-*.log; do
-  [ -f "$f" ] && { echo "==== $(basename "$f" .log)"; grep -E '^PROFILE|  (Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued Instruction|SM Frequency|Elapsed Cycles|SM Active Cycles|L2 Hit Rate) ' "$f"; }
+  [ -f "$f" ] && { echo "==== $(basename "$f" .log)"; grep -E '^PROFILE|  (Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued Instruction|SM Frequency|Elapsed Cycles|SM Active Cycles|L2 Hit Rate|dram__bytes_read.sum|dram__bytes_write.sum|lts__t_sectors_op_read.sum|lts__t_sectors_op_write.sum) ' "$f"; }
 done
 echo "==== verify"; tail -8 "$OUT/verify.log" 2>/dev/null
 echo "==== bench"; sed -n '/^pagedkv bench on/,$p' "$OUT/bench.log" 2>/dev/null; tail -5 "$OUT/bench.log" 2>/dev/null | grep -v '^ ' 
