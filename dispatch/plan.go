@@ -112,8 +112,8 @@ func parenthesized(s string) string {
 
 // TokenPlan is what the launcher does for a token-parallel op (cache
 // writes, gathers, RoPE, QKV, conversions): one launch, after a claim
-// launch where Claim names one, before a values launch where Values has a
-// kernel.
+// launch where Claim names one, or after a values launch where Values has
+// a kernel.
 type TokenPlan struct {
 	Launch
 	// Claim names the append page path's first launch (see
