@@ -25,6 +25,7 @@ var paramStructs = map[string]reflect.Type{
 	"cache_claim_":        reflect.TypeFor[cacheClaimParams](),
 	"paged_decode_":       reflect.TypeFor[pagedDecodeParams](),
 	"rope_cache_":         reflect.TypeFor[ropeCacheParams](),
+	"rope_values_":        reflect.TypeFor[ropeValuesParams](),
 	"mla_rope_quant_":     reflect.TypeFor[mlaRopeQuantParams](),
 	"mla_concat_q_":       reflect.TypeFor[mlaConcatQParams](),
 	"qkv_norm_rope_":      reflect.TypeFor[qkvNormRopeParams](),

@@ -28,6 +28,13 @@ import (
 //   - The caches, slots, layout and fp8 scales follow AppendArgs: rotated k
 //     (exactly KOut's values) and v go to slot SlotMapping[t]; each KV head is
 //     written once whatever the GQA group.
+//   - In the x-split and shuffle layouts V is token-minor: a second launch
+//     writes it as Append does, runs of 8 or 16 consecutive slots of a page
+//     as whole pieces, where the one launch stores each token's V element
+//     by element. It runs when HostSlotMapping (optional: the host's copy of
+//     SlotMapping, NumKVTokens values, without SlotRemap) shows the slots in
+//     runs, as a prefill's are; without it, from
+//     dispatch.RopeValuesMinTokens tokens.
 //
 // Aliasing: the outputs (QOut, KOut, ZerosOut, KCache, VCache) must not
 // overlap each other or any input (Q, K, V, Positions, PositionDeltas,
@@ -59,6 +66,7 @@ type RopeCacheArgs struct {
 	DType, CacheDType              DType
 	KScale, VScale                 float32
 	Layout                         CacheLayout
+	HostSlotMapping                []int32
 }
 
 const ropeArg = "RopeCacheArgs"
@@ -115,6 +123,9 @@ func (a *RopeCacheArgs) Validate() error {
 	sp := spans{arg: ropeArg}
 	if err := a.target().check(&sp); err != nil {
 		return err
+	}
+	if n := len(a.HostSlotMapping); n != 0 && n != a.kvTokens() {
+		return errf("%s.HostSlotMapping has %d values; allowed: none, or %s=%d", ropeArg, n, a.kvTokensF(), a.kvTokens())
 	}
 	if a.NumQHeads%a.NumKVHeads != 0 {
 		return errf("%s.NumQHeads=%d is not a multiple of NumKVHeads=%d", ropeArg, a.NumQHeads, a.NumKVHeads)
@@ -191,8 +202,22 @@ type ropeCacheParams struct {
 	NeoX, Layout, BlockSizeLog2                            int32
 }
 
+// ropeValuesParams is the parameter list of the rope_values_* kernels, in
+// PTX order (kernels_src/rope.cu).
+type ropeValuesParams struct {
+	V, VCache, Positions, PositionDeltas        driver.DevicePtr
+	MaxPos                                      int64
+	SlotMapping, SlotRemap                      driver.DevicePtr
+	NumRemap, NumSlots                          int64
+	NumTokens, NumKVTokens, NumKVHeads, HeadDim int32
+	VTokenStride, VHeadStride                   int64
+	VScale                                      float32
+	Layout, BlockSizeLog2                       int32
+}
+
 // RopeCache rotates q and k and writes k and v into the paged caches on
-// stream s, in one launch.
+// stream s: one launch, two into the x-split and shuffle layouts where V
+// moves in page runs (see RopeCacheArgs).
 func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 	if err := r.on("RopeCache", s); err != nil {
 		return err
@@ -200,14 +225,36 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	plan, err := dispatch.PlanRope(dispatch.AppendShape{
-		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
-	})
+	plan, err := dispatch.PlanRope(a.shape())
 	if err != nil {
 		return planError(err, "AppendShape", ropeArg)
 	}
 	p := a.params(s.fault)
+	if plan.Values.Kernel != "" {
+		// V first: it records no faults, so a CHECK_BOUNDS error of the
+		// second launch still leaves every valid row written.
+		vp := ropeValuesParams{
+			V: p.V, VCache: p.VCache, Positions: p.Positions, PositionDeltas: p.PositionDeltas, MaxPos: p.MaxPos,
+			SlotMapping: p.SlotMapping, SlotRemap: p.SlotRemap, NumRemap: p.NumRemap, NumSlots: p.NumSlots,
+			NumTokens: p.NumTokens, NumKVTokens: p.NumKVTokens, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim,
+			VTokenStride: p.VTokenStride, VHeadStride: p.VHeadStride, VScale: p.VScale,
+			Layout: p.Layout, BlockSizeLog2: p.BlockSizeLog2,
+		}
+		if err := launchPlan(r, s, &plan.Values, &vp); err != nil {
+			return err
+		}
+		p.VCache = 0 // rope_cache leaves V to rope_values
+	}
 	return launchPlan(r, s, &plan.Launch, &p)
+}
+
+// shape is the planner's view of a valid a.
+func (a *RopeCacheArgs) shape() dispatch.AppendShape {
+	return dispatch.AppendShape{
+		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
+		Flash: a.Layout == LayoutFlash, HostSlots: len(a.HostSlotMapping) != 0,
+		SlotRuns: a.SlotRemap.IsZero() && slotRuns(a.HostSlotMapping),
+	}
 }
 
 // params returns the kernel parameters of a valid a, with fault as the fault

@@ -38,8 +38,9 @@ type AppendShape struct {
 	// SlotRuns: the host's copy of the slots says the tokens come in runs
 	// of consecutive slots (a prefill's: almost every token takes the slot
 	// after its predecessor's), which the token path writes in whole
-	// sectors; such an append keeps the token path.
-	SlotRuns bool
+	// sectors; such an append keeps the token path. HostSlots: the caller
+	// passed the host's copy, so SlotRuns is known (PlanRope).
+	SlotRuns, HostSlots bool
 	// Path chooses between the token and the page path: AppendPathAuto
 	// (the rule of AppendPagesMinCover) or one forced, for tests and
 	// benchmarks. A forced page path still needs an eligible shape.
@@ -170,9 +171,23 @@ func planRows(a AppendShape, kernel string, tokens int) (TokenPlan, error) {
 	}}, nil
 }
 
+// RopeValuesMinTokens is how many tokens make PlanRope write V into an
+// x-split or shuffle cache with a launch of its own (TokenPlan.Values) when
+// the caller passed no host slots: rope_cache then leaves V alone and
+// rope_values writes it as an append does, runs of 8 or 16 consecutive
+// slots of a page as whole 16-byte pieces, where rope_cache stores each
+// token's V element by element (2 bytes per 32-byte sector). A prefill's
+// slots come in such runs; a decode step's are scattered, so that the
+// second launch only adds its own cost (about 2 µs), which at 128 tokens
+// the element-by-element V of a prefill costs too. With host slots the
+// rule is theirs: a values launch exactly when they come in runs.
+const RopeValuesMinTokens = 128
+
 // PlanRope plans a fused RoPE + cache write: one block of TokenThreads per
 // token, NumTokens being every token written to the cache (rotated or
-// KV-only). NumTokens == 0 gives Grid.X == 0.
+// KV-only); into the x-split and shuffle layouts (Flash false), V by a
+// launch of its own where RopeValuesMinTokens or SlotRuns says so, in
+// PlanAppend's token-path geometry. NumTokens == 0 gives Grid.X == 0.
 func PlanRope(a AppendShape) (TokenPlan, error) {
 	switch {
 	case a.NumTokens < 0 || a.NumTokens > math.MaxInt32:
@@ -184,5 +199,22 @@ func PlanRope(a AppendShape) (TokenPlan, error) {
 	if err != nil {
 		return TokenPlan{}, err
 	}
-	return PlanTokens(kernel, a.NumTokens)
+	plan, err := PlanTokens(kernel, a.NumTokens)
+	if err != nil {
+		return TokenPlan{}, err
+	}
+	values := a.SlotRuns
+	if !a.HostSlots {
+		values = a.NumTokens >= RopeValuesMinTokens
+	}
+	if !a.Flash && values {
+		ii, _ := activationIndex(a.DType)
+		ci, _ := cacheIndex(a.DType, a.CacheDType)
+		rows, err := planRows(a, tables.ropeValues[ii][ci], AppendGroupTokens)
+		if err != nil {
+			return TokenPlan{}, err
+		}
+		plan.Values = rows.Launch
+	}
+	return plan, nil
 }

@@ -77,7 +77,9 @@ type nameTables struct {
 	appendPages [len(activationTypes)][2][2]string
 	gather      [3]string // by cache dtype: f16, bf16, e4m3
 	rope        [len(activationTypes)][2]string
-	mla         [len(activationTypes)][2]string // rope+quant, concat
+	// ropeValues: RopeCache's V launch (TokenPlan.Values), [input][fp8].
+	ropeValues [len(activationTypes)][2]string
+	mla        [len(activationTypes)][2]string // rope+quant, concat
 	// qkv: by input, fp8 cache, and split (HeadDim%16 == 8: the
 	// _split kernels).
 	qkv [len(activationTypes)][2][2]string
@@ -174,6 +176,7 @@ func buildNames() *nameTables {
 				t.appendSM90Flash[qi] = t.append[qi][fp8] + "_t" + strconv.Itoa(AppendFlashFP8Tokens) + "_sm90"
 			}
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
+			t.ropeValues[qi][fp8] = "rope_values_" + q.String() + cache
 			t.qkv[qi][fp8] = [2]string{"qkv_norm_rope_" + q.String() + cache, "qkv_norm_rope_" + q.String() + cache + "_split"}
 			t.qkvValues[qi][fp8] = "qkv_values_" + q.String() + cache
 			for hi, d := range headDims {
@@ -615,6 +618,7 @@ func RopeKernelNames() []string {
 	var names []string
 	for qi := range tables.rope {
 		names = append(names, tables.rope[qi][:]...)
+		names = append(names, tables.ropeValues[qi][:]...)
 	}
 	return names
 }

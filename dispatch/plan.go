@@ -120,8 +120,9 @@ type TokenPlan struct {
 	// AppendPagesMinCover): one thread per token, blocks of AppendThreads,
 	// before Kernel; "" for one launch.
 	Claim string
-	// Values is QKVNormRope's V launch into the x-split and shuffle layouts
-	// (see QKVValuesMinTokens): the V heads, written as an append writes
-	// them, before Kernel writes q and K; Kernel "" for none.
+	// Values is the V launch of QKVNormRope and RopeCache into the x-split
+	// and shuffle layouts (see QKVValuesMinTokens, RopeValuesMinTokens): V
+	// written as an append writes it, before Kernel writes q and K; Kernel
+	// "" for none.
 	Values Launch
 }

@@ -537,11 +537,12 @@ func TestKernelNameLists(t *testing.T) {
 	// _cluster twins); the
 	// 16 appends include the page path's claim and page kernels, the 8
 	// qkv_norm_rope kernels their 4 _split twins and the 4 qkv_values
-	// kernels. The dims between the
+	// kernels, the 4 rope_cache kernels the 4 rope_values ones. The dims
+	// between the
 	// powers of two add 16 decode kernels (q dtype × wide and narrow × 4),
 	// their 16 _mods twins, and per q dtype 7 varlen kernels (4 + 3 _r64),
 	// their 7 _mods twins and 4 merges.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+8+4+1+12+2*6+2*(6*5+3+3+5+5)+16+16+2*(7+7+4))
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+12+2*6+2*(6*5+3+3+5+5)+16+16+2*(7+7+4))
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_bf16_hd256_g8_mods")
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")

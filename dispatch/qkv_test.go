@@ -196,3 +196,32 @@ func TestPlanQKVValues(t *testing.T) {
 		assert.Contains(t, p.String(), "; after qkv_values_bf16_e4m3 grid(")
 	}
 }
+
+// TestPlanRopeValues checks when RopeCache writes V by a launch of its own:
+// into the x-split and shuffle layouts only, from RopeValuesMinTokens tokens
+// without host slots, and with them exactly when they come in runs.
+func TestPlanRopeValues(t *testing.T) {
+	for _, tt := range []struct {
+		tokens                 int
+		flash, host, runs, out bool
+	}{
+		{RopeValuesMinTokens, false, false, false, true}, {RopeValuesMinTokens - 1, false, false, false, false},
+		{65536, true, false, false, false}, {65536, true, true, true, false},
+		{16, false, true, true, true}, {65536, false, true, false, false},
+	} {
+		a := AppendShape{NumTokens: tt.tokens, NumKVHeads: 8, HeadDim: 128, DType: F16, CacheDType: E4M3,
+			Flash: tt.flash, HostSlots: tt.host, SlotRuns: tt.runs}
+		p, err := PlanRope(a)
+		require.NoError(t, err)
+		assert.Equal(t, "rope_cache_f16_e4m3", p.Kernel, "%+v", tt)
+		assert.Equal(t, Dim3{uint32(tt.tokens), 1, 1}, p.Grid, "%+v", tt)
+		if !tt.out {
+			assert.Empty(t, p.Values.Kernel, "%+v", tt)
+			continue
+		}
+		rows, err := planRows(a, "rope_values_f16_e4m3", AppendGroupTokens)
+		require.NoError(t, err)
+		assert.Equal(t, rows.Launch, p.Values, "%+v", tt)
+		assert.Contains(t, p.String(), "; after rope_values_f16_e4m3 grid(")
+	}
+}

@@ -26,8 +26,18 @@
 //   value_cache  even, saturated) for _e4m3. k goes in rotated (KV-only tokens
 //                as given), v as given. Slot rules as cache_append (negative
 //                skips, optional remap, out of range recorded and skipped).
+//                A null value_cache leaves V to rope_values (below): rope_cache
+//                then writes q, k_out and K only.
 // Grid: num_kv_tokens blocks of 128 threads, one token each; each KV head is
 // written once whatever the GQA group. No shared memory.
+//
+// rope_values_<in>[_e4m3]: the V rows of a rope_cache call into the x-split
+// or shuffle layout, where V is token-minor and rope_cache would store it
+// element by element: cache_append's token path without keys (append.cuh),
+// so that runs of 8 or 16 consecutive slots of a page are written as whole
+// pieces. Slots as rope_cache resolves them (RopeSlots), faults left to
+// rope_cache. Grid and block as cache_append (dispatch.PlanRope).
+#include "append.cuh"
 #include "rope.cuh"
 
 namespace pkv {
@@ -156,7 +166,8 @@ __device__ __forceinline__ void rope_cache(
       rotate_heads(Flag<false>{});
     }
   }
-  if (slot < 0) return;
+  const bool values = value_cache != nullptr;  // null: rope_values writes V
+  if (slot < 0 || (rotate && !values)) return;
   // V (and, for KV-only tokens, K) go to the cache as given, 8 elements per
   // thread.
   const int vecs = num_kv_heads * (head_dim >> 3);
@@ -164,9 +175,11 @@ __device__ __forceinline__ void rope_cache(
     const int h = i / (head_dim >> 3);
     const int d = (i - h * (head_dim >> 3)) << 3;
     int st;
-    const uint4 vv = load8(v + t * v_token_stride + h * v_head_stride + d);
-    const int64_t va = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
-    store_cache8<In, FP8>(value_cache, va, st, vv, v_scale);
+    if (values) {
+      const uint4 vv = load8(v + t * v_token_stride + h * v_head_stride + d);
+      const int64_t va = cache_place<X>(layout, true, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
+      store_cache8<In, FP8>(value_cache, va, st, vv, v_scale);
+    }
     if (!rotate) {
       const uint4 kk = load8(k + t * k_token_stride + h * k_head_stride + d);
       const int64_t ka = cache_place<X>(layout, false, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
@@ -175,7 +188,49 @@ __device__ __forceinline__ void rope_cache(
   }
 }
 
+// RopeSlots is the slot source of rope_values (cache_append): token t's slot
+// by resolve_slots' rules, faults not recorded (rope_cache records them),
+// and -1 for a rotated token (t < num_tokens) whose position lies outside
+// [0, max_pos), which rope_cache leaves unwritten too.
+struct RopeSlots {
+  static constexpr bool kMapped = false;
+  const int64_t* slot_mapping;
+  const int64_t* slot_remap;
+  int64_t num_remap, num_slots;
+  const int64_t* positions;
+  const int64_t* offsets;  // optional
+  int64_t max_pos;
+  int num_tokens;
+
+  template <int N>
+  __device__ __forceinline__ void resolve(int64_t t0, int n, int64_t (&slot)[N]) const {
+    resolve_slots(t0, n, slot_mapping, slot_remap, num_remap, num_slots, nullptr, slot);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const int64_t t = t0 + j;
+      if (slot[j] < 0 || t >= num_tokens) continue;
+      const int64_t pos = positions[t] + (offsets != nullptr ? offsets[t] : 0);
+      if (pos < 0 || pos >= max_pos) slot[j] = -1;
+    }
+  }
+};
+
 }  // namespace pkv
+
+#define PKV_ROPE_VALUES(name, In, FP8)                                                             \
+  extern "C" __global__ void __launch_bounds__(pkv::kAppendThreads) name(                        \
+      const In* value, void* value_cache, const int64_t* positions, const int64_t* offsets,        \
+      int64_t max_pos, const int64_t* slot_mapping, const int64_t* slot_remap, int64_t num_remap,  \
+      int64_t num_slots, int num_tokens, int num_kv_tokens, int num_kv_heads, int head_dim,        \
+      int64_t value_token_stride, int64_t value_head_stride, float v_scale, int layout,            \
+      int block_size_log2) {                                                                       \
+    const pkv::RopeSlots slots{slot_mapping, slot_remap, num_remap, num_slots, positions, offsets, \
+                               max_pos, num_tokens};                                               \
+    pkv::cache_append<In, FP8, pkv::kGroupTokens, false>(                                          \
+        nullptr, value, nullptr, value_cache, nullptr, nullptr, nullptr, 0, 0, num_kv_tokens,      \
+        num_kv_heads, head_dim, 0, 0, value_token_stride, value_head_stride, 1.0f, v_scale,        \
+        layout, block_size_log2, slots);                                                           \
+  }
 
 #define PKV_ROPE_CACHE(name, In, FP8)                                                             \
   extern "C" __global__ void __launch_bounds__(128) name(                                         \
@@ -199,3 +254,8 @@ PKV_ROPE_CACHE(rope_cache_f16, __half, false)
 PKV_ROPE_CACHE(rope_cache_bf16, __nv_bfloat16, false)
 PKV_ROPE_CACHE(rope_cache_f16_e4m3, __half, true)
 PKV_ROPE_CACHE(rope_cache_bf16_e4m3, __nv_bfloat16, true)
+
+PKV_ROPE_VALUES(rope_values_f16, __half, false)
+PKV_ROPE_VALUES(rope_values_bf16, __nv_bfloat16, false)
+PKV_ROPE_VALUES(rope_values_f16_e4m3, __half, true)
+PKV_ROPE_VALUES(rope_values_bf16_e4m3, __nv_bfloat16, true)

@@ -305,10 +305,14 @@ const (
 
 // Entry points of rope.ptx (kernels_src/rope.cu).
 const (
-	RopeCacheBf16     = "rope_cache_bf16"
-	RopeCacheBf16E4m3 = "rope_cache_bf16_e4m3"
-	RopeCacheF16      = "rope_cache_f16"
-	RopeCacheF16E4m3  = "rope_cache_f16_e4m3"
+	RopeCacheBf16      = "rope_cache_bf16"
+	RopeCacheBf16E4m3  = "rope_cache_bf16_e4m3"
+	RopeCacheF16       = "rope_cache_f16"
+	RopeCacheF16E4m3   = "rope_cache_f16_e4m3"
+	RopeValuesBf16     = "rope_values_bf16"
+	RopeValuesBf16E4m3 = "rope_values_bf16_e4m3"
+	RopeValuesF16      = "rope_values_f16"
+	RopeValuesF16E4m3  = "rope_values_f16_e4m3"
 )
 
 // Entry points of varlen_bf16.ptx (kernels_src/varlen_bf16.cu).

@@ -491,8 +491,9 @@ func (b *bencher) gatherRow(shape, slots string, bytes int64, g *pagedkv.GatherA
 }
 
 // benchRope measures the fused RoPE + cache write (32 q / 8 KV heads, head
-// dim 128, NeoX, half-width table, flash f16 cache): bytes are q, k, v read
-// plus q_out, k_out and both cache rows written.
+// dim 128, NeoX, half-width table, f16 cache; random slots in the flash
+// layout, and at T = 65536 a prefill's slots in every layout): bytes are q,
+// k, v read plus q_out, k_out and both cache rows written.
 func (b *bencher) benchRope() error {
 	const qHeads, kvHeads, headDim, blockSize, maxPos = 32, 8, 128, 16, 4096
 	for _, tokens := range []int{1, 64, 4096, 65536} {
@@ -525,9 +526,31 @@ func (b *bencher) benchRope() error {
 		set.To(&args.SlotMapping)(check.Upload(a, b.s, slots, 8))
 		set.To(&args.CosSin)(check.Upload(a, b.s, cosSin, 4))
 		err := set.Err
+		bytes := float64(2*len(qRaw) + 6*len(kRaw))
 		if err == nil {
 			err = b.row(fmt.Sprintf("rope+cache T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
-				float64(2*len(qRaw)+6*len(kRaw)), func() error { return b.r.RopeCache(b.s, &args) })
+				bytes, func() error { return b.r.RopeCache(b.s, &args) })
+		}
+		// At T = 65536, a prefill's slots (consecutive positions through
+		// shuffled pages) in every layout: V into the x-split and shuffle
+		// layouts by its own launch in page runs.
+		if tokens == 65536 {
+			prefill := make([]int64, tokens)
+			for i, page := range b.g.Perm(args.NumBlocks)[:tokens/blockSize] {
+				for o := range blockSize {
+					prefill[i*blockSize+o] = int64(page*blockSize + o)
+				}
+			}
+			set.To(&args.SlotMapping)(check.Upload(a, b.s, prefill, 8))
+			err = set.Err
+			for _, layout := range allLayouts {
+				if err != nil {
+					break
+				}
+				args.Layout = layout
+				err = b.row(fmt.Sprintf("rope+cache T=%d QH=%d KH=%d D=%d bs=%d %s prefill slots", tokens, qHeads, kvHeads, headDim, blockSize, layout),
+					bytes, func() error { return b.r.RopeCache(b.s, &args) })
+			}
 		}
 		if ferr := a.Free(); err == nil {
 			err = ferr

@@ -18,11 +18,23 @@ type RopeShape struct {
 	NeoX, HalfRot, Offsets, Remap bool
 	Zeros                         bool
 	PadToken                      int // extra input token stride, a multiple of 8
+	// PageRuns maps the tokens like a batch of prefills (PageRunSlots, a
+	// remap moving whole pages), as AppendShape.PageRuns; otherwise each
+	// token gets a random slot. HostSlots passes the host's copy of the
+	// slots (RopeCacheArgs.HostSlotMapping).
+	PageRuns, HostSlots bool
 }
 
 func (c RopeShape) String() string {
-	return fmt.Sprintf("T%d+%d_QH%d_KH%d_D%d_bs%d_%s_%s_%s_neox%v_half%v_off%v_remap%v", c.Tokens, c.KVOnly, c.QHeads,
-		c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.Layout, c.NeoX, c.HalfRot, c.Offsets, c.Remap)
+	slots := "random"
+	if c.PageRuns {
+		slots = "runs"
+	}
+	if c.HostSlots {
+		slots += "+host"
+	}
+	return fmt.Sprintf("T%d+%d_QH%d_KH%d_D%d_bs%d_%s_%s_%s_neox%v_half%v_off%v_remap%v_%s", c.Tokens, c.KVOnly, c.QHeads,
+		c.KVHeads, c.HeadDim, c.BlockSize, c.DType, c.CacheDType, c.Layout, c.NeoX, c.HalfRot, c.Offsets, c.Remap, slots)
 }
 
 // RandomRopeShape draws a random shape: GQA 1/4/8, head dims that are powers
@@ -41,6 +53,8 @@ func RandomRopeShape(g *rand.Rand) RopeShape {
 		Remap:     g.IntN(3) == 0,
 		Zeros:     g.IntN(2) == 0,
 		PadToken:  8 * g.IntN(2),
+		PageRuns:  g.IntN(2) == 0,
+		HostSlots: g.IntN(3) == 0,
 	}
 	if g.IntN(2) == 0 {
 		c.KVOnly = g.IntN(20)
@@ -119,9 +133,17 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 	}
 	numSlots := c.NumBlocks * c.BlockSize
 	p.KCache, p.VCache = RandomCaches(g, numSlots*p.kvElems*c.CacheDType.Size())
-	p.SlotMapping = RandomSlots(g, kvTokens, g.Perm(numSlots))
-	if c.Remap {
-		p.Remap = RandomRemap(g, numSlots)
+	switch {
+	case c.PageRuns:
+		p.SlotMapping = PageRunSlots(g, kvTokens, c.NumBlocks, c.BlockSize)
+		if c.Remap {
+			p.Remap = PageRemap(g, c.NumBlocks, c.BlockSize)
+		}
+	default:
+		p.SlotMapping = RandomSlots(g, kvTokens, g.Perm(numSlots))
+		if c.Remap {
+			p.Remap = RandomRemap(g, numSlots)
+		}
 	}
 	a := &p.Args
 	*a = pagedkv.RopeCacheArgs{
@@ -132,6 +154,12 @@ func NewRopeProblem(r *pagedkv.Runtime, s *pagedkv.Stream, g *rand.Rand, c RopeS
 	}
 	if c.CacheDType == pagedkv.E4M3 {
 		a.KScale, a.VScale = 0.05+g.Float32(), 0.05+g.Float32()
+	}
+	if c.HostSlots {
+		a.HostSlotMapping = make([]int32, kvTokens)
+		for i, v := range p.SlotMapping {
+			a.HostSlotMapping[i] = int32(v)
+		}
 	}
 	var set Setter
 	set.To(&a.Q)(Upload(p.Arena, s, qRaw, 1))
@@ -179,12 +207,10 @@ func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 	size := c.DType.Size()
 	qOut := make([]byte, c.Tokens*p.qElems*size)
 	kOut := make([]byte, c.Tokens*p.kvElems*size)
-	gotK := make([]byte, len(p.KCache))
-	gotV := make([]byte, len(p.VCache))
 	for _, d := range []struct {
 		dst []byte
 		src pagedkv.Buffer
-	}{{qOut, a.QOut}, {kOut, a.KOut}, {gotK, a.KCache}, {gotV, a.VCache}} {
+	}{{qOut, a.QOut}, {kOut, a.KOut}} {
 		if err := pagedkv.Download(s, d.dst, d.src); err != nil {
 			return err
 		}
@@ -208,11 +234,40 @@ func (p *RopeProblem) RunAndCheck(r *pagedkv.Runtime, s *pagedkv.Stream) error {
 			}
 		}
 	}
+	return p.checkCaches(s, kOut, p.SlotMapping)
+}
+
+// CheckCachesSkipping checks both caches after a run in which token skip's
+// position was outside the cos/sin table: every other token's rows are
+// written (k as the run's KOut holds it), none of skip's.
+func (p *RopeProblem) CheckCachesSkipping(s *pagedkv.Stream, skip int) error {
+	kOut := make([]byte, p.Shape.Tokens*p.kvElems*p.Shape.DType.Size())
+	if err := pagedkv.Download(s, kOut, p.Args.KOut); err != nil {
+		return err
+	}
+	slots := append([]int64(nil), p.SlotMapping...)
+	slots[skip] = -1
+	return p.checkCaches(s, kOut, slots)
+}
+
+// checkCaches compares both caches bit for bit with the reference append
+// of kOut (the rotated k of the rotated tokens) and the KV-only tokens' k,
+// and of v, at slots.
+func (p *RopeProblem) checkCaches(s *pagedkv.Stream, kOut []byte, slots []int64) error {
+	c, a := p.Shape, &p.Args
+	gotK := make([]byte, len(p.KCache))
+	gotV := make([]byte, len(p.VCache))
+	if err := pagedkv.Download(s, gotK, a.KCache); err != nil {
+		return err
+	}
+	if err := pagedkv.Download(s, gotV, a.VCache); err != nil {
+		return err
+	}
 	keyFinal := append(append([]byte(nil), kOut...), p.KRaw[len(kOut):]...)
 	expK := append([]byte(nil), p.KCache...)
 	expV := append([]byte(nil), p.VCache...)
 	ref.CacheAppendFlash(ref.CacheAppend{
-		Key: keyFinal, Value: p.VRaw, KCache: expK, VCache: expV, SlotMapping: p.SlotMapping, SlotRemap: p.Remap,
+		Key: keyFinal, Value: p.VRaw, KCache: expK, VCache: expV, SlotMapping: slots, SlotRemap: p.Remap,
 		NumTokens: c.Tokens + c.KVOnly, NumKVHeads: c.KVHeads, HeadDim: c.HeadDim, BlockSize: c.BlockSize, NumBlocks: c.NumBlocks,
 		KTokenStride: p.kvElems, VTokenStride: p.kvElems, KHeadStride: c.HeadDim, VHeadStride: c.HeadDim,
 		DType: ref.DType(c.DType), CacheDType: ref.DType(c.CacheDType), KScale: a.KScale, VScale: a.VScale, Layout: ref.Layout(c.Layout),
