@@ -117,6 +117,9 @@ func (a *DecodeArgs) Validate() error {
 	if err := checkAttentionLayout(decodeArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
 		return err
 	}
+	if a.HeadDim == dispatch.PaddedHeadDim && a.Layout != LayoutFlash {
+		return errf("%s.HeadDim=%d is not supported with Layout=%v; allowed there: Layout=%v (or another head dim)", decodeArg, a.HeadDim, a.Layout, LayoutFlash)
+	}
 	if len(a.HostKVLens) != 0 && len(a.HostKVLens) != a.NumSeqs {
 		return errf("%s.HostKVLens has %d values; allowed: none, or NumSeqs=%d", decodeArg, len(a.HostKVLens), a.NumSeqs)
 	}

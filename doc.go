@@ -15,7 +15,8 @@
 // type or fp8 e4m3 with per-tensor scales, in the flash, x-split or shuffle
 // layout (CacheLayout). Attention takes head dims 64, 80, 96, 112, 128, 192
 // and 256 (80 to 192 over caches of the queries' type, and in Varlen the
-// flash layout) and GQA groups of 1 to 16, and over 16-bit caches the
+// flash layout), Decode also 120 (over the flash layout of a 16-bit cache),
+// and GQA groups of 1 to 16, and over 16-bit caches the
 // score modifiers of current models: a sliding window, logit
 // soft-capping, attention sinks and ALiBi.
 //

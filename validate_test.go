@@ -176,7 +176,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		}, "DecodeArgs.BlockSize=4 is not allowed with the x-split layout and a f16 cache; allowed: 8 to 256"},
 		{"heads", func(a *DecodeArgs) { a.NumQHeads = 30 }, "DecodeArgs.NumQHeads=30 is not a multiple of NumKVHeads=8"},
 		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
-		{"head dim", func(a *DecodeArgs) { a.HeadDim = 72 }, "DecodeArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
+		{"head dim", func(a *DecodeArgs) { a.HeadDim = 72 }, "DecodeArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 120, 128, 192, 256"},
 		{"head dim with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 96, E4M3 }, "DecodeArgs.HeadDim=96 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
 		{"block size", func(a *DecodeArgs) { a.BlockSize = 3 }, "DecodeArgs.BlockSize=3 is not allowed"},
 		{"max kv", func(a *DecodeArgs) { a.MaxKVLen = 257 }, "DecodeArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},

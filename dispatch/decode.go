@@ -744,6 +744,9 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if moreDim(s.HeadDim) && s.CacheDType == E4M3 {
 		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", s.HeadDim)
 	}
+	if paddedDim(s.HeadDim) && s.Layout != LayoutFlash {
+		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with Layout=%v; supported there: %v", s.HeadDim, s.Layout, LayoutFlash)
+	}
 	if s.BlockSize < 1 || s.BlockSize > 256 || s.BlockSize&(s.BlockSize-1) != 0 {
 		return errf("dispatch: DecodeShape.BlockSize=%d is not supported; supported: a power of two from 1 to 256", s.BlockSize)
 	}

@@ -11,15 +11,38 @@ import (
 // instantiated for, the name tables' head-dim index: the powers of two,
 // then the dims between them (moreDim), whose kernels (modules
 // decode_*_dims and varlen_*_dims) read caches of the queries' type only,
-// never run as clusters, and in Varlen the flash layout only.
-var headDims = [...]int{64, 128, 256, 80, 96, 112, 192}
+// never run as clusters, and in Varlen the flash layout only. Head dim 120
+// (paddedDim) has decode kernels only, in tiles of 128.
+var headDims = [...]int{64, 128, 256, 80, 96, 112, 192, 120}
 
-// HeadDimsText lists the attention head dims for error messages.
-const HeadDimsText = "64, 80, 96, 112, 128, 192, 256"
+// HeadDimsText lists the decode head dims for error messages;
+// VarlenHeadDimsText the varlen ones.
+const (
+	HeadDimsText       = "64, 80, 96, 112, 120, 128, 192, 256"
+	VarlenHeadDimsText = "64, 80, 96, 112, 128, 192, 256"
+)
 
 // moreDim reports whether head dim d is one of the dims between the powers
 // of two (see headDims).
 func moreDim(d int) bool { return d&(d-1) != 0 }
+
+// PaddedHeadDim is the head dim whose decode kernels run in tiles of the
+// next power of two (128), its rows zero-padded in shared memory
+// (decode.cuh's DM < D): 120 is no multiple of the mma's k of 16. They
+// read the flash layout of 16-bit caches only; there are no varlen ones.
+const PaddedHeadDim = 120
+
+// paddedDim reports whether head dim d is PaddedHeadDim.
+func paddedDim(d int) bool { return d == PaddedHeadDim }
+
+// tileDim is the head dim of the tiles a kernel for head dim d computes on:
+// d, or for a paddedDim the next power of two.
+func tileDim(d int) int {
+	if paddedDim(d) {
+		return 128
+	}
+	return d
+}
 
 // activationTypes lists the q / input dtypes, in table order.
 var activationTypes = [...]DType{F16, BF16}
@@ -140,6 +163,9 @@ func (t *nameTables) addMoreDim(qi, hi int, name, vname string, d, size int) {
 		t.shape[k] = [2]int{d, size}
 		t.mods[k] = k + "_mods"
 		t.shape[k+"_mods"] = [2]int{d, size}
+	}
+	if paddedDim(d) {
+		return // no varlen kernels
 	}
 	t.varlen[qi][0][hi] = t.addVarlen(vname, "", d, size)
 	for _, k := range t.varlen[qi][0][hi] {
@@ -356,7 +382,8 @@ const (
 // ring stage.
 func decodeSmem(headDim, cacheSize int) (q, stage int) {
 	const tileTokens, rows = 16, 16
-	return rows * headDim * 2, decodeWarps * 2 * tileTokens * headDim * cacheSize
+	d := tileDim(headDim)
+	return rows * d * 2, decodeWarps * 2 * tileTokens * d * cacheSize
 }
 
 // decodeWarps is the warps of a decode block (kDecodeWarps), each with its
@@ -685,8 +712,8 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 		return "", errf("dispatch: VarlenShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype)
 	}
 	hi, ok := headDimIndex(headDim)
-	if !ok {
-		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: %s", headDim, HeadDimsText)
+	if !ok || paddedDim(headDim) {
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: %s", headDim, VarlenHeadDimsText)
 	}
 	if moreDim(headDim) && ci == 1 {
 		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", headDim)

@@ -483,10 +483,11 @@ func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
 func TestKernelNameLists(t *testing.T) {
 	decode := DecodeKernelNames()
 	// q dtype × (wide, e4m3, narrow, e4m3 narrow) × the powers of two,
-	// (wide, narrow) × the dims between them, then the e4m3 ones' _laid
-	// twins.
-	assert.Len(t, decode, 2*4*3+2*2*4+2*2*3)
+	// (wide, narrow) × the dims between them (120 among them), then the
+	// e4m3 ones' _laid twins.
+	assert.Len(t, decode, 2*4*3+2*2*5+2*2*3)
 	assert.Contains(t, decode, "paged_decode_f16_hd80")
+	assert.Contains(t, decode, "paged_decode_bf16_hd120_g8")
 	assert.Contains(t, decode, "paged_decode_bf16_hd192_g8")
 	assert.NotContains(t, decode, "paged_decode_bf16_e4m3_hd96")
 	assert.Contains(t, decode, "paged_decode_f16_e4m3_hd64_laid")
@@ -505,7 +506,8 @@ func TestKernelNameLists(t *testing.T) {
 	cluster := ClusterDecodeKernelNames()
 	// Every decode kernel of a power-of-two head dim has a cluster twin.
 	decode = slices.DeleteFunc(decode, func(n string) bool {
-		return strings.Contains(n, "_hd80") || strings.Contains(n, "_hd96") || strings.Contains(n, "_hd112") || strings.Contains(n, "_hd192")
+		return strings.Contains(n, "_hd80") || strings.Contains(n, "_hd96") || strings.Contains(n, "_hd112") ||
+			strings.Contains(n, "_hd120") || strings.Contains(n, "_hd192")
 	})
 	assert.Len(t, cluster, len(decode))
 	for i := range decode {
@@ -539,10 +541,10 @@ func TestKernelNameLists(t *testing.T) {
 	// qkv_norm_rope kernels their 4 _split twins and the 4 qkv_values
 	// kernels, the 4 rope_cache kernels the 4 rope_values ones. The dims
 	// between the
-	// powers of two add 16 decode kernels (q dtype × wide and narrow × 4),
-	// their 16 _mods twins, and per q dtype 7 varlen kernels (4 + 3 _r64),
-	// their 7 _mods twins and 4 merges.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+12+2*6+2*(6*5+3+3+5+5)+16+16+2*(7+7+4))
+	// powers of two add 20 decode kernels (q dtype × wide and narrow × 5,
+	// 120 among them), their 20 _mods twins, and per q dtype 7 varlen
+	// kernels (4 + 3 _r64; none for 120), their 7 _mods twins and 4 merges.
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+12+2*6+2*(6*5+3+3+5+5)+20+20+2*(7+7+4))
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_bf16_hd256_g8_mods")
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")
@@ -584,7 +586,7 @@ func TestPlanDecodeErrors(t *testing.T) {
 		{"group too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.NumQHeads = 32; s.NumKVHeads = 1 },
 			"dispatch: DecodeShape.NumQHeads=32 / NumKVHeads=1 is a GQA group of 32; supported: 1..16"},
 		{"head dim", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim = 72 },
-			"dispatch: DecodeShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 128, 192, 256"},
+			"dispatch: DecodeShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 120, 128, 192, 256"},
 		{"head dim with fp8", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim, s.CacheDType = 96, E4M3 },
 			"dispatch: DecodeShape.HeadDim=96 is not supported with CacheDType=e4m3; supported there: 64, 128, 256"},
 		{"block size not a power of two", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 24 },

@@ -753,17 +753,23 @@ __device__ __forceinline__ void split_range(int len, int lo, int split, int spli
 // with tokens past end is read whole from its page (block_size ≥ 8 keeps it
 // in one) and those tokens are zeroed once it has landed (zero_tail), as
 // the flash tile's rows past end are zero-filled.
-template <typename C, int D>
+//
+// DM < D (head dim 120 in the tiles of 128, flash layout, 16-bit caches):
+// the cache's rows hold DM elements, chunks CHM… of each tile row are
+// zero-filled (q's are zero too, so the padding adds nothing to a score).
+template <typename C, int D, int DM = D>
 struct DecodeTiles {
   using Smem = DecodeSmem<C, D>;
   static constexpr int CH = Smem::kChunks;
   static constexpr bool kFP8 = sizeof(C) == 1;
+  static constexpr int CHM = DM * (int)sizeof(C) / 16;  // chunks of a cache row
   static constexpr int ROWS_PER_ISSUE = CH >= 32 ? 1 : 32 / CH;  // K/V rows one cp.async instruction covers
   static constexpr int ISSUES = kTileTokens / ROWS_PER_ISSUE;
   // kWholeRows: a warp's cp.async covers whole rows (CH divides 32, or 32
   // divides CH); else issue walks the tile's chunks.
   static constexpr bool kWholeRows = 32 % CH == 0 || CH % 32 == 0;
   static_assert(kWholeRows || kTileTokens * CH % 32 == 0, "whole chunk passes");
+  static_assert(DM == D || (!kFP8 && kWholeRows && DM % 8 == 0 && DM < D), "padded rows: 16-bit, whole-row loads");
 
   const int& start;
   const int& warp;
@@ -837,8 +843,16 @@ struct DecodeTiles {
         const int at = swizzle<CH>(r, chunk) * 16;
         // Pool rows fit in 32 bits (see BadBlock).
         const int64_t off = (int64_t)(((uint32_t)blk << block_size_log2) | ((uint32_t)t & bs_mask)) * row_stride;
-        cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + chunk * 16, ok ? 16 : 0);
-        cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + chunk * 16, ok ? 16 : 0);
+        if constexpr (DM < D) {
+          // A padding chunk is zero-filled from the row's start (nothing read).
+          const bool in = chunk < CHM;
+          const int c16 = in ? chunk * 16 : 0;
+          cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c16, ok && in ? 16 : 0);
+          cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + c16, ok && in ? 16 : 0);
+        } else {
+          cp_async16(kdst + at, reinterpret_cast<const unsigned char*>(k_head + off) + chunk * 16, ok ? 16 : 0);
+          cp_async16(vdst + at, reinterpret_cast<const unsigned char*>(v_head + off) + chunk * 16, ok ? 16 : 0);
+        }
       }
     } else {
       // Each lane keeps one token (K) and one token half (V) for the whole
@@ -1114,7 +1128,7 @@ __device__ __forceinline__ void wide_tile(const DecodeRows<D / 8>& rows, const u
 // (id_cur, id_next), q in shared memory at q_base, the lane's ldmatrix x4
 // row x4_row and its K slot k_slot (see paged_decode), the running state
 // rows, and q_mul, the factor that turns scores into log2 units.
-template <typename C, int D, bool NARROW>
+template <typename C, int D, bool NARROW, int DM = D>
 struct DecodeLoop {
   // q's A fragments stay in registers for the whole loop (KSTEPS·4 of them,
   // 32 at D = 128) instead of being read from shared memory for every tile:
@@ -1124,7 +1138,7 @@ struct DecodeLoop {
   static constexpr bool kQInRegs = sizeof(C) != 1 && !NARROW && D <= 128;
   static constexpr int kAcc = NARROW ? D / 16 : D / 8;
   const int& stages;
-  const DecodeTiles<C, D>& kv;
+  const DecodeTiles<C, D, DM>& kv;
   int& id_cur;
   int& id_next;
   const uint32_t& q_base;
@@ -1171,12 +1185,12 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (*qa)[4], uint32_t (*q
 // read then, two issues ahead of their use, and tile i + stages − 1 is
 // issued while tile i is computed. q must be in shared memory from every
 // thread's part before the call (the barrier here publishes it).
-template <typename T, typename C, int D, bool NARROW, bool LAID, bool MODS>
-__device__ __forceinline__ void attend_tiles(const DecodeLoop<C, D, NARROW>& loop, const ScoreMods& mods) {
+template <typename T, typename C, int D, bool NARROW, bool LAID, bool MODS, int DM = D>
+__device__ __forceinline__ void attend_tiles(const DecodeLoop<C, D, NARROW, DM>& loop, const ScoreMods& mods) {
   using Smem = DecodeSmem<C, D>;
-  constexpr bool kQInRegs = DecodeLoop<C, D, NARROW>::kQInRegs;
+  constexpr bool kQInRegs = DecodeLoop<C, D, NARROW, DM>::kQInRegs;
   constexpr int KSTEPS = D / 16;
-  const DecodeTiles<C, D>& kv = loop.kv;
+  const DecodeTiles<C, D, DM>& kv = loop.kv;
   const int stages = loop.stages;
   int& id_cur = loop.id_cur;
   int& id_next = loop.id_next;
@@ -1306,8 +1320,9 @@ __device__ __forceinline__ void stash_warp(const DecodeRows<NARROW ? D / 16 : D 
 // rows of partial item pitem (the work item's first + split) in
 // partial_out, partial_max and partial_sum, for global_merge. MODS with
 // sinks: the first split adds each head's sink logit (in log2 units) to
-// its max and sum, so every later merge counts it once.
-template <typename T, int D, bool CLUSTER, bool MODS>
+// its max and sum, so every later merge counts it once. Rows in global
+// memory hold DM elements (o_s's hold D; DM < D: padded tiles).
+template <typename T, int D, bool CLUSTER, bool MODS, int DM = D>
 __device__ __forceinline__ void merge_warps(T* __restrict__ out, float* __restrict__ lse,
                                             float* __restrict__ partial_out, float* __restrict__ partial_max,
                                             float* __restrict__ partial_sum, float* o_s,
@@ -1315,9 +1330,10 @@ __device__ __forceinline__ void merge_warps(T* __restrict__ out, float* __restri
                                             float* split_m_s, float* split_l_s, int seq, int pitem, int kvh, int G,
                                             int num_q_heads, int splits, float v_mul, const float* __restrict__ sinks,
                                             bool first_split) {
-  for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
-    const int g = i / D;
-    const int d = i - g * D;
+  static_assert(DM == D || !CLUSTER, "padded tiles merge in global memory");
+  for (int i = threadIdx.x; i < G * DM; i += kDecodeThreads) {
+    const int g = i / DM;
+    const int d = i - g * DM;
     float mx = m_s[0][g];
 #pragma unroll
     for (int w = 1; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w][g]);
@@ -1339,7 +1355,7 @@ __device__ __forceinline__ void merge_warps(T* __restrict__ out, float* __restri
     o = sum > 0.0f ? o * v_mul / sum : 0.0f;
     const int64_t row = (int64_t)seq * num_q_heads + kvh * G + g;
     if (splits == 1) {
-      out[row * D + d] = from_float<T>(o);
+      out[row * DM + d] = from_float<T>(o);
       if (d == 0 && lse != nullptr) lse[row] = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
     } else if constexpr (CLUSTER) {
       // In place: this thread alone reads and writes (g, d) of o_s.
@@ -1350,7 +1366,7 @@ __device__ __forceinline__ void merge_warps(T* __restrict__ out, float* __restri
       }
     } else {
       const int64_t prow = (int64_t)pitem * num_q_heads + kvh * G + g;
-      partial_out[prow * D + d] = o;
+      partial_out[prow * DM + d] = o;
       if (d == 0) {
         partial_max[prow] = mx;
         partial_sum[prow] = sum;
@@ -1388,7 +1404,7 @@ __device__ __forceinline__ bool last_split(unsigned int* __restrict__ counters, 
 // paged_decode_mods): its PTX names are then their function's, and the
 // plain entries' PTX, which recorded JIT images must match byte for byte,
 // does not depend on how the _mods entries are built.
-template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS, bool MODS>
+template <typename T, typename C, int D, bool CLUSTER, bool NARROW, int LAYOUTS, bool MODS, int DM = D>
 __device__ __forceinline__ void decode_block(
     float (&m_s)[kDecodeWarps][kTileRows], float (&l_s)[kDecodeWarps][kTileRows], bool& last_s,
     float (&split_m_s)[kTileRows], float (&split_l_s)[kTileRows],
@@ -1455,7 +1471,15 @@ __device__ __forceinline__ void decode_block(
       const int i = threadIdx.x + j * kDecodeThreads;
       const int g = i / (D / 16);
       x[j][0] = x[j][1] = make_uint4(0u, 0u, 0u, 0u);
-      if (i < GROUPS && g < G) {
+      if constexpr (DM < D) {
+        // Padded tiles: q's elements DM… stay zero.
+        const int e0 = (i % (D / 16)) * 16;
+        if (i < GROUPS && g < G) {
+          const T* src = q + seq * q_seq_stride + (int64_t)(kvh * G + g) * DM + e0;
+          if (e0 < DM) x[j][0] = load8(src);
+          if (e0 + 8 < DM) x[j][1] = load8(src + 8);
+        }
+      } else if (i < GROUPS && g < G) {
         const T* src = q + seq * q_seq_stride + (int64_t)(kvh * G + g) * D + (i % (D / 16)) * 16;
         x[j][0] = load8(src);
         x[j][1] = load8(src + 8);
@@ -1502,13 +1526,13 @@ __device__ __forceinline__ void decode_block(
     id_cur = tile_block_id(table, start, 0, warp, lane, block_size_log2, max_blocks_per_seq);
     id_next = tile_block_id(table, start, 1, warp, lane, block_size_log2, max_blocks_per_seq);
   }
-  const int64_t row_stride = (int64_t)num_kv_heads * D;
-  const C* k_head = k_cache + (int64_t)kvh * D;
-  const C* v_head = v_cache + (int64_t)kvh * D;
+  const int64_t row_stride = (int64_t)num_kv_heads * DM;
+  const C* k_head = k_cache + (int64_t)kvh * DM;
+  const C* v_head = v_cache + (int64_t)kvh * DM;
   BadBlock bad;
   const uint32_t nb = BadBlock::bound(num_blocks);
   const int chunk = lane % Smem::kChunks;
-  const DecodeTiles<C, D> kv{start, warp, lane, mine, end, bad, nb, ring, chunk, block_size_log2, bs_mask,
+  const DecodeTiles<C, D, DM> kv{start, warp, lane, mine, end, bad, nb, ring, chunk, block_size_log2, bs_mask,
                              row_stride, k_head, v_head, k_cache, num_kv_heads, kvh, layout, v_cache, table,
                              max_blocks_per_seq};
 
@@ -1524,10 +1548,13 @@ __device__ __forceinline__ void decode_block(
   // The slot of K tile row x4_row in a piece of the x-split and shuffle
   // layouts' tile: the row itself, for fp8 the slot of its token.
   const int k_slot = kFP8 ? fp8_slot(fp8_token(x4_row)) : x4_row;
-  const DecodeLoop<C, D, NARROW> loop{stages, kv, id_cur, id_next, q_base, x4_row, rows, q_mul, k_slot};
-  // The caller passes a layout the entry reads (LAYOUTS).
-  const bool flash = LAYOUTS == kLayoutsFlash || layout == kLayoutFlash;
-  if (!flash) {
+  const DecodeLoop<C, D, NARROW, DM> loop{stages, kv, id_cur, id_next, q_base, x4_row, rows, q_mul, k_slot};
+  // The caller passes a layout the entry reads (LAYOUTS); padded tiles
+  // read the flash layout only.
+  const bool flash = LAYOUTS == kLayoutsFlash || layout == kLayoutFlash || DM < D;
+  if constexpr (DM < D) {
+    attend_tiles<T, C, D, NARROW, false, MODS, DM>(loop, mods);
+  } else if (!flash) {
     attend_tiles<T, C, D, NARROW, true, MODS>(loop, mods);
   } else {
     attend_tiles<T, C, D, NARROW, false, MODS>(loop, mods);
@@ -1541,7 +1568,7 @@ __device__ __forceinline__ void decode_block(
   float* o_s = reinterpret_cast<float*>(ring);  // [warps][kTileRows][D]
   stash_warp<D, NARROW>(rows, o_s, m_s, l_s, fp8_d, G, warp, lane);
   __syncthreads();
-  merge_warps<T, D, CLUSTER, MODS>(out, lse, partial_out, partial_max, partial_sum, o_s, m_s, l_s, split_m_s,
+  merge_warps<T, D, CLUSTER, MODS, DM>(out, lse, partial_out, partial_max, partial_sum, o_s, m_s, l_s, split_m_s,
                                    split_l_s, seq, item.first + split, kvh, G, num_q_heads, splits,
                                    v_scale * mma_scale<C>(), sinks, split == 0);
   if (splits == 1) {
@@ -1556,7 +1583,8 @@ __device__ __forceinline__ void decode_block(
   if (!last_split(counters, seq, kvh, num_kv_heads, splits, last_s)) {
     return;
   }
-  global_merge<T, D>(out, lse, partial_out, partial_max, partial_sum, (int64_t)item.first * num_q_heads + kvh * G,
+  // Rows in global memory hold DM elements.
+  global_merge<T, DM>(out, lse, partial_out, partial_max, partial_sum, (int64_t)item.first * num_q_heads + kvh * G,
                      (int64_t)seq * num_q_heads + kvh * G, num_q_heads, G, splits,
                      reinterpret_cast<float*>(ring),  // o_s is done
                      m_s[0], l_s[0]);
@@ -1602,6 +1630,34 @@ __device__ __forceinline__ void paged_decode_mods(
   __shared__ bool last_s;
   __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];
   decode_block<T, C, D, false, NARROW, kLayoutsAny, true>(
+      m_s, l_s, last_s, split_m_s, split_l_s, out, lse, partial_out, partial_max, partial_sum,
+      counters, q, k_cache, v_cache, block_tables, kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq,
+      block_size_log2, num_blocks, scale, k_scale, v_scale, work, layout, kv_bias, window, softcap, sinks, alibi);
+}
+
+// paged_decode_padded is the body of the entries for a head dim DM below
+// the tile dim D (PKV_DECODE_PADDED): decode_block over padded tiles of a
+// flash-layout cache of the queries' type, with the score modifiers
+// (MODS) or without (window 0, softcap 0, no sinks or ALiBi); never a
+// cluster. A function of its own, so that the other entries' shared
+// variables keep their names (and their PTX its bytes).
+template <typename T, int D, int DM, bool NARROW, bool MODS>
+__device__ __forceinline__ void paged_decode_padded(
+    T* __restrict__ out, float* __restrict__ lse, float* __restrict__ partial_out,
+    float* __restrict__ partial_max, float* __restrict__ partial_sum,
+    unsigned int* __restrict__ counters, const T* __restrict__ q,
+    const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+    const int* __restrict__ block_tables, const int* __restrict__ kv_lens,
+    unsigned long long* fault, int64_t q_seq_stride, int num_q_heads, int max_blocks_per_seq,
+    int block_size_log2, int64_t num_blocks, float scale, float k_scale, float v_scale,
+    const int4* __restrict__ work, int layout, int kv_bias, int window, float softcap,
+    const float* __restrict__ sinks, const float* __restrict__ alibi) {
+  static_assert(DM < D, "padded tiles");
+  __shared__ float m_s[kDecodeWarps][kTileRows];
+  __shared__ float l_s[kDecodeWarps][kTileRows];
+  __shared__ bool last_s;
+  __shared__ float split_m_s[kTileRows], split_l_s[kTileRows];
+  decode_block<T, T, D, false, NARROW, kLayoutsFlash, MODS, DM>(
       m_s, l_s, last_s, split_m_s, split_l_s, out, lse, partial_out, partial_max, partial_sum,
       counters, q, k_cache, v_cache, block_tables, kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq,
       block_size_log2, num_blocks, scale, k_scale, v_scale, work, layout, kv_bias, window, softcap, sinks, alibi);
@@ -1653,20 +1709,54 @@ __device__ __forceinline__ void paged_decode_mods(
   PKV_DECODE_MODS(prefix##_hd128_g8_mods, T, T, 128, true) \
   PKV_DECODE_MODS(prefix##_hd256_g8_mods, T, T, 256, true)
 
-// PKV_DECODE_MORE_DIMS: the wide, narrow (_g8) and _mods entries, every
-// layout, for the head dims between the powers of two (80, 96, 112, 192)
-// over a cache of the queries' type. Never clusters: their splits merge in
-// global memory.
+// PKV_DECODE_MORE_DIMS: the wide, narrow (_g8) and _mods entries for the
+// head dims between the powers of two over a cache of the queries' type:
+// 80, 96, 112 and 192 in every layout, 120 in tiles of 128 (padded, flash
+// layout only). Never clusters: their splits merge in global memory.
 #define PKV_DECODE_MORE_DIM(prefix, T, D)                                     \
   PKV_DECODE(prefix##_hd##D, T, T, D, false, false, pkv::kLayoutsAny)         \
   PKV_DECODE(prefix##_hd##D##_g8, T, T, D, false, true, pkv::kLayoutsAny)     \
   PKV_DECODE_MODS(prefix##_hd##D##_mods, T, T, D, false)                      \
   PKV_DECODE_MODS(prefix##_hd##D##_g8_mods, T, T, D, true)
+// PKV_DECODE_PADDED defines one entry for head dim DM in tiles of D
+// (paged_decode_padded): PKV_DECODE's parameters, then with MODS the score
+// modifiers as PKV_DECODE_MODS has them.
+#define PKV_DECODE_PADDED(name, T, D, DM, NARROW)                                                     \
+  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                            \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,                 \
+      unsigned int* counters, const T* q, const T* k_cache, const T* v_cache,                         \
+      const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
+      int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
+      float scale, float k_scale, float v_scale, const int4* work, int layout, int kv_bias) {         \
+    pkv::paged_decode_padded<T, D, DM, NARROW, false>(                                                \
+        out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
+        kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
+        scale, k_scale, v_scale, work, layout, kv_bias, 0, 0.0f, nullptr, nullptr);                   \
+  }
+#define PKV_DECODE_MODS_PADDED(name, T, D, DM, NARROW)                                                \
+  extern "C" __global__ void __launch_bounds__(pkv::kDecodeThreads) name(                            \
+      T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum,                 \
+      unsigned int* counters, const T* q, const T* k_cache, const T* v_cache,                         \
+      const int* block_tables, const int* kv_lens, unsigned long long* fault, int64_t q_seq_stride,   \
+      int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,               \
+      float scale, float k_scale, float v_scale, const int4* work, int layout, int kv_bias,           \
+      int window, float softcap, const float* sinks, const float* alibi) {                            \
+    pkv::paged_decode_padded<T, D, DM, NARROW, true>(                                                 \
+        out, lse, partial_out, partial_max, partial_sum, counters, q, k_cache, v_cache, block_tables, \
+        kv_lens, fault, q_seq_stride, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,   \
+        scale, k_scale, v_scale, work, layout, kv_bias, window, softcap, sinks, alibi);               \
+  }
+#define PKV_DECODE_PADDED_DIM(prefix, T, DM, D)                      \
+  PKV_DECODE_PADDED(prefix##_hd##DM, T, D, DM, false)                \
+  PKV_DECODE_PADDED(prefix##_hd##DM##_g8, T, D, DM, true)            \
+  PKV_DECODE_MODS_PADDED(prefix##_hd##DM##_mods, T, D, DM, false)    \
+  PKV_DECODE_MODS_PADDED(prefix##_hd##DM##_g8_mods, T, D, DM, true)
 #define PKV_DECODE_MORE_DIMS(prefix, T)  \
   PKV_DECODE_MORE_DIM(prefix, T, 80)     \
   PKV_DECODE_MORE_DIM(prefix, T, 96)     \
   PKV_DECODE_MORE_DIM(prefix, T, 112)    \
-  PKV_DECODE_MORE_DIM(prefix, T, 192)
+  PKV_DECODE_MORE_DIM(prefix, T, 192)    \
+  PKV_DECODE_PADDED_DIM(prefix, T, 120, 128)
 
 // The _ALL macros define one family for every head dim: entries
 // <prefix>_hd<D><kind><sfx> reading the layouts L (sfx: empty, or _laid

@@ -20,7 +20,8 @@ import (
 var moreDims = []int{80, 96, 112, 192}
 
 // TestHeadDimsDecode runs Decode at every head dim between the powers of
-// two against float64: narrow (groups ≤ 8) and wide kernels, every layout,
+// two against float64: narrow (groups ≤ 8) and wide kernels, every layout
+// (120: the flash layout, in tiles of 128 whose padding must add nothing),
 // block sizes 1 to 256, single-pass, automatic and forced split-K (7 and
 // 64 splits, merged in global memory: these dims have no cluster kernels),
 // and with every score modifier at once.
@@ -34,14 +35,20 @@ func TestHeadDimsDecode(t *testing.T) {
 	auto := runtimes["auto"]
 	g := rng(t)
 	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
-	for i, d := range moreDims {
+	for i, d := range append(moreDims, dispatch.PaddedHeadDim) {
 		dt := []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[i%2]
+		laid := func(l pagedkv.CacheLayout) pagedkv.CacheLayout {
+			if d == dispatch.PaddedHeadDim {
+				return pagedkv.LayoutFlash
+			}
+			return l
+		}
 		shapes := []check.DecodeShape{
 			{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 80, DType: dt, CacheDType: dt, MaxLen: 1200},
 			{Seqs: 3, QHeads: 24, KVHeads: 2, HeadDim: d, BlockSize: 1, MaxBlocksPerSeq: 700, DType: dt, CacheDType: dt, MaxLen: 700},
 			{Seqs: 5, QHeads: 5, KVHeads: 5, HeadDim: d, BlockSize: 256, MaxBlocksPerSeq: 9, DType: dt, CacheDType: dt, MaxLen: 2100},
-			{Seqs: 2, QHeads: 48, KVHeads: 3, HeadDim: d, BlockSize: 8, MaxBlocksPerSeq: 150, DType: dt, CacheDType: dt, MaxLen: 1111, Layout: layouts[1+i%2]},
-			{Seqs: 6, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 32, MaxBlocksPerSeq: 40, DType: dt, CacheDType: dt, MaxLen: 1250, Layout: layouts[2-i%2]},
+			{Seqs: 2, QHeads: 48, KVHeads: 3, HeadDim: d, BlockSize: 8, MaxBlocksPerSeq: 150, DType: dt, CacheDType: dt, MaxLen: 1111, Layout: laid(layouts[1+i%2])},
+			{Seqs: 6, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 32, MaxBlocksPerSeq: 40, DType: dt, CacheDType: dt, MaxLen: 1250, Layout: laid(layouts[2-i%2])},
 		}
 		for _, c := range shapes {
 			t.Run(c.String(), func(t *testing.T) {
@@ -144,6 +151,35 @@ func TestHeadDimsRefused(t *testing.T) {
 			assert.ErrorIs(t, err, dispatch.ErrInvalidShape)
 		})
 	}
+}
+
+// TestHeadDim120Refused: head dim 120 has decode kernels over 16-bit
+// flash-layout caches only; the x-split layout, fp8 caches, Varlen and a
+// multi-token SequenceAttention are refused before any launch, naming the
+// field, and a one-token SequenceAttention runs as Decode.
+func TestHeadDim120Refused(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	d := dispatch.PaddedHeadDim
+	for _, c := range []struct {
+		shape check.DecodeShape
+		want  string
+	}{
+		{check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 100, Layout: pagedkv.LayoutXSplit},
+			"DecodeArgs.HeadDim=120 is not supported with Layout=x-split"},
+		{check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 100},
+			"DecodeArgs.HeadDim=120 is not supported with CacheDType=e4m3"},
+	} {
+		p := decodeProblem(t, r, r.Stream(), g, c.shape)
+		_, _, err := p.Run(r, r.Stream())
+		require.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
+		assert.ErrorContains(t, err, c.want)
+	}
+	vc := check.VarlenShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 20, MaxKV: 100, Causal: true}
+	v := varlenProblem(t, r, r.Stream(), g, vc)
+	_, _, err := v.Run(r, r.Stream())
+	require.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "VarlenArgs.HeadDim=120 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256")
 }
 
 // TestHeadDimsSequence runs SequenceAttention (one sequence's new tokens:

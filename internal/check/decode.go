@@ -29,13 +29,13 @@ func (c DecodeShape) String() string {
 }
 
 // RandomDecodeShape draws a small random decode shape covering every head
-// dim, group size 1..16, block sizes 1..256, both dtypes and fp8 caches
-// (at head dims 64, 128 and 256, the ones they serve).
+// dim (DecodeHeadDims), group size 1..16, block sizes 1..256, both dtypes
+// and fp8 caches (at head dims 64, 128 and 256, the ones they serve).
 func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	c := DecodeShape{
 		Seqs:      1 + g.IntN(12),
 		KVHeads:   1 + g.IntN(4),
-		HeadDim:   HeadDims[g.IntN(len(HeadDims))],
+		HeadDim:   DecodeHeadDims[g.IntN(len(DecodeHeadDims))],
 		BlockSize: 1 << g.IntN(9),
 		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 	}
@@ -47,17 +47,21 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	c.MaxLen = 1 + g.IntN(3000)
 	c.MaxBlocksPerSeq = (c.MaxLen+c.BlockSize-1)/c.BlockSize + g.IntN(3)
 	// The x-split and shuffle layouts: blocks of x (8 for 16-bit caches, 16
-	// for e4m3) or more.
-	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 {
+	// for e4m3) or more; not at head dim 120 (the flash layout only).
+	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 && c.HeadDim != 120 {
 		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
 	}
 	return c
 }
 
-// HeadDims lists the attention head dims; the ones between the powers of
-// two take caches of the queries' type only, and in Varlen the flash
-// layout only.
-var HeadDims = []int{64, 80, 96, 112, 128, 192, 256}
+// HeadDims lists the attention head dims of every attention op; the ones
+// between the powers of two take caches of the queries' type only, and in
+// Varlen the flash layout only. DecodeHeadDims adds 120, which Decode
+// alone takes (over the flash layout, in tiles of 128).
+var (
+	HeadDims       = []int{64, 80, 96, 112, 128, 192, 256}
+	DecodeHeadDims = []int{64, 80, 96, 112, 120, 128, 192, 256}
+)
 
 // PowerOfTwo reports whether head dim d is 64, 128 or 256 (a power of
 // two), whose kernels serve every cache type and layout.
