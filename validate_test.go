@@ -178,6 +178,9 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
 		{"head dim", func(a *DecodeArgs) { a.HeadDim = 72 }, "DecodeArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 120, 128, 192, 256"},
 		{"head dim with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 96, E4M3 }, "DecodeArgs.HeadDim=96 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
+		{"head dim 120 with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 120, E4M3 }, "DecodeArgs.HeadDim=120 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
+		{"head dim 120 laid", func(a *DecodeArgs) { a.HeadDim, a.Layout = 120, LayoutShuffle },
+			"DecodeArgs.HeadDim=120 is not supported with Layout=shuffle; allowed there: Layout=flash (or another head dim)"},
 		{"block size", func(a *DecodeArgs) { a.BlockSize = 3 }, "DecodeArgs.BlockSize=3 is not allowed"},
 		{"max kv", func(a *DecodeArgs) { a.MaxKVLen = 257 }, "DecodeArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
 		{"q small", func(a *DecodeArgs) { a.Q.Bytes -= 2 }, "DecodeArgs.Q holds"},
@@ -259,6 +262,11 @@ func TestRopeCacheArgsValidate(t *testing.T) {
 		{"max pos", func(a *RopeCacheArgs) { a.MaxPos = 0 }, "RopeCacheArgs.MaxPos=0 is out of range"},
 		{"kv tokens big", func(a *RopeCacheArgs) { a.NumKVTokens = 1 << 31 }, "RopeCacheArgs.NumKVTokens=2147483648 is out of range; allowed: 0..1073741824"},
 		{"kv tokens slots", func(a *RopeCacheArgs) { a.NumKVTokens = 12 }, "RopeCacheArgs.SlotMapping holds 80 bytes; the shapes need 96"},
+		{"host slots", func(a *RopeCacheArgs) { a.HostSlotMapping = make([]int32, 9) }, "RopeCacheArgs.HostSlotMapping has 9 values; allowed: none, or NumTokens=10"},
+		{"host slots kv", func(a *RopeCacheArgs) {
+			a.NumKVTokens, a.SlotMapping.Bytes, a.HostSlotMapping = 11, 88, make([]int32, 10)
+		},
+			"RopeCacheArgs.HostSlotMapping has 10 values; allowed: none, or NumKVTokens=11"},
 		{"kv tokens k", func(a *RopeCacheArgs) { a.NumKVTokens, a.SlotMapping.Bytes = 12, 96 }, "RopeCacheArgs.K holds 2560 bytes; the shapes need 3072"},
 		{"v stride", func(a *RopeCacheArgs) { a.VTokenStride = 100 }, "RopeCacheArgs.VTokenStride=100 is not allowed"},
 		{"q heads", func(a *RopeCacheArgs) { a.NumQHeads = 1<<16 + 2 }, "RopeCacheArgs.NumQHeads=65538 is out of range; allowed: 1..65536"},
@@ -926,6 +934,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"head dim", func(a *VarlenArgs) { a.HeadDim = 72 }, "VarlenArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
 		{"head dim with fp8", func(a *VarlenArgs) { a.HeadDim, a.CacheDType = 112, E4M3 }, "VarlenArgs.HeadDim=112 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
 		{"head dim big", func(a *VarlenArgs) { a.HeadDim = 512 }, "VarlenArgs.HeadDim=512 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
+		{"head dim 120", func(a *VarlenArgs) { a.HeadDim = 120 }, "VarlenArgs.HeadDim=120 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256 (head dim 120 runs in Decode only)"},
 		{"seqs", func(a *VarlenArgs) { a.NumSeqs = 0 }, "VarlenArgs.NumSeqs=0 is out of range; allowed: 1..16777216"},
 		{"seqs big", func(a *VarlenArgs) { a.NumSeqs = 1<<24 + 1 }, "VarlenArgs.NumSeqs=16777217 is out of range; allowed: 1..16777216"},
 		{"kv heads", func(a *VarlenArgs) { a.NumKVHeads = 0 }, "VarlenArgs.NumKVHeads=0 is out of range; allowed: 1..65535"},
@@ -1111,6 +1120,9 @@ func TestSequenceArgsValidate(t *testing.T) {
 		{"kv past the table", func(a *SequenceArgs) { a.HostKVLens = []int32{257} }, "SequenceArgs.HostKVLens[0]=257 exceeds MaxBlocksPerSeq·BlockSize=256"},
 		{"out too small", func(a *SequenceArgs) { a.Out.Bytes-- }, "SequenceArgs.Out holds"},
 		{"decode kv lens missing", func(a *SequenceArgs) { a.QLen, a.Q.Bytes, a.Out.Bytes = 1, 16*128*2, 16*128*2 }, "SequenceArgs.KVLens"},
+		{"head dim 120 over tokens", func(a *SequenceArgs) {
+			a.HeadDim, a.Q.Bytes, a.Out.Bytes, a.KCache.Bytes, a.VCache.Bytes = 120, 40*16*120*2, 40*16*120*2, 64*16*4*120*2, 64*16*4*120*2
+		}, "SequenceArgs.HeadDim=120 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256 (head dim 120 runs in Decode only)"},
 		{"decode q stride", func(a *SequenceArgs) {
 			a.QLen, a.Q.Bytes, a.Out.Bytes, a.KVLens, a.QTokenStride = 1, 16*128*2, 16*128*2, fakeBuffer(4), 12
 		}, "SequenceArgs.QTokenStride=12 is not allowed"},
