@@ -58,8 +58,8 @@ import (
 //     pages wholly before the window are not read: the plan splits the
 //     window, not the sequence. Sinks (f32 [NumQHeads]) add exp(Sinks[h]) to
 //     head h's softmax denominator, a logit that attends no value (gpt-oss);
-//     LSE includes it. They need a cache of the queries' type (CacheDType =
-//     DType), and run as plain split-K, never as clusters.
+//     LSE includes it. Every cache dtype and layout takes them; they run as
+//     plain split-K, never as clusters.
 //
 // Aliasing: Out and LSE must not overlap each other or any input; the inputs
 // may overlap one another (they are only read). Workspace must not overlap
@@ -132,7 +132,7 @@ func (a *DecodeArgs) Validate() error {
 		return err
 	}
 	mods := a.mods()
-	if err := mods.check(decodeArg, &sp, a.NumQHeads, a.DType, a.CacheDType); err != nil {
+	if err := mods.check(decodeArg, &sp, a.NumQHeads); err != nil {
 		return err
 	}
 	if _, err := p.qRows(&sp, a.Q, a.NumSeqs, a.QTokenStride, "NumSeqs", "QTokenStride"); err != nil {

@@ -16,9 +16,9 @@
 // layout (CacheLayout). Attention takes head dims 64, 80, 96, 112, 128, 192
 // and 256 (80 to 192 over caches of the queries' type, and in Varlen the
 // flash layout), Decode also 120 (over the flash layout of a 16-bit cache),
-// and GQA groups of 1 to 16, and over 16-bit caches the
-// score modifiers of current models: a sliding window, logit
-// soft-capping, attention sinks and ALiBi.
+// and GQA groups of 1 to 16, and the score modifiers of current models: a
+// sliding window, logit soft-capping, attention sinks and ALiBi (Varlen:
+// over the flash layout).
 //
 // A Runtime owns one device: its primary context, the modules it has loaded,
 // its streams and their split-K scratch pools; it is safe for concurrent use.

@@ -23,10 +23,9 @@ func (m *scoreMods) on() bool {
 	return m.window != 0 || m.softCap != 0 || !m.sinks.IsZero() || !m.alibi.IsZero()
 }
 
-// check validates m for an op of arg over numQHeads heads whose cache is
-// cacheDType and queries dtype, recording Sinks and AlibiSlopes as read
-// spans.
-func (m *scoreMods) check(arg string, sp *spans, numQHeads int, dtype, cacheDType DType) error {
+// check validates m for an op of arg over numQHeads heads, recording Sinks
+// and AlibiSlopes as read spans. Every cache dtype has kernels for them.
+func (m *scoreMods) check(arg string, sp *spans, numQHeads int) error {
 	if m.window < 0 || m.window > maxSlidingWindow {
 		return errf("%s.SlidingWindow=%d is out of range; allowed: 0 (none) or 1..%d", arg, m.window, maxSlidingWindow)
 	}
@@ -35,10 +34,6 @@ func (m *scoreMods) check(arg string, sp *spans, numQHeads int, dtype, cacheDTyp
 	}
 	if !m.on() {
 		return nil
-	}
-	if cacheDType != dtype {
-		return errf("%s: SlidingWindow, SoftCap, Sinks and AlibiSlopes with CacheDType=%v are not supported; allowed: CacheDType=DType (%v)",
-			arg, cacheDType, dtype)
 	}
 	for _, b := range [...]struct {
 		field string

@@ -202,13 +202,18 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"soft-cap negative", func(a *DecodeArgs) { a.SoftCap = -30 }, "DecodeArgs.SoftCap=-30 is not allowed"},
 		{"sinks small", func(a *DecodeArgs) { a.Sinks = fakeBuffer(31 * 4) }, "DecodeArgs.Sinks holds 124 bytes; the shapes need 128"},
 		{"alibi misaligned", func(a *DecodeArgs) { a.AlibiSlopes = fakeBuffer(1024); a.AlibiSlopes.Ptr += 2 }, "DecodeArgs.AlibiSlopes pointer"},
-		{"mods fp8", func(a *DecodeArgs) { a.CacheDType, a.KScale, a.VScale, a.SlidingWindow = E4M3, 1, 1, 4096 },
-			"DecodeArgs: SlidingWindow, SoftCap, Sinks and AlibiSlopes with CacheDType=e4m3 are not supported; allowed: CacheDType=DType (f16)"},
+		{"mods fp8 head dim", func(a *DecodeArgs) { a.CacheDType, a.KScale, a.VScale, a.SlidingWindow, a.HeadDim = E4M3, 1, 1, 4096, 96 },
+			"DecodeArgs.HeadDim=96 is not supported with CacheDType=e4m3"},
 	}
 	expectErrors(t, goodDecode, cases)
 	mods := goodDecode()
 	mods.SlidingWindow, mods.SoftCap, mods.Sinks, mods.AlibiSlopes = 4096, 50, fakeBuffer(128), fakeBuffer(128)
 	require.NoError(t, mods.Validate(), "every modifier")
+	for _, layout := range []CacheLayout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+		fp8 := mods
+		fp8.CacheDType, fp8.KScale, fp8.VScale, fp8.Layout = E4M3, 0.5, 0.5, layout
+		require.NoError(t, fp8.Validate(), "every modifier over an e4m3 cache, %v layout", layout)
+	}
 }
 
 func goodGather() GatherArgs {
@@ -1025,9 +1030,9 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"soft-cap", func(a *VarlenArgs) { a.SoftCap = float32(math.Inf(1)) }, "VarlenArgs.SoftCap=+Inf is not allowed; allowed: 0 (off) or a finite value > 0"},
 		{"sinks small", func(a *VarlenArgs) { a.Sinks = fakeBuffer(15 * 4) }, "VarlenArgs.Sinks holds 60 bytes; the shapes need 64"},
 		{"alibi over out", func(a *VarlenArgs) { a.AlibiSlopes = Buffer{Ptr: a.Out.Ptr, Bytes: 64} }, "VarlenArgs.AlibiSlopes"},
-		{"mods fp8", func(a *VarlenArgs) {
-			a.CacheDType, a.KScale, a.VScale, a.SoftCap = E4M3, 1, 1, 30
-		}, "VarlenArgs: SlidingWindow, SoftCap, Sinks and AlibiSlopes with CacheDType=e4m3 are not supported; allowed: CacheDType=DType (bf16)"},
+		{"mods fp8 layout", func(a *VarlenArgs) {
+			a.CacheDType, a.KScale, a.VScale, a.SoftCap, a.Layout = E4M3, 1, 1, 30, LayoutXSplit
+		}, "VarlenArgs: SlidingWindow, SoftCap, Sinks and AlibiSlopes with Layout=x-split are not supported; allowed: Layout=flash"},
 		{"mods layout", func(a *VarlenArgs) { a.Layout, a.Sinks = LayoutShuffle, fakeBuffer(64) },
 			"VarlenArgs: SlidingWindow, SoftCap, Sinks and AlibiSlopes with Layout=shuffle are not supported; allowed: Layout=flash"},
 	}
@@ -1035,6 +1040,8 @@ func TestVarlenArgsValidate(t *testing.T) {
 	mods := goodVarlen()
 	mods.SlidingWindow, mods.SoftCap, mods.Sinks, mods.AlibiSlopes = 4096, 50, fakeBuffer(64), fakeBuffer(64)
 	require.NoError(t, mods.Validate(), "every modifier")
+	mods.CacheDType, mods.KScale, mods.VScale = E4M3, 0.5, 0.5
+	require.NoError(t, mods.Validate(), "every modifier over an e4m3 cache")
 }
 
 // TestVarlenTotalQTokensBound pins the NumTokens bound against two

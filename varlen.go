@@ -75,7 +75,7 @@ import (
 //     i): SlidingWindow > 0 attends keys p−SlidingWindow+1 … p only (it needs
 //     Causal), and a block of queries reads no page before its first
 //     query's window, so a long prompt costs what its windows cover. They
-//     need the flash layout and a cache of the queries' type.
+//     need the flash layout (any cache dtype).
 //
 // Aliasing: Out and LSE must not overlap each other or any input; inputs may
 // overlap one another. Workspace must not overlap any other buffer. Validate
@@ -269,7 +269,7 @@ func (a *VarlenArgs) mods() scoreMods {
 // the call has kernels for them (a window needs Causal; the flash layout).
 func (a *VarlenArgs) checkMods(sp *spans) error {
 	m := a.mods()
-	if err := m.check(varlenArg, sp, a.NumQHeads, a.DType, a.CacheDType); err != nil || !m.on() {
+	if err := m.check(varlenArg, sp, a.NumQHeads); err != nil || !m.on() {
 		return err
 	}
 	if a.SlidingWindow > 0 && !a.Causal {

@@ -240,8 +240,8 @@ type DecodeShape struct {
 	// layouts take the _laid kernels (DecodeLayoutKernel).
 	Layout Layout
 	// Mods: the decode modifies its scores (a sliding window, soft-cap,
-	// sinks or ALiBi), which the _mods kernels do (DecodeModsKernel; caches
-	// of the queries' type only, never as clusters). SlidingWindow > 0 is
+	// sinks or ALiBi), which the _mods kernels do (DecodeModsKernel; every
+	// cache dtype and layout, never as clusters). SlidingWindow > 0 is
 	// the window: each query reads at most its last SlidingWindow tokens
 	// (one page more, for alignment), so the plan splits that much, and a
 	// batch is never balanced (its partition would split whole lengths).
@@ -780,9 +780,6 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	}
 	if _, ok := cacheIndex(s.DType, s.CacheDType); !ok {
 		return errCacheDType(s.CacheDType, s.DType)
-	}
-	if s.Mods && s.CacheDType != s.DType {
-		return errf("dispatch: DecodeShape.Mods with CacheDType=%v is not supported; allowed: CacheDType=DType=%v (the modifiers have 16-bit cache kernels only)", s.CacheDType, s.DType)
 	}
 	if s.SlidingWindow < 0 || (s.SlidingWindow > 0 && !s.Mods) {
 		return errf("dispatch: DecodeShape.SlidingWindow=%d is not allowed; allowed: 0, or > 0 with Mods", s.SlidingWindow)

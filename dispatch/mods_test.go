@@ -10,7 +10,7 @@ import (
 
 // TestPlanDecodeMods: score modifiers take the _mods kernels, never
 // clusters; a window plans as a batch of window-long sequences and is never
-// balanced; fp8 caches are refused.
+// balanced; fp8 caches take their e4m3 twins in every layout.
 func TestPlanDecodeMods(t *testing.T) {
 	dev := h200()
 	base := DecodeShape{NumSeqs: 8, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, BlockSize: 16, MaxKVLen: 32768,
@@ -43,11 +43,15 @@ func TestPlanDecodeMods(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 
-	fp8 := base
-	fp8.Mods, fp8.CacheDType = true, E4M3
-	_, err = PlanDecode(fp8, dev, DefaultKnobs())
-	assert.ErrorIs(t, err, ErrInvalidShape)
-	assert.ErrorContains(t, err, "DecodeShape.Mods with CacheDType=e4m3 is not supported")
+	// fp8 caches: the e4m3 _mods twins, every layout, never clusters.
+	for _, layout := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+		fp8 := base
+		fp8.Mods, fp8.CacheDType, fp8.Layout = true, E4M3, layout
+		p, err := PlanDecode(fp8, dev, DefaultKnobs())
+		require.NoError(t, err, layout)
+		assert.Equal(t, "paged_decode_f16_e4m3_hd128_g8_mods", p.Kernel, layout)
+		assert.Zero(t, p.Cluster, layout)
+	}
 	noMods := base
 	noMods.SlidingWindow = 10
 	_, err = PlanDecode(noMods, dev, DefaultKnobs())
@@ -56,11 +60,13 @@ func TestPlanDecodeMods(t *testing.T) {
 
 // TestPlanVarlenMods: score modifiers take the _mods twin of the kernel the
 // shape would take (the 32-key one for a _k64 choice); a window sizes the
-// splits from the KV one block reads, not MaxKVLen; fp8 caches, other
-// layouts and a window without Mods are refused.
+// splits from the KV one block reads, not MaxKVLen; fp8 caches take their
+// e4m3 twins; other layouts and a window without Mods are refused.
 func TestPlanVarlenMods(t *testing.T) {
 	dev := varlenDev()
-	for _, s := range []VarlenShape{prefill(8, 2048, 2048), prefill(8, 16, 8192), prefill(1, 300, 300)} {
+	fp8 := prefill(8, 2048, 2048)
+	fp8.CacheDType = E4M3
+	for _, s := range []VarlenShape{prefill(8, 2048, 2048), prefill(8, 16, 8192), prefill(1, 300, 300), fp8} {
 		plain, err := PlanVarlen(s, dev, DefaultKnobs())
 		require.NoError(t, err)
 		s.Mods = true
@@ -102,7 +108,6 @@ func TestPlanVarlenMods(t *testing.T) {
 		edit func(*VarlenShape)
 		msg  string
 	}{
-		{"fp8", func(s *VarlenShape) { s.CacheDType = E4M3 }, "VarlenShape.Mods with CacheDType=e4m3 is not supported"},
 		{"layout", func(s *VarlenShape) { s.Layout = LayoutXSplit }, "VarlenShape.Mods with Layout=x-split is not supported"},
 		{"window without mods", func(s *VarlenShape) { s.Mods = false }, "VarlenShape.SlidingWindow=1024 is not allowed; allowed: 0, or > 0 with Mods"},
 	} {

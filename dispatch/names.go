@@ -85,9 +85,9 @@ type nameTables struct {
 	// run for the x-split and shuffle ones (modules decode_*_e4m3_laid*);
 	// see DecodeLayoutKernel.
 	laid map[string]string
-	// mods: the decode kernels over a cache of the queries' type → their
-	// _mods twins, which take the score modifiers (sliding window, soft-cap,
-	// sinks, ALiBi; modules decode_*_mods).
+	// mods: the decode kernels → their _mods twins, which take the score
+	// modifiers (sliding window, soft-cap, sinks, ALiBi) and read every
+	// layout (modules decode_*_mods, decode_*_e4m3_mods).
 	mods   map[string]string
 	append [len(activationTypes)][2]string
 	// appendSM90: the compute_90 builds of the fp8 appends (cache_sm90),
@@ -121,9 +121,9 @@ type nameTables struct {
 	// varlenK64: the 64-key-tile twin (_k64) of a 128-row kernel at head
 	// dim 128 over a 16-bit cache, by the 32-key kernel's name.
 	varlenK64 map[string]string
-	// varlenMods: the flash-layout varlen kernels over a cache of the
-	// queries' type → their _mods twins, which take the score modifiers
-	// (modules varlen_*_mods); a _k64 kernel's twin is its 32-key kernel's.
+	// varlenMods: the flash-layout varlen kernels → their _mods twins,
+	// which take the score modifiers (modules varlen_*_mods,
+	// varlen_*_e4m3_mods); a _k64 kernel's twin is its 32-key kernel's.
 	varlenMods map[string]string
 	// varlenCluster: the _cluster twin (varlen_*_sm90 modules, compute_90)
 	// of a flash-layout varlen kernel over a cache of the queries' type
@@ -224,10 +224,12 @@ func buildNames() *nameTables {
 				t.shape[name] = [2]int{d, size}
 				// VarlenConfig in kernels_src/varlen.cuh.
 				t.varlen[qi][fp8][hi] = t.addVarlen(vname, "", d, size)
+				for _, k := range t.varlen[qi][fp8][hi] {
+					t.varlenMods[k] = k + "_mods"
+					t.varlenShape[k+"_mods"] = t.varlenShape[k]
+				}
 				if fp8 == 0 {
 					for _, k := range t.varlen[qi][fp8][hi] {
-						t.varlenMods[k] = k + "_mods"
-						t.varlenShape[k+"_mods"] = t.varlenShape[k]
 						t.varlenCluster[k] = k + "_cluster"
 						g := t.varlenShape[k]
 						g.cluster = true
@@ -249,11 +251,9 @@ func buildNames() *nameTables {
 				t.cluster[qi][narrow][hi] = name + "_g8_cluster"
 				t.shape[name+"_g8"] = [2]int{d, size}
 				t.shape[name+"_g8_cluster"] = [2]int{d, size}
-				if fp8 == 0 {
-					for _, k := range [...]string{name, name + "_g8"} {
-						t.mods[k] = k + "_mods"
-						t.shape[k+"_mods"] = [2]int{d, size}
-					}
+				for _, k := range [...]string{name, name + "_g8"} {
+					t.mods[k] = k + "_mods"
+					t.shape[k+"_mods"] = [2]int{d, size}
 				}
 				if fp8 == 1 {
 					t.sm90[qi][narrow][hi] = name + "_g8_sm90"
@@ -526,8 +526,8 @@ func DecodeLayoutKernel(kernel string, layout Layout) string {
 
 // DecodeModsKernel returns the _mods twin of decode kernel (a name from the
 // functions above, never a cluster or compute_90 build): the same kernel
-// with the score modifiers. ok is false for a kernel without one (fp8
-// caches).
+// with the score modifiers, reading every layout. ok is false for a
+// kernel without one (a cluster, compute_90 or _laid build).
 func DecodeModsKernel(kernel string) (twin string, ok bool) {
 	twin, ok = tables.mods[kernel]
 	return twin, ok
@@ -764,9 +764,9 @@ func VarlenClusterPlain(twin string) (kernel string, ok bool) {
 }
 
 // VarlenModsKernel returns the _mods twin of varlen kernel (a flash-layout
-// kernel over a cache of the queries' type): the same tiling with the score
-// modifiers; the twin of a _k64 kernel is its 32-key kernel's. ok is false
-// for a kernel without one (fp8 caches, the x-split and shuffle layouts).
+// kernel): the same tiling with the score modifiers; the twin of a _k64
+// kernel is its 32-key kernel's. ok is false for a kernel without one (the
+// x-split and shuffle layouts, the _cluster builds).
 func VarlenModsKernel(kernel string) (twin string, ok bool) {
 	twin, ok = tables.varlenMods[kernel]
 	return twin, ok

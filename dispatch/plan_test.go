@@ -531,12 +531,12 @@ func TestKernelNameLists(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidShape)
 
 	all := KernelNames()
-	// … decode_partition, the twelve _mods kernels (wide and narrow over a
-	// 16-bit cache, q dtype × head dim), the six _g8_sm90 fp8
+	// … decode_partition, the 24 _mods kernels (wide and narrow over 16-bit
+	// and e4m3 caches, q dtype × head dim), the six _g8_sm90 fp8
 	// kernels and their _laid twins, varlen: q dtype × ((16-bit and e4m3 caches in three
 	// layouts) × (three head dims + two _r64) + the 16-bit caches' three
-	// _k64 + three merges + the flash 16-bit kernels' five _mods twins and five
-	// _cluster twins); the
+	// _k64 + three merges + the flash kernels' five _mods twins per cache
+	// dtype and the 16-bit ones' five _cluster twins); the
 	// 16 appends include the page path's claim and page kernels, the 8
 	// qkv_norm_rope kernels their 4 _split twins and the 4 qkv_values
 	// kernels, the 4 rope_cache kernels the 4 rope_values ones. The dims
@@ -544,9 +544,11 @@ func TestKernelNameLists(t *testing.T) {
 	// powers of two add 20 decode kernels (q dtype × wide and narrow × 5,
 	// 120 among them), their 20 _mods twins, and per q dtype 7 varlen
 	// kernels (4 + 3 _r64; none for 120), their 7 _mods twins and 4 merges.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+12+2*6+2*(6*5+3+3+5+5)+20+20+2*(7+7+4))
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+24+2*6+2*(6*5+3+3+5+5+5)+20+20+2*(7+7+4))
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_bf16_hd256_g8_mods")
+	assert.Contains(t, all, "paged_decode_f16_e4m3_hd64_g8_mods")
+	assert.Contains(t, all, "paged_varlen_bf16_e4m3_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd256_g8_sm90_laid")
 	assert.Contains(t, all, "cache_claim_bf16_e4m3")
 	assert.Contains(t, all, "paged_varlen_f16_hd128_r64_shuffle")

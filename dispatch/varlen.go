@@ -79,7 +79,7 @@ type VarlenShape struct {
 	HostCuSeqlensQ []int32
 	// Mods: the varlen modifies its scores (a sliding window, soft-cap,
 	// sinks or ALiBi), which the _mods kernels do (VarlenModsKernel: the
-	// flash layout, caches of the queries' type). SlidingWindow (> 0, with
+	// flash layout, every cache dtype). SlidingWindow (> 0, with
 	// Mods) bounds the KV a block reads to about the window, and the split
 	// count follows that span instead of MaxKVLen.
 	Mods          bool
@@ -383,8 +383,6 @@ func validateVarlen(s *VarlenShape, dev *DeviceFacts, k *Knobs) error {
 		return errf("dispatch: VarlenShape.MaxKVLen=%d is out of range; allowed: 0..%d", s.MaxKVLen, MaxSeqTokens)
 	case len(s.HostCuSeqlensQ) != 0 && len(s.HostCuSeqlensQ) != s.NumSeqs+1:
 		return errf("dispatch: VarlenShape.HostCuSeqlensQ has %d values; allowed: none, or NumSeqs+1=%d", len(s.HostCuSeqlensQ), s.NumSeqs+1)
-	case s.Mods && s.CacheDType != s.DType:
-		return errf("dispatch: VarlenShape.Mods with CacheDType=%v is not supported; allowed: CacheDType=DType=%v (the modifiers have 16-bit cache kernels only)", s.CacheDType, s.DType)
 	case s.Mods && s.Layout != LayoutFlash:
 		return errf("dispatch: VarlenShape.Mods with Layout=%v is not supported; allowed: %v (the modifiers have flash-layout kernels only)", s.Layout, LayoutFlash)
 	case s.SlidingWindow < 0 || (s.SlidingWindow > 0 && !s.Mods):

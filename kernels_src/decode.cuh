@@ -65,14 +65,14 @@
 // for P·V a lane gets 2 bytes (d = 2n, 2n+1) of two tokens, so each 16-byte
 // chunk of V feeds two n-tiles, the even and the odd d.
 //
-// paged_decode_<q>_hd<D>[_g8]_mods take score modifiers after the plain
+// paged_decode_<q>[_e4m3]_hd<D>[_g8]_mods take score modifiers after the plain
 // parameters: window (> 0: the query at position p = kv_len − 1 reads keys
 // p − window + 1 … p only; splits cut the window's pages, and the first
 // split starts at the 16-token tile that holds its first key), softcap
 // (> 0: s = softcap·tanh(s/softcap) on the scaled score), sinks (f32
 // [num_q_heads] or null: exp(sink) joins each head's denominator; the
 // first split adds it), alibi (f32 [num_q_heads] or null: s +=
-// slope·(key − p)). Caches of the queries' type; never clusters.
+// slope·(key − p)). Every layout; never clusters.
 #pragma once
 #include "cache.cuh"
 #include "mma.cuh"
@@ -928,13 +928,25 @@ struct DecodeTiles {
     }
   }
 
-  // zero_head zeroes the V tile's tokens 0 … n−1 (16-bit caches; the _mods
-  // entries): row-major in the flash layout, Vᵀ in the others (LAID).
+  // zero_head zeroes the V tile's tokens 0 … n−1 (the _mods entries):
+  // row-major in the flash layout, Vᵀ in the others (LAID; fp8: row d is
+  // 16 bytes, token t in byte t, as zero_tail reads it).
   template <bool LAID>
   __device__ __forceinline__ void zero_head(unsigned char* vtile, int n) const {
-    static_assert(!kFP8, "the _mods entries read 16-bit caches");
     n = min(n, kTileTokens);
-    if constexpr (!LAID) {
+    if constexpr (kFP8 && LAID) {
+      uint32_t keep[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int z = min(max(n - 4 * w, 0), 4);  // bytes of word w to zero
+        keep[w] = z == 4 ? 0u : ~((1u << (8 * z)) - 1u);
+      }
+      for (int d = lane; d < D; d += 32) {
+        uint4* row = reinterpret_cast<uint4*>(vtile + d * 16);
+        const uint4 x = *row;
+        *row = make_uint4(x.x & keep[0], x.y & keep[1], x.z & keep[2], x.w & keep[3]);
+      }
+    } else if constexpr (!LAID) {
       for (int i = lane; i < n * CH; i += 32) {
         *reinterpret_cast<uint4*>(vtile + swizzle<CH>(i / CH, i % CH) * 16) = make_uint4(0u, 0u, 0u, 0u);
       }
@@ -1700,14 +1712,15 @@ __device__ __forceinline__ void paged_decode_padded(
   }
 
 // PKV_DECODE_MODS_ALL: the wide (_mods) and narrow (_g8_mods) entries of
-// every head dim for a cache of the queries' type.
-#define PKV_DECODE_MODS_ALL(prefix, T)                 \
-  PKV_DECODE_MODS(prefix##_hd64_mods, T, T, 64, false)   \
-  PKV_DECODE_MODS(prefix##_hd128_mods, T, T, 128, false) \
-  PKV_DECODE_MODS(prefix##_hd256_mods, T, T, 256, false) \
-  PKV_DECODE_MODS(prefix##_hd64_g8_mods, T, T, 64, true)   \
-  PKV_DECODE_MODS(prefix##_hd128_g8_mods, T, T, 128, true) \
-  PKV_DECODE_MODS(prefix##_hd256_g8_mods, T, T, 256, true)
+// every power-of-two head dim for a cache of type C (the queries' type, or
+// e4m3), reading every layout.
+#define PKV_DECODE_MODS_ALL(prefix, T, C)                 \
+  PKV_DECODE_MODS(prefix##_hd64_mods, T, C, 64, false)   \
+  PKV_DECODE_MODS(prefix##_hd128_mods, T, C, 128, false) \
+  PKV_DECODE_MODS(prefix##_hd256_mods, T, C, 256, false) \
+  PKV_DECODE_MODS(prefix##_hd64_g8_mods, T, C, 64, true)   \
+  PKV_DECODE_MODS(prefix##_hd128_g8_mods, T, C, 128, true) \
+  PKV_DECODE_MODS(prefix##_hd256_g8_mods, T, C, 256, true)
 
 // PKV_DECODE_MORE_DIMS: the wide, narrow (_g8) and _mods entries for the
 // head dims between the powers of two over a cache of the queries' type:

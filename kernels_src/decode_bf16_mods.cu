@@ -5,4 +5,4 @@
 // as they are.
 #include "decode.cuh"
 
-PKV_DECODE_MODS_ALL(paged_decode_bf16, __nv_bfloat16)
+PKV_DECODE_MODS_ALL(paged_decode_bf16, __nv_bfloat16, __nv_bfloat16)

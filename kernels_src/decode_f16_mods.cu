@@ -5,4 +5,4 @@
 // as they are.
 #include "decode.cuh"
 
-PKV_DECODE_MODS_ALL(paged_decode_f16, __half)
+PKV_DECODE_MODS_ALL(paged_decode_f16, __half, __half)

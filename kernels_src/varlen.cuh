@@ -91,8 +91,8 @@
 //   all of them for a null cu_seqlens_q), writing out and, when lse != null,
 //   lse. Grid: ⌈rows/4⌉, block 128.
 //
-// paged_varlen_<q>_hd<D>[_r64]_mods take score modifiers after the plain
-// parameters, over a flash-layout cache of <q> (no _k64 twin: its split
+// paged_varlen_<q>[_e4m3]_hd<D>[_r64]_mods take score modifiers after the
+// plain parameters, over a flash-layout cache (no _k64 twin: its split
 // loops keep the mask out of most tiles): window (> 0: the query at KV
 // position p reads keys p − window + 1 … p only; a block's tiles start at
 // the one that holds its first row's first key, and positions before that
@@ -1740,18 +1740,19 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   PKV_VARLEN_CLUSTER(prefix##_hd64_r64_cluster, T, 64, 1, 64)   \
   PKV_VARLEN_CLUSTER(prefix##_hd128_r64_cluster, T, 128, 1, 64)
 
-// PKV_VARLEN_MODS defines one _mods entry over a flash-layout cache of the
-// queries' type: PKV_VARLEN's parameters, then the score modifiers.
-#define PKV_VARLEN_MODS(name, T, D, MT, KEYS)                                                                   \
+// PKV_VARLEN_MODS defines one _mods entry over a flash-layout cache of type
+// C (the queries' type, or e4m3): PKV_VARLEN's parameters, then the score
+// modifiers.
+#define PKV_VARLEN_MODS(name, T, C, D, MT, KEYS)                                                                 \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
-      const T* k_cache, const T* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
+      const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads, int max_blocks_per_seq,         \
       int block_size_log2, int64_t num_blocks, int causal, float scale, float k_scale, float v_scale,       \
       int cu_base, int seq_base, int one_pos, int split_blocks, int split_wave, int window, float softcap, \
       const float* sinks, const float* alibi) {                                                             \
-    pkv::paged_varlen<T, T, D, MT, KEYS, pkv::kLayoutFlash, true>(                                          \
+    pkv::paged_varlen<T, C, D, MT, KEYS, pkv::kLayoutFlash, true>(                                          \
         out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
         pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
         num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, scale, k_scale, v_scale,     \
@@ -1759,13 +1760,13 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   }
 
 // PKV_VARLEN_MODS_ALL defines the _mods twins of PKV_VARLEN_ALL's entries
-// (<prefix>_hd<D>[_r64]_mods; none of the _k64 one).
-#define PKV_VARLEN_MODS_ALL(prefix, T)                    \
-  PKV_VARLEN_MODS(prefix##_hd64_mods, T, 64, 2, 32)       \
-  PKV_VARLEN_MODS(prefix##_hd128_mods, T, 128, 2, 32)     \
-  PKV_VARLEN_MODS(prefix##_hd256_mods, T, 256, 1, 32)     \
-  PKV_VARLEN_MODS(prefix##_hd64_r64_mods, T, 64, 1, 64)   \
-  PKV_VARLEN_MODS(prefix##_hd128_r64_mods, T, 128, 1, 64)
+// over a cache of type C (<prefix>_hd<D>[_r64]_mods; none of the _k64 one).
+#define PKV_VARLEN_MODS_ALL(prefix, T, C)                    \
+  PKV_VARLEN_MODS(prefix##_hd64_mods, T, C, 64, 2, 32)       \
+  PKV_VARLEN_MODS(prefix##_hd128_mods, T, C, 128, 2, 32)     \
+  PKV_VARLEN_MODS(prefix##_hd256_mods, T, C, 256, 1, 32)     \
+  PKV_VARLEN_MODS(prefix##_hd64_r64_mods, T, C, 64, 1, 64)   \
+  PKV_VARLEN_MODS(prefix##_hd128_r64_mods, T, C, 128, 1, 64)
 
 // PKV_VARLEN_MORE_DIMS defines, for the head dims between the powers of
 // two over a flash-layout cache of the queries' type, the entries of
@@ -1773,11 +1774,11 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 // _mods twins and the merges (<merge>_hd<D>).
 #define PKV_VARLEN_MORE_DIM(prefix, merge, T, D, MT)                 \
   PKV_VARLEN(prefix##_hd##D, T, T, D, MT, 32, pkv::kLayoutFlash)      \
-  PKV_VARLEN_MODS(prefix##_hd##D##_mods, T, D, MT, 32)               \
+  PKV_VARLEN_MODS(prefix##_hd##D##_mods, T, T, D, MT, 32)               \
   PKV_VARLEN_MERGE(merge##_hd##D, T, D)
 #define PKV_VARLEN_MORE_R64(prefix, T, D)                              \
   PKV_VARLEN(prefix##_hd##D##_r64, T, T, D, 1, 64, pkv::kLayoutFlash) \
-  PKV_VARLEN_MODS(prefix##_hd##D##_r64_mods, T, D, 1, 64)
+  PKV_VARLEN_MODS(prefix##_hd##D##_r64_mods, T, T, D, 1, 64)
 #define PKV_VARLEN_MORE_DIMS(prefix, merge, T) \
   PKV_VARLEN_MORE_DIM(prefix, merge, T, 80, 2)  \
   PKV_VARLEN_MORE_DIM(prefix, merge, T, 96, 2)  \

@@ -5,4 +5,4 @@
 // split-K partials merge with varlen_bf16.cu's merge kernels.
 #include "varlen.cuh"
 
-PKV_VARLEN_MODS_ALL(paged_varlen_bf16, __nv_bfloat16)
+PKV_VARLEN_MODS_ALL(paged_varlen_bf16, __nv_bfloat16, __nv_bfloat16)

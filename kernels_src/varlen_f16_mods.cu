@@ -5,4 +5,4 @@
 // split-K partials merge with varlen_f16.cu's merge kernels.
 #include "varlen.cuh"
 
-PKV_VARLEN_MODS_ALL(paged_varlen_f16, __half)
+PKV_VARLEN_MODS_ALL(paged_varlen_f16, __half, __half)

@@ -11,6 +11,7 @@ const (
 	ModuleDecodeBf16E4m3         = "decode_bf16_e4m3"
 	ModuleDecodeBf16E4m3Laid     = "decode_bf16_e4m3_laid"
 	ModuleDecodeBf16E4m3LaidSm90 = "decode_bf16_e4m3_laid_sm90"
+	ModuleDecodeBf16E4m3Mods     = "decode_bf16_e4m3_mods"
 	ModuleDecodeBf16E4m3Sm90     = "decode_bf16_e4m3_sm90"
 	ModuleDecodeBf16Mods         = "decode_bf16_mods"
 	ModuleDecodeBf16Sm90         = "decode_bf16_sm90"
@@ -19,6 +20,7 @@ const (
 	ModuleDecodeF16E4m3          = "decode_f16_e4m3"
 	ModuleDecodeF16E4m3Laid      = "decode_f16_e4m3_laid"
 	ModuleDecodeF16E4m3LaidSm90  = "decode_f16_e4m3_laid_sm90"
+	ModuleDecodeF16E4m3Mods      = "decode_f16_e4m3_mods"
 	ModuleDecodeF16E4m3Sm90      = "decode_f16_e4m3_sm90"
 	ModuleDecodeF16Mods          = "decode_f16_mods"
 	ModuleDecodeF16Sm90          = "decode_f16_sm90"
@@ -29,12 +31,14 @@ const (
 	ModuleVarlenBf16             = "varlen_bf16"
 	ModuleVarlenBf16Dims         = "varlen_bf16_dims"
 	ModuleVarlenBf16E4m3         = "varlen_bf16_e4m3"
+	ModuleVarlenBf16E4m3Mods     = "varlen_bf16_e4m3_mods"
 	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
 	ModuleVarlenBf16Mods         = "varlen_bf16_mods"
 	ModuleVarlenBf16Sm90         = "varlen_bf16_sm90"
 	ModuleVarlenF16              = "varlen_f16"
 	ModuleVarlenF16Dims          = "varlen_f16_dims"
 	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
+	ModuleVarlenF16E4m3Mods      = "varlen_f16_e4m3_mods"
 	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
 	ModuleVarlenF16Mods          = "varlen_f16_mods"
 	ModuleVarlenF16Sm90          = "varlen_f16_sm90"
@@ -149,6 +153,16 @@ const (
 	PagedDecodeBf16E4m3Hd64G8Sm90Laid     = "paged_decode_bf16_e4m3_hd64_g8_sm90_laid"
 )
 
+// Entry points of decode_bf16_e4m3_mods.ptx (kernels_src/decode_bf16_e4m3_mods.cu).
+const (
+	PagedDecodeBf16E4m3Hd128G8Mods = "paged_decode_bf16_e4m3_hd128_g8_mods"
+	PagedDecodeBf16E4m3Hd128Mods   = "paged_decode_bf16_e4m3_hd128_mods"
+	PagedDecodeBf16E4m3Hd256G8Mods = "paged_decode_bf16_e4m3_hd256_g8_mods"
+	PagedDecodeBf16E4m3Hd256Mods   = "paged_decode_bf16_e4m3_hd256_mods"
+	PagedDecodeBf16E4m3Hd64G8Mods  = "paged_decode_bf16_e4m3_hd64_g8_mods"
+	PagedDecodeBf16E4m3Hd64Mods    = "paged_decode_bf16_e4m3_hd64_mods"
+)
+
 // Entry points of decode_bf16_e4m3_sm90.ptx (kernels_src/decode_bf16_e4m3_sm90.cu).
 const (
 	PagedDecodeBf16E4m3Hd128Cluster   = "paged_decode_bf16_e4m3_hd128_cluster"
@@ -247,6 +261,16 @@ const (
 	PagedDecodeF16E4m3Hd64ClusterLaid    = "paged_decode_f16_e4m3_hd64_cluster_laid"
 	PagedDecodeF16E4m3Hd64G8ClusterLaid  = "paged_decode_f16_e4m3_hd64_g8_cluster_laid"
 	PagedDecodeF16E4m3Hd64G8Sm90Laid     = "paged_decode_f16_e4m3_hd64_g8_sm90_laid"
+)
+
+// Entry points of decode_f16_e4m3_mods.ptx (kernels_src/decode_f16_e4m3_mods.cu).
+const (
+	PagedDecodeF16E4m3Hd128G8Mods = "paged_decode_f16_e4m3_hd128_g8_mods"
+	PagedDecodeF16E4m3Hd128Mods   = "paged_decode_f16_e4m3_hd128_mods"
+	PagedDecodeF16E4m3Hd256G8Mods = "paged_decode_f16_e4m3_hd256_g8_mods"
+	PagedDecodeF16E4m3Hd256Mods   = "paged_decode_f16_e4m3_hd256_mods"
+	PagedDecodeF16E4m3Hd64G8Mods  = "paged_decode_f16_e4m3_hd64_g8_mods"
+	PagedDecodeF16E4m3Hd64Mods    = "paged_decode_f16_e4m3_hd64_mods"
 )
 
 // Entry points of decode_f16_e4m3_sm90.ptx (kernels_src/decode_f16_e4m3_sm90.cu).
@@ -367,6 +391,15 @@ const (
 	PagedVarlenBf16E4m3Hd64R64  = "paged_varlen_bf16_e4m3_hd64_r64"
 )
 
+// Entry points of varlen_bf16_e4m3_mods.ptx (kernels_src/varlen_bf16_e4m3_mods.cu).
+const (
+	PagedVarlenBf16E4m3Hd128Mods    = "paged_varlen_bf16_e4m3_hd128_mods"
+	PagedVarlenBf16E4m3Hd128R64Mods = "paged_varlen_bf16_e4m3_hd128_r64_mods"
+	PagedVarlenBf16E4m3Hd256Mods    = "paged_varlen_bf16_e4m3_hd256_mods"
+	PagedVarlenBf16E4m3Hd64Mods     = "paged_varlen_bf16_e4m3_hd64_mods"
+	PagedVarlenBf16E4m3Hd64R64Mods  = "paged_varlen_bf16_e4m3_hd64_r64_mods"
+)
+
 // Entry points of varlen_bf16_layouts.ptx (kernels_src/varlen_bf16_layouts.cu).
 const (
 	PagedVarlenBf16E4m3Hd128R64Shuffle = "paged_varlen_bf16_e4m3_hd128_r64_shuffle"
@@ -453,6 +486,15 @@ const (
 	PagedVarlenF16E4m3Hd256    = "paged_varlen_f16_e4m3_hd256"
 	PagedVarlenF16E4m3Hd64     = "paged_varlen_f16_e4m3_hd64"
 	PagedVarlenF16E4m3Hd64R64  = "paged_varlen_f16_e4m3_hd64_r64"
+)
+
+// Entry points of varlen_f16_e4m3_mods.ptx (kernels_src/varlen_f16_e4m3_mods.cu).
+const (
+	PagedVarlenF16E4m3Hd128Mods    = "paged_varlen_f16_e4m3_hd128_mods"
+	PagedVarlenF16E4m3Hd128R64Mods = "paged_varlen_f16_e4m3_hd128_r64_mods"
+	PagedVarlenF16E4m3Hd256Mods    = "paged_varlen_f16_e4m3_hd256_mods"
+	PagedVarlenF16E4m3Hd64Mods     = "paged_varlen_f16_e4m3_hd64_mods"
+	PagedVarlenF16E4m3Hd64R64Mods  = "paged_varlen_f16_e4m3_hd64_r64_mods"
 )
 
 // Entry points of varlen_f16_layouts.ptx (kernels_src/varlen_f16_layouts.cu).

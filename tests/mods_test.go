@@ -27,7 +27,8 @@ func (m modsCase) String() string {
 
 // TestDecodeModsMatchReference runs the score modifiers (sliding window,
 // soft-cap, sinks, ALiBi) alone and together against float64, over the
-// wide and narrow kernels, every head dim and layout, block sizes from 1 to
+// wide and narrow kernels, every head dim, layout and cache dtype (fp8
+// too), block sizes from 1 to
 // 256, single-pass, automatic and forced split-K (7 and up to 64 splits, the
 // first of which adds the sinks), and a balanced plan. Windows put their
 // first key inside a page, on a page edge, inside the first tile of a page
@@ -49,6 +50,10 @@ func TestDecodeModsMatchReference(t *testing.T) {
 		{Seqs: 3, QHeads: 48, KVHeads: 4, HeadDim: 64, BlockSize: 8, MaxBlocksPerSeq: 100, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 797, Layout: pagedkv.LayoutXSplit},
 		{Seqs: 5, QHeads: 12, KVHeads: 2, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 1200, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 6, QHeads: 4, KVHeads: 4, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1200},
+		// fp8 caches: narrow flash, wide x-split, narrow shuffle.
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 1000},
+		{Seqs: 3, QHeads: 48, KVHeads: 4, HeadDim: 64, BlockSize: 16, MaxBlocksPerSeq: 60, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 797, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 32, MaxBlocksPerSeq: 70, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 2100, Layout: pagedkv.LayoutShuffle},
 	}
 	mods := []modsCase{
 		{window: 100},
@@ -134,6 +139,7 @@ func TestDecodeModsGraphReplay(t *testing.T) {
 	for _, c := range []check.DecodeShape{
 		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: capacity / 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 100},
 		{Seqs: 40, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 32, MaxBlocksPerSeq: capacity / 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 100},
+		{Seqs: 5, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: capacity / 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 100},
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			p := decodeProblem(t, r, s, g, c)
@@ -158,7 +164,8 @@ func TestDecodeModsGraphReplay(t *testing.T) {
 
 // TestVarlenModsMatchReference runs the score modifiers alone and together
 // against float64 through Varlen: the 128-row, 64-row (_r64) and head-dim
-// 256 kernels, block sizes 1 to 256, mixed batches with one-token rows,
+// 256 kernels over 16-bit and fp8 caches, block sizes 1 to 256, mixed
+// batches with one-token rows,
 // single-pass, automatic and forced split-K (the first split adds the
 // sinks), and the 64-key knob (whose _mods twin is the 32-key kernel).
 // Windows put their first key inside a page, on a page edge, inside the
@@ -174,6 +181,11 @@ func TestVarlenModsMatchReference(t *testing.T) {
 		{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 1, MaxKV: 900, Causal: true},
 		{Seqs: 3, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: 800, Causal: true},
 		{Seqs: 3, QHeads: 16, KVHeads: 2, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 16, MaxKV: 2000, Causal: true},
+		// fp8 caches: the 128-row, 64-row (with one-token rows, which the
+		// decode's fp8 _mods kernels run) and head-dim 256 kernels.
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 200, MaxKV: 1200, Causal: true},
+		{Seqs: 4, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 9, MaxKV: 600, Causal: true},
+		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 100, MaxKV: 1500, Causal: true},
 	}
 	mods := []modsCase{
 		{window: 100},
@@ -184,7 +196,7 @@ func TestVarlenModsMatchReference(t *testing.T) {
 	}
 	for i, c := range shapes {
 		cases := append([]modsCase{}, mods...)
-		if i < 3 {
+		if i < 3 || c.CacheDType == pagedkv.E4M3 {
 			// Window edges: inside a page, a whole number of pages, 32 + 3
 			// (the first key inside a tile), past the longest sequence.
 			for _, w := range []int{c.BlockSize*3 + 5, c.BlockSize * 4, 35, c.MaxKV + 50} {
@@ -300,6 +312,7 @@ func TestSequenceAttentionMods(t *testing.T) {
 	for _, c := range []check.VarlenShape{
 		{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: 3000, Causal: true},
 		{Seqs: 1, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 16, MaxKV: 5000, Causal: true},
+		{Seqs: 1, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 300, MaxKV: 3000, Causal: true},
 	} {
 		for _, qLen := range []int{1, 2 + g.IntN(c.MaxQLen-1)} {
 			t.Run(fmt.Sprintf("%v qlen=%d", c, qLen), func(t *testing.T) {

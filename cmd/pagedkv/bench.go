@@ -802,6 +802,28 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				}
 			}
 		}
+		if cache == pagedkv.BF16 {
+			continue
+		}
+		// Score modifiers, over f16 and e4m3 caches: a 4096-token window
+		// over 32768-token sequences (against the plain kv=4096 rows: a
+		// window reads only its pages), and soft-cap, sinks and ALiBi
+		// (against the plain rows of the grid above).
+		for _, mc := range []decodeCase{
+			{shape: "seqs=8 kv=4096", lens: uniformLens(8, 4096)},
+			{shape: "seqs=32 kv=4096", lens: uniformLens(32, 4096)},
+			{shape: "seqs=8 kv=32768 window=4096", lens: uniformLens(8, 32768), mods: benchMods{window: 4096}},
+			{shape: "seqs=32 kv=32768 window=4096", lens: uniformLens(32, 32768), mods: benchMods{window: 4096}},
+			{shape: "seqs=8 kv=8192 softcap=30", lens: uniformLens(8, 8192), mods: benchMods{softCap: 30}},
+			{shape: "seqs=8 kv=8192 sinks", lens: uniformLens(8, 8192), mods: benchMods{sinks: true}},
+			{shape: "seqs=8 kv=8192 alibi", lens: uniformLens(8, 8192), mods: benchMods{alibi: true}},
+			{shape: "seqs=32 kv=8192 softcap+sinks+alibi", lens: uniformLens(32, 8192), mods: benchMods{softCap: 30, sinks: true, alibi: true}},
+		} {
+			mc.q, mc.cache, mc.hostLens = q, cache, true
+			if err := b.decodeRow(pool, mc, ""); err != nil {
+				return err
+			}
+		}
 		if cache != pagedkv.F16 {
 			continue
 		}
@@ -819,25 +841,6 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		noLens := decodeCase{q: q, cache: cache, lens: uniformLens(32, 8192), shape: "seqs=32 kv=8192, no host lens"}
 		if err := b.decodeRow(pool, noLens, ""); err != nil {
 			return err
-		}
-		// Score modifiers: a 4096-token window over 32768-token sequences
-		// (against the plain kv=4096 rows: a window reads only its
-		// pages), and soft-cap, sinks and ALiBi (against the plain rows of
-		// the grid above).
-		for _, mc := range []decodeCase{
-			{shape: "seqs=8 kv=4096", lens: uniformLens(8, 4096)},
-			{shape: "seqs=32 kv=4096", lens: uniformLens(32, 4096)},
-			{shape: "seqs=8 kv=32768 window=4096", lens: uniformLens(8, 32768), mods: benchMods{window: 4096}},
-			{shape: "seqs=32 kv=32768 window=4096", lens: uniformLens(32, 32768), mods: benchMods{window: 4096}},
-			{shape: "seqs=8 kv=8192 softcap=30", lens: uniformLens(8, 8192), mods: benchMods{softCap: 30}},
-			{shape: "seqs=8 kv=8192 sinks", lens: uniformLens(8, 8192), mods: benchMods{sinks: true}},
-			{shape: "seqs=8 kv=8192 alibi", lens: uniformLens(8, 8192), mods: benchMods{alibi: true}},
-			{shape: "seqs=32 kv=8192 softcap+sinks+alibi", lens: uniformLens(32, 8192), mods: benchMods{softCap: 30, sinks: true, alibi: true}},
-		} {
-			mc.q, mc.cache, mc.hostLens = q, cache, true
-			if err := b.decodeRow(pool, mc, ""); err != nil {
-				return err
-			}
 		}
 		// The head dims between the powers of two, against the grid's
 		// seqs=32 kv=8192 row (head dim 128).

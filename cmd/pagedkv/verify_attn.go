@@ -150,12 +150,10 @@ func decodeSweep(r *pagedkv.Runtime) attnSweep[*check.DecodeProblem] {
 			if err != nil {
 				return attnCase[*check.DecodeProblem]{}, err
 			}
-			if c.CacheDType == c.DType {
-				if err := drawMods(g, c.MaxLen, true, func(w int, softCap float32, sinks, alibi bool) error {
-					return p.SetMods(r.Stream(), g, w, softCap, sinks, alibi)
-				}); err != nil {
-					return attnCase[*check.DecodeProblem]{}, errors.Join(err, p.Arena.Free())
-				}
+			if err := drawMods(g, c.MaxLen, true, func(w int, softCap float32, sinks, alibi bool) error {
+				return p.SetMods(r.Stream(), g, w, softCap, sinks, alibi)
+			}); err != nil {
+				return attnCase[*check.DecodeProblem]{}, errors.Join(err, p.Arena.Free())
 			}
 			return attnCase[*check.DecodeProblem]{problem: p, shape: c, dtype: c.DType, arena: p.Arena, check: p.Check}, nil
 		},
@@ -192,11 +190,11 @@ func drawMods(g *rand.Rand, maxLen int, window bool, set func(window int, softCa
 }
 
 // varlenMods gives a problem drawn on r random score modifiers
-// (drawMods) where its kernels take them: a cache of the queries' type in
-// the flash layout, a window only under the causal mask.
+// (drawMods) where its kernels take them: the flash layout (any cache
+// dtype), a window only under the causal mask.
 func varlenMods(r *pagedkv.Runtime, p *check.VarlenProblem, g *rand.Rand) error {
 	c := p.Shape
-	if c.CacheDType != c.DType || c.Layout != pagedkv.LayoutFlash {
+	if c.Layout != pagedkv.LayoutFlash {
 		return nil
 	}
 	return drawMods(g, c.MaxKV, c.Causal, func(w int, softCap float32, sinks, alibi bool) error {
