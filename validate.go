@@ -338,7 +338,6 @@ func itoa(v int) string { return strconv.Itoa(v) }
 // scales. Its checks run in the order the ops' own checks interleave with.
 type pagedAttention struct {
 	arg                            string // the argument struct's name, for errors
-	varlen                         bool   // Varlen's head dims (no PaddedHeadDim)
 	dtype, cacheDType              DType
 	headDim, numQHeads, numKVHeads int
 	maxKVHeads                     int // the grid dimension the KV heads run on allows
@@ -359,21 +358,14 @@ func (p *pagedAttention) types() error {
 	if p.cacheDType != p.dtype && p.cacheDType != E4M3 {
 		return errf("%s.CacheDType=%s is not supported with DType=%s; allowed: %s, e4m3", p.arg, p.cacheDType, p.dtype, p.dtype)
 	}
-	allowed := dispatch.HeadDimsText
-	if p.varlen {
-		allowed = dispatch.VarlenHeadDimsText
-	}
 	switch p.headDim {
 	case 64, 128, 256:
 	case 80, 96, 112, 120, 192:
-		if p.headDim == dispatch.PaddedHeadDim && p.varlen {
-			return errf("%s.HeadDim=%d is not supported; allowed: %s (head dim %d runs in Decode only)", p.arg, p.headDim, allowed, p.headDim)
-		}
 		if p.cacheDType == E4M3 {
 			return errf("%s.HeadDim=%d is not supported with CacheDType=e4m3; allowed there: 64, 128, 256", p.arg, p.headDim)
 		}
 	default:
-		return errf("%s.HeadDim=%d is not supported; allowed: %s", p.arg, p.headDim, allowed)
+		return errf("%s.HeadDim=%d is not supported; allowed: %s", p.arg, p.headDim, dispatch.HeadDimsText)
 	}
 	return nil
 }

@@ -202,7 +202,9 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"soft-cap negative", func(a *DecodeArgs) { a.SoftCap = -30 }, "DecodeArgs.SoftCap=-30 is not allowed"},
 		{"sinks small", func(a *DecodeArgs) { a.Sinks = fakeBuffer(31 * 4) }, "DecodeArgs.Sinks holds 124 bytes; the shapes need 128"},
 		{"alibi misaligned", func(a *DecodeArgs) { a.AlibiSlopes = fakeBuffer(1024); a.AlibiSlopes.Ptr += 2 }, "DecodeArgs.AlibiSlopes pointer"},
-		{"mods fp8 head dim", func(a *DecodeArgs) { a.CacheDType, a.KScale, a.VScale, a.SlidingWindow, a.HeadDim = E4M3, 1, 1, 4096, 96 },
+		{"mods fp8 head dim", func(a *DecodeArgs) {
+			a.CacheDType, a.KScale, a.VScale, a.SlidingWindow, a.HeadDim = E4M3, 1, 1, 4096, 96
+		},
 			"DecodeArgs.HeadDim=96 is not supported with CacheDType=e4m3"},
 	}
 	expectErrors(t, goodDecode, cases)
@@ -936,10 +938,10 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"dtype", func(a *VarlenArgs) { a.DType = E4M3 }, "VarlenArgs.DType=e4m3 is not supported; allowed: f16, bf16"},
 		{"dtype zero", func(a *VarlenArgs) { a.DType = 0 }, "VarlenArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
 		{"cache dtype", func(a *VarlenArgs) { a.CacheDType = F16 }, "VarlenArgs.CacheDType=f16 is not supported with DType=bf16; allowed: bf16, e4m3"},
-		{"head dim", func(a *VarlenArgs) { a.HeadDim = 72 }, "VarlenArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
+		{"head dim", func(a *VarlenArgs) { a.HeadDim = 72 }, "VarlenArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 120, 128, 192, 256"},
 		{"head dim with fp8", func(a *VarlenArgs) { a.HeadDim, a.CacheDType = 112, E4M3 }, "VarlenArgs.HeadDim=112 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
-		{"head dim big", func(a *VarlenArgs) { a.HeadDim = 512 }, "VarlenArgs.HeadDim=512 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256"},
-		{"head dim 120", func(a *VarlenArgs) { a.HeadDim = 120 }, "VarlenArgs.HeadDim=120 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256 (head dim 120 runs in Decode only)"},
+		{"head dim big", func(a *VarlenArgs) { a.HeadDim = 512 }, "VarlenArgs.HeadDim=512 is not supported; allowed: 64, 80, 96, 112, 120, 128, 192, 256"},
+		{"head dim 120 laid", func(a *VarlenArgs) { a.HeadDim, a.Layout = 120, LayoutXSplit }, "VarlenArgs.HeadDim=120 is not supported with Layout=x-split"},
 		{"seqs", func(a *VarlenArgs) { a.NumSeqs = 0 }, "VarlenArgs.NumSeqs=0 is out of range; allowed: 1..16777216"},
 		{"seqs big", func(a *VarlenArgs) { a.NumSeqs = 1<<24 + 1 }, "VarlenArgs.NumSeqs=16777217 is out of range; allowed: 1..16777216"},
 		{"kv heads", func(a *VarlenArgs) { a.NumKVHeads = 0 }, "VarlenArgs.NumKVHeads=0 is out of range; allowed: 1..65535"},
@@ -1127,9 +1129,10 @@ func TestSequenceArgsValidate(t *testing.T) {
 		{"kv past the table", func(a *SequenceArgs) { a.HostKVLens = []int32{257} }, "SequenceArgs.HostKVLens[0]=257 exceeds MaxBlocksPerSeq·BlockSize=256"},
 		{"out too small", func(a *SequenceArgs) { a.Out.Bytes-- }, "SequenceArgs.Out holds"},
 		{"decode kv lens missing", func(a *SequenceArgs) { a.QLen, a.Q.Bytes, a.Out.Bytes = 1, 16*128*2, 16*128*2 }, "SequenceArgs.KVLens"},
-		{"head dim 120 over tokens", func(a *SequenceArgs) {
+		{"head dim 120 over tokens, fp8", func(a *SequenceArgs) {
 			a.HeadDim, a.Q.Bytes, a.Out.Bytes, a.KCache.Bytes, a.VCache.Bytes = 120, 40*16*120*2, 40*16*120*2, 64*16*4*120*2, 64*16*4*120*2
-		}, "SequenceArgs.HeadDim=120 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256 (head dim 120 runs in Decode only)"},
+			a.CacheDType, a.KScale, a.VScale = E4M3, 1, 1
+		}, "SequenceArgs.HeadDim=120 is not supported with CacheDType=e4m3"},
 		{"decode q stride", func(a *SequenceArgs) {
 			a.QLen, a.Q.Bytes, a.Out.Bytes, a.KVLens, a.QTokenStride = 1, 16*128*2, 16*128*2, fakeBuffer(4), 12
 		}, "SequenceArgs.QTokenStride=12 is not allowed"},

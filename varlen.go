@@ -197,7 +197,7 @@ func (a *VarlenArgs) Validate() error {
 // paged returns a's share of the attention ops' checks (its KV heads run
 // on the grid's y, at most 65535).
 func (a *VarlenArgs) paged() pagedAttention {
-	return pagedAttention{varlen: true,
+	return pagedAttention{
 		arg: varlenArg, dtype: a.DType, cacheDType: a.CacheDType,
 		headDim: a.HeadDim, numQHeads: a.NumQHeads, numKVHeads: a.NumKVHeads, maxKVHeads: 65535,
 		numSeqs: a.NumSeqs, blockSize: a.BlockSize, numBlocks: a.NumBlocks, maxBlocksPerSeq: a.MaxBlocksPerSeq,

@@ -12,24 +12,21 @@ import (
 // then the dims between them (moreDim), whose kernels (modules
 // decode_*_dims and varlen_*_dims) read caches of the queries' type only,
 // never run as clusters, and in Varlen the flash layout only. Head dim 120
-// (paddedDim) has decode kernels only, in tiles of 128.
+// (paddedDim) runs in tiles of 128 (modules decode_*_dims,
+// varlen_*_hd120), over the flash layout.
 var headDims = [...]int{64, 128, 256, 80, 96, 112, 192, 120}
 
-// HeadDimsText lists the decode head dims for error messages;
-// VarlenHeadDimsText the varlen ones.
-const (
-	HeadDimsText       = "64, 80, 96, 112, 120, 128, 192, 256"
-	VarlenHeadDimsText = "64, 80, 96, 112, 128, 192, 256"
-)
+// HeadDimsText lists the attention head dims for error messages.
+const HeadDimsText = "64, 80, 96, 112, 120, 128, 192, 256"
 
 // moreDim reports whether head dim d is one of the dims between the powers
 // of two (see headDims).
 func moreDim(d int) bool { return d&(d-1) != 0 }
 
-// PaddedHeadDim is the head dim whose decode kernels run in tiles of the
-// next power of two (128), its rows zero-padded in shared memory
-// (decode.cuh's DM < D): 120 is no multiple of the mma's k of 16. They
-// read the flash layout of 16-bit caches only; there are no varlen ones.
+// PaddedHeadDim is the head dim whose attention kernels run in tiles of the
+// next power of two (128), its rows zero-padded in shared memory (DM < D in
+// decode.cuh and varlen.cuh): 120 is no multiple of the mma's k of 16.
+// They read the flash layout of 16-bit caches only.
 const PaddedHeadDim = 120
 
 // paddedDim reports whether head dim d is PaddedHeadDim.
@@ -138,12 +135,13 @@ type nameTables struct {
 // 128 over a 16-bit cache it also records the 128-row kernel's 64-key twin
 // (base_k64). The geometry is VarlenConfig's in kernels_src/varlen.cuh.
 func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]string {
+	tile := tileDim(headDim) // shared memory holds tiles of it
 	if headDim > 128 {
-		t.varlenShape[base+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 64, keys: 32}
+		t.varlenShape[base+suffix] = varlenGeometry{headDim: tile, cacheSize: cacheSize, rows: 64, keys: 32}
 		return [2]string{base + suffix, base + suffix}
 	}
-	t.varlenShape[base+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 128, keys: 32}
-	t.varlenShape[base+"_r64"+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 64, keys: 64}
+	t.varlenShape[base+suffix] = varlenGeometry{headDim: tile, cacheSize: cacheSize, rows: 128, keys: 32}
+	t.varlenShape[base+"_r64"+suffix] = varlenGeometry{headDim: tile, cacheSize: cacheSize, rows: 64, keys: 64}
 	if headDim == 128 && cacheSize == 2 {
 		t.varlenK64[base+suffix] = base + "_k64" + suffix
 		t.varlenShape[base+"_k64"+suffix] = varlenGeometry{headDim: headDim, cacheSize: cacheSize, rows: 128, keys: 64}
@@ -155,7 +153,8 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 // (see headDims) for activation row qi: the wide and narrow decode kernels
 // named name and name_g8 with their _mods twins, and the flash-layout
 // varlen kernels vname (and vname_r64 below 128) with theirs; every other
-// entry of hi stays "", which the name functions refuse.
+// entry of hi stays "", which the name functions refuse. A paddedDim's
+// kernels compute on tiles of tileDim(d).
 func (t *nameTables) addMoreDim(qi, hi int, name, vname string, d, size int) {
 	t.decode[qi][variantWide][hi] = name
 	t.decode[qi][variantNarrow][hi] = name + "_g8"
@@ -163,9 +162,6 @@ func (t *nameTables) addMoreDim(qi, hi int, name, vname string, d, size int) {
 		t.shape[k] = [2]int{d, size}
 		t.mods[k] = k + "_mods"
 		t.shape[k+"_mods"] = [2]int{d, size}
-	}
-	if paddedDim(d) {
-		return // no varlen kernels
 	}
 	t.varlen[qi][0][hi] = t.addVarlen(vname, "", d, size)
 	for _, k := range t.varlen[qi][0][hi] {
@@ -712,8 +708,8 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 		return "", errf("dispatch: VarlenShape.CacheDType=%v is not supported with DType=%v; supported: %v, e4m3", cacheDType, dtype, dtype)
 	}
 	hi, ok := headDimIndex(headDim)
-	if !ok || paddedDim(headDim) {
-		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: %s", headDim, VarlenHeadDimsText)
+	if !ok {
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: %s", headDim, HeadDimsText)
 	}
 	if moreDim(headDim) && ci == 1 {
 		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", headDim)

@@ -542,9 +542,12 @@ func TestKernelNameLists(t *testing.T) {
 	// kernels, the 4 rope_cache kernels the 4 rope_values ones. The dims
 	// between the
 	// powers of two add 20 decode kernels (q dtype × wide and narrow × 5,
-	// 120 among them), their 20 _mods twins, and per q dtype 7 varlen
-	// kernels (4 + 3 _r64; none for 120), their 7 _mods twins and 4 merges.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+24+2*6+2*(6*5+3+3+5+5+5)+20+20+2*(7+7+4))
+	// 120 among them), their 20 _mods twins, and per q dtype 9 varlen
+	// kernels (5 + 4 _r64, 120 among them), their 9 _mods twins and 5
+	// merges.
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+24+2*6+2*(6*5+3+3+5+5+5)+20+20+2*(9+9+5))
+	assert.Contains(t, all, "paged_varlen_f16_hd120_r64_mods")
+	assert.Contains(t, all, "paged_varlen_merge_bf16_hd120")
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")
 	assert.Contains(t, all, "paged_decode_bf16_hd256_g8_mods")
 	assert.Contains(t, all, "paged_decode_f16_e4m3_hd64_g8_mods")

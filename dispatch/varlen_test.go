@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -224,7 +225,7 @@ func TestPlanVarlenErrors(t *testing.T) {
 	bad.HeadDim = 72
 	_, err := PlanVarlen(bad, varlenDev(), DefaultKnobs())
 	assert.ErrorIs(t, err, ErrInvalidShape)
-	assert.ErrorContains(t, err, "VarlenShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 128, 192, 256")
+	assert.ErrorContains(t, err, "VarlenShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 120, 128, 192, 256")
 	for _, edit := range []func(*VarlenShape){
 		func(s *VarlenShape) { s.CacheDType = E4M3 },
 		func(s *VarlenShape) { s.Layout = LayoutShuffle },
@@ -379,4 +380,29 @@ func TestPlanVarlenClusters(t *testing.T) {
 	assert.False(t, ok, "the 64-key kernel has no twin")
 	_, ok = VarlenClusterPlain("paged_varlen_bf16_hd128_k64_cluster")
 	assert.False(t, ok)
+}
+
+// TestVarlenPaddedHeadDim: head dim 120 plans the kernels of tiles of 128
+// (their shared memory is head dim 128's), merges with its own merge
+// kernel, and has no 64-key or cluster twin.
+func TestVarlenPaddedHeadDim(t *testing.T) {
+	for _, s := range []VarlenShape{prefill(8, 2048, 2048), prefill(8, 16, 8192)} {
+		s.HeadDim = PaddedHeadDim
+		p, err := PlanVarlen(s, varlenDev(), DefaultKnobs())
+		require.NoError(t, err)
+		assert.Contains(t, p.Kernel, "_hd120")
+		tile := strings.Replace(p.Kernel, "_hd120", "_hd128", 1)
+		assert.Equal(t, VarlenSharedBytes(tile), VarlenSharedBytes(p.Kernel), p.Kernel)
+		assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
+		assert.Zero(t, p.Cluster, p.Kernel)
+		_, ok := VarlenK64KernelName(p.Kernel)
+		assert.False(t, ok, p.Kernel)
+		merge, err := VarlenMergeKernelName(s.DType, PaddedHeadDim)
+		require.NoError(t, err)
+		assert.Equal(t, "paged_varlen_merge_"+s.DType.String()+"_hd120", merge)
+		s.Mods = true
+		m, err := PlanVarlen(s, varlenDev(), DefaultKnobs())
+		require.NoError(t, err)
+		assert.Equal(t, p.Kernel+"_mods", m.Kernel)
+	}
 }

@@ -270,8 +270,9 @@ __device__ __forceinline__ int row_limit(const VarlenTile& t, int p, int G, bool
 }
 
 // load_q_tile starts the copy of t's q rows into q_s (swizzled, zero rows
-// past the sequence's end).
-template <typename T, int D, int ROWS>
+// past the sequence's end). DM < D (padded tiles): q's rows hold DM
+// elements, and the tile's chunks past them are zeros.
+template <typename T, int D, int ROWS, int DM = D>
 __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_token_stride, const VarlenTile& t,
                                             int kvh, int G) {
   constexpr int CH = D / 8;
@@ -283,8 +284,13 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
     const int p = t.row0 + r;
     const bool ok = p < rows;
     const int tok = ok ? p / G : 0;
-    const T* src = q + (int64_t)(t.q_begin + tok) * q_token_stride + (int64_t)(kvh * G + (p - tok * G)) * D + c * 8;
-    cp_async16(q_s + swizzle<CH>(r, c) * 16, ok ? src : q, ok ? 16 : 0);
+    const T* src = q + (int64_t)(t.q_begin + tok) * q_token_stride + (int64_t)(kvh * G + (p - tok * G)) * DM + c * 8;
+    if constexpr (DM < D) {
+      const bool in = ok && c < DM / 8;
+      cp_async16(q_s + swizzle<CH>(r, c) * 16, in ? src : q, in ? 16 : 0);
+    } else {
+      cp_async16(q_s + swizzle<CH>(r, c) * 16, ok ? src : q, ok ? 16 : 0);
+    }
   }
 }
 
@@ -313,8 +319,9 @@ __device__ __forceinline__ bool in_range(int pos, int kv_begin, int kv_end) {
 // threads and one row a thread. On the H200 (2026-12-02), 8 threads a row
 // instead of 4 make the 16-bit prefill rows 0–4.6% faster and the fp8 one
 // (128-byte rows) 6.4% slower; KVLines' lookups by shuffle would cost these
-// kernels 10%.
-template <typename T, typename C, int D, int MT, int KEYS>
+// kernels 10%. DM < D (padded tiles, 16-bit caches): a stored row holds DM
+// elements, and the tile's chunks past them are zero-filled (nothing read).
+template <typename T, typename C, int D, int MT, int KEYS, int DM = D>
 struct KVRow {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   static constexpr int kTPR = D * (int)sizeof(C) >= 256 ? 8 : 4;  // threads per row
@@ -364,8 +371,14 @@ struct KVRow {
 #pragma unroll
       for (int j = 0; j < kCPT; ++j) {
         const uint32_t at = swizzle<CCH>(rr, j * kTPR + h) * 16;
-        cp_async16(dst + at, k_src + j * kTPR * 16, bytes);
-        cp_async16(dst + Smem::kTileBytes + at, v_src + j * kTPR * 16, bytes);
+        if constexpr (DM < D) {
+          const bool in = j * kTPR + h < DM * (int)sizeof(C) / 16;
+          cp_async16(dst + at, k_src + (in ? j * kTPR * 16 : 0), in ? bytes : 0);
+          cp_async16(dst + Smem::kTileBytes + at, v_src + (in ? j * kTPR * 16 : 0), in ? bytes : 0);
+        } else {
+          cp_async16(dst + at, k_src + j * kTPR * 16, bytes);
+          cp_async16(dst + Smem::kTileBytes + at, v_src + j * kTPR * 16, bytes);
+        }
       }
     }
   }
@@ -396,8 +409,8 @@ __device__ __forceinline__ void lane_row_ids(int (&v)[N], const int* table, int 
 // where the shuffle layout's loader, which lands whole lines, runs at 79%).
 // A thread loads rows r0 + kRP·j, j < kPasses, chunk c of each; lane l
 // looks up the block of tile row l (and l + 32 for 64-key tiles), which the
-// loading lanes take by shuffle.
-template <typename T, typename C, int D, int MT, int KEYS>
+// loading lanes take by shuffle. DM < D: padded tiles, as in KVRow.
+template <typename T, typename C, int D, int MT, int KEYS, int DM = D>
 struct KVLines {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   static constexpr int kCCH = Smem::kCacheChunks;
@@ -437,8 +450,16 @@ struct KVLines {
       const int64_t off = bad.row(blk, pos, block_size_log2, nb) * row_stride;
       const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
       const uint32_t at = swizzle<kCCH>(r, c) * 16;
-      cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, bytes);
-      cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16, bytes);
+      if constexpr (DM < D) {
+        const bool in = c < DM * (int)sizeof(C) / 16;
+        const int c16 = in ? c * 16 : 0;
+        cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c16, in ? bytes : 0);
+        cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c16,
+                   in ? bytes : 0);
+      } else {
+        cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, bytes);
+        cp_async16(dst + Smem::kTileBytes + at, reinterpret_cast<const unsigned char*>(v_head + off) + c * 16, bytes);
+      }
     }
   }
 };
@@ -906,7 +927,9 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
 // split's partials. MODS with sinks (f32
 // [num_q_heads]): the first split adds each head's sink logit to its
 // denominator (in log2 units), as one more score that attends no value.
-template <typename T, int D, bool MODS = false>
+// DM < D (padded tiles): rows and partials hold the first DM of the tile's
+// D columns.
+template <typename T, int D, bool MODS = false, int DM = D>
 __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRows& st, const float (*acc)[4], int p0,
                                            int kvh, int G, int num_q_heads, int split, int splits, float q_mul, float v_mul, T* out, int64_t out_token_stride,
                                            int64_t out_head_stride, float* lse, float* partial_out, float* partial_max, float* partial_sum,
@@ -938,7 +961,7 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
     if (splits == 1) {
       const int64_t out_row = (int64_t)(t.q_begin + tok) * out_token_stride + (int64_t)(kvh * G + (p - tok * G)) * out_head_stride;
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
+      for (int n = 0; n < DM / 8; ++n) {
         *reinterpret_cast<uint32_t*>(out + out_row + 8 * n + 2 * (lane & 3)) =
             pack2<T>(acc[n][2 * h] * o_mul, acc[n][2 * h + 1] * o_mul);
       }
@@ -946,8 +969,8 @@ __device__ __forceinline__ void store_rows(const VarlenTile& t, const SoftmaxRow
     } else {
       const int64_t prow = row * splits + split;
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        *reinterpret_cast<float2*>(partial_out + prow * D + 8 * n + 2 * (lane & 3)) =
+      for (int n = 0; n < DM / 8; ++n) {
+        *reinterpret_cast<float2*>(partial_out + prow * DM + 8 * n + 2 * (lane & 3)) =
             make_float2(acc[n][2 * h] * o_mul, acc[n][2 * h + 1] * o_mul);
       }
       if ((lane & 3) == 0) {
@@ -1057,13 +1080,15 @@ __device__ __forceinline__ void row_limits(int (&lim)[MT][2], const VarlenTile& 
 // before ptxas sees them (a method call through it after the loop cost the
 // two-row-tile x-split and shuffle kernels 14–21% more instructions, and
 // the _k64 ones more spills).
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool LO = false>
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool LO = false, int DM = D>
 struct VarlenKV {
   static constexpr bool LAID = LAYOUT != kLayoutFlash;
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   static constexpr int kCCH = Smem::kCacheChunks;
-  using FlashRows = typename Pick<(kCCH & (kCCH - 1)) != 0, KVChunks<T, C, D, MT, KEYS>,
-                                  typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS>, KVRow<T, C, D, MT, KEYS>>::type>::type;
+  using FlashRows =
+      typename Pick<(kCCH & (kCCH - 1)) != 0, KVChunks<T, C, D, MT, KEYS>,
+                    typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS, DM>, KVRow<T, C, D, MT, KEYS, DM>>::type>::type;
+  static_assert(DM == D || (!LAID && (kCCH & (kCCH - 1)) == 0), "padded tiles: the flash layout's KVRow and KVLines");
   using LaidRows = typename Pick<sizeof(C) == 1, LaidFP8KV<D, KEYS, LAYOUT>, LaidKV<D, KEYS, LAYOUT>>::type;
   // Ids holds the block-table entries a thread looked up for one tile.
   using Ids = typename Pick<LAID, int, typename FlashRows::Ids>::type;
@@ -1138,9 +1163,9 @@ struct VarlenRowMods {
 // registers, or q_s) and the lane's ldmatrix offsets (ao, bo, lo), the
 // first row's limit mask_from, the running state st and acc of the warp's
 // row tiles, and q_mul, the factor that turns scores into log2 units.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false>
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false, int DM = D>
 struct VarlenLoop {
-  using KV = VarlenKV<T, C, D, MT, KEYS, LAYOUT, MODS>;
+  using KV = VarlenKV<T, C, D, MT, KEYS, LAYOUT, MODS, DM>;
   // q's A fragments stay in registers with one row tile per warp below D =
   // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
   // outputs need the room and q is read from shared memory per tile.
@@ -1172,8 +1197,8 @@ struct VarlenLoop {
 // them: fp8 tiles widened to <q> (widen_tile, LaidFP8KV::widen), and the
 // tail of a 16-bit x-split or shuffle V tile that reaches past kv_end
 // zeroed (only a masked tile, MASK, reaches there). Every thread calls it.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int MASK, bool MODS>
-__device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>& loop, int i,
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int MASK, bool MODS, int DM>
+__device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>& loop, int i,
                                           uint32_t& k_s, uint32_t& v_s) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   constexpr int STAGES = Smem::kStages;
@@ -1214,15 +1239,15 @@ __device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LA
 // modified (the loop's q_mul is then 1); a tile that starts before a row's
 // window start is masked at both ends of each row's range, as is one that
 // MASK asks for.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK, bool MODS>
-__device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>& loop, int i,
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK, bool MODS, int DM>
+__device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>& loop, int i,
                                             uint32_t k_s, uint32_t v_s, const int (*lim)[2],
                                             const VarlenRowMods<MT>& mods) {
   constexpr bool LAID = LAYOUT != kLayoutFlash;
   // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
   // into a flash tile (LaidFP8KV).
   constexpr bool K_PIECES = LAID && sizeof(C) != 1;
-  constexpr bool kQInRegs = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>::kQInRegs;
+  constexpr bool kQInRegs = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>::kQInRegs;
   float s[MT][KN / 8][4];
   qk_tile<T, D, KEYS, KN, MT, kQInRegs, K_PIECES, LAYOUT>(s, loop.qa, loop.q_s, k_s, loop.ao, loop.bo, loop.lo,
                                                          loop.warp);
@@ -1274,8 +1299,8 @@ __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, 
 // row's limit), kMaskAll (some lie at or past one), kMaskFrom (only a tile
 // that reaches mask_from); lim holds this lane's rows' limits. A warp
 // without rows only loads.
-template <int KN, int MASK, typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS>
-__device__ __forceinline__ void varlen_step(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>& loop, int i,
+template <int KN, int MASK, typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS, int DM>
+__device__ __forceinline__ void varlen_step(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>& loop, int i,
                                             const int (*lim)[2], const VarlenRowMods<MT>& mods) {
   uint32_t k_s, v_s;
   next_tile<T, C, D, MT, KEYS, LAYOUT, MASK>(loop, i, k_s, v_s);
@@ -1405,8 +1430,12 @@ __device__ __forceinline__ void cluster_merge_rows(const VarlenTile& t, int G, i
 // the _mods entries' score modifiers (see the top); the others pass none.
 // CLUSTER: the _cluster entries, whose splits of a row tile form one
 // cluster and merge on chip (stage_rows, cluster_merge_rows); a split
-// without tiles then stays to merge its share.
-template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false, bool CLUSTER = false>
+// without tiles then stays to merge its share. DM < D: head dim DM (120)
+// computed on tiles of D (128), the rows zero-padded in shared memory
+// (load_q_tile, KVRow, KVLines; 16-bit flash-layout caches) and written
+// back as rows of DM (store_rows).
+template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool MODS = false, bool CLUSTER = false,
+          int DM = D>
 __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restrict__ lse,
                                              float* __restrict__ partial_out, float* __restrict__ partial_max,
                                              float* __restrict__ partial_sum, const T* __restrict__ q,
@@ -1423,7 +1452,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              const float* __restrict__ sinks = nullptr,
                                              const float* __restrict__ alibi = nullptr) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
-  using Loop = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS>;
+  using Loop = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>;
   using KV = typename Loop::KV;
   constexpr int ROWS = Smem::kRows;
   constexpr int STAGES = Smem::kStages;
@@ -1471,6 +1500,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // load; split 0 marks its partials empty first. (A cluster's split runs
   // no tiles and merges its share.)
   static_assert(!(MODS && CLUSTER), "the _mods entries merge in global memory");
+  static_assert(DM == D || !CLUSTER, "padded tiles merge in global memory");
   if (split >= live && !CLUSTER) return;
   if (split == 0 && live < splits && !CLUSTER) {
     mark_empty_splits<ROWS>(t, G, kvh, num_q_heads, live, splits, partial_max, partial_sum);
@@ -1508,9 +1538,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     }
   }
   const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
-  const int64_t row_stride = (int64_t)num_kv_heads * D;
-  const C* k_head = k_cache + (int64_t)kvh * D;
-  const C* v_head = v_cache + (int64_t)kvh * D;
+  const int64_t row_stride = (int64_t)num_kv_heads * DM;
+  const C* k_head = k_cache + (int64_t)kvh * DM;
+  const C* v_head = v_cache + (int64_t)kvh * DM;
   const uint32_t ring_s = smem_addr(ring);
   typename KV::FlashRows kv_row;
   const uint32_t nb = BadBlock::bound(num_blocks);
@@ -1518,7 +1548,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const KV kv{end_tile, laid_row, ring_s, k_cache, v_cache, kv_end, kvh, num_kv_heads, block_size_log2, nb,
               kv_row, k_head, v_head, row_stride, table, kv_begin};
 
-  load_q_tile<T, D, ROWS>(q_s, q, q_token_stride, t, kvh, G);
+  load_q_tile<T, D, ROWS, DM>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
 #pragma unroll
   for (int j = 0; j < STAGES - 1; ++j) kv.issue(first_tile + j, j, kv.lookup(first_tile + j));
@@ -1597,7 +1627,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   } else {
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      store_rows<T, D, MODS>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, soft_mul,
+      store_rows<T, D, MODS, DM>(t, st[m], acc[m], p0 + 16 * m, kvh, G, num_q_heads, split, splits, soft_mul,
                              v_mul, out, out_token_stride, out_head_stride, lse, partial_out, partial_max,
                              partial_sum, lane, sinks);
     }
@@ -1657,7 +1687,7 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       *reinterpret_cast<uint32_t*>(out + out_row + lane * PER_LANE + j) = pack2<T>(o[j] * inv, o[j + 1] * inv);
     }
   } else {
-    // Head dims 80, 96, 112: a lane merges the pairs of d lane + 32j.
+    // Head dims 80, 96, 112, 120: a lane merges the pairs of d lane + 32j.
     constexpr int PAIRS = (D / 2 + 31) / 32;
     float o[PAIRS][2] = {};
     if (mx != -INFINITY) {
@@ -1691,8 +1721,9 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 }  // namespace pkv
 
 // PKV_VARLEN defines one varlen entry (KEYS: its K/V tiles' positions;
-// LAYOUT: the caches' layout).
-#define PKV_VARLEN(name, T, C, D, MT, KEYS, LAYOUT)                                                              \
+// LAYOUT: the caches' layout); PKV_VARLEN_DM one for head dim DM on tiles
+// of D (DM < D: padded, see paged_varlen).
+#define PKV_VARLEN_DM(name, T, C, D, DM, MT, KEYS, LAYOUT)                                                       \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
@@ -1701,13 +1732,14 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
       float scale, float k_scale, float v_scale, int cu_base, int seq_base, int one_pos, int split_blocks,  \
       int split_wave) {                                                                                     \
-    pkv::paged_varlen<T, C, D, MT, KEYS, LAYOUT>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache,        \
+    pkv::paged_varlen<T, C, D, MT, KEYS, LAYOUT, false, false, DM>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
                                causal, scale, k_scale, v_scale, cu_base, seq_base, one_pos, split_blocks,   \
                                split_wave);                                                                 \
   }
+#define PKV_VARLEN(name, T, C, D, MT, KEYS, LAYOUT) PKV_VARLEN_DM(name, T, C, D, D, MT, KEYS, LAYOUT)
 
 // PKV_VARLEN_CLUSTER defines one _cluster entry over a flash-layout cache
 // of the queries' type (PKV_VARLEN's parameters; the partials are unused):
@@ -1742,8 +1774,8 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 
 // PKV_VARLEN_MODS defines one _mods entry over a flash-layout cache of type
 // C (the queries' type, or e4m3): PKV_VARLEN's parameters, then the score
-// modifiers.
-#define PKV_VARLEN_MODS(name, T, C, D, MT, KEYS)                                                                 \
+// modifiers; PKV_VARLEN_MODS_DM one for head dim DM on tiles of D.
+#define PKV_VARLEN_MODS_DM(name, T, C, D, DM, MT, KEYS)                                                          \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
@@ -1752,12 +1784,13 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       int block_size_log2, int64_t num_blocks, int causal, float scale, float k_scale, float v_scale,       \
       int cu_base, int seq_base, int one_pos, int split_blocks, int split_wave, int window, float softcap, \
       const float* sinks, const float* alibi) {                                                             \
-    pkv::paged_varlen<T, C, D, MT, KEYS, pkv::kLayoutFlash, true>(                                          \
+    pkv::paged_varlen<T, C, D, MT, KEYS, pkv::kLayoutFlash, true, false, DM>(                               \
         out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
         pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
         num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, scale, k_scale, v_scale,     \
         cu_base, seq_base, one_pos, split_blocks, split_wave, window, softcap, sinks, alibi);               \
   }
+#define PKV_VARLEN_MODS(name, T, C, D, MT, KEYS) PKV_VARLEN_MODS_DM(name, T, C, D, D, MT, KEYS)
 
 // PKV_VARLEN_MODS_ALL defines the _mods twins of PKV_VARLEN_ALL's entries
 // over a cache of type C (<prefix>_hd<D>[_r64]_mods; none of the _k64 one).
@@ -1787,6 +1820,16 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
   PKV_VARLEN_MORE_R64(prefix, T, 80)            \
   PKV_VARLEN_MORE_R64(prefix, T, 96)            \
   PKV_VARLEN_MORE_R64(prefix, T, 112)
+
+// PKV_VARLEN_PADDED defines <prefix>_hd<DM> and <prefix>_hd<DM>_r64 for
+// head dim DM on tiles of D over a flash-layout cache of the queries' type,
+// their _mods twins and the merge (<merge>_hd<DM>).
+#define PKV_VARLEN_PADDED(prefix, merge, T, D, DM)                                        \
+  PKV_VARLEN_DM(prefix##_hd##DM, T, T, D, DM, 2, 32, pkv::kLayoutFlash)                   \
+  PKV_VARLEN_DM(prefix##_hd##DM##_r64, T, T, D, DM, 1, 64, pkv::kLayoutFlash)             \
+  PKV_VARLEN_MODS_DM(prefix##_hd##DM##_mods, T, T, D, DM, 2, 32)                          \
+  PKV_VARLEN_MODS_DM(prefix##_hd##DM##_r64_mods, T, T, D, DM, 1, 64)                      \
+  PKV_VARLEN_MERGE(merge##_hd##DM, T, DM)
 
 // PKV_VARLEN_MERGE defines one merge entry.
 #define PKV_VARLEN_MERGE(name, T, D)                                                                        \

@@ -32,6 +32,7 @@ const (
 	ModuleVarlenBf16Dims         = "varlen_bf16_dims"
 	ModuleVarlenBf16E4m3         = "varlen_bf16_e4m3"
 	ModuleVarlenBf16E4m3Mods     = "varlen_bf16_e4m3_mods"
+	ModuleVarlenBf16Hd120        = "varlen_bf16_hd120"
 	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
 	ModuleVarlenBf16Mods         = "varlen_bf16_mods"
 	ModuleVarlenBf16Sm90         = "varlen_bf16_sm90"
@@ -39,6 +40,7 @@ const (
 	ModuleVarlenF16Dims          = "varlen_f16_dims"
 	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
 	ModuleVarlenF16E4m3Mods      = "varlen_f16_e4m3_mods"
+	ModuleVarlenF16Hd120         = "varlen_f16_hd120"
 	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
 	ModuleVarlenF16Mods          = "varlen_f16_mods"
 	ModuleVarlenF16Sm90          = "varlen_f16_sm90"
@@ -400,6 +402,15 @@ const (
 	PagedVarlenBf16E4m3Hd64R64Mods  = "paged_varlen_bf16_e4m3_hd64_r64_mods"
 )
 
+// Entry points of varlen_bf16_hd120.ptx (kernels_src/varlen_bf16_hd120.cu).
+const (
+	PagedVarlenBf16Hd120        = "paged_varlen_bf16_hd120"
+	PagedVarlenBf16Hd120Mods    = "paged_varlen_bf16_hd120_mods"
+	PagedVarlenBf16Hd120R64     = "paged_varlen_bf16_hd120_r64"
+	PagedVarlenBf16Hd120R64Mods = "paged_varlen_bf16_hd120_r64_mods"
+	PagedVarlenMergeBf16Hd120   = "paged_varlen_merge_bf16_hd120"
+)
+
 // Entry points of varlen_bf16_layouts.ptx (kernels_src/varlen_bf16_layouts.cu).
 const (
 	PagedVarlenBf16E4m3Hd128R64Shuffle = "paged_varlen_bf16_e4m3_hd128_r64_shuffle"
@@ -495,6 +506,15 @@ const (
 	PagedVarlenF16E4m3Hd256Mods    = "paged_varlen_f16_e4m3_hd256_mods"
 	PagedVarlenF16E4m3Hd64Mods     = "paged_varlen_f16_e4m3_hd64_mods"
 	PagedVarlenF16E4m3Hd64R64Mods  = "paged_varlen_f16_e4m3_hd64_r64_mods"
+)
+
+// Entry points of varlen_f16_hd120.ptx (kernels_src/varlen_f16_hd120.cu).
+const (
+	PagedVarlenF16Hd120        = "paged_varlen_f16_hd120"
+	PagedVarlenF16Hd120Mods    = "paged_varlen_f16_hd120_mods"
+	PagedVarlenF16Hd120R64     = "paged_varlen_f16_hd120_r64"
+	PagedVarlenF16Hd120R64Mods = "paged_varlen_f16_hd120_r64_mods"
+	PagedVarlenMergeF16Hd120   = "paged_varlen_merge_f16_hd120"
 )
 
 // Entry points of varlen_f16_layouts.ptx (kernels_src/varlen_f16_layouts.cu).

@@ -82,8 +82,9 @@ func TestHeadDimsDecode(t *testing.T) {
 }
 
 // TestHeadDimsVarlen runs Varlen at every head dim between the powers of
-// two against float64: long query rows (the 128-row kernels, 64-row at
-// 192), short ones (the _r64 kernels), a batch that starts with one-token
+// two against float64 (120 in tiles of 128 whose padding must add
+// nothing): long query rows (the 128-row kernels, 64-row at 192), short
+// ones (the _r64 kernels), a batch that starts with one-token
 // rows (run as a decode and a varlen launch), causal and not, single-pass,
 // automatic and forced split-K (7 and 64, merged by the dims' merge
 // kernels), and every score modifier at once.
@@ -91,7 +92,7 @@ func TestHeadDimsVarlen(t *testing.T) {
 	auto := open(t, config.Options{})
 	single := open(t, config.Options{SplitKAttn: ptr(config.SplitOff)})
 	g := rng(t)
-	for i, d := range moreDims {
+	for i, d := range append(moreDims, dispatch.PaddedHeadDim) {
 		dt := []pagedkv.DType{pagedkv.BF16, pagedkv.F16}[i%2]
 		shapes := []check.VarlenShape{
 			{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, DType: dt, CacheDType: dt, MaxQLen: 230, MaxKV: 900, Causal: true},
@@ -135,7 +136,7 @@ func TestHeadDimsVarlen(t *testing.T) {
 func TestHeadDimsRefused(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
-	for _, d := range moreDims {
+	for _, d := range append(moreDims, dispatch.PaddedHeadDim) {
 		t.Run(fmt.Sprint(d), func(t *testing.T) {
 			dc := check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 100}
 			p := decodeProblem(t, r, r.Stream(), g, dc)
@@ -153,10 +154,9 @@ func TestHeadDimsRefused(t *testing.T) {
 	}
 }
 
-// TestHeadDim120Refused: head dim 120 has decode kernels over 16-bit
-// flash-layout caches only; the x-split layout, fp8 caches, Varlen and a
-// multi-token SequenceAttention are refused before any launch, naming the
-// field, and a one-token SequenceAttention runs as Decode.
+// TestHeadDim120Refused: head dim 120 has kernels over 16-bit flash-layout
+// caches only; Decode over the x-split layout and fp8 caches are refused
+// before any launch, naming the field (TestHeadDimsRefused covers Varlen).
 func TestHeadDim120Refused(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
@@ -175,11 +175,6 @@ func TestHeadDim120Refused(t *testing.T) {
 		require.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
 		assert.ErrorContains(t, err, c.want)
 	}
-	vc := check.VarlenShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 20, MaxKV: 100, Causal: true}
-	v := varlenProblem(t, r, r.Stream(), g, vc)
-	_, _, err := v.Run(r, r.Stream())
-	require.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
-	assert.ErrorContains(t, err, "VarlenArgs.HeadDim=120 is not supported; allowed: 64, 80, 96, 112, 128, 192, 256")
 }
 
 // TestHeadDimsSequence runs SequenceAttention (one sequence's new tokens:
@@ -189,7 +184,7 @@ func TestHeadDimsSequence(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
 	s := r.Stream()
-	for i, d := range moreDims {
+	for i, d := range append(moreDims, dispatch.PaddedHeadDim) {
 		dt := []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[i%2]
 		c := check.VarlenShape{Seqs: 1, QHeads: 16, KVHeads: 4, HeadDim: d, BlockSize: 16, DType: dt, CacheDType: dt, MaxQLen: 200, MaxKV: 3000, Causal: true}
 		for _, qLen := range []int{1, 1 + g.IntN(c.MaxQLen)} {

@@ -29,13 +29,13 @@ func (c DecodeShape) String() string {
 }
 
 // RandomDecodeShape draws a small random decode shape covering every head
-// dim (DecodeHeadDims), group size 1..16, block sizes 1..256, both dtypes
+// dim (HeadDims), group size 1..16, block sizes 1..256, both dtypes
 // and fp8 caches (at head dims 64, 128 and 256, the ones they serve).
 func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	c := DecodeShape{
 		Seqs:      1 + g.IntN(12),
 		KVHeads:   1 + g.IntN(4),
-		HeadDim:   DecodeHeadDims[g.IntN(len(DecodeHeadDims))],
+		HeadDim:   HeadDims[g.IntN(len(HeadDims))],
 		BlockSize: 1 << g.IntN(9),
 		DType:     []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[g.IntN(2)],
 	}
@@ -56,12 +56,8 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 
 // HeadDims lists the attention head dims of every attention op; the ones
 // between the powers of two take caches of the queries' type only, and in
-// Varlen the flash layout only. DecodeHeadDims adds 120, which Decode
-// alone takes (over the flash layout, in tiles of 128).
-var (
-	HeadDims       = []int{64, 80, 96, 112, 128, 192, 256}
-	DecodeHeadDims = []int{64, 80, 96, 112, 120, 128, 192, 256}
-)
+// Varlen the flash layout only (120, in tiles of 128: in Decode too).
+var HeadDims = []int{64, 80, 96, 112, 120, 128, 192, 256}
 
 // PowerOfTwo reports whether head dim d is 64, 128 or 256 (a power of
 // two), whose kernels serve every cache type and layout.

@@ -85,6 +85,7 @@ SHAPES = [
     ("prefill 8x2048 hd=80", [(8, 2048, 2048)], False, 80),
     ("prefill 8x2048 hd=96", [(8, 2048, 2048)], False, 96),
     ("prefill 8x2048 hd=112", [(8, 2048, 2048)], False, 112),
+    ("prefill 8x2048 hd=120", [(8, 2048, 2048)], False, 120),
     ("prefill 8x2048 hd=192", [(8, 2048, 2048)], False, 192),
     ("small-query 8x16 kv=8192 hd=80", [(8, 16, 8192)], True, 80),
 ]
