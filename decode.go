@@ -483,8 +483,12 @@ func launchDecodeKernel(fn driver.Function, plan *dispatch.DecodePlan, s *Stream
 func checkDecodePlan(a *DecodeArgs, plan *dispatch.DecodePlan, dev *dispatch.DeviceFacts) error {
 	group := a.NumQHeads / a.NumKVHeads
 	// The kernels for the caches' layout (fp8 ones have a build for the
-	// x-split and shuffle layouts).
+	// x-split and shuffle layouts; the _mods kernels read every layout, and
+	// are named from the flash-layout kernels).
 	layout := a.Layout
+	if m := a.mods(); m.on() {
+		layout = LayoutFlash
+	}
 	named := func(name string, err error) (string, error) { return dispatch.DecodeLayoutKernel(name, layout), err }
 	// A group the narrow kernels serve may also run on the wide ones, which
 	// serve every group (PAGEDKV_DECODE_NARROW=0).

@@ -633,6 +633,24 @@ func TestCheckDecodePlan(t *testing.T) {
 		})
 	}
 
+	// Score modifiers: their _mods kernels read every layout, over 16-bit
+	// and fp8 caches alike.
+	for _, cache := range []DType{F16, E4M3} {
+		for _, layout := range []CacheLayout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+			m := goodDecode()
+			m.SoftCap, m.CacheDType, m.Layout = 5, cache, layout
+			if cache == E4M3 {
+				m.KScale, m.VScale = 0.5, 0.5
+			}
+			for _, kn := range []dispatch.Knobs{k, single, forced, wide} {
+				p, err := dispatch.PlanDecode(m.shape(false, 0), plain, kn)
+				require.NoError(t, err)
+				assert.Contains(t, p.Kernel, "_mods")
+				assert.NoError(t, checkDecodePlan(&m, &p, &plain), "%v cache, %v layout: %s", cache, layout, p.Kernel)
+			}
+		}
+	}
+
 	cluster := plan(sm90, forced)
 	require.Equal(t, uint32(4), cluster.Cluster)
 	// Checking a plan allocates nothing (DecodeWithPlan runs it per call).

@@ -237,7 +237,8 @@ type DecodeShape struct {
 	// up to MaxKVLen; the automatic plan is then balanced.
 	Graph bool
 	// Layout is the caches' layout: fp8 caches in the x-split and shuffle
-	// layouts take the _laid kernels (DecodeLayoutKernel).
+	// layouts take the _laid kernels (DecodeLayoutKernel), except with Mods,
+	// whose kernels read every layout.
 	Layout Layout
 	// Mods: the decode modifies its scores (a sliding window, soft-cap,
 	// sinks or ALiBi), which the _mods kernels do (DecodeModsKernel; every

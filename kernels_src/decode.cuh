@@ -94,7 +94,7 @@ constexpr int kMaxSplits = 64;
 // layout's fp8 rows ran 1–2.6% slower than a flash-only build, and a build
 // with the x-split and shuffle loop only ran those layouts 1–3.8% slower
 // than the one with both (same H200 call, 2026-12-02); the 16-bit kernels
-// have the first build only.
+// and every _mods kernel (fp8 ones too) have the first build only.
 constexpr int kLayoutsAny = 0, kLayoutsFlash = 1;
 
 // vt_chunk returns the position, in 16-byte chunks, of chunk h (tokens

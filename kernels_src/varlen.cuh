@@ -3,7 +3,8 @@
 // cores (mma.sync m16n8k16), single-pass and split-K, and the merge of split-K
 // partials.
 //
-// paged_varlen_<q>[_e4m3]_hd<D>[_r64|_k64] (see VarlenConfig for the suffixes)
+// paged_varlen_<q>[_e4m3]_hd<D>[_r64|_k64] (see VarlenConfig for the suffixes;
+// D is the rows' head dim: _hd120 computes on tiles of 128, see paged_varlen)
 //   q            [total_q, num_q_heads, D] of <q>, token stride q_token_stride
 //                elements (heads contiguous).
 //   cu_seqlens_q int32 [num_seqs+1]: sequence s owns query tokens
