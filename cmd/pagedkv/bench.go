@@ -69,6 +69,10 @@ type bencher struct {
 	arena  *check.Arena
 	l2     int64
 	status func(string)
+	// refused lists the rows the library refused (ErrInvalidArgument):
+	// the run goes on without them and fails at the end, after printing
+	// and saving what it measured.
+	refused []string
 	// layouts, when set, also times every uniform decode row of the
 	// grid in the x-split and shuffle layouts (-layouts).
 	layouts bool
@@ -201,6 +205,24 @@ func runBench(args []string) error {
 	if b.rep.CopyGBps, err = b.copyBandwidth(); err != nil {
 		return err
 	}
+	// A failing section stops the run, but what was measured before it is
+	// still printed and saved.
+	runErr := b.sections(o)
+	if o.JSONPath != "" {
+		data, _ := json.MarshalIndent(b.rep, "", "  ")
+		if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
+	b.print()
+	if len(b.refused) > 0 {
+		runErr = errors.Join(runErr, fmt.Errorf("bench: %d rows refused: %s", len(b.refused), strings.Join(b.refused, "; ")))
+	}
+	return runErr
+}
+
+// sections runs the ops o asks for, in order, up to the first error.
+func (b *bencher) sections(o benchOptions) error {
 	if o.Op == "all" || o.Op == "append" {
 		if err := b.benchAppend(); err != nil {
 			return err
@@ -222,14 +244,19 @@ func runBench(args []string) error {
 			return err
 		}
 	}
-	if o.JSONPath != "" {
-		data, _ := json.MarshalIndent(b.rep, "", "  ")
-		if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	b.print()
 	return nil
+}
+
+// refuse records row, which the library refused with err, and reports
+// whether the run may go on without it: only a refusal (ErrInvalidArgument,
+// nothing launched) may; any other error stops the run.
+func (b *bencher) refuse(row string, err error) bool {
+	if !errors.Is(err, pagedkv.ErrInvalidArgument) {
+		return false
+	}
+	b.refused = append(b.refused, row+": "+err.Error())
+	b.status(fmt.Sprintf("%s refused: %v", row, err))
+	return true
 }
 
 // measure times calls of fn (fn(i) is the i-th call, so inputs can rotate)
@@ -1007,6 +1034,9 @@ func (b *bencher) decodeRow(pool *pagePool, c decodeCase, progress string) error
 	b.status(fmt.Sprintf("decode %s %s%s", c.cache, c.shape, progress))
 	res, err := b.decodeShape(pool, c)
 	if err != nil {
+		if b.refuse(fmt.Sprintf("decode %s %s", c.cache, c.shape), err) {
+			return nil
+		}
 		return err
 	}
 	b.rep.Results = append(b.rep.Results, res)
