@@ -2,8 +2,8 @@
 // single-pass and split-K (phase 1 and the fused phase 2), grouped by KV head,
 // on tensor cores (mma.sync m16n8k16).
 //
-// paged_decode_<q>[_e4m3]_hd<D>, and paged_decode_<q>_hd<D>_g8 (narrow: a
-// 16-bit cache and GQA groups up to kNarrowGroup = 8, see below)
+// paged_decode_<q>[_e4m3]_hd<D>, and paged_decode_<q>[_e4m3]_hd<D>_g8
+// (narrow: GQA groups up to kNarrowGroup = 8, see below)
 //   q            [num_seqs, num_q_heads, D] of type <q>, sequence stride q_seq_stride
 //                elements (heads contiguous).
 //   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of type <q>,
