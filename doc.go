@@ -27,8 +27,9 @@
 // first needs them. PAGEDKV_LOAD_SASS picks the image: auto, the default,
 // loads the driver JIT's own code where it is embedded for the device's
 // architecture and the running driver is at least as new as the one that
-// recorded it (on sm_90, for the varlen and fp8 decode modules, whose ptxas
-// SASS runs slower), else the SASS where the device runs it, else the PTX,
+// recorded it (on sm_90, for most varlen and fp8 decode modules, whose
+// ptxas SASS runs slower; see ptx.JITFaster), else the SASS where the
+// device runs it, else the PTX,
 // which the driver JIT-compiles; 1 loads the SASS wherever there is some; 0
 // always loads the PTX. Each op's plan
 // (single-pass or split-K, and how many splits) comes from package dispatch,

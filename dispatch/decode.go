@@ -296,7 +296,7 @@ func PlanDecode(s DecodeShape, dev DeviceFacts, k Knobs) (DecodePlan, error) {
 		kernel = name // the same kernel built for compute_90
 	}
 	if s.Mods {
-		kernel = tables.mods[kernel] // validateDecode checked it has one
+		kernel = tables.mods[kernel] // every decode kernel has a _mods twin
 		k.Clusters = false
 		if w := s.SlidingWindow; w > 0 {
 			s.MaxKVLen = min(s.MaxKVLen, w+max(s.BlockSize, 16))
