@@ -62,7 +62,8 @@ commands:
            and how long (without a GPU: the configuration, the embedded
            modules and why there is none)
   bench    device-to-device copy bandwidth, then the kernels as a fraction of it
-           (varlen attention also in TFLOP/s):
+           (varlen attention also in TFLOP/s); a row the library refuses is
+           skipped and named at the end, and the command then exits 1:
            pagedkv bench [all|copy|append|decode|varlen] [flags]
   verify   a correctness sweep on random shapes against the float64 reference,
            counted per op family (pagedkv verify -h lists them)
