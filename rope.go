@@ -253,7 +253,8 @@ func (a *RopeCacheArgs) shape() dispatch.AppendShape {
 	return dispatch.AppendShape{
 		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
 		Flash: a.Layout == LayoutFlash, HostSlots: len(a.HostSlotMapping) != 0,
-		SlotRuns: a.SlotRemap.IsZero() && slotRuns(a.HostSlotMapping),
+		// The runs decide the x-split and shuffle layouts' V launch only.
+		SlotRuns: a.Layout != LayoutFlash && a.SlotRemap.IsZero() && slotRuns(a.HostSlotMapping),
 	}
 }
 

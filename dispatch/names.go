@@ -158,17 +158,25 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 func (t *nameTables) addMoreDim(qi, hi int, name, vname string, d, size int) {
 	t.decode[qi][variantWide][hi] = name
 	t.decode[qi][variantNarrow][hi] = name + "_g8"
+	t.shape[name] = [2]int{d, size}
+	t.shape[name+"_g8"] = [2]int{d, size}
+	t.varlen[qi][0][hi] = t.addVarlen(vname, "", d, size)
+	t.addMods(name, t.varlen[qi][0][hi], d, size)
+	t.varlenMerge[qi][hi] = "paged_varlen_merge_" + activationTypes[qi].String() + "_hd" + strconv.Itoa(d)
+}
+
+// addMods records the _mods twins of the wide and narrow decode kernels
+// name and name_g8 (head dim d, cache elements of size bytes) and of the
+// flash-layout varlen kernels varlen (the names addVarlen returned).
+func (t *nameTables) addMods(name string, varlen [2]string, d, size int) {
 	for _, k := range [...]string{name, name + "_g8"} {
-		t.shape[k] = [2]int{d, size}
 		t.mods[k] = k + "_mods"
 		t.shape[k+"_mods"] = [2]int{d, size}
 	}
-	t.varlen[qi][0][hi] = t.addVarlen(vname, "", d, size)
-	for _, k := range t.varlen[qi][0][hi] {
+	for _, k := range varlen {
 		t.varlenMods[k] = k + "_mods"
 		t.varlenShape[k+"_mods"] = t.varlenShape[k]
 	}
-	t.varlenMerge[qi][hi] = "paged_varlen_merge_" + activationTypes[qi].String() + "_hd" + strconv.Itoa(d)
 }
 
 // tables is built by a variable initializer rather than init, so that other
@@ -220,10 +228,7 @@ func buildNames() *nameTables {
 				t.shape[name] = [2]int{d, size}
 				// VarlenConfig in kernels_src/varlen.cuh.
 				t.varlen[qi][fp8][hi] = t.addVarlen(vname, "", d, size)
-				for _, k := range t.varlen[qi][fp8][hi] {
-					t.varlenMods[k] = k + "_mods"
-					t.varlenShape[k+"_mods"] = t.varlenShape[k]
-				}
+				t.addMods(name, t.varlen[qi][fp8][hi], d, size)
 				if fp8 == 0 {
 					for _, k := range t.varlen[qi][fp8][hi] {
 						t.varlenCluster[k] = k + "_cluster"
@@ -247,10 +252,6 @@ func buildNames() *nameTables {
 				t.cluster[qi][narrow][hi] = name + "_g8_cluster"
 				t.shape[name+"_g8"] = [2]int{d, size}
 				t.shape[name+"_g8_cluster"] = [2]int{d, size}
-				for _, k := range [...]string{name, name + "_g8"} {
-					t.mods[k] = k + "_mods"
-					t.shape[k+"_mods"] = [2]int{d, size}
-				}
 				if fp8 == 1 {
 					t.sm90[qi][narrow][hi] = name + "_g8_sm90"
 					t.shape[name+"_g8_sm90"] = [2]int{d, size}
