@@ -361,8 +361,8 @@ func (p *pagedAttention) types() error {
 	switch p.headDim {
 	case 64, 128, 256:
 	case 80, 96, 112, 120, 192:
-		if p.cacheDType == E4M3 {
-			return errf("%s.HeadDim=%d is not supported with CacheDType=e4m3; allowed there: 64, 128, 256", p.arg, p.headDim)
+		if p.cacheDType == E4M3 && p.headDim != 96 && p.headDim != 192 {
+			return errf("%s.HeadDim=%d is not supported with CacheDType=e4m3; allowed there: %s", p.arg, p.headDim, dispatch.FP8HeadDimsText)
 		}
 	default:
 		return errf("%s.HeadDim=%d is not supported; allowed: %s", p.arg, p.headDim, dispatch.HeadDimsText)

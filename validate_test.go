@@ -177,8 +177,8 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"heads", func(a *DecodeArgs) { a.NumQHeads = 30 }, "DecodeArgs.NumQHeads=30 is not a multiple of NumKVHeads=8"},
 		{"group", func(a *DecodeArgs) { a.NumKVHeads = 1 }, "DecodeArgs.NumQHeads/NumKVHeads=32 is not supported; allowed: a group size from 1 to 16"},
 		{"head dim", func(a *DecodeArgs) { a.HeadDim = 72 }, "DecodeArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 120, 128, 192, 256"},
-		{"head dim with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 96, E4M3 }, "DecodeArgs.HeadDim=96 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
-		{"head dim 120 with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 120, E4M3 }, "DecodeArgs.HeadDim=120 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
+		{"head dim with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 80, E4M3 }, "DecodeArgs.HeadDim=80 is not supported with CacheDType=e4m3; allowed there: 64, 96, 128, 192, 256"},
+		{"head dim 120 with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 120, E4M3 }, "DecodeArgs.HeadDim=120 is not supported with CacheDType=e4m3; allowed there: 64, 96, 128, 192, 256"},
 		{"head dim 120 laid", func(a *DecodeArgs) { a.HeadDim, a.Layout = 120, LayoutShuffle },
 			"DecodeArgs.HeadDim=120 is not supported with Layout=shuffle; allowed there: Layout=flash (or another head dim)"},
 		{"block size", func(a *DecodeArgs) { a.BlockSize = 3 }, "DecodeArgs.BlockSize=3 is not allowed"},
@@ -203,9 +203,9 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"sinks small", func(a *DecodeArgs) { a.Sinks = fakeBuffer(31 * 4) }, "DecodeArgs.Sinks holds 124 bytes; the shapes need 128"},
 		{"alibi misaligned", func(a *DecodeArgs) { a.AlibiSlopes = fakeBuffer(1024); a.AlibiSlopes.Ptr += 2 }, "DecodeArgs.AlibiSlopes pointer"},
 		{"mods fp8 head dim", func(a *DecodeArgs) {
-			a.CacheDType, a.KScale, a.VScale, a.SlidingWindow, a.HeadDim = E4M3, 1, 1, 4096, 96
+			a.CacheDType, a.KScale, a.VScale, a.SlidingWindow, a.HeadDim = E4M3, 1, 1, 4096, 112
 		},
-			"DecodeArgs.HeadDim=96 is not supported with CacheDType=e4m3"},
+			"DecodeArgs.HeadDim=112 is not supported with CacheDType=e4m3"},
 	}
 	expectErrors(t, goodDecode, cases)
 	mods := goodDecode()
@@ -957,7 +957,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 		{"dtype zero", func(a *VarlenArgs) { a.DType = 0 }, "VarlenArgs.DType=DType(0) is not supported; allowed: f16, bf16"},
 		{"cache dtype", func(a *VarlenArgs) { a.CacheDType = F16 }, "VarlenArgs.CacheDType=f16 is not supported with DType=bf16; allowed: bf16, e4m3"},
 		{"head dim", func(a *VarlenArgs) { a.HeadDim = 72 }, "VarlenArgs.HeadDim=72 is not supported; allowed: 64, 80, 96, 112, 120, 128, 192, 256"},
-		{"head dim with fp8", func(a *VarlenArgs) { a.HeadDim, a.CacheDType = 112, E4M3 }, "VarlenArgs.HeadDim=112 is not supported with CacheDType=e4m3; allowed there: 64, 128, 256"},
+		{"head dim with fp8", func(a *VarlenArgs) { a.HeadDim, a.CacheDType = 112, E4M3 }, "VarlenArgs.HeadDim=112 is not supported with CacheDType=e4m3; allowed there: 64, 96, 128, 192, 256"},
 		{"head dim big", func(a *VarlenArgs) { a.HeadDim = 512 }, "VarlenArgs.HeadDim=512 is not supported; allowed: 64, 80, 96, 112, 120, 128, 192, 256"},
 		{"head dim 120 laid", func(a *VarlenArgs) { a.HeadDim, a.Layout = 120, LayoutXSplit }, "VarlenArgs.HeadDim=120 is not supported with Layout=x-split"},
 		{"seqs", func(a *VarlenArgs) { a.NumSeqs = 0 }, "VarlenArgs.NumSeqs=0 is out of range; allowed: 1..16777216"},

@@ -16,8 +16,18 @@ import (
 // varlen_*_hd120), over the flash layout.
 var headDims = [...]int{64, 128, 256, 80, 96, 112, 192, 120}
 
-// HeadDimsText lists the attention head dims for error messages.
-const HeadDimsText = "64, 80, 96, 112, 120, 128, 192, 256"
+// HeadDimsText lists the attention head dims for error messages;
+// FP8HeadDimsText those over fp8 e4m3 caches (fp8Dim).
+const (
+	HeadDimsText    = "64, 80, 96, 112, 120, 128, 192, 256"
+	FP8HeadDimsText = "64, 96, 128, 192, 256"
+)
+
+// fp8Dim reports whether the attention kernels over fp8 e4m3 caches take
+// head dim d: the powers of two, and 96 and 192, whose rows are whole
+// passes of the fp8 loaders (80 and 112 are not; 120 is padded, 16-bit
+// only).
+func fp8Dim(d int) bool { return !moreDim(d) || d == 96 || d == 192 }
 
 // moreDim reports whether head dim d is one of the dims between the powers
 // of two (see headDims).
@@ -150,18 +160,23 @@ func (t *nameTables) addVarlen(base, suffix string, headDim, cacheSize int) [2]s
 }
 
 // addMoreDim records the kernels of head dim d between the powers of two
-// (see headDims) for activation row qi: the wide and narrow decode kernels
-// named name and name_g8 with their _mods twins, and the flash-layout
-// varlen kernels vname (and vname_r64 below 128) with theirs; every other
-// entry of hi stays "", which the name functions refuse. A paddedDim's
-// kernels compute on tiles of tileDim(d).
-func (t *nameTables) addMoreDim(qi, hi int, name, vname string, d, size int) {
-	t.decode[qi][variantWide][hi] = name
-	t.decode[qi][variantNarrow][hi] = name + "_g8"
+// (see headDims) for activation row qi and cache column fp8: the wide and
+// narrow decode kernels named name and name_g8 (every layout, one build)
+// with their _mods twins, and the flash-layout varlen kernels vname (and
+// vname_r64 below 128) with theirs; every other entry of hi stays "",
+// which the name functions refuse. A paddedDim's kernels compute on tiles
+// of tileDim(d). The merges are the 16-bit cache's (fp8 0).
+func (t *nameTables) addMoreDim(qi, fp8, hi int, name, vname string, d, size int) {
+	wide, narrow := variantWide, variantNarrow
+	if fp8 == 1 {
+		wide, narrow = variantE4M3, variantE4M3Narrow
+	}
+	t.decode[qi][wide][hi] = name
+	t.decode[qi][narrow][hi] = name + "_g8"
 	t.shape[name] = [2]int{d, size}
 	t.shape[name+"_g8"] = [2]int{d, size}
-	t.varlen[qi][0][hi] = t.addVarlen(vname, "", d, size)
-	t.addMods(name, t.varlen[qi][0][hi], d, size)
+	t.varlen[qi][fp8][hi] = t.addVarlen(vname, "", d, size)
+	t.addMods(name, t.varlen[qi][fp8][hi], d, size)
 	t.varlenMerge[qi][hi] = "paged_varlen_merge_" + activationTypes[qi].String() + "_hd" + strconv.Itoa(d)
 }
 
@@ -214,7 +229,9 @@ func buildNames() *nameTables {
 				vname := "paged_varlen_" + q.String() + cache + "_hd" + strconv.Itoa(d)
 				if moreDim(d) {
 					if fp8 == 0 {
-						t.addMoreDim(qi, hi, name, vname, d, q.Size())
+						t.addMoreDim(qi, fp8, hi, name, vname, d, q.Size())
+					} else if fp8Dim(d) {
+						t.addMoreDim(qi, fp8, hi, name, vname, d, E4M3.Size())
 					}
 					continue
 				}
@@ -475,8 +492,8 @@ func decodeIndex(dtype, cacheDType DType, headDim, group int) (qi, vi, hi int, e
 	if hi, ok = headDimIndex(headDim); !ok {
 		return 0, 0, 0, errHeadDim(headDim)
 	}
-	if vi == variantE4M3 && moreDim(headDim) {
-		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", headDim))
+	if vi == variantE4M3 && !fp8Dim(headDim) {
+		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: %s", headDim, FP8HeadDimsText))
 	}
 	if group < 1 || group > MaxGroupSize {
 		return 0, 0, 0, newShapeError(fmt.Sprintf("dispatch: GQA group size %d is not supported; supported: 1..%d", group, MaxGroupSize))
@@ -712,8 +729,8 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 	if !ok {
 		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported; supported: %s", headDim, HeadDimsText)
 	}
-	if moreDim(headDim) && ci == 1 {
-		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", headDim)
+	if ci == 1 && !fp8Dim(headDim) {
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: %s", headDim, FP8HeadDimsText)
 	}
 	if moreDim(headDim) && layout != LayoutFlash {
 		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with Layout=%v; supported there: %v", headDim, layout, LayoutFlash)

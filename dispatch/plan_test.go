@@ -483,13 +483,17 @@ func TestPlanDecodeSharedMemoryLimit(t *testing.T) {
 func TestKernelNameLists(t *testing.T) {
 	decode := DecodeKernelNames()
 	// q dtype × (wide, e4m3, narrow, e4m3 narrow) × the powers of two,
-	// (wide, narrow) × the dims between them (120 among them), then the
-	// e4m3 ones' _laid twins.
-	assert.Len(t, decode, 2*4*3+2*2*5+2*2*3)
+	// (wide, narrow) × the dims between them (120 among them), (e4m3,
+	// e4m3 narrow) × 96 and 192, then the power-of-two e4m3 ones' _laid
+	// twins.
+	assert.Len(t, decode, 2*4*3+2*2*5+2*2*2+2*2*3)
 	assert.Contains(t, decode, "paged_decode_f16_hd80")
 	assert.Contains(t, decode, "paged_decode_bf16_hd120_g8")
 	assert.Contains(t, decode, "paged_decode_bf16_hd192_g8")
-	assert.NotContains(t, decode, "paged_decode_bf16_e4m3_hd96")
+	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd96")
+	assert.Contains(t, decode, "paged_decode_f16_e4m3_hd192_g8")
+	assert.NotContains(t, decode, "paged_decode_bf16_e4m3_hd80")
+	assert.NotContains(t, decode, "paged_decode_bf16_e4m3_hd96_laid")
 	assert.Contains(t, decode, "paged_decode_f16_e4m3_hd64_laid")
 	assert.Contains(t, decode, "paged_decode_bf16_e4m3_hd128_g8_laid")
 	assert.Contains(t, decode, "paged_decode_f16_hd64")
@@ -544,8 +548,12 @@ func TestKernelNameLists(t *testing.T) {
 	// powers of two add 20 decode kernels (q dtype × wide and narrow × 5,
 	// 120 among them), their 20 _mods twins, and per q dtype 9 varlen
 	// kernels (5 + 4 _r64, 120 among them), their 9 _mods twins and 5
-	// merges.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+24+2*6+2*(6*5+3+3+5+5+5)+20+20+2*(9+9+5))
+	// merges; over e4m3 caches, 96 and 192 add 8 decode kernels, their 8
+	// _mods twins, and per q dtype 3 varlen kernels (96, 96_r64, 192) and
+	// their 3 _mods twins.
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+1+24+2*6+2*(6*5+3+3+5+5+5)+20+20+2*(9+9+5)+8+8+2*(3+3))
+	assert.Contains(t, all, "paged_varlen_f16_e4m3_hd96_r64_mods")
+	assert.Contains(t, all, "paged_decode_bf16_e4m3_hd192_g8_mods")
 	assert.Contains(t, all, "paged_varlen_f16_hd120_r64_mods")
 	assert.Contains(t, all, "paged_varlen_merge_bf16_hd120")
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_r64_mods")

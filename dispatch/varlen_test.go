@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -227,16 +228,21 @@ func TestPlanVarlenErrors(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidShape)
 	assert.ErrorContains(t, err, "VarlenShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 120, 128, 192, 256")
 	for _, edit := range []func(*VarlenShape){
-		func(s *VarlenShape) { s.CacheDType = E4M3 },
-		func(s *VarlenShape) { s.Layout = LayoutShuffle },
+		func(s *VarlenShape) { s.CacheDType, s.HeadDim = E4M3, 112 },
+		func(s *VarlenShape) { s.Layout, s.HeadDim = LayoutShuffle, 96 },
+		func(s *VarlenShape) { s.CacheDType, s.Layout, s.HeadDim = E4M3, LayoutXSplit, 192 },
 	} {
 		bad = prefill(2, 4, 64)
-		bad.HeadDim = 96
 		edit(&bad)
 		_, err = PlanVarlen(bad, varlenDev(), DefaultKnobs())
 		assert.ErrorIs(t, err, ErrInvalidShape)
-		assert.ErrorContains(t, err, "VarlenShape.HeadDim=96 is not supported with")
+		assert.ErrorContains(t, err, fmt.Sprintf("VarlenShape.HeadDim=%d is not supported with", bad.HeadDim))
 	}
+	fp8 := prefill(2, 4, 64)
+	fp8.CacheDType, fp8.HeadDim = E4M3, 96
+	p, err := PlanVarlen(fp8, varlenDev(), DefaultKnobs())
+	require.NoError(t, err)
+	assert.Contains(t, p.Kernel, "paged_varlen_bf16_e4m3_hd96")
 	bad = prefill(2, 4, 64)
 	bad.HostCuSeqlensQ = bad.HostCuSeqlensQ[:2]
 	_, err = PlanVarlen(bad, varlenDev(), DefaultKnobs())

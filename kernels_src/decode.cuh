@@ -1725,12 +1725,14 @@ __device__ __forceinline__ void paged_decode_padded(
 // PKV_DECODE_MORE_DIMS: the wide, narrow (_g8) and _mods entries for the
 // head dims between the powers of two over a cache of the queries' type:
 // 80, 96, 112 and 192 in every layout, 120 in tiles of 128 (padded, flash
-// layout only). Never clusters: their splits merge in global memory.
-#define PKV_DECODE_MORE_DIM(prefix, T, D)                                     \
-  PKV_DECODE(prefix##_hd##D, T, T, D, false, false, pkv::kLayoutsAny)         \
-  PKV_DECODE(prefix##_hd##D##_g8, T, T, D, false, true, pkv::kLayoutsAny)     \
-  PKV_DECODE_MODS(prefix##_hd##D##_mods, T, T, D, false)                      \
-  PKV_DECODE_MODS(prefix##_hd##D##_g8_mods, T, T, D, true)
+// layout only). PKV_DECODE_FP8_DIMS: the same over an fp8 e4m3 cache at 96
+// and 192 (whole 16-byte chunk passes; 80 and 112 have none), every
+// layout, one build. Never clusters: their splits merge in global memory.
+#define PKV_DECODE_MORE_DIM(prefix, T, C, D)                                  \
+  PKV_DECODE(prefix##_hd##D, T, C, D, false, false, pkv::kLayoutsAny)         \
+  PKV_DECODE(prefix##_hd##D##_g8, T, C, D, false, true, pkv::kLayoutsAny)     \
+  PKV_DECODE_MODS(prefix##_hd##D##_mods, T, C, D, false)                      \
+  PKV_DECODE_MODS(prefix##_hd##D##_g8_mods, T, C, D, true)
 // PKV_DECODE_PADDED defines one entry for head dim DM in tiles of D
 // (paged_decode_padded): PKV_DECODE's parameters, then with MODS the score
 // modifiers as PKV_DECODE_MODS has them.
@@ -1765,11 +1767,14 @@ __device__ __forceinline__ void paged_decode_padded(
   PKV_DECODE_MODS_PADDED(prefix##_hd##DM##_mods, T, D, DM, false)    \
   PKV_DECODE_MODS_PADDED(prefix##_hd##DM##_g8_mods, T, D, DM, true)
 #define PKV_DECODE_MORE_DIMS(prefix, T)  \
-  PKV_DECODE_MORE_DIM(prefix, T, 80)     \
-  PKV_DECODE_MORE_DIM(prefix, T, 96)     \
-  PKV_DECODE_MORE_DIM(prefix, T, 112)    \
-  PKV_DECODE_MORE_DIM(prefix, T, 192)    \
+  PKV_DECODE_MORE_DIM(prefix, T, T, 80)  \
+  PKV_DECODE_MORE_DIM(prefix, T, T, 96)  \
+  PKV_DECODE_MORE_DIM(prefix, T, T, 112) \
+  PKV_DECODE_MORE_DIM(prefix, T, T, 192) \
   PKV_DECODE_PADDED_DIM(prefix, T, 120, 128)
+#define PKV_DECODE_FP8_DIMS(prefix, T)          \
+  PKV_DECODE_MORE_DIM(prefix, T, pkv::e4m3, 96) \
+  PKV_DECODE_MORE_DIM(prefix, T, pkv::e4m3, 192)
 
 // The _ALL macros define one family for every head dim: entries
 // <prefix>_hd<D><kind><sfx> reading the layouts L (sfx: empty, or _laid

@@ -1805,22 +1805,31 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 // PKV_VARLEN_MORE_DIMS defines, for the head dims between the powers of
 // two over a flash-layout cache of the queries' type, the entries of
 // PKV_VARLEN_ALL (<prefix>_hd<D> and, below 128, <prefix>_hd<D>_r64), their
-// _mods twins and the merges (<merge>_hd<D>).
-#define PKV_VARLEN_MORE_DIM(prefix, merge, T, D, MT)                 \
-  PKV_VARLEN(prefix##_hd##D, T, T, D, MT, 32, pkv::kLayoutFlash)      \
-  PKV_VARLEN_MODS(prefix##_hd##D##_mods, T, T, D, MT, 32)               \
+// _mods twins and the merges (<merge>_hd<D>). PKV_VARLEN_FP8_DIMS: the
+// entries and _mods twins over a flash-layout fp8 e4m3 cache at 96 and 192
+// (whole passes of widen_tile; 80 and 112 have none), merged by the 16-bit
+// cache's merges.
+#define PKV_VARLEN_MORE_ONE(prefix, T, C, D, MT)                     \
+  PKV_VARLEN(prefix##_hd##D, T, C, D, MT, 32, pkv::kLayoutFlash)      \
+  PKV_VARLEN_MODS(prefix##_hd##D##_mods, T, C, D, MT, 32)
+#define PKV_VARLEN_MORE_DIM(prefix, merge, T, D, MT) \
+  PKV_VARLEN_MORE_ONE(prefix, T, T, D, MT)           \
   PKV_VARLEN_MERGE(merge##_hd##D, T, D)
-#define PKV_VARLEN_MORE_R64(prefix, T, D)                              \
-  PKV_VARLEN(prefix##_hd##D##_r64, T, T, D, 1, 64, pkv::kLayoutFlash) \
-  PKV_VARLEN_MODS(prefix##_hd##D##_r64_mods, T, T, D, 1, 64)
+#define PKV_VARLEN_MORE_R64(prefix, T, C, D)                           \
+  PKV_VARLEN(prefix##_hd##D##_r64, T, C, D, 1, 64, pkv::kLayoutFlash) \
+  PKV_VARLEN_MODS(prefix##_hd##D##_r64_mods, T, C, D, 1, 64)
 #define PKV_VARLEN_MORE_DIMS(prefix, merge, T) \
   PKV_VARLEN_MORE_DIM(prefix, merge, T, 80, 2)  \
   PKV_VARLEN_MORE_DIM(prefix, merge, T, 96, 2)  \
   PKV_VARLEN_MORE_DIM(prefix, merge, T, 112, 2) \
   PKV_VARLEN_MORE_DIM(prefix, merge, T, 192, 1) \
-  PKV_VARLEN_MORE_R64(prefix, T, 80)            \
-  PKV_VARLEN_MORE_R64(prefix, T, 96)            \
-  PKV_VARLEN_MORE_R64(prefix, T, 112)
+  PKV_VARLEN_MORE_R64(prefix, T, T, 80)         \
+  PKV_VARLEN_MORE_R64(prefix, T, T, 96)         \
+  PKV_VARLEN_MORE_R64(prefix, T, T, 112)
+#define PKV_VARLEN_FP8_DIMS(prefix, T)                 \
+  PKV_VARLEN_MORE_ONE(prefix, T, pkv::e4m3, 96, 2)     \
+  PKV_VARLEN_MORE_ONE(prefix, T, pkv::e4m3, 192, 1)    \
+  PKV_VARLEN_MORE_R64(prefix, T, pkv::e4m3, 96)
 
 // PKV_VARLEN_PADDED defines <prefix>_hd<DM> and <prefix>_hd<DM>_r64 for
 // head dim DM on tiles of D over a flash-layout cache of the queries' type,

@@ -9,6 +9,7 @@ const (
 	ModuleDecodeBf16             = "decode_bf16"
 	ModuleDecodeBf16Dims         = "decode_bf16_dims"
 	ModuleDecodeBf16E4m3         = "decode_bf16_e4m3"
+	ModuleDecodeBf16E4m3Dims     = "decode_bf16_e4m3_dims"
 	ModuleDecodeBf16E4m3Laid     = "decode_bf16_e4m3_laid"
 	ModuleDecodeBf16E4m3LaidSm90 = "decode_bf16_e4m3_laid_sm90"
 	ModuleDecodeBf16E4m3Mods     = "decode_bf16_e4m3_mods"
@@ -18,6 +19,7 @@ const (
 	ModuleDecodeF16              = "decode_f16"
 	ModuleDecodeF16Dims          = "decode_f16_dims"
 	ModuleDecodeF16E4m3          = "decode_f16_e4m3"
+	ModuleDecodeF16E4m3Dims      = "decode_f16_e4m3_dims"
 	ModuleDecodeF16E4m3Laid      = "decode_f16_e4m3_laid"
 	ModuleDecodeF16E4m3LaidSm90  = "decode_f16_e4m3_laid_sm90"
 	ModuleDecodeF16E4m3Mods      = "decode_f16_e4m3_mods"
@@ -31,6 +33,7 @@ const (
 	ModuleVarlenBf16             = "varlen_bf16"
 	ModuleVarlenBf16Dims         = "varlen_bf16_dims"
 	ModuleVarlenBf16E4m3         = "varlen_bf16_e4m3"
+	ModuleVarlenBf16E4m3Dims     = "varlen_bf16_e4m3_dims"
 	ModuleVarlenBf16E4m3Mods     = "varlen_bf16_e4m3_mods"
 	ModuleVarlenBf16Hd120        = "varlen_bf16_hd120"
 	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
@@ -39,6 +42,7 @@ const (
 	ModuleVarlenF16              = "varlen_f16"
 	ModuleVarlenF16Dims          = "varlen_f16_dims"
 	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
+	ModuleVarlenF16E4m3Dims      = "varlen_f16_e4m3_dims"
 	ModuleVarlenF16E4m3Mods      = "varlen_f16_e4m3_mods"
 	ModuleVarlenF16Hd120         = "varlen_f16_hd120"
 	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
@@ -130,6 +134,18 @@ const (
 	PagedDecodeBf16E4m3Hd256G8 = "paged_decode_bf16_e4m3_hd256_g8"
 	PagedDecodeBf16E4m3Hd64    = "paged_decode_bf16_e4m3_hd64"
 	PagedDecodeBf16E4m3Hd64G8  = "paged_decode_bf16_e4m3_hd64_g8"
+)
+
+// Entry points of decode_bf16_e4m3_dims.ptx (kernels_src/decode_bf16_e4m3_dims.cu).
+const (
+	PagedDecodeBf16E4m3Hd192       = "paged_decode_bf16_e4m3_hd192"
+	PagedDecodeBf16E4m3Hd192G8     = "paged_decode_bf16_e4m3_hd192_g8"
+	PagedDecodeBf16E4m3Hd192G8Mods = "paged_decode_bf16_e4m3_hd192_g8_mods"
+	PagedDecodeBf16E4m3Hd192Mods   = "paged_decode_bf16_e4m3_hd192_mods"
+	PagedDecodeBf16E4m3Hd96        = "paged_decode_bf16_e4m3_hd96"
+	PagedDecodeBf16E4m3Hd96G8      = "paged_decode_bf16_e4m3_hd96_g8"
+	PagedDecodeBf16E4m3Hd96G8Mods  = "paged_decode_bf16_e4m3_hd96_g8_mods"
+	PagedDecodeBf16E4m3Hd96Mods    = "paged_decode_bf16_e4m3_hd96_mods"
 )
 
 // Entry points of decode_bf16_e4m3_laid.ptx (kernels_src/decode_bf16_e4m3_laid.cu).
@@ -240,6 +256,18 @@ const (
 	PagedDecodeF16E4m3Hd256G8 = "paged_decode_f16_e4m3_hd256_g8"
 	PagedDecodeF16E4m3Hd64    = "paged_decode_f16_e4m3_hd64"
 	PagedDecodeF16E4m3Hd64G8  = "paged_decode_f16_e4m3_hd64_g8"
+)
+
+// Entry points of decode_f16_e4m3_dims.ptx (kernels_src/decode_f16_e4m3_dims.cu).
+const (
+	PagedDecodeF16E4m3Hd192       = "paged_decode_f16_e4m3_hd192"
+	PagedDecodeF16E4m3Hd192G8     = "paged_decode_f16_e4m3_hd192_g8"
+	PagedDecodeF16E4m3Hd192G8Mods = "paged_decode_f16_e4m3_hd192_g8_mods"
+	PagedDecodeF16E4m3Hd192Mods   = "paged_decode_f16_e4m3_hd192_mods"
+	PagedDecodeF16E4m3Hd96        = "paged_decode_f16_e4m3_hd96"
+	PagedDecodeF16E4m3Hd96G8      = "paged_decode_f16_e4m3_hd96_g8"
+	PagedDecodeF16E4m3Hd96G8Mods  = "paged_decode_f16_e4m3_hd96_g8_mods"
+	PagedDecodeF16E4m3Hd96Mods    = "paged_decode_f16_e4m3_hd96_mods"
 )
 
 // Entry points of decode_f16_e4m3_laid.ptx (kernels_src/decode_f16_e4m3_laid.cu).
@@ -393,6 +421,16 @@ const (
 	PagedVarlenBf16E4m3Hd64R64  = "paged_varlen_bf16_e4m3_hd64_r64"
 )
 
+// Entry points of varlen_bf16_e4m3_dims.ptx (kernels_src/varlen_bf16_e4m3_dims.cu).
+const (
+	PagedVarlenBf16E4m3Hd192       = "paged_varlen_bf16_e4m3_hd192"
+	PagedVarlenBf16E4m3Hd192Mods   = "paged_varlen_bf16_e4m3_hd192_mods"
+	PagedVarlenBf16E4m3Hd96        = "paged_varlen_bf16_e4m3_hd96"
+	PagedVarlenBf16E4m3Hd96Mods    = "paged_varlen_bf16_e4m3_hd96_mods"
+	PagedVarlenBf16E4m3Hd96R64     = "paged_varlen_bf16_e4m3_hd96_r64"
+	PagedVarlenBf16E4m3Hd96R64Mods = "paged_varlen_bf16_e4m3_hd96_r64_mods"
+)
+
 // Entry points of varlen_bf16_e4m3_mods.ptx (kernels_src/varlen_bf16_e4m3_mods.cu).
 const (
 	PagedVarlenBf16E4m3Hd128Mods    = "paged_varlen_bf16_e4m3_hd128_mods"
@@ -497,6 +535,16 @@ const (
 	PagedVarlenF16E4m3Hd256    = "paged_varlen_f16_e4m3_hd256"
 	PagedVarlenF16E4m3Hd64     = "paged_varlen_f16_e4m3_hd64"
 	PagedVarlenF16E4m3Hd64R64  = "paged_varlen_f16_e4m3_hd64_r64"
+)
+
+// Entry points of varlen_f16_e4m3_dims.ptx (kernels_src/varlen_f16_e4m3_dims.cu).
+const (
+	PagedVarlenF16E4m3Hd192       = "paged_varlen_f16_e4m3_hd192"
+	PagedVarlenF16E4m3Hd192Mods   = "paged_varlen_f16_e4m3_hd192_mods"
+	PagedVarlenF16E4m3Hd96        = "paged_varlen_f16_e4m3_hd96"
+	PagedVarlenF16E4m3Hd96Mods    = "paged_varlen_f16_e4m3_hd96_mods"
+	PagedVarlenF16E4m3Hd96R64     = "paged_varlen_f16_e4m3_hd96_r64"
+	PagedVarlenF16E4m3Hd96R64Mods = "paged_varlen_f16_e4m3_hd96_r64_mods"
 )
 
 // Entry points of varlen_f16_e4m3_mods.ptx (kernels_src/varlen_f16_e4m3_mods.cu).

@@ -50,6 +50,14 @@ func TestHeadDimsDecode(t *testing.T) {
 			{Seqs: 2, QHeads: 48, KVHeads: 3, HeadDim: d, BlockSize: 8, MaxBlocksPerSeq: 150, DType: dt, CacheDType: dt, MaxLen: 1111, Layout: laid(layouts[1+i%2])},
 			{Seqs: 6, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 32, MaxBlocksPerSeq: 40, DType: dt, CacheDType: dt, MaxLen: 1250, Layout: laid(layouts[2-i%2])},
 		}
+		if check.FP8HeadDim(d) {
+			// fp8 caches: narrow and wide, flash and the other layouts.
+			shapes = append(shapes,
+				check.DecodeShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 80, DType: dt, CacheDType: pagedkv.E4M3, MaxLen: 1200},
+				check.DecodeShape{Seqs: 3, QHeads: 36, KVHeads: 3, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 80, DType: dt, CacheDType: pagedkv.E4M3, MaxLen: 1111, Layout: layouts[1+i%2]},
+				check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 64, MaxBlocksPerSeq: 40, DType: dt, CacheDType: pagedkv.E4M3, MaxLen: 2500, Layout: layouts[2-i%2]},
+			)
+		}
 		for _, c := range shapes {
 			t.Run(c.String(), func(t *testing.T) {
 				p := decodeProblem(t, auto, auto.Stream(), g, c)
@@ -100,6 +108,13 @@ func TestHeadDimsVarlen(t *testing.T) {
 			{Seqs: 2, QHeads: 6, KVHeads: 3, HeadDim: d, BlockSize: 256, DType: dt, CacheDType: dt, MaxQLen: 150, MaxKV: 1300, Causal: false},
 			{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: d, BlockSize: 32, DType: dt, CacheDType: dt, MaxQLen: 1, MaxKV: 1000, Causal: true},
 		}
+		if check.FP8HeadDim(d) {
+			// fp8 caches: long and short query rows, one-token rows.
+			shapes = append(shapes,
+				check.VarlenShape{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, DType: dt, CacheDType: pagedkv.E4M3, MaxQLen: 230, MaxKV: 900, Causal: true},
+				check.VarlenShape{Seqs: 4, QHeads: 16, KVHeads: 2, HeadDim: d, BlockSize: 32, DType: dt, CacheDType: pagedkv.E4M3, MaxQLen: 9, MaxKV: 700, Causal: true},
+			)
+		}
 		for _, c := range shapes {
 			t.Run(c.String(), func(t *testing.T) {
 				p := varlenProblem(t, auto, auto.Stream(), g, c)
@@ -138,14 +153,16 @@ func TestHeadDimsRefused(t *testing.T) {
 	g := rng(t)
 	for _, d := range append(moreDims, dispatch.PaddedHeadDim) {
 		t.Run(fmt.Sprint(d), func(t *testing.T) {
-			dc := check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 100}
-			p := decodeProblem(t, r, r.Stream(), g, dc)
-			_, _, err := p.Run(r, r.Stream())
-			require.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
-			assert.ErrorContains(t, err, fmt.Sprintf("DecodeArgs.HeadDim=%d is not supported with CacheDType=e4m3", d))
+			if !check.FP8HeadDim(d) {
+				dc := check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 8, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 100}
+				p := decodeProblem(t, r, r.Stream(), g, dc)
+				_, _, err := p.Run(r, r.Stream())
+				require.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
+				assert.ErrorContains(t, err, fmt.Sprintf("DecodeArgs.HeadDim=%d is not supported with CacheDType=e4m3", d))
+			}
 			vc := check.VarlenShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 20, MaxKV: 100, Causal: true, Layout: pagedkv.LayoutShuffle}
 			v := varlenProblem(t, r, r.Stream(), g, vc)
-			_, _, err = v.Run(r, r.Stream())
+			_, _, err := v.Run(r, r.Stream())
 			require.ErrorIs(t, err, pagedkv.ErrInvalidArgument)
 			assert.ErrorContains(t, err, fmt.Sprintf("VarlenArgs.HeadDim=%d is not supported with Layout=shuffle", d))
 			_, err = dispatch.ClusterDecodeKernelName(pagedkv.F16, pagedkv.F16, d, 4)

@@ -851,6 +851,16 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				return err
 			}
 		}
+		if cache == pagedkv.E4M3 {
+			// The head dims between the powers of two that fp8 caches
+			// take, against the grid's seqs=32 kv=8192 row.
+			for _, d := range []int{96, 192} {
+				hc := decodeCase{q: q, cache: cache, lens: uniformLens(32, 8192), shape: fmt.Sprintf("seqs=32 kv=8192 hd=%d", d), hostLens: true, headDim: d}
+				if err := b.decodeRow(pool, hc, ""); err != nil {
+					return err
+				}
+			}
+		}
 		if cache != pagedkv.F16 {
 			continue
 		}

@@ -73,10 +73,10 @@ func varlenCases() []varlenCase {
 		{shape: "small-query 8x16 kv=8192 softcap+sinks+alibi", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true,
 			mods: benchMods{softCap: 30, sinks: true, alibi: true}},
 		{shape: "prefill 8x2048 hd=80", runs: []varlenRun{{8, 2048, 2048}}, headDim: 80},
-		{shape: "prefill 8x2048 hd=96", runs: []varlenRun{{8, 2048, 2048}}, headDim: 96},
+		{shape: "prefill 8x2048 hd=96", runs: []varlenRun{{8, 2048, 2048}}, headDim: 96, fp8: true},
 		{shape: "prefill 8x2048 hd=112", runs: []varlenRun{{8, 2048, 2048}}, headDim: 112},
 		{shape: "prefill 8x2048 hd=120", runs: []varlenRun{{8, 2048, 2048}}, headDim: 120},
-		{shape: "prefill 8x2048 hd=192", runs: []varlenRun{{8, 2048, 2048}}, headDim: 192},
+		{shape: "prefill 8x2048 hd=192", runs: []varlenRun{{8, 2048, 2048}}, headDim: 192, fp8: true},
 		{shape: "small-query 8x16 kv=8192 hd=80", runs: []varlenRun{{8, 16, 8192}}, memoryBound: true, headDim: 80},
 	}
 }

@@ -30,7 +30,7 @@ func (c DecodeShape) String() string {
 
 // RandomDecodeShape draws a small random decode shape covering every head
 // dim (HeadDims), group size 1..16, block sizes 1..256, both dtypes
-// and fp8 caches (at head dims 64, 128 and 256, the ones they serve).
+// and fp8 caches (at the head dims they serve, FP8HeadDim).
 func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	c := DecodeShape{
 		Seqs:      1 + g.IntN(12),
@@ -41,7 +41,7 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	}
 	c.QHeads = c.KVHeads * (1 + g.IntN(16))
 	c.CacheDType = c.DType
-	if g.IntN(3) == 0 && PowerOfTwo(c.HeadDim) {
+	if g.IntN(3) == 0 && FP8HeadDim(c.HeadDim) {
 		c.CacheDType = pagedkv.E4M3
 	}
 	c.MaxLen = 1 + g.IntN(3000)
@@ -62,6 +62,11 @@ var HeadDims = []int{64, 80, 96, 112, 120, 128, 192, 256}
 // PowerOfTwo reports whether head dim d is 64, 128 or 256 (a power of
 // two), whose kernels serve every cache type and layout.
 func PowerOfTwo(d int) bool { return d&(d-1) == 0 }
+
+// FP8HeadDim reports whether attention over fp8 e4m3 caches takes head dim
+// d: 64, 96, 128, 192 and 256 (in Varlen, 96 and 192 in the flash layout
+// only).
+func FP8HeadDim(d int) bool { return PowerOfTwo(d) || d == 96 || d == 192 }
 
 // RandomLens draws n lengths in [0, maxLen], mixing in 0, 1, page boundaries
 // and maxLen; at least one is maxLen.

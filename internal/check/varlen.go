@@ -35,9 +35,10 @@ func (c VarlenShape) String() string {
 }
 
 // RandomVarlenShape draws a small random varlen shape covering every head
-// dim, groups 1..16, block sizes 1..256, both dtypes, both masks, and at
-// head dims 64, 128 and 256 fp8 caches and (blocks of 8 or more for 16-bit
-// caches, 16 for fp8) the x-split and shuffle layouts.
+// dim, groups 1..16, block sizes 1..256, both dtypes, both masks, fp8
+// caches where they serve the head dim (FP8HeadDim), and at head dims 64,
+// 128 and 256 (blocks of 8 or more for 16-bit caches, 16 for fp8) the
+// x-split and shuffle layouts.
 func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	c := VarlenShape{
 		Seqs:      1 + g.IntN(6),
@@ -49,7 +50,7 @@ func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	}
 	c.QHeads = c.KVHeads * []int{1, 2, 4, 8, 16, 3, 5}[g.IntN(7)]
 	c.CacheDType = c.DType
-	if g.IntN(3) == 0 && PowerOfTwo(c.HeadDim) {
+	if g.IntN(3) == 0 && FP8HeadDim(c.HeadDim) {
 		c.CacheDType = pagedkv.E4M3
 	}
 	c.MaxQLen = 1 + g.IntN(300)
