@@ -215,6 +215,10 @@ func TestDecodeArgsValidate(t *testing.T) {
 		fp8 := mods
 		fp8.CacheDType, fp8.KScale, fp8.VScale, fp8.Layout = E4M3, 0.5, 0.5, layout
 		require.NoError(t, fp8.Validate(), "every modifier over an e4m3 cache, %v layout", layout)
+		for _, d := range []int{64, 96} { // the buffers hold head dim 128
+			fp8.HeadDim = d
+			require.NoError(t, fp8.Validate(), "an e4m3 cache at head dim %d, %v layout", d, layout)
+		}
 	}
 }
 

@@ -742,8 +742,8 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if _, ok := headDimIndex(s.HeadDim); !ok {
 		return errHeadDim(s.HeadDim)
 	}
-	if moreDim(s.HeadDim) && s.CacheDType == E4M3 {
-		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: 64, 128, 256", s.HeadDim)
+	if !fp8Dim(s.HeadDim) && s.CacheDType == E4M3 {
+		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: %s", s.HeadDim, FP8HeadDimsText)
 	}
 	if paddedDim(s.HeadDim) && s.Layout != LayoutFlash {
 		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with Layout=%v; supported there: %v", s.HeadDim, s.Layout, LayoutFlash)

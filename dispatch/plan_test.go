@@ -600,8 +600,8 @@ func TestPlanDecodeErrors(t *testing.T) {
 			"dispatch: DecodeShape.NumQHeads=32 / NumKVHeads=1 is a GQA group of 32; supported: 1..16"},
 		{"head dim", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim = 72 },
 			"dispatch: DecodeShape.HeadDim=72 is not supported; supported: 64, 80, 96, 112, 120, 128, 192, 256"},
-		{"head dim with fp8", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim, s.CacheDType = 96, E4M3 },
-			"dispatch: DecodeShape.HeadDim=96 is not supported with CacheDType=e4m3; supported there: 64, 128, 256"},
+		{"head dim with fp8", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.HeadDim, s.CacheDType = 80, E4M3 },
+			"dispatch: DecodeShape.HeadDim=80 is not supported with CacheDType=e4m3; supported there: 64, 96, 128, 192, 256"},
 		{"block size not a power of two", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 24 },
 			"dispatch: DecodeShape.BlockSize=24 is not supported; supported: a power of two from 1 to 256"},
 		{"block size too large", func(s *DecodeShape, _ *DeviceFacts, _ *Knobs) { s.BlockSize = 512 },
@@ -1035,5 +1035,39 @@ func TestPlanDecodeClusters(t *testing.T) {
 			}
 			checkRing(t, tt.dev, p)
 		})
+	}
+}
+
+// TestPlanDecodeFP8Dims: fp8 caches at head dims 96 and 192 plan their
+// kernels (wide and narrow, every layout, with and without modifiers), and
+// 80, 112 and 120 are refused.
+func TestPlanDecodeFP8Dims(t *testing.T) {
+	dev := DeviceFacts{Name: "H200-like", SMs: 132, MaxSharedPerBlockOptin: 227 << 10, Clusters: true}
+	for _, d := range []int{96, 192} {
+		for _, group := range []int{4, 12} {
+			for _, layout := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+				for _, mods := range []bool{false, true} {
+					s := DecodeShape{NumSeqs: 8, NumQHeads: 8 * group, NumKVHeads: 8, HeadDim: d, BlockSize: 16, MaxKVLen: 8192,
+						MaxBlocksPerSeq: 512, DType: BF16, CacheDType: E4M3, Layout: layout, Mods: mods}
+					p, err := PlanDecode(s, dev, DefaultKnobs())
+					require.NoError(t, err, "hd %d group %d %v mods %v", d, group, layout, mods)
+					want := fmt.Sprintf("paged_decode_bf16_e4m3_hd%d", d)
+					if group <= NarrowMaxGroup {
+						want += "_g8"
+					}
+					if mods {
+						want += "_mods"
+					}
+					assert.Equal(t, want, p.Kernel)
+					assert.Zero(t, p.Cluster)
+				}
+			}
+		}
+	}
+	for _, d := range []int{80, 112, 120} {
+		s := DecodeShape{NumSeqs: 8, NumQHeads: 32, NumKVHeads: 8, HeadDim: d, BlockSize: 16, MaxKVLen: 8192,
+			MaxBlocksPerSeq: 512, DType: BF16, CacheDType: E4M3}
+		_, err := PlanDecode(s, dev, DefaultKnobs())
+		assert.ErrorIs(t, err, ErrInvalidShape, "hd %d", d)
 	}
 }

@@ -14,16 +14,17 @@ constexpr float kLn2 = 0.6931471805599453f;
 // swizzle returns the position, in 16-byte chunks, of chunk c of row r of a
 // tile whose rows are CHUNKS chunks long: the eight rows an ldmatrix reads
 // (eight consecutive rows from a multiple of 8, one chunk each) land in
-// eight different bank groups. A row of a multiple of 8 chunks (or fewer
-// than 8) permutes its chunks within aligned groups of 8; a longer row
-// with a shorter last group (head dims 80, 96 and 112: 10, 12 and 14
-// chunks) permutes that group by rotation, by (r mod 8)/2 for 4 chunks and
-// (r mod 8)/4 for 2 or 6, the only rotations that, with the row stride,
-// leave no two of the eight rows in one bank group (checked for every
-// chunk).
+// eight different bank groups. A row of a multiple of 8 chunks (or a power
+// of two below 8) permutes its chunks within aligned groups of 8 by XOR;
+// any other row (head dims 80, 96 and 112: 10, 12 and 14 chunks at 16
+// bits; fp8 rows of 6 chunks at head dim 96) permutes its last, shorter
+// group by rotation, by (r mod 8)/2 for 4 chunks and (r mod 8)/4 for 2 or
+// 6 (an XOR would leave the row), the only rotations that, with the row
+// stride, leave no two of the eight rows in one bank group (checked for
+// every chunk of the 16-bit rows).
 template <int CHUNKS>
 __device__ __forceinline__ int swizzle(int r, int c) {
-  if constexpr (CHUNKS > 8 && CHUNKS % 8 != 0) {
+  if constexpr (CHUNKS % 8 != 0 && (CHUNKS & (CHUNKS - 1)) != 0) {
     constexpr int full = CHUNKS & ~7, tail = CHUNKS & 7, shift = tail == 4 ? 1 : 2;
     static_assert(tail % 2 == 0, "whole 32-byte pairs in the last group");
     return r * CHUNKS + (c < full ? c ^ (r & 7) : full + (c - full + ((r & 7) >> shift)) % tail);
