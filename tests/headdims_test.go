@@ -51,12 +51,16 @@ func TestHeadDimsDecode(t *testing.T) {
 			{Seqs: 6, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 32, MaxBlocksPerSeq: 40, DType: dt, CacheDType: dt, MaxLen: 1250, Layout: laid(layouts[2-i%2])},
 		}
 		if check.FP8HeadDim(d) {
-			// fp8 caches: narrow and wide, flash and the other layouts.
-			shapes = append(shapes,
-				check.DecodeShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 80, DType: dt, CacheDType: pagedkv.E4M3, MaxLen: 1200},
-				check.DecodeShape{Seqs: 3, QHeads: 36, KVHeads: 3, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 80, DType: dt, CacheDType: pagedkv.E4M3, MaxLen: 1111, Layout: layouts[1+i%2]},
-				check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 64, MaxBlocksPerSeq: 40, DType: dt, CacheDType: pagedkv.E4M3, MaxLen: 2500, Layout: layouts[2-i%2]},
-			)
+			// fp8 caches, f16 and bf16 queries: narrow and wide kernels,
+			// each in the flash layout and in x-split or shuffle.
+			for j, q := range []pagedkv.DType{pagedkv.F16, pagedkv.BF16} {
+				shapes = append(shapes,
+					check.DecodeShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 80, DType: q, CacheDType: pagedkv.E4M3, MaxLen: 1200},
+					check.DecodeShape{Seqs: 3, QHeads: 36, KVHeads: 3, HeadDim: d, BlockSize: 32, MaxBlocksPerSeq: 40, DType: q, CacheDType: pagedkv.E4M3, MaxLen: 1111},
+					check.DecodeShape{Seqs: 3, QHeads: 36, KVHeads: 3, HeadDim: d, BlockSize: 16, MaxBlocksPerSeq: 80, DType: q, CacheDType: pagedkv.E4M3, MaxLen: 1111, Layout: layouts[1+j]},
+					check.DecodeShape{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 64, MaxBlocksPerSeq: 40, DType: q, CacheDType: pagedkv.E4M3, MaxLen: 2500, Layout: layouts[2-j]},
+				)
+			}
 		}
 		for _, c := range shapes {
 			t.Run(c.String(), func(t *testing.T) {
@@ -109,11 +113,14 @@ func TestHeadDimsVarlen(t *testing.T) {
 			{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: d, BlockSize: 32, DType: dt, CacheDType: dt, MaxQLen: 1, MaxKV: 1000, Causal: true},
 		}
 		if check.FP8HeadDim(d) {
-			// fp8 caches: long and short query rows, one-token rows.
-			shapes = append(shapes,
-				check.VarlenShape{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, DType: dt, CacheDType: pagedkv.E4M3, MaxQLen: 230, MaxKV: 900, Causal: true},
-				check.VarlenShape{Seqs: 4, QHeads: 16, KVHeads: 2, HeadDim: d, BlockSize: 32, DType: dt, CacheDType: pagedkv.E4M3, MaxQLen: 9, MaxKV: 700, Causal: true},
-			)
+			// fp8 caches, f16 and bf16 queries: long and short query rows,
+			// one-token rows.
+			for _, q := range []pagedkv.DType{pagedkv.F16, pagedkv.BF16} {
+				shapes = append(shapes,
+					check.VarlenShape{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: d, BlockSize: 16, DType: q, CacheDType: pagedkv.E4M3, MaxQLen: 230, MaxKV: 900, Causal: true},
+					check.VarlenShape{Seqs: 4, QHeads: 16, KVHeads: 2, HeadDim: d, BlockSize: 32, DType: q, CacheDType: pagedkv.E4M3, MaxQLen: 9, MaxKV: 700, Causal: true},
+				)
+			}
 		}
 		for _, c := range shapes {
 			t.Run(c.String(), func(t *testing.T) {
