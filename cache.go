@@ -224,9 +224,9 @@ func (r *Runtime) PlanAppendWith(a *AppendArgs, path dispatch.AppendPath) (dispa
 func (r *Runtime) appendShape(a *AppendArgs, path dispatch.AppendPath) dispatch.AppendShape {
 	return dispatch.AppendShape{Path: path,
 		NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
-		SM90: r.info.computeCapability() >= 90, Flash: a.Layout == LayoutFlash,
+		SM90: r.info.computeCapability() >= 90, Flash: !a.Layout.Laid(),
 		BlockSize: a.BlockSize, NumSlots: int64(a.NumBlocks) * int64(a.BlockSize),
-		SlotRuns: a.Layout != LayoutFlash && a.SlotRemap.IsZero() && slotRuns(a.HostSlotMapping),
+		SlotRuns: a.Layout.Laid() && a.SlotRemap.IsZero() && slotRuns(a.HostSlotMapping),
 	}
 }
 

@@ -19,6 +19,9 @@ import (
 //     (see CacheLayout) take BlockSize ≥ x (8 for 16-bit caches, 16 for
 //     e4m3): their V holds x consecutive tokens of one element per 16
 //     bytes, which the kernels load as they are and read transposed.
+//     LayoutHND ([NumBlocks, NumKVHeads, BlockSize, HeadDim]) runs the
+//     flash layout's kernels and takes what LayoutFlash takes, with
+//     NumBlocks·NumKVHeads·BlockSize ≤ 2^32.
 //   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs]
 //     (0 allowed: that sequence's output is zeros and its LSE is -inf). Both
 //     live on the device; see the package doc for what kernels do with bad
@@ -114,11 +117,11 @@ func (a *DecodeArgs) Validate() error {
 	if err := p.pages(); err != nil {
 		return err
 	}
-	if err := checkAttentionLayout(decodeArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
+	if err := checkAttentionLayout(decodeArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize, a.NumBlocks, a.NumKVHeads); err != nil {
 		return err
 	}
-	if a.HeadDim == dispatch.PaddedHeadDim && a.Layout != LayoutFlash {
-		return errf("%s.HeadDim=%d is not supported with Layout=%v; allowed there: Layout=%v (or another head dim)", decodeArg, a.HeadDim, a.Layout, LayoutFlash)
+	if a.HeadDim == dispatch.PaddedHeadDim && a.Layout.Laid() {
+		return errf("%s.HeadDim=%d is not supported with Layout=%v; allowed there: Layout=%v or %v (or another head dim)", decodeArg, a.HeadDim, a.Layout, LayoutFlash, LayoutHND)
 	}
 	if len(a.HostKVLens) != 0 && len(a.HostKVLens) != a.NumSeqs {
 		return errf("%s.HostKVLens has %d values; allowed: none, or NumSeqs=%d", decodeArg, len(a.HostKVLens), a.NumSeqs)

@@ -12,13 +12,13 @@
 // chunked prefill, verify steps and mixed batches over the paged cache,
 // causal or not) and SequenceAttention (one sequence's new tokens, picking
 // Decode or Varlen). Queries and inputs are f16 or bf16; caches hold the same
-// type or fp8 e4m3 with per-tensor scales, in the flash, x-split or shuffle
-// layout (CacheLayout). Attention takes head dims 64, 80, 96, 112, 120, 128,
-// 192 and 256 (80 to 192 over caches of the queries' type, 96 and 192 over
-// fp8 ones too, and in Varlen the flash layout; 120 over the flash layout
-// in Decode too), and GQA groups of 1 to 16, and the score modifiers of current models: a
-// sliding window, logit soft-capping, attention sinks and ALiBi (Varlen:
-// over the flash layout).
+// type or fp8 e4m3 with per-tensor scales, in the flash, x-split, shuffle or
+// HND layout (CacheLayout). Attention takes head dims 64, 80, 96, 112, 120,
+// 128, 192 and 256 (80 to 192 over caches of the queries' type, 96 and 192
+// over fp8 ones too, and in Varlen the flash and HND layouts; 120 over those
+// in Decode too), and GQA groups of 1 to 16, and the score modifiers of
+// current models: a sliding window, logit soft-capping, attention sinks and
+// ALiBi (Varlen: over the flash and HND layouts).
 //
 // A Runtime owns one device: its primary context, the modules it has loaded,
 // its streams and their split-K scratch pools; it is safe for concurrent use.

@@ -22,13 +22,14 @@ const (
 	LayoutFlash   = dispatch.LayoutFlash   // K and V [NumBlocks, BlockSize, NumKVHeads, HeadDim]
 	LayoutXSplit  = dispatch.LayoutXSplit  // K [NumBlocks, NumKVHeads, HeadDim/x, BlockSize, x], V [NumBlocks, NumKVHeads, HeadDim, BlockSize]
 	LayoutShuffle = dispatch.LayoutShuffle // K as LayoutXSplit, V [NumBlocks, NumKVHeads, BlockSize/x, HeadDim, x]
+	LayoutHND     = dispatch.LayoutHND     // K and V [NumBlocks, NumKVHeads, BlockSize, HeadDim]
 )
 
 // checkLayout checks the layout and the multiples of x it needs.
 func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {
 	x := 16 / cache.Size()
 	switch l {
-	case LayoutFlash:
+	case LayoutFlash, LayoutHND:
 		return nil
 	case LayoutXSplit, LayoutShuffle:
 		if headDim%x != 0 {
@@ -39,16 +40,30 @@ func checkLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int)
 		}
 		return nil
 	}
-	return errf("%s.Layout=%d is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle", arg, int(l))
+	return errf("%s.Layout=%d is not supported; allowed: %s", arg, int(l), dispatch.LayoutsText)
 }
+
+// maxHNDRows bounds NumBlocks·NumKVHeads·BlockSize in the HND layout,
+// whose pages the attention kernels read as the blocks of a one-head
+// flash cache (block b·NumKVHeads + h is head h of block b) and index in
+// 32 bits.
+const maxHNDRows = int64(1) << 32
 
 // checkAttentionLayout checks the cache layout of an attention op: every
 // layout checkLayout allows, the x-split and shuffle ones with BlockSize ≥
 // x (a 16-byte piece of their V is x tokens of one element, which the
-// kernels load whole: 8 for 16-bit caches, 16 for e4m3).
-func checkAttentionLayout(arg string, l CacheLayout, cache DType, headDim, blockSize int) error {
+// kernels load whole: 8 for 16-bit caches, 16 for e4m3), the HND one with
+// NumBlocks·NumKVHeads·BlockSize ≤ 2^32 (maxHNDRows).
+func checkAttentionLayout(arg string, l CacheLayout, cache DType, headDim, blockSize, numBlocks, numKVHeads int) error {
 	if err := checkLayout(arg, l, cache, headDim, blockSize); err != nil || l == LayoutFlash {
 		return err
+	}
+	if l == LayoutHND {
+		if rows := int64(numBlocks) * int64(numKVHeads) * int64(blockSize); rows > maxHNDRows {
+			return errf("%s.NumBlocks=%d is too large for Layout=%v with NumKVHeads=%d and BlockSize=%d; allowed: NumBlocks·NumKVHeads·BlockSize at most 2^32 (at most %d blocks)",
+				arg, numBlocks, l, numKVHeads, blockSize, maxHNDRows/(int64(numKVHeads)*int64(blockSize)))
+		}
+		return nil
 	}
 	if x := 16 / cache.Size(); blockSize < x {
 		return errf("%s.BlockSize=%d is not allowed with the %s layout and a %s cache; allowed: %d to 256", arg, blockSize, l, cache, x)

@@ -36,8 +36,9 @@ const (
 //     2·RotDim], each row RotDim cosines then RotDim sines).
 //   - QOut: [NumTokens, NumQHeads, HeadDim] of DType.
 //   - KCache, VCache: in Layout (LayoutFlash, the default: [NumBlocks,
-//     BlockSize, NumKVHeads, HeadDim]; LayoutXSplit and LayoutShuffle as
-//     CacheLayout describes, with their limits on HeadDim and BlockSize) of
+//     BlockSize, NumKVHeads, HeadDim]; LayoutXSplit, LayoutShuffle and
+//     LayoutHND as CacheLayout describes, the first two with their limits on
+//     HeadDim and BlockSize) of
 //     CacheDType (DType or E4M3 with KScale, VScale); position p of
 //     sequence s goes to block BlockTables[s][p/BlockSize] (int32 [NumSeqs,
 //     MaxBlocksPerSeq]), row p%BlockSize. Device-side values out of range
@@ -212,7 +213,7 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 	}
 	plan, err := dispatch.PlanQKV(dispatch.QKVShape{NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
 		HeadDim: a.HeadDim, RotDim: a.RotDim, DType: a.DType, CacheDType: a.CacheDType,
-		Laid: a.Layout != LayoutFlash, NumSeqs: a.NumSeqs}, *r.facts.Load())
+		Laid: a.Layout.Laid(), NumSeqs: a.NumSeqs}, *r.facts.Load())
 	if err != nil {
 		return planError(err, "QKVShape", qkvArg)
 	}

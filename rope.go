@@ -252,9 +252,9 @@ func (r *Runtime) RopeCache(s *Stream, a *RopeCacheArgs) error {
 func (a *RopeCacheArgs) shape() dispatch.AppendShape {
 	return dispatch.AppendShape{
 		NumTokens: a.kvTokens(), NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim, DType: a.DType, CacheDType: a.CacheDType,
-		Flash: a.Layout == LayoutFlash, HostSlots: len(a.HostSlotMapping) != 0,
+		Flash: !a.Layout.Laid(), HostSlots: len(a.HostSlotMapping) != 0,
 		// The runs decide the x-split and shuffle layouts' V launch only.
-		SlotRuns: a.Layout != LayoutFlash && a.SlotRemap.IsZero() && slotRuns(a.HostSlotMapping),
+		SlotRuns: a.Layout.Laid() && a.SlotRemap.IsZero() && slotRuns(a.HostSlotMapping),
 	}
 }
 

@@ -761,7 +761,7 @@ func varlenModel(a *VarlenArgs) kernelModel {
 		want: map[string]*big.Int{
 			"NumSeqs": bi(int64(a.NumSeqs)), "TotalQ": bi(int64(a.NumTokens)), "NumQHeads": bi(int64(a.NumQHeads)),
 			"MaxBlocksPerSeq": bi(int64(a.MaxBlocksPerSeq)), "BlockSizeLog2": bitsLog2(a.BlockSize),
-			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "CuBase": bi(0), "SeqBase": bi(0), "OnePos": bi(0),
+			"NumBlocks": bi(int64(a.NumBlocks)), "Causal": bi(causal), "Layout": bi(int64(a.Layout)), "CuBase": bi(0), "SeqBase": bi(0), "OnePos": bi(0),
 		},
 		// SplitBlocks and SplitWave come from the plan; whatever their
 		// values, a row tile takes from 1 to gridDim.z splits.

@@ -111,7 +111,7 @@ func TestAppendArgsValidate(t *testing.T) {
 		{"fp8 scale", func(a *AppendArgs) { a.CacheDType = E4M3; a.KScale = 1; a.VScale = 0 }, "AppendArgs.VScale=0 is not allowed with an e4m3 cache"},
 		{"remap ragged", func(a *AppendArgs) { a.SlotRemap = fakeBuffer(12) }, "AppendArgs.SlotRemap holds 12 bytes, not a whole number"},
 		{"blocks", func(a *AppendArgs) { a.NumBlocks = 0 }, "AppendArgs.NumBlocks=0 is out of range"},
-		{"layout", func(a *AppendArgs) { a.Layout = 7 }, "AppendArgs.Layout=7 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"layout", func(a *AppendArgs) { a.Layout = 7 }, "AppendArgs.Layout=7 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND"},
 		{"x-split fp8 head dim", func(a *AppendArgs) {
 			a.HeadDim, a.CacheDType, a.KScale, a.VScale, a.Layout = 120, E4M3, 1, 1, LayoutXSplit
 		}, "AppendArgs.HeadDim=120 is not allowed with the x-split layout and a e4m3 cache; allowed: a multiple of 16"},
@@ -156,7 +156,7 @@ func goodDecode() DecodeArgs {
 func TestDecodeArgsValidate(t *testing.T) {
 	good := goodDecode()
 	require.NoError(t, good.Validate())
-	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle} {
+	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle, LayoutHND} {
 		laid := goodDecode()
 		laid.Layout = l
 		require.NoError(t, laid.Validate(), l)
@@ -164,7 +164,10 @@ func TestDecodeArgsValidate(t *testing.T) {
 		require.NoError(t, laid.Validate(), "%v e4m3", l)
 	}
 	cases := []badCase[DecodeArgs]{
-		{"layout", func(a *DecodeArgs) { a.Layout = 3 }, "DecodeArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"layout", func(a *DecodeArgs) { a.Layout = 4 }, "DecodeArgs.Layout=4 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND"},
+		// The HND layout's pool rows (blocks of one head) fit 32 bits.
+		{"HND pool", func(a *DecodeArgs) { a.Layout, a.NumBlocks = LayoutHND, 1<<25+1 },
+			"DecodeArgs.NumBlocks=33554433 is too large for Layout=HND with NumKVHeads=8 and BlockSize=16; allowed: NumBlocks·NumKVHeads·BlockSize at most 2^32 (at most 33554432 blocks)"},
 		{"layout fp8 block", func(a *DecodeArgs) {
 			a.Layout, a.CacheDType, a.KScale, a.VScale, a.BlockSize, a.MaxBlocksPerSeq, a.NumBlocks = LayoutShuffle, E4M3, 1, 1, 8, 2*a.MaxBlocksPerSeq, 2*a.NumBlocks
 		}, "DecodeArgs.BlockSize=8 is not allowed with the shuffle layout and a e4m3 cache; allowed: a multiple of 16"},
@@ -180,7 +183,7 @@ func TestDecodeArgsValidate(t *testing.T) {
 		{"head dim with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 80, E4M3 }, "DecodeArgs.HeadDim=80 is not supported with CacheDType=e4m3; allowed there: 64, 96, 128, 192, 256"},
 		{"head dim 120 with fp8", func(a *DecodeArgs) { a.HeadDim, a.CacheDType = 120, E4M3 }, "DecodeArgs.HeadDim=120 is not supported with CacheDType=e4m3; allowed there: 64, 96, 128, 192, 256"},
 		{"head dim 120 laid", func(a *DecodeArgs) { a.HeadDim, a.Layout = 120, LayoutShuffle },
-			"DecodeArgs.HeadDim=120 is not supported with Layout=shuffle; allowed there: Layout=flash (or another head dim)"},
+			"DecodeArgs.HeadDim=120 is not supported with Layout=shuffle; allowed there: Layout=flash or HND (or another head dim)"},
 		{"block size", func(a *DecodeArgs) { a.BlockSize = 3 }, "DecodeArgs.BlockSize=3 is not allowed"},
 		{"max kv", func(a *DecodeArgs) { a.MaxKVLen = 257 }, "DecodeArgs.MaxKVLen=257 is not allowed; allowed: 0..MaxBlocksPerSeq·BlockSize=256"},
 		{"q small", func(a *DecodeArgs) { a.Q.Bytes -= 2 }, "DecodeArgs.Q holds"},
@@ -755,7 +758,7 @@ func TestQKVNormRopeArgsValidate(t *testing.T) {
 	}
 
 	cases := []badCase[QKVNormRopeArgs]{
-		{"layout", func(a *QKVNormRopeArgs) { a.Layout = 3 }, "QKVNormRopeArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"layout", func(a *QKVNormRopeArgs) { a.Layout = 4 }, "QKVNormRopeArgs.Layout=4 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND"},
 		{"shuffle block size", func(a *QKVNormRopeArgs) {
 			a.CacheDType, a.KScale, a.VScale, a.Layout = E4M3, 1, 1, LayoutShuffle
 			a.BlockSize, a.NumBlocks = 8, 64
@@ -945,7 +948,7 @@ func TestVarlenArgsValidate(t *testing.T) {
 	require.NoError(t, most.Validate())
 
 	const outStrides = "are not allowed; allowed: both 0 (token-major, contiguous), or even strides ≤ 2147483648 whose rows never overlap: OutHeadStride ≥ HeadDim=128 and OutTokenStride ≥ NumQHeads·OutHeadStride, or OutTokenStride ≥ HeadDim and OutHeadStride ≥ NumTokens·OutTokenStride"
-	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle} {
+	for _, l := range []CacheLayout{LayoutXSplit, LayoutShuffle, LayoutHND} {
 		laid := goodVarlen()
 		laid.Layout = l
 		require.NoError(t, laid.Validate(), l)
@@ -953,7 +956,8 @@ func TestVarlenArgsValidate(t *testing.T) {
 		require.NoError(t, laid.Validate(), "%v e4m3", l)
 	}
 	cases := []badCase[VarlenArgs]{
-		{"layout", func(a *VarlenArgs) { a.Layout = 3 }, "VarlenArgs.Layout=3 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle"},
+		{"layout", func(a *VarlenArgs) { a.Layout = 4 }, "VarlenArgs.Layout=4 is not supported; allowed: LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND"},
+		{"HND pool", func(a *VarlenArgs) { a.Layout, a.NumBlocks = LayoutHND, 1<<26+1 }, "VarlenArgs.NumBlocks=67108865 is too large for Layout=HND"},
 		{"layout fp8 block", func(a *VarlenArgs) {
 			a.Layout, a.CacheDType, a.KScale, a.VScale, a.BlockSize, a.MaxBlocksPerSeq = LayoutXSplit, E4M3, 1, 1, 8, 2*a.MaxBlocksPerSeq
 		}, "VarlenArgs.BlockSize=8 is not allowed with the x-split layout and a e4m3 cache; allowed: 16 to 256"},

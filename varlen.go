@@ -23,7 +23,7 @@ import (
 //   - KCache, VCache, BlockTables: as for DecodeArgs (in Layout,
 //     flash by default; CacheDType DType or E4M3 with KScale / VScale; the
 //     x-split and shuffle layouts take BlockSize ≥ 8 with 16-bit caches, ≥
-//     16 with e4m3 ones).
+//     16 with e4m3 ones; the HND layout takes what the flash one takes).
 //   - Out: of DType, the row of (token t, head h) at t·OutTokenStride +
 //     h·OutHeadStride elements; both 0 (the default) mean token-major
 //     [NumTokens, NumQHeads, HeadDim], contiguous. Strides are even, and
@@ -157,11 +157,11 @@ func (a *VarlenArgs) Validate() error {
 	if _, err := p.qRows(&sp, a.Q, a.NumTokens, a.QTokenStride, "NumTokens", "QTokenStride"); err != nil {
 		return err
 	}
-	if err := checkAttentionLayout(varlenArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize); err != nil {
+	if err := checkAttentionLayout(varlenArg, a.Layout, a.CacheDType, a.HeadDim, a.BlockSize, a.NumBlocks, a.NumKVHeads); err != nil {
 		return err
 	}
-	if a.HeadDim&(a.HeadDim-1) != 0 && a.Layout != LayoutFlash {
-		return errf("%s.HeadDim=%d is not supported with Layout=%v; allowed there: Layout=%v (or HeadDim 64, 128, 256)", varlenArg, a.HeadDim, a.Layout, LayoutFlash)
+	if a.HeadDim&(a.HeadDim-1) != 0 && a.Layout.Laid() {
+		return errf("%s.HeadDim=%d is not supported with Layout=%v; allowed there: Layout=%v or %v (or HeadDim 64, 128, 256)", varlenArg, a.HeadDim, a.Layout, LayoutFlash, LayoutHND)
 	}
 	if err := p.caches(&sp); err != nil {
 		return err
@@ -275,8 +275,8 @@ func (a *VarlenArgs) checkMods(sp *spans) error {
 	if a.SlidingWindow > 0 && !a.Causal {
 		return errf("%s.SlidingWindow=%d needs Causal: a window ends at each query's own position; allowed: Causal=true, or SlidingWindow=0", varlenArg, a.SlidingWindow)
 	}
-	if a.Layout != LayoutFlash {
-		return errf("%s: SlidingWindow, SoftCap, Sinks and AlibiSlopes with Layout=%v are not supported; allowed: Layout=%v", varlenArg, a.Layout, LayoutFlash)
+	if a.Layout.Laid() {
+		return errf("%s: SlidingWindow, SoftCap, Sinks and AlibiSlopes with Layout=%v are not supported; allowed: Layout=%v or %v", varlenArg, a.Layout, LayoutFlash, LayoutHND)
 	}
 	return nil
 }
@@ -311,7 +311,7 @@ type pagedVarlenParams struct {
 	QTokenStride, OutTokenStride, OutHeadStride                int64
 	NumSeqs, TotalQ, NumQHeads, MaxBlocksPerSeq, BlockSizeLog2 int32
 	NumBlocks                                                  int64
-	Causal                                                     int32
+	Causal, Layout                                             int32
 	Scale, KScale, VScale                                      float32
 	CuBase, SeqBase, OnePos                                    int32
 	SplitBlocks, SplitWave                                     int32
@@ -326,7 +326,7 @@ type pagedVarlenModsParams struct {
 	QTokenStride, OutTokenStride, OutHeadStride                int64
 	NumSeqs, TotalQ, NumQHeads, MaxBlocksPerSeq, BlockSizeLog2 int32
 	NumBlocks                                                  int64
-	Causal                                                     int32
+	Causal, Layout                                             int32
 	Scale, KScale, VScale                                      float32
 	CuBase, SeqBase, OnePos                                    int32
 	SplitBlocks, SplitWave                                     int32
@@ -342,7 +342,7 @@ func (p *pagedVarlenParams) withMods(m modParams) pagedVarlenModsParams {
 		Q: p.Q, KCache: p.KCache, VCache: p.VCache, BlockTables: p.BlockTables, CuSeqlensQ: p.CuSeqlensQ,
 		PosOffsets: p.PosOffsets, Fault: p.Fault, QTokenStride: p.QTokenStride, OutTokenStride: p.OutTokenStride,
 		OutHeadStride: p.OutHeadStride, NumSeqs: p.NumSeqs, TotalQ: p.TotalQ, NumQHeads: p.NumQHeads,
-		MaxBlocksPerSeq: p.MaxBlocksPerSeq, BlockSizeLog2: p.BlockSizeLog2, NumBlocks: p.NumBlocks, Causal: p.Causal,
+		MaxBlocksPerSeq: p.MaxBlocksPerSeq, BlockSizeLog2: p.BlockSizeLog2, NumBlocks: p.NumBlocks, Causal: p.Causal, Layout: p.Layout,
 		Scale: p.Scale, KScale: p.KScale, VScale: p.VScale, CuBase: p.CuBase, SeqBase: p.SeqBase, OnePos: p.OnePos,
 		SplitBlocks: p.SplitBlocks, SplitWave: p.SplitWave, Window: m.Window, SoftCap: m.SoftCap, Sinks: m.Sinks, AlibiSlopes: m.AlibiSlopes,
 	}
@@ -376,7 +376,7 @@ func (a *VarlenArgs) params(fault driver.DevicePtr, part batchView) pagedVarlenP
 		BlockTables: a.BlockTables.Ptr, CuSeqlensQ: cu, PosOffsets: pos, Fault: fault,
 		QTokenStride: qs, OutTokenStride: ots, OutHeadStride: ohs, NumSeqs: int32(a.NumSeqs), TotalQ: int32(a.NumTokens), NumQHeads: int32(a.NumQHeads),
 		MaxBlocksPerSeq: int32(a.MaxBlocksPerSeq), BlockSizeLog2: log2(a.BlockSize), NumBlocks: int64(a.NumBlocks),
-		Causal: causal, Scale: scale, KScale: kScale, VScale: vScale, CuBase: part.cuBase, SeqBase: part.seqBase, OnePos: part.onePos,
+		Causal: causal, Layout: int32(a.Layout), Scale: scale, KScale: kScale, VScale: vScale, CuBase: part.cuBase, SeqBase: part.seqBase, OnePos: part.onePos,
 	}
 }
 

@@ -25,9 +25,10 @@ type AppendShape struct {
 	// newer), so an fp8 append takes its compute_90 build (cache_sm90),
 	// which rounds to e4m3 in hardware; the result is the same bytes.
 	SM90 bool
-	// Flash: the cache is in the flash layout. An fp8 append there on a
+	// Flash: the cache is in the flash or the HND layout (a token's row of
+	// a head is contiguous: !Layout.Laid()). An fp8 append there on a
 	// compute_90 device moves AppendFlashFP8Tokens tokens per thread (every
-	// token moves on its own in that layout; the x-split and shuffle page
+	// token moves on its own in those layouts; the x-split and shuffle page
 	// runs need AppendGroupTokens).
 	Flash bool
 	// BlockSize and NumSlots (NumBlocks·BlockSize) are the cache's; with

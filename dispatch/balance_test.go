@@ -345,7 +345,7 @@ func TestDecodeKey(t *testing.T) {
 		a, b := s, s
 		a.HostKVLens, b.HostKVLens = draw(s), draw(s)
 		// The layout picks the fp8 kernels (DecodeLayoutKernel).
-		a.Layout, b.Layout = Layout(g.IntN(3)), Layout(g.IntN(3))
+		a.Layout, b.Layout = Layout(g.IntN(4)), Layout(g.IntN(4))
 		if a.Key() != b.Key() {
 			continue
 		}

@@ -745,14 +745,14 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if !fp8Dim(s.HeadDim) && s.CacheDType == E4M3 {
 		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: %s", s.HeadDim, FP8HeadDimsText)
 	}
-	if paddedDim(s.HeadDim) && s.Layout != LayoutFlash {
-		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with Layout=%v; supported there: %v", s.HeadDim, s.Layout, LayoutFlash)
+	if paddedDim(s.HeadDim) && s.Layout.Laid() {
+		return errf("dispatch: DecodeShape.HeadDim=%d is not supported with Layout=%v; supported there: %v, %v", s.HeadDim, s.Layout, LayoutFlash, LayoutHND)
 	}
 	if s.BlockSize < 1 || s.BlockSize > 256 || s.BlockSize&(s.BlockSize-1) != 0 {
 		return errf("dispatch: DecodeShape.BlockSize=%d is not supported; supported: a power of two from 1 to 256", s.BlockSize)
 	}
-	if s.Layout != LayoutFlash && s.Layout != LayoutXSplit && s.Layout != LayoutShuffle {
-		return errf("dispatch: DecodeShape.Layout=%d is not supported; supported: %v, %v, %v", int(s.Layout), LayoutFlash, LayoutXSplit, LayoutShuffle)
+	if s.Layout < LayoutFlash || s.Layout > LayoutHND {
+		return errf("dispatch: DecodeShape.Layout=%d is not supported; supported: %s", int(s.Layout), LayoutsText)
 	}
 	if s.MaxKVLen < 0 || s.MaxKVLen > math.MaxInt32 {
 		return errf("dispatch: DecodeShape.MaxKVLen=%d is out of range; allowed: 0..%d (the kernels' lengths are int32)", s.MaxKVLen, math.MaxInt32)

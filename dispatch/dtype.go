@@ -70,9 +70,15 @@ const (
 	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
 	// BlockSize/x, HeadDim, x]. HeadDim and BlockSize must be multiples of x.
 	LayoutShuffle
+	// LayoutHND (FlashInfer's "HND"): K and V [NumBlocks, NumKVHeads,
+	// BlockSize, HeadDim]. Every kernel reads and writes it as the flash
+	// layout of a one-head cache whose block b·NumKVHeads + h is head h of
+	// block b, so it takes what LayoutFlash takes, with NumBlocks ·
+	// NumKVHeads · BlockSize at most 2^32.
+	LayoutHND
 )
 
-// String returns "flash", "x-split" or "shuffle".
+// String returns "flash", "x-split", "shuffle" or "HND".
 func (l Layout) String() string {
 	switch l {
 	case LayoutFlash:
@@ -81,6 +87,17 @@ func (l Layout) String() string {
 		return "x-split"
 	case LayoutShuffle:
 		return "shuffle"
+	case LayoutHND:
+		return "HND"
 	}
 	return "Layout(" + strconv.Itoa(int(l)) + ")"
 }
+
+// LayoutsText names the layouts every op takes, for errors.
+const LayoutsText = "LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND"
+
+// Laid reports whether l is the x-split or the shuffle layout, whose
+// pages the kernels read and write as tiles of their own; the flash and
+// HND layouts keep each token's row of a head contiguous and share the
+// flash layout's kernels.
+func (l Layout) Laid() bool { return l == LayoutXSplit || l == LayoutShuffle }

@@ -529,7 +529,7 @@ func AppendKernelName(dtype, cacheDType DType) (string, error) {
 // x-split and shuffle loop only ran 1–3.8% slower, H200, 2026-12-02); the
 // 16-bit kernels take every layout at run time.
 func DecodeLayoutKernel(kernel string, layout Layout) string {
-	if layout == LayoutFlash {
+	if !layout.Laid() {
 		return kernel
 	}
 	if twin, ok := tables.laid[kernel]; ok {
@@ -732,14 +732,14 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 	if ci == 1 && !fp8Dim(headDim) {
 		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with CacheDType=e4m3; supported there: %s", headDim, FP8HeadDimsText)
 	}
-	if moreDim(headDim) && layout != LayoutFlash {
-		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with Layout=%v; supported there: %v", headDim, layout, LayoutFlash)
+	if moreDim(headDim) && layout.Laid() {
+		return "", errf("dispatch: VarlenShape.HeadDim=%d is not supported with Layout=%v; supported there: %v, %v", headDim, layout, LayoutFlash, LayoutHND)
 	}
 	pair := tables.varlen[qi][ci][hi]
 	switch {
-	case layout == LayoutFlash:
-	case layout != LayoutXSplit && layout != LayoutShuffle:
-		return "", errf("dispatch: VarlenShape.Layout=%d is not supported; supported: %v, %v, %v", int(layout), LayoutFlash, LayoutXSplit, LayoutShuffle)
+	case layout == LayoutFlash || layout == LayoutHND:
+	case !layout.Laid():
+		return "", errf("dispatch: VarlenShape.Layout=%d is not supported; supported: %s", int(layout), LayoutsText)
 	default:
 		pair = tables.varlenLaid[qi][ci][layout-LayoutXSplit][hi]
 	}

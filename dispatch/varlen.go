@@ -383,8 +383,8 @@ func validateVarlen(s *VarlenShape, dev *DeviceFacts, k *Knobs) error {
 		return errf("dispatch: VarlenShape.MaxKVLen=%d is out of range; allowed: 0..%d", s.MaxKVLen, MaxSeqTokens)
 	case len(s.HostCuSeqlensQ) != 0 && len(s.HostCuSeqlensQ) != s.NumSeqs+1:
 		return errf("dispatch: VarlenShape.HostCuSeqlensQ has %d values; allowed: none, or NumSeqs+1=%d", len(s.HostCuSeqlensQ), s.NumSeqs+1)
-	case s.Mods && s.Layout != LayoutFlash:
-		return errf("dispatch: VarlenShape.Mods with Layout=%v is not supported; allowed: %v (the modifiers have flash-layout kernels only)", s.Layout, LayoutFlash)
+	case s.Mods && s.Layout.Laid():
+		return errf("dispatch: VarlenShape.Mods with Layout=%v is not supported; allowed: %v, %v (the modifiers have flash-row kernels only)", s.Layout, LayoutFlash, LayoutHND)
 	case s.SlidingWindow < 0 || (s.SlidingWindow > 0 && !s.Mods):
 		return errf("dispatch: VarlenShape.SlidingWindow=%d is not allowed; allowed: 0, or > 0 with Mods", s.SlidingWindow)
 	case dev.SMs < 1:

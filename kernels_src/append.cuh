@@ -96,7 +96,7 @@ __device__ __forceinline__ bool token_group(int num_tokens, int num_kv_heads, in
 // aligned run of rows inside a page whose V is token-minor (see above).
 __device__ __forceinline__ bool page_run(const int64_t (&slot)[kGroupTokens], int n, int layout,
                                          int block_size_log2) {
-  bool run = layout != kLayoutFlash && n == kGroupTokens && block_size_log2 >= 3 && slot[0] >= 0 &&
+  bool run = !flash_rows(layout) && n == kGroupTokens && block_size_log2 >= 3 && slot[0] >= 0 &&
              (slot[0] & (kGroupTokens - 1)) == 0;
 #pragma unroll
   for (int j = 1; j < kGroupTokens; ++j) run &= slot[j] == slot[0] + j;
@@ -300,7 +300,7 @@ __device__ __forceinline__ void cache_append(
     if constexpr (!FP8) {
       // 16-bit caches, head_dim a power of two (so a group never straddles
       // warps): page runs go through shared memory, see store_pair_tiles.
-      if (layout != kLayoutFlash && (head_dim & (head_dim - 1)) == 0 && __any_sync(0xffffffffu, pair)) {
+      if (!flash_rows(layout) && (head_dim & (head_dim - 1)) == 0 && __any_sync(0xffffffffu, pair)) {
         store_pair_tiles<X, KEYS>(k, v, pair, slot[0] - (int64_t)g.p * kGroupTokens, g, key_cache, value_cache, layout,
                             num_kv_heads, head_dim, block_size_log2);
         if (pair) return;

@@ -7,6 +7,9 @@
 //   1 x-split: K [num_blocks, num_kv_heads, head_dim/x, block_size, x],
 //              V [num_blocks, num_kv_heads, head_dim, block_size]
 //   2 shuffle: K as x-split, V [num_blocks, num_kv_heads, block_size/x, head_dim, x]
+//   3 HND:     K, V [num_blocks, num_kv_heads, block_size, head_dim]
+//              (head-major pages: the flash layout of a one-head cache
+//              whose block b·num_kv_heads + h is head h of block b)
 // The host checks that head_dim (x-split, shuffle) and block_size (shuffle)
 // are multiples of x.
 #pragma once
@@ -14,7 +17,32 @@
 
 namespace pkv {
 
-enum CacheLayout : int { kLayoutFlash = 0, kLayoutXSplit = 1, kLayoutShuffle = 2 };
+enum CacheLayout : int { kLayoutFlash = 0, kLayoutXSplit = 1, kLayoutShuffle = 2, kLayoutHND = 3 };
+
+// flash_rows reports whether layout keeps each token's head_dim elements
+// of a head contiguous (flash, HND): the attention kernels read both with
+// the flash layout's loaders (see hnd_rows).
+__device__ __forceinline__ bool flash_rows(int layout) { return layout == kLayoutFlash || layout == kLayoutHND; }
+
+// HeadRows is how an attention kernel reads the rows of KV head kvh with
+// the flash layout's loaders: row r of block id b sits at element
+// ((b·id_mul + id_add)·block_size + r)·row_stride from base. In the flash
+// layout that is b's row r at head kvh (id_mul 1, id_add 0, row_stride
+// num_kv_heads·dm, base kvh·dm); in the HND layout a page of one head is a
+// block of a one-head flash cache (id_mul num_kv_heads, id_add kvh,
+// row_stride dm, base 0). The host bounds num_blocks·num_kv_heads·
+// block_size to 2^32, so the rows fit in 32 bits.
+struct HeadRows {
+  int id_mul, id_add;
+  int64_t row_stride, base;
+  __device__ __forceinline__ HeadRows(int layout, int kvh, int num_kv_heads, int dm) {
+    const bool hnd = layout == kLayoutHND;
+    id_mul = hnd ? num_kv_heads : 1;
+    id_add = hnd ? kvh : 0;
+    row_stride = hnd ? (int64_t)dm : (int64_t)num_kv_heads * dm;
+    base = hnd ? 0 : (int64_t)kvh * dm;
+  }
+};
 
 // cache_place returns the element index of element d (a multiple of 8) of
 // head h of slot in the K (value = false) or V cache, and in *stride the
@@ -28,6 +56,7 @@ __device__ __forceinline__ int64_t cache_place(int layout, bool value, int64_t s
   const int64_t b = slot >> bs_log2;
   const int o = (int)(slot & ((1 << bs_log2) - 1));
   const int bs = 1 << bs_log2;
+  if (layout == kLayoutHND) return ((b * num_kv_heads + h) * bs + o) * head_dim + d;
   if (!value) return (((b * num_kv_heads + h) * (head_dim / X) + d / X) * bs + o) * X + d % X;
   if (layout == kLayoutXSplit) {
     *stride = bs;

@@ -107,8 +107,12 @@ struct BadBlock {
     blk = out ? id : blk;
     return out ? 0 : id;
   }
-  __device__ __forceinline__ int64_t row(int id, int pos_, int block_size_log2, uint32_t nb) {
-    const uint32_t b = (uint32_t)block(id, pos_, nb);
+  // row returns the pool row of KV position pos_ in entry id's block, read
+  // as block id·id_mul + id_add (HeadRows in cache.cuh), or in block 0
+  // outside the pool.
+  __device__ __forceinline__ int64_t row(int id, int pos_, int block_size_log2, uint32_t nb, int id_mul = 1,
+                                         int id_add = 0) {
+    const uint32_t b = (uint32_t)block(id, pos_, nb) * (uint32_t)id_mul + (uint32_t)id_add;
     return (int64_t)((b << block_size_log2) | ((uint32_t)pos_ & ((1u << block_size_log2) - 1)));
   }
   __device__ __forceinline__ void report(unsigned long long* fault, int seq, int block_size_log2) const {

@@ -7,7 +7,9 @@
 //   q            [num_seqs, num_q_heads, D] of type <q>, sequence stride q_seq_stride
 //                elements (heads contiguous).
 //   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of type <q>,
-//   v_cache      or fp8 e4m3 (real value = stored · k_scale / v_scale) for _e4m3.
+//   v_cache      or fp8 e4m3 (real value = stored · k_scale / v_scale) for _e4m3;
+//                the layout parameter names the layout (cache.cuh: flash,
+//                x-split, shuffle or HND, as LAYOUTS below allows).
 //   block_tables int32 [num_seqs, max_blocks_per_seq]; kv_lens int32 [num_seqs].
 //                Both are read on the device. kv_len is kv_lens[s] + kv_bias
 //                (kv_bias 0, or 1 when kv_lens is a mixed varlen batch's
@@ -88,7 +90,8 @@ constexpr int kTileRows = 16;    // query-head rows of the mma tile: G ≤ 16
 constexpr int kMaxSplits = 64;
 
 // The cache layouts a decode entry reads (its LAYOUTS): every layout,
-// chosen at run time by its layout parameter, or the flash layout only.
+// chosen at run time by its layout parameter, or the flash rows only (the
+// flash and HND layouts, read by the same loaders: HeadRows).
 // The fp8 kernels come in both builds, the first named _laid and run for
 // the x-split and shuffle layouts: with both main loops the flash
 // layout's fp8 rows ran 1–2.6% slower than a flash-only build, and a build
@@ -782,8 +785,8 @@ struct DecodeTiles {
   const int& chunk;  // lane % CH: the 16-byte chunk of a row this lane copies (flash layout)
   const int& block_size_log2;
   const int& bs_mask;
-  const int64_t& row_stride;  // elements between the rows of two tokens (flash layout)
-  const C* const& k_head;     // K and V of this KV head, token 0 of block 0 (flash layout)
+  const int64_t& row_stride;  // elements between the rows of two tokens (flash rows: HeadRows)
+  const C* const& k_head;     // K and V of this KV head, token 0 of block 0 (flash rows)
   const C* const& v_head;
   const C* __restrict__ const& k_cache;
   const int& num_kv_heads;
@@ -792,6 +795,7 @@ struct DecodeTiles {
   const C* __restrict__ const& v_cache;
   const int* const& table;  // the sequence's block-table row
   const int& max_blocks_per_seq;
+  const HeadRows& hr;  // how the flash rows' loaders find this KV head's rows
 
   // raw_id is tile_block_id for this warp and table.
   __device__ __forceinline__ int raw_id(int s0, int i) const {
@@ -800,10 +804,13 @@ struct DecodeTiles {
 
   // checked_id returns raw, the block id of token (lane mod 16) of this
   // warp's tile i, once checked: 0 past the end, and 0 for an id outside
-  // the pool, which bad remembers.
+  // the pool, which bad remembers; the flash rows' loaders read block
+  // id·id_mul + id_add (HeadRows: the id itself but in the HND layout).
   __device__ __forceinline__ int checked_id(int raw, int i) const {
     const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
-    return i < mine && t < end ? bad.block(raw, t, nb) : 0;
+    // Unsigned: the HND layout's ids reach NumBlocks·NumKVHeads, up to 2^32.
+    return i < mine && t < end ? (int)((uint32_t)bad.block(raw, t, nb) * (uint32_t)hr.id_mul + (uint32_t)hr.id_add)
+                               : 0;
   }
 
   // stage returns the warp's K tile in ring stage st (its V tile follows).
@@ -1538,15 +1545,16 @@ __device__ __forceinline__ void decode_block(
     id_cur = tile_block_id(table, start, 0, warp, lane, block_size_log2, max_blocks_per_seq);
     id_next = tile_block_id(table, start, 1, warp, lane, block_size_log2, max_blocks_per_seq);
   }
-  const int64_t row_stride = (int64_t)num_kv_heads * DM;
-  const C* k_head = k_cache + (int64_t)kvh * DM;
-  const C* v_head = v_cache + (int64_t)kvh * DM;
+  const HeadRows hr(layout, kvh, num_kv_heads, DM);
+  const int64_t row_stride = hr.row_stride;
+  const C* k_head = k_cache + hr.base;
+  const C* v_head = v_cache + hr.base;
   BadBlock bad;
   const uint32_t nb = BadBlock::bound(num_blocks);
   const int chunk = lane % Smem::kChunks;
   const DecodeTiles<C, D, DM> kv{start, warp, lane, mine, end, bad, nb, ring, chunk, block_size_log2, bs_mask,
                              row_stride, k_head, v_head, k_cache, num_kv_heads, kvh, layout, v_cache, table,
-                             max_blocks_per_seq};
+                             max_blocks_per_seq, hr};
 
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   float acc[ACC][4];
@@ -1562,8 +1570,8 @@ __device__ __forceinline__ void decode_block(
   const int k_slot = kFP8 ? fp8_slot(fp8_token(x4_row)) : x4_row;
   const DecodeLoop<C, D, NARROW, DM> loop{stages, kv, id_cur, id_next, q_base, x4_row, rows, q_mul, k_slot};
   // The caller passes a layout the entry reads (LAYOUTS); padded tiles
-  // read the flash layout only.
-  const bool flash = LAYOUTS == kLayoutsFlash || layout == kLayoutFlash || DM < D;
+  // read flash rows only (flash or HND).
+  const bool flash = LAYOUTS == kLayoutsFlash || flash_rows(layout) || DM < D;
   if constexpr (DM < D) {
     attend_tiles<T, C, D, NARROW, false, MODS, DM>(loop, mods);
   } else if (!flash) {

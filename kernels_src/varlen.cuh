@@ -25,7 +25,13 @@
 //                single-sequence call needs no device-resident lengths.
 //   k_cache,     flash layout [num_blocks, block_size, num_kv_heads, D] of <q>
 //   v_cache      or fp8 e4m3 (real value = stored · k_scale / v_scale), holding
-//                every KV position of every sequence, the new tokens included.
+//                every KV position of every sequence, the new tokens included;
+//                the _xsplit and _shuffle entries read those layouts
+//                (cache.cuh).
+//   layout       the flash-layout entries read the HND layout [num_blocks,
+//                num_kv_heads, block_size, D] when it is kLayoutHND
+//                (HeadRows, cache.cuh), else the flash layout; the others
+//                ignore it.
 //   block_tables int32 [num_seqs, max_blocks_per_seq], read on the device; a
 //                block id outside [0, num_blocks) reads block 0 and is
 //                recorded (kFaultBlockBeyondPool).
@@ -359,13 +365,13 @@ struct KVRow {
   template <bool LO>
   __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0,
                                         int kv_begin, int kv_end, int block_size_log2, uint32_t nb,
-                                        int64_t row_stride) {
+                                        const HeadRows& hr) {
     constexpr int CCH = Smem::kCacheChunks;
 #pragma unroll
     for (int i = 0; i < kRPT; ++i) {
       const int rr = r + kRPP * i;
       const int pos = kv0 + rr;
-      const int64_t off = bad.row(ids.v[i], pos, block_size_log2, nb) * row_stride;
+      const int64_t off = bad.row(ids.v[i], pos, block_size_log2, nb, hr.id_mul, hr.id_add) * hr.row_stride;
       const unsigned char* k_src = reinterpret_cast<const unsigned char*>(k_head + off) + h * 16;
       const unsigned char* v_src = reinterpret_cast<const unsigned char*>(v_head + off) + h * 16;
       const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
@@ -442,13 +448,13 @@ struct KVLines {
   template <bool LO>
   __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0,
                                         int kv_begin, int kv_end, int block_size_log2, uint32_t nb,
-                                        int64_t row_stride) {
+                                        const HeadRows& hr) {
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       const int r = r0 + kRP * j;  // r ≥ 32 exactly when kRP·j ≥ 32 (r0 < kRP, which divides 32)
       const int blk = __shfl_sync(0xffffffffu, ids.v[kRP * j >= 32 ? 1 % kIds : 0], r & 31);
       const int pos = kv0 + r;
-      const int64_t off = bad.row(blk, pos, block_size_log2, nb) * row_stride;
+      const int64_t off = bad.row(blk, pos, block_size_log2, nb, hr.id_mul, hr.id_add) * hr.row_stride;
       const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
       const uint32_t at = swizzle<kCCH>(r, c) * 16;
       if constexpr (DM < D) {
@@ -501,7 +507,7 @@ struct KVChunks {
   template <bool LO>
   __device__ __forceinline__ void issue(uint32_t dst, const C* k_head, const C* v_head, Ids ids, int kv0,
                                         int kv_begin, int kv_end, int block_size_log2, uint32_t nb,
-                                        int64_t row_stride) {
+                                        const HeadRows& hr) {
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       const int i = (int)threadIdx.x + kVarlenThreads * j;
@@ -514,7 +520,7 @@ struct KVChunks {
       }
       if (kAll % kVarlenThreads == 0 || i < kAll) {
         const int pos = kv0 + r;
-        const int64_t off = bad.row(blk, pos, block_size_log2, nb) * row_stride;
+        const int64_t off = bad.row(blk, pos, block_size_log2, nb, hr.id_mul, hr.id_add) * hr.row_stride;
         const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
         const uint32_t at = swizzle<kCCH>(r, c) * 16;
         cp_async16(dst + at, reinterpret_cast<const unsigned char*>(k_head + off) + c * 16, bytes);
@@ -1106,9 +1112,9 @@ struct VarlenKV {
   const int& block_size_log2;
   const uint32_t& nb;  // BadBlock's pool bound
   FlashRows& kv_row;
-  const C* const& k_head;  // K and V of this KV head at position 0 of block 0 (flash layout)
+  const C* const& k_head;  // K and V of this KV head at position 0 of block 0 (flash rows)
   const C* const& v_head;
-  const int64_t& row_stride;  // elements between two positions' rows (flash layout)
+  const HeadRows& hr;         // how the flash rows' loaders find this KV head's rows
   const int* const& table;    // the sequence's block-table row
   const int& kv_begin;        // LO: the first position read (the loaders' in_range)
 
@@ -1121,7 +1127,7 @@ struct VarlenKV {
                        num_kv_heads, block_size_log2, nb);
       } else {
         kv_row.template issue<LO>(ring_s + stage * Smem::kStageBytes, k_head, v_head, blk, i * KEYS, kv_begin,
-                                  kv_end, block_size_log2, nb, row_stride);
+                                  kv_end, block_size_log2, nb, hr);
       }
     }
     cp_async_commit();
@@ -1447,7 +1453,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
                                              int64_t q_token_stride, int64_t out_token_stride,
                                              int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads,
                                              int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
-                                             int causal, float scale, float k_scale, float v_scale, int cu_base,
+                                             int causal, int layout, float scale, float k_scale, float v_scale, int cu_base,
                                              int seq_base, int one_pos, int split_blocks, int split_wave,
                                              int window = 0, float softcap = 0.0f,
                                              const float* __restrict__ sinks = nullptr,
@@ -1539,15 +1545,16 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     }
   }
   const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
-  const int64_t row_stride = (int64_t)num_kv_heads * DM;
-  const C* k_head = k_cache + (int64_t)kvh * DM;
-  const C* v_head = v_cache + (int64_t)kvh * DM;
+  // Flash rows (LAYOUT flash): the flash or the HND layout, as layout says.
+  const HeadRows hr(LAYOUT == kLayoutFlash ? layout : kLayoutFlash, kvh, num_kv_heads, DM);
+  const C* k_head = k_cache + hr.base;
+  const C* v_head = v_cache + hr.base;
   const uint32_t ring_s = smem_addr(ring);
   typename KV::FlashRows kv_row;
   const uint32_t nb = BadBlock::bound(num_blocks);
   typename KV::LaidRows laid_row;
   const KV kv{end_tile, laid_row, ring_s, k_cache, v_cache, kv_end, kvh, num_kv_heads, block_size_log2, nb,
-              kv_row, k_head, v_head, row_stride, table, kv_begin};
+              kv_row, k_head, v_head, hr, table, kv_begin};
 
   load_q_tile<T, D, ROWS, DM>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
@@ -1731,13 +1738,13 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q,                                                   \
       int num_q_heads, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks, int causal,         \
-      float scale, float k_scale, float v_scale, int cu_base, int seq_base, int one_pos, int split_blocks,  \
+      int layout, float scale, float k_scale, float v_scale, int cu_base, int seq_base, int one_pos, int split_blocks,  \
       int split_wave) {                                                                                     \
     pkv::paged_varlen<T, C, D, MT, KEYS, LAYOUT, false, false, DM>(out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, \
                                block_tables, cu_seqlens_q, pos_offsets, fault, q_token_stride,              \
                                out_token_stride, out_head_stride, num_seqs,                                 \
                                total_q, num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks,       \
-                               causal, scale, k_scale, v_scale, cu_base, seq_base, one_pos, split_blocks,   \
+                               causal, layout, scale, k_scale, v_scale, cu_base, seq_base, one_pos, split_blocks,   \
                                split_wave);                                                                 \
   }
 #define PKV_VARLEN(name, T, C, D, MT, KEYS, LAYOUT) PKV_VARLEN_DM(name, T, C, D, D, MT, KEYS, LAYOUT)
@@ -1753,12 +1760,12 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const T* k_cache, const T* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads, int max_blocks_per_seq,         \
-      int block_size_log2, int64_t num_blocks, int causal, float scale, float k_scale, float v_scale,       \
+      int block_size_log2, int64_t num_blocks, int causal, int layout, float scale, float k_scale, float v_scale, \
       int cu_base, int seq_base, int one_pos, int split_blocks, int split_wave) {                           \
     pkv::paged_varlen<T, T, D, MT, KEYS, pkv::kLayoutFlash, false, true>(                                   \
         out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
         pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
-        num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, scale, k_scale, v_scale,     \
+        num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, layout, scale, k_scale, v_scale, \
         cu_base, seq_base, one_pos, split_blocks, split_wave);                                              \
   }
 
@@ -1782,13 +1789,13 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
       const int* pos_offsets, unsigned long long* fault, int64_t q_token_stride, int64_t out_token_stride, \
       int64_t out_head_stride, int num_seqs, int total_q, int num_q_heads, int max_blocks_per_seq,         \
-      int block_size_log2, int64_t num_blocks, int causal, float scale, float k_scale, float v_scale,       \
+      int block_size_log2, int64_t num_blocks, int causal, int layout, float scale, float k_scale, float v_scale, \
       int cu_base, int seq_base, int one_pos, int split_blocks, int split_wave, int window, float softcap, \
       const float* sinks, const float* alibi) {                                                             \
     pkv::paged_varlen<T, C, D, MT, KEYS, pkv::kLayoutFlash, true, false, DM>(                               \
         out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
         pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
-        num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, scale, k_scale, v_scale,     \
+        num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, layout, scale, k_scale, v_scale, \
         cu_base, seq_base, one_pos, split_blocks, split_wave, window, softcap, sinks, alibi);               \
   }
 #define PKV_VARLEN_MODS(name, T, C, D, MT, KEYS) PKV_VARLEN_MODS_DM(name, T, C, D, D, MT, KEYS)

@@ -31,6 +31,11 @@ func TestAppendMatchesReference(t *testing.T) {
 		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutShuffle, PadToken: 8},
 		{Tokens: 70, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 4, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, Remap: true},
 		{Tokens: 70, KVHeads: 3, HeadDim: 80, BlockSize: 8, NumBlocks: 12, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutXSplit},
+		// The HND layout (a token's row of a head contiguous, heads a page
+		// apart): 16-bit and fp8, remaps, padded rows, blocks of 1.
+		{Tokens: 90, KVHeads: 4, HeadDim: 128, BlockSize: 16, NumBlocks: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutHND, PageRuns: true},
+		{Tokens: 70, KVHeads: 2, HeadDim: 64, BlockSize: 32, NumBlocks: 4, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutHND, Remap: true, PadToken: 8},
+		{Tokens: 333, KVHeads: 3, HeadDim: 40, BlockSize: 1, NumBlocks: 400, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutHND},
 		// Page runs (prefill slot mappings): 8-token groups that are aligned
 		// runs of one page take the transposing path in the x-split and
 		// shuffle layouts; misaligned starts, skipped slots, remaps that

@@ -55,6 +55,15 @@ func TestDecodeMatchesReference(t *testing.T) {
 		{Seqs: 6, QHeads: 12, KVHeads: 1, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 40, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 613, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 5, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 64, MaxBlocksPerSeq: 12, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 637, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 3, QHeads: 64, KVHeads: 4, HeadDim: 256, BlockSize: 16, MaxBlocksPerSeq: 50, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 777, Layout: pagedkv.LayoutXSplit},
+		// The HND layout (the flash loaders over head-major pages): narrow
+		// and wide kernels, 16-bit and e4m3 caches, blocks of 1 to 256,
+		// padded (120) and other head dims.
+		{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, MaxBlocksPerSeq: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 1000, Layout: pagedkv.LayoutHND},
+		{Seqs: 3, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 1, MaxBlocksPerSeq: 300, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 300, Layout: pagedkv.LayoutHND},
+		{Seqs: 2, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, MaxBlocksPerSeq: 9, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxLen: 2100, Layout: pagedkv.LayoutHND},
+		{Seqs: 5, QHeads: 40, KVHeads: 5, HeadDim: 128, BlockSize: 32, MaxBlocksPerSeq: 30, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxLen: 901, Layout: pagedkv.LayoutHND},
+		{Seqs: 3, QHeads: 64, KVHeads: 4, HeadDim: 120, BlockSize: 16, MaxBlocksPerSeq: 50, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxLen: 777, Layout: pagedkv.LayoutHND},
+		{Seqs: 4, QHeads: 12, KVHeads: 3, HeadDim: 96, BlockSize: 8, MaxBlocksPerSeq: 100, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxLen: 650, Layout: pagedkv.LayoutHND},
 	}
 	for range 10 {
 		shapes = append(shapes, check.RandomDecodeShape(g))

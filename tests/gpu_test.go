@@ -101,7 +101,7 @@ func assertLayoutsAgree(t *testing.T, r *pagedkv.Runtime, s *pagedkv.Stream, p a
 	t.Cleanup(func() { assert.NoError(t, arena.Free()) })
 	laid := relayout(t, r, s, arena, k, v, numBlocks, blockSize, kvHeads, headDim, cache)
 	defer p.UseCaches(k, v, pagedkv.LayoutFlash)
-	for _, layout := range laidLayouts {
+	for _, layout := range otherLayouts {
 		p.UseCaches(laid[layout][0], laid[layout][1], layout)
 		got, lse, err := p.Run(r, s)
 		require.NoError(t, err)
@@ -115,12 +115,12 @@ func assertLayoutsAgree(t *testing.T, r *pagedkv.Runtime, s *pagedkv.Stream, p a
 	}
 }
 
-// laidLayouts are the cache layouts other than flash.
-var laidLayouts = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+// otherLayouts are the cache layouts other than flash.
+var otherLayouts = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle, pagedkv.LayoutHND}
 
 // relayout writes every slot of the flash caches k and v (numBlocks pages
 // of blockSize tokens, kvHeads × headDim elements of cache each) into new
-// caches of each of laidLayouts on arena: a Gather of every slot, then an
+// caches of each of otherLayouts on arena: a Gather of every slot, then an
 // Append of those rows. Append takes 16-bit rows, so e4m3 rows are widened
 // on the host (exact in f16) and appended with scale 1, which writes the
 // same bytes back. It returns each layout's (K, V).
@@ -153,7 +153,7 @@ func relayout(t testing.TB, r *pagedkv.Runtime, s *pagedkv.Stream, arena *check.
 		set.To(&app.V)(widenE4M3(arena, s, gather.VOut, elems))
 	}
 	laid := map[pagedkv.CacheLayout][2]pagedkv.Buffer{}
-	for _, layout := range laidLayouts {
+	for _, layout := range otherLayouts {
 		app.Layout = layout
 		set.To(&app.KCache)(arena.Alloc(k.Bytes))
 		set.To(&app.VCache)(arena.Alloc(v.Bytes))

@@ -51,6 +51,9 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 		{Seqs: 4, MaxLen: 90, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 2, MaxLen: 40, QHeads: 4, KVHeads: 2, HeadDim: 256, BlockSize: 1, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, NeoX: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
 		{Seqs: 1, MaxLen: 2000, QHeads: 8, KVHeads: 8, HeadDim: 16, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, HalfRot: true, Layout: pagedkv.LayoutXSplit},
+		// The HND layout (the flash layout's token path, heads a page apart).
+		{Seqs: 3, MaxLen: 300, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, NeoX: true, Varlen: true, Layout: pagedkv.LayoutHND},
+		{Seqs: 2, MaxLen: 90, QHeads: 12, KVHeads: 4, HeadDim: 72, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, HalfRot: true, Varlen: true, Layout: pagedkv.LayoutHND},
 		// Prefills whose V goes through the values launch (16 or more tokens
 		// a sequence): aligned ones, whose pages are whole runs (shared-memory
 		// tiles for 16-bit caches and power-of-two head dims, the lane-pair
@@ -86,16 +89,16 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 func TestQKVNormRopeHeadDims(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
-	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle, pagedkv.LayoutHND}
 	i := 0
 	for _, d := range []int{24, 80, 96, 112, 120, 192} {
 		for _, neox := range []bool{true, false} {
 			for _, halfRot := range []bool{true, false} {
 				c := check.QKVShape{Seqs: 1 + 2*(i%2), MaxLen: 45, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16,
 					DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[i%2], Norm: i%3 != 1, NeoX: neox, HalfRot: halfRot,
-					Varlen: i%2 == 1, Layout: layouts[i%3]}
+					Varlen: i%2 == 1, Layout: layouts[i/2%4]}
 				c.CacheDType = c.DType
-				if i%4 >= 2 && (c.Layout == pagedkv.LayoutFlash || d%16 == 0) {
+				if i%3 == 2 && (!c.Layout.Laid() || d%16 == 0) {
 					c.CacheDType = pagedkv.E4M3
 				}
 				i++

@@ -29,6 +29,8 @@ func TestRopeCacheMatchesReference(t *testing.T) {
 		{Tokens: 50, KVOnly: 7, QHeads: 8, KVHeads: 8, HeadDim: 64, BlockSize: 8, NumBlocks: 9, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Offsets: true, Zeros: true, PadToken: 8},
 		{Tokens: 33, QHeads: 16, KVHeads: 2, HeadDim: 256, BlockSize: 32, NumBlocks: 3, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutShuffle, NeoX: true, Remap: true},
 		{Tokens: 40, KVOnly: 3, QHeads: 4, KVHeads: 1, HeadDim: 128, BlockSize: 16, NumBlocks: 4, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Layout: pagedkv.LayoutXSplit, HalfRot: true},
+		{Tokens: 300, KVOnly: 20, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 16, NumBlocks: 24, DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: pagedkv.LayoutHND, NeoX: true, PageRuns: true, HostSlots: true},
+		{Tokens: 45, QHeads: 12, KVHeads: 3, HeadDim: 96, BlockSize: 8, NumBlocks: 9, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Layout: pagedkv.LayoutHND, Remap: true},
 	}
 	for range 8 {
 		shapes = append(shapes, check.RandomRopeShape(g))
@@ -75,16 +77,16 @@ func TestRopeCacheValuesLaunch(t *testing.T) {
 func TestRopeCacheHeadDims(t *testing.T) {
 	r := open(t, config.Options{})
 	g := rng(t)
-	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+	layouts := []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle, pagedkv.LayoutHND}
 	i := 0
 	for _, d := range []int{24, 80, 96, 112, 120, 192} {
 		for _, neox := range []bool{true, false} {
 			for _, halfRot := range []bool{true, false} {
 				c := check.RopeShape{Tokens: 37, KVOnly: 3, QHeads: 8, KVHeads: 2, HeadDim: d, BlockSize: 16, NumBlocks: 4,
 					DType: []pagedkv.DType{pagedkv.F16, pagedkv.BF16}[i%2], NeoX: neox, HalfRot: halfRot,
-					Layout: layouts[i%3], Zeros: i%2 == 0, Offsets: i%3 == 0}
+					Layout: layouts[i/2%4], Zeros: i%2 == 0, Offsets: i%3 == 0}
 				c.CacheDType = c.DType
-				if i%4 >= 2 && (c.Layout == pagedkv.LayoutFlash || d%16 == 0) {
+				if i%3 == 2 && (!c.Layout.Laid() || d%16 == 0) {
 					c.CacheDType = pagedkv.E4M3
 				}
 				i++

@@ -69,6 +69,14 @@ func TestVarlenMatchesReference(t *testing.T) {
 		{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: 64, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 1, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 128, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 90, MaxKV: 1111, Causal: false, Layout: pagedkv.LayoutXSplit},
 		{Seqs: 4, QHeads: 16, KVHeads: 4, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 9, MaxKV: 777, Causal: true, Layout: pagedkv.LayoutShuffle},
+		// The HND layout (the flash loaders over head-major pages): the
+		// 128-row, _k64 and _r64 kernels, 16-bit and fp8 caches, blocks of
+		// 1 to 256, a head dim between the powers of two.
+		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 300, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutHND},
+		{Seqs: 2, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 70, MaxKV: 300, Causal: true, Layout: pagedkv.LayoutHND},
+		{Seqs: 4, QHeads: 6, KVHeads: 2, HeadDim: 256, BlockSize: 256, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, MaxQLen: 90, MaxKV: 1100, Causal: true, Layout: pagedkv.LayoutHND},
+		{Seqs: 6, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, MaxQLen: 1, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutHND},
+		{Seqs: 3, QHeads: 15, KVHeads: 3, HeadDim: 80, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 120, MaxKV: 700, Causal: false, Layout: pagedkv.LayoutHND},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomVarlenShape(g))

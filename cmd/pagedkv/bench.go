@@ -625,7 +625,7 @@ func (b *bencher) row(shape string, bytes float64, fn func() error) error {
 }
 
 // allLayouts are the cache layouts the cache-op rows measure, flash first.
-var allLayouts = []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}
+var allLayouts = []pagedkv.CacheLayout{pagedkv.LayoutFlash, pagedkv.LayoutXSplit, pagedkv.LayoutShuffle, pagedkv.LayoutHND}
 
 // benchQKV measures split QKV + RMSNorm + RoPE + cache write (32 q / 8 KV
 // heads, head dim 128, NeoX, half-width tables, one sequence, f16 cache in

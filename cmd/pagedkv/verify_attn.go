@@ -190,11 +190,11 @@ func drawMods(g *rand.Rand, maxLen int, window bool, set func(window int, softCa
 }
 
 // varlenMods gives a problem drawn on r random score modifiers
-// (drawMods) where its kernels take them: the flash layout (any cache
-// dtype), a window only under the causal mask.
+// (drawMods) where its kernels take them: the flash and HND layouts (any
+// cache dtype), a window only under the causal mask.
 func varlenMods(r *pagedkv.Runtime, p *check.VarlenProblem, g *rand.Rand) error {
 	c := p.Shape
-	if c.Layout != pagedkv.LayoutFlash {
+	if c.Layout.Laid() {
 		return nil
 	}
 	return drawMods(g, c.MaxKV, c.Causal, func(w int, softCap float32, sinks, alibi bool) error {

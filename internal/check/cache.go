@@ -53,11 +53,12 @@ func RandomAppendShape(g *rand.Rand) AppendShape {
 		c.CacheDType = pagedkv.E4M3
 	}
 	// A layout the shape allows: x-split needs HeadDim, shuffle also
-	// BlockSize, to be multiples of x (8 for 16-bit caches, 16 for fp8).
+	// BlockSize, to be multiples of x (8 for 16-bit caches, 16 for fp8);
+	// flash and HND take any.
 	x := 16 / c.CacheDType.Size()
-	switch l := pagedkv.CacheLayout(g.IntN(3)); {
+	switch l := pagedkv.CacheLayout(g.IntN(4)); {
 	case l == pagedkv.LayoutShuffle && c.HeadDim%x == 0 && c.BlockSize%x == 0,
-		l == pagedkv.LayoutXSplit && c.HeadDim%x == 0:
+		l == pagedkv.LayoutXSplit && c.HeadDim%x == 0, l == pagedkv.LayoutHND:
 		c.Layout = l
 	}
 	c.NumBlocks = (c.Tokens+c.BlockSize-1)/c.BlockSize + 1 + g.IntN(3)

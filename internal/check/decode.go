@@ -47,9 +47,13 @@ func RandomDecodeShape(g *rand.Rand) DecodeShape {
 	c.MaxLen = 1 + g.IntN(3000)
 	c.MaxBlocksPerSeq = (c.MaxLen+c.BlockSize-1)/c.BlockSize + g.IntN(3)
 	// The x-split and shuffle layouts: blocks of x (8 for 16-bit caches, 16
-	// for e4m3) or more; not at head dim 120 (the flash layout only).
-	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 && c.HeadDim != 120 {
+	// for e4m3) or more; not at head dim 120 (the flash rows only). The
+	// HND layout: any shape.
+	switch r := g.IntN(4); {
+	case r == 0 && c.BlockSize >= 16/c.CacheDType.Size() && c.HeadDim != 120:
 		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
+	case r == 1:
+		c.Layout = pagedkv.LayoutHND
 	}
 	return c
 }

@@ -85,11 +85,11 @@ func RandomQKVShape(g *rand.Rand) QKVShape {
 	// block (x = 16 bytes of cache elements), else x-split; both need whole
 	// x-groups of elements per head, else flash.
 	x := 16 / c.CacheDType.Size()
-	c.Layout = pagedkv.CacheLayout(g.IntN(3))
+	c.Layout = pagedkv.CacheLayout(g.IntN(4))
 	if c.Layout == pagedkv.LayoutShuffle && c.BlockSize%x != 0 {
 		c.Layout = pagedkv.LayoutXSplit
 	}
-	if c.HeadDim%x != 0 {
+	if c.Layout.Laid() && c.HeadDim%x != 0 {
 		c.Layout = pagedkv.LayoutFlash
 	}
 	return c

@@ -65,7 +65,7 @@ func RandomRopeShape(g *rand.Rand) RopeShape {
 		c.CacheDType = pagedkv.E4M3
 	}
 	x := 16 / c.CacheDType.Size()
-	if l := pagedkv.CacheLayout(g.IntN(3)); l == pagedkv.LayoutFlash || c.BlockSize%x == 0 && c.HeadDim%x == 0 {
+	if l := pagedkv.CacheLayout(g.IntN(4)); !l.Laid() || c.BlockSize%x == 0 && c.HeadDim%x == 0 {
 		c.Layout = l
 	}
 	c.NumBlocks = (c.Tokens+c.KVOnly+c.BlockSize-1)/c.BlockSize + 1 + g.IntN(3)

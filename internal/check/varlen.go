@@ -55,8 +55,11 @@ func RandomVarlenShape(g *rand.Rand) VarlenShape {
 	}
 	c.MaxQLen = 1 + g.IntN(300)
 	c.MaxKV = c.MaxQLen + g.IntN(2000)
-	if c.BlockSize >= 16/c.CacheDType.Size() && g.IntN(3) == 0 && PowerOfTwo(c.HeadDim) {
+	switch r := g.IntN(4); {
+	case r == 0 && c.BlockSize >= 16/c.CacheDType.Size() && PowerOfTwo(c.HeadDim):
 		c.Layout = []pagedkv.CacheLayout{pagedkv.LayoutXSplit, pagedkv.LayoutShuffle}[g.IntN(2)]
+	case r == 1:
+		c.Layout = pagedkv.LayoutHND
 	}
 	return c
 }

@@ -49,6 +49,8 @@ const (
 	// LayoutShuffle: K as LayoutXSplit, V [NumBlocks, NumKVHeads,
 	// BlockSize/x, HeadDim, x].
 	LayoutShuffle
+	// LayoutHND: K and V [NumBlocks, NumKVHeads, BlockSize, HeadDim].
+	LayoutHND
 )
 
 // CacheIndex returns the element index of (slot, head h, element d) of the K
@@ -58,6 +60,8 @@ func CacheIndex(l Layout, value bool, slot, h, d, numKVHeads, headDim, blockSize
 	switch {
 	case l == LayoutFlash:
 		return (slot*numKVHeads+h)*headDim + d
+	case l == LayoutHND:
+		return ((b*numKVHeads+h)*blockSize+o)*headDim + d
 	case !value: // x-split K, also the shuffle layout's K
 		return (((b*numKVHeads+h)*(headDim/x)+d/x)*blockSize+o)*x + d%x
 	case l == LayoutXSplit:

@@ -180,7 +180,7 @@ func TestCacheAppendFlashPanics(t *testing.T) {
 // element) onto each cache element exactly once, for K and for V.
 func TestCacheIndexIsABijection(t *testing.T) {
 	const blocks, heads = 3, 2
-	for _, l := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+	for _, l := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND} {
 		for _, x := range []int{8, 16} {
 			for _, value := range []bool{false, true} {
 				bs, dim := 32, 48
@@ -214,7 +214,7 @@ func TestCacheGatherInvertsAppend(t *testing.T) {
 	for i, p := range g.Perm(blocks * bs)[:tokens] {
 		slots[i] = int64(p)
 	}
-	for _, l := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle} {
+	for _, l := range []Layout{LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND} {
 		kc := make([]byte, blocks*bs*heads*dim*2)
 		vc := make([]byte, len(kc))
 		CacheAppendFlash(CacheAppend{Key: key, Value: key, KCache: kc, VCache: vc, SlotMapping: slots,
