@@ -137,7 +137,7 @@ type pagedCache struct {
 func newPagedCache(op string, keys, values []float64, tables []int32, layout Layout, x, numKVHeads, headDim,
 	blockSize, maxBlocksPerSeq, numBlocks int) pagedCache {
 	switch layout {
-	case LayoutFlash:
+	case LayoutFlash, LayoutHND:
 	case LayoutXSplit, LayoutShuffle:
 		if x <= 0 || headDim%x != 0 || (layout == LayoutShuffle && blockSize%x != 0) {
 			panic(fmt.Sprintf("ref: %s: layout %d with X=%d, HeadDim=%d, BlockSize=%d", op, layout, x, headDim, blockSize))

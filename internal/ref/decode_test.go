@@ -261,7 +261,7 @@ func TestPagedAttentionLayouts(t *testing.T) {
 		NumKVHeads: numKVHeads, HeadDim: headDim, BlockSize: blockSize, MaxBlocksPerSeq: maxBlocks, Causal: true, Scale: 0.2}
 	wantDec, wantDecLSE := PagedDecode(dec)
 	wantVl, wantVlLSE := PagedVarlen(vl)
-	for _, l := range []Layout{LayoutXSplit, LayoutShuffle} {
+	for _, l := range []Layout{LayoutXSplit, LayoutShuffle, LayoutHND} {
 		for _, x := range []int{8, 16} {
 			d, v := dec, vl
 			d.KCache = relayout(kc, l, false, numKVHeads, headDim, blockSize, x)
