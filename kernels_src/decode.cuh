@@ -805,12 +805,22 @@ struct DecodeTiles {
   // checked_id returns raw, the block id of token (lane mod 16) of this
   // warp's tile i, once checked: 0 past the end, and 0 for an id outside
   // the pool, which bad remembers; the flash rows' loaders read block
-  // id·id_mul + id_add (HeadRows: the id itself but in the HND layout).
+  // id·id_mul + id_add (HeadRows: the id itself but in the HND layout,
+  // id·num_kv_heads + kvh). Unsigned: those ids reach 2^32. Two spellings
+  // of the same value: ptxas 11.8, whose SASS the 16-bit kernels run, gave
+  // the narrow head-dim-256 kernel 226 registers with HeadRows' (2 blocks
+  // an SM where it had 3) and 162 with the layout test; the fp8 kernels
+  // run the driver JIT's code, recorded for HeadRows' spelling.
   __device__ __forceinline__ int checked_id(int raw, int i) const {
     const int t = start + (warp + kDecodeWarps * i) * kTileTokens + (lane & 15);
-    // Unsigned: the HND layout's ids reach NumBlocks·NumKVHeads, up to 2^32.
-    return i < mine && t < end ? (int)((uint32_t)bad.block(raw, t, nb) * (uint32_t)hr.id_mul + (uint32_t)hr.id_add)
-                               : 0;
+    if constexpr (kFP8) {
+      return i < mine && t < end ? (int)((uint32_t)bad.block(raw, t, nb) * (uint32_t)hr.id_mul + (uint32_t)hr.id_add)
+                                 : 0;
+    } else {
+      if (!(i < mine && t < end)) return 0;
+      const int id = bad.block(raw, t, nb);
+      return layout == kLayoutHND ? (int)((uint32_t)id * (uint32_t)num_kv_heads + (uint32_t)kvh) : id;
+    }
   }
 
   // stage returns the warp's K tile in ring stage st (its V tile follows).
