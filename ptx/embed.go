@@ -54,16 +54,23 @@ func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass
 // varlen cluster modules (_sm90: the same kernels, merging on chip). For head
 // dims 80-192 (the _dims modules; H100, driver 13.0, 2026-12-06) ptxas's
 // varlen code took 2-14% longer on bf16 prefill 8x2048, while its decode
-// code ran within 1.2% of the JIT's and keeps its SASS. On the H100 and
-// the H200 (driver 13000) the JIT makes byte-identical sm_90 code, so an
-// image recorded on either serves both.
+// code ran within 1.2% of the JIT's and keeps its SASS. The varlen
+// modules for head dim 120 (_hd120), for modifiers over fp8 caches
+// (_e4m3_mods) and for fp8 caches at head dims 96 and 192 (_e4m3_dims), and
+// the fp8 decode modules with modifiers or at those head dims, are the same
+// kernels again and are listed with their families, unmeasured. On the H100
+// and the H200 (driver 13000) the JIT makes byte-identical sm_90 code, so
+// an image recorded on either serves both.
 var jitFaster = map[int][]string{
 	90: {
 		"decode_bf16_e4m3", "decode_bf16_e4m3_sm90", "decode_f16_e4m3", "decode_f16_e4m3_sm90",
 		"decode_bf16_e4m3_laid", "decode_bf16_e4m3_laid_sm90", "decode_f16_e4m3_laid", "decode_f16_e4m3_laid_sm90",
+		"decode_bf16_e4m3_mods", "decode_f16_e4m3_mods", "decode_bf16_e4m3_dims", "decode_f16_e4m3_dims",
 		"varlen_bf16", "varlen_bf16_e4m3", "varlen_f16", "varlen_f16_e4m3",
 		"varlen_bf16_layouts", "varlen_f16_layouts", "varlen_bf16_mods", "varlen_f16_mods",
 		"varlen_bf16_dims", "varlen_f16_dims", "varlen_bf16_sm90", "varlen_f16_sm90",
+		"varlen_bf16_hd120", "varlen_f16_hd120", "varlen_bf16_e4m3_mods", "varlen_f16_e4m3_mods",
+		"varlen_bf16_e4m3_dims", "varlen_f16_e4m3_dims",
 	},
 }
 
