@@ -70,7 +70,10 @@ import (
 //
 // Bounds: NumSeqs ≤ 65535 (the grid's y), NumKVHeads ≤ 2^16, NumQHeads ≤
 // 16·NumKVHeads, NumBlocks·BlockSize ≤ 2^31−1 (as in every op: block ids
-// and pool rows are int32), MaxBlocksPerSeq·BlockSize ≤ 2^30 (token positions are int32 in the kernels, whose split
+// and pool rows are int32), with LayoutHND also NumBlocks·NumKVHeads·
+// BlockSize ≤ 2^32 (its kernels index one head's pages as blocks of their
+// own, in 32 bits; 8 KV heads of 16-token pages: 2^25 blocks),
+// MaxBlocksPerSeq·BlockSize ≤ 2^30 (token positions are int32 in the kernels, whose split
 // arithmetic reaches up to 63 pages and a tile past the table's end);
 // QTokenStride ≤ 2^31 elements.
 type DecodeArgs struct {

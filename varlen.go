@@ -75,7 +75,7 @@ import (
 //     i): SlidingWindow > 0 attends keys p−SlidingWindow+1 … p only (it needs
 //     Causal), and a block of queries reads no page before its first
 //     query's window, so a long prompt costs what its windows cover. They
-//     need the flash layout (any cache dtype).
+//     need the flash or HND layout (any cache dtype).
 //
 // Aliasing: Out and LSE must not overlap each other or any input; inputs may
 // overlap one another. Workspace must not overlap any other buffer. Validate
@@ -83,8 +83,9 @@ import (
 //
 // Bounds: NumSeqs ≤ 2^24, NumKVHeads ≤ 65535, NumQHeads ≤ 16·NumKVHeads,
 // NumTokens·NumQHeads ≤ 2^30, NumBlocks·BlockSize ≤ 2^31−1 (as in every
-// op), MaxBlocksPerSeq·BlockSize ≤ 2^30; QTokenStride, OutTokenStride and
-// OutHeadStride ≤ 2^31 elements.
+// op), with LayoutHND also NumBlocks·NumKVHeads·BlockSize ≤ 2^32 (as in
+// Decode), MaxBlocksPerSeq·BlockSize ≤ 2^30; QTokenStride, OutTokenStride
+// and OutHeadStride ≤ 2^31 elements.
 type VarlenArgs struct {
 	Q, KCache, VCache                   Buffer
 	BlockTables, CuSeqlensQ, PosOffsets Buffer

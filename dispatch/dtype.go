@@ -71,10 +71,13 @@ const (
 	// BlockSize/x, HeadDim, x]. HeadDim and BlockSize must be multiples of x.
 	LayoutShuffle
 	// LayoutHND (FlashInfer's "HND"): K and V [NumBlocks, NumKVHeads,
-	// BlockSize, HeadDim]. Every kernel reads and writes it as the flash
-	// layout of a one-head cache whose block b·NumKVHeads + h is head h of
-	// block b, so it takes what LayoutFlash takes, with NumBlocks ·
-	// NumKVHeads · BlockSize at most 2^32.
+	// BlockSize, HeadDim]; slot s is row s mod BlockSize of block
+	// s/BlockSize, as in the flash layout. It takes what LayoutFlash
+	// takes. The attention kernels (and their plans: a plan made for
+	// either layout runs both) read it as the flash layout of a one-head
+	// cache whose block b·NumKVHeads + h is head h of block b, in 32-bit
+	// rows, so Decode and Varlen bound NumBlocks · NumKVHeads · BlockSize
+	// to 2^32; the cache writes address it directly, without that bound.
 	LayoutHND
 )
 

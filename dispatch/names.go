@@ -10,10 +10,11 @@ import (
 // headDims lists the head dimensions the attention kernels are
 // instantiated for, the name tables' head-dim index: the powers of two,
 // then the dims between them (moreDim), whose kernels (modules
-// decode_*_dims and varlen_*_dims) read caches of the queries' type only,
-// never run as clusters, and in Varlen the flash layout only. Head dim 120
+// decode_*_dims and varlen_*_dims) read caches of the queries' type (and
+// at 96 and 192 fp8 ones, in the _e4m3_dims modules), never run as
+// clusters, and in Varlen the flash and HND layouts only. Head dim 120
 // (paddedDim) runs in tiles of 128 (modules decode_*_dims,
-// varlen_*_hd120), over the flash layout.
+// varlen_*_hd120), over the flash and HND layouts.
 var headDims = [...]int{64, 128, 256, 80, 96, 112, 192, 120}
 
 // HeadDimsText lists the attention head dims for error messages;
