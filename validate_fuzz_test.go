@@ -278,7 +278,7 @@ func randDecodeSpec(g gen) decodeSpec {
 	s.QSize, s.KCacheSize, s.VCacheSize, s.BlockTablesSize, s.KVLensSize, s.OutSize, s.LSESize = sz[0], sz[1], sz[2], sz[3], sz[4], sz[5], sz[6]
 	s.Absent = uint16(g.r.IntN(2)) << 6 // LSE is optional
 	s.Abs, s.Misalign = g.rare(7, 100), g.rare(7, 100)
-	s.Layout = g.wild(g.pick(0, 0, 1, 2))
+	s.Layout = g.wild(g.pick(0, 0, 1, 2, 3))
 	return s
 }
 
@@ -330,7 +330,7 @@ func randAppendSpec(g gen) appendSpec {
 	s := appendSpec{
 		NumTokens: g.wild(g.pick(0, 1, 2, 7, 8, 9, 16, 17, 100, int64(g.r.IntN(2000)))), NumKVHeads: g.wild(g.pick(1, 2, 8, 32)),
 		HeadDim: g.wild(8 * (1 + int64(g.r.IntN(32)))), BlockSize: g.wild(g.pick(1, 8, 16, 32, 256)),
-		NumBlocks: g.wild(g.pick(1, 3, 64, 1<<20)), Layout: g.wild(g.pick(0, 1, 2)),
+		NumBlocks: g.wild(g.pick(1, 3, 64, 1<<20)), Layout: g.wild(g.pick(0, 1, 2, 3)),
 		DType: uint8(g.pick(int64(F16), int64(BF16))),
 	}
 	s.CacheDType = s.DType
@@ -406,7 +406,7 @@ func randGatherSpec(g gen) gatherSpec {
 	s := gatherSpec{
 		NumTokens: g.wild(g.pick(0, 1, 8, 9, 17, int64(g.r.IntN(3000)))), NumKVHeads: g.wild(g.pick(1, 2, 8)),
 		HeadDim: g.wild(16 * (1 + int64(g.r.IntN(16)))), BlockSize: g.wild(g.pick(16, 32, 256)),
-		NumBlocks: g.wild(g.pick(1, 5, 1<<16)), Layout: g.wild(g.pick(0, 1, 2)),
+		NumBlocks: g.wild(g.pick(1, 5, 1<<16)), Layout: g.wild(g.pick(0, 1, 2, 3)),
 		CacheDType: uint8(g.pick(int64(F16), int64(BF16), int64(E4M3))),
 	}
 	sz := g.sizes(5)
@@ -466,7 +466,7 @@ func randRopeSpec(g gen) ropeSpec {
 	s := ropeSpec{
 		NumTokens: g.wild(g.pick(0, 1, 5, 16, int64(g.r.IntN(500)))), NumQHeads: g.wild(hk * g.pick(1, 4, 8)), NumKVHeads: g.wild(hk),
 		HeadDim: g.wild(g.pick(16, 32, 64, 128, 256)), BlockSize: g.wild(g.pick(1, 16, 64)), NumBlocks: g.wild(g.pick(1, 4, 100)),
-		MaxPos: g.wild(g.pick(1, 100, 4096)), NeoX: g.r.IntN(2) == 0, Layout: g.wild(g.pick(0, 1, 2)),
+		MaxPos: g.wild(g.pick(1, 100, 4096)), NeoX: g.r.IntN(2) == 0, Layout: g.wild(g.pick(0, 1, 2, 3)),
 		DType: uint8(g.pick(int64(F16), int64(BF16))),
 	}
 	if g.r.IntN(3) == 0 {
@@ -575,7 +575,7 @@ func randQKVSpec(g gen) qkvSpec {
 	if g.r.IntN(3) == 0 {
 		s.CacheDType, s.KScale, s.VScale = uint8(E4M3), 1, 1
 	}
-	s.Layout = g.wild(g.pick(0, 1, 2))
+	s.Layout = g.wild(g.pick(0, 1, 2, 3))
 	if s.Layout == 2 && s.BlockSize < 16 {
 		s.BlockSize = 16
 	}
@@ -753,6 +753,7 @@ type varlenSpec struct {
 	PosOffsetsSize, OutSize, LSESize      int64
 	WorkspaceSize                         int64
 	Abs, Absent, Misalign                 uint16
+	Layout                                int64
 }
 
 // varlenLSE and varlenWorkspace are the bits of the optional buffers.
@@ -784,6 +785,7 @@ func randVarlenSpec(g gen) varlenSpec {
 	if g.r.IntN(4) == 0 {
 		s.Scale = float32(g.pick(1, 3)) / 16
 	}
+	s.Layout = g.wild(g.pick(0, 0, 1, 2, 3))
 	s.QTokenStride = g.wild(g.stride(s.NumQHeads * s.HeadDim))
 	// Out: contiguous, token-major or head-major with padding, or anything.
 	pad := func() int64 { return 2 * int64(g.r.IntN(4)) }

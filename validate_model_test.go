@@ -42,6 +42,22 @@ type kernelModel struct {
 	free    []string            // integer parameters taken as received (strides)
 	regions []region
 	int32s  map[string]*big.Int // values the kernel computes in int32
+	uint32s map[string]*big.Int // values the kernel computes in uint32
+}
+
+// poolRows records in m the attention kernels' last pool row, a uint32:
+// (block id · id_mul + id_add) · BlockSize + row (HeadRows in
+// kernels_src/cache.cuh), whose ids reach NumBlocks·NumKVHeads in the HND
+// layout and NumBlocks in the others.
+func (m *kernelModel) poolRows(numBlocks, numKVHeads, blockSize int, layout CacheLayout) {
+	blocks := bi(int64(numBlocks))
+	if layout == LayoutHND {
+		blocks = bmul(blocks, bi(int64(numKVHeads)))
+	}
+	if m.uint32s == nil {
+		m.uint32s = map[string]*big.Int{}
+	}
+	m.uint32s["the last pool row ("+layout.String()+")"] = badd(bmul(blocks, bi(int64(blockSize))), bi(-1))
 }
 
 // modelFault is the fault-record pointer the models hand the launchers.
@@ -148,6 +164,10 @@ func cachePlace(layout int64, value bool, slot, h, d, heads, dim, bsLog2, x int6
 	b := new(big.Int).Rsh(s, uint(bsLog2))
 	o := new(big.Int).And(s, new(big.Int).Sub(bs, bi(1)))
 	bh := badd(bmul(b, H), hh)
+	if layout == int64(LayoutHND) {
+		// ((b·H + h)·bs + o)·D + d
+		return badd(bmul(badd(bmul(bh, bs), o), D), dd), bi(1)
+	}
 	if !value {
 		// (((b·H + h)·(D/X) + d/X)·bs + o)·X + d%X
 		at := badd(bmul(badd(bmul(badd(bmul(bh, new(big.Int).Quo(D, X)), new(big.Int).Quo(dd, X)), bs), o), X), new(big.Int).Rem(dd, X))
@@ -321,6 +341,9 @@ func checkModel(t *testing.T, m kernelModel) {
 	}
 	for name, v := range m.int32s {
 		assert.True(t, v.Cmp(bi(math.MinInt32)) >= 0 && v.Cmp(bi(math.MaxInt32)) <= 0, "the kernel's int32 %s = %s overflows", name, v)
+	}
+	for name, v := range m.uint32s {
+		assert.True(t, v.Sign() >= 0 && v.Cmp(bi(math.MaxUint32)) <= 0, "the kernel's uint32 %s = %s overflows", name, v)
 	}
 }
 
@@ -536,7 +559,7 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 		vLo, vHi = cacheRange(int64(p.Layout), true, slots, HK, D, headReach, int64(p.BlockSizeLog2), cs)
 	}
 	vAlign := 8 * cs // 16-byte pieces, or element by element where V is token-minor
-	if a.Layout != LayoutFlash {
+	if a.Layout.Laid() {
 		vAlign = cs
 	}
 	// Table rows: 2·rot floats (rot cosines, rot sines) at pos·2·rot, pos < MaxPos.
@@ -695,6 +718,7 @@ func decodeModel(a *DecodeArgs) kernelModel {
 		free:   []string{"QTokenStride"},
 		int32s: map[string]*big.Int{"kvh·G+g": bmul(bi(HK), bi(G)), "G·HeadDim": bmul(bi(G), bi(D))},
 	}
+	m.poolRows(a.NumBlocks, a.NumKVHeads, a.BlockSize, a.Layout)
 	if bsLog >= 0 && bsLog < 32 {
 		m.int32s["cap"] = new(big.Int).Lsh(bi(mbps), uint(bsLog))
 		// Every split count the kernels take: the end of the last split
@@ -772,6 +796,7 @@ func varlenModel(a *VarlenArgs) kernelModel {
 			"gridDim.x (NumSeqs + ⌊TotalQ·G/64⌋)":    badd(bi(S), new(big.Int).Quo(bmul(bi(T), bi(G)), bi(64))),
 		},
 	}
+	m.poolRows(a.NumBlocks, a.NumKVHeads, a.BlockSize, a.Layout)
 	// A block's rows run from row0 to row0+R (its last row is min(row0+R,
 	// q_len·G) − 1): for the last row tile, ⌈q_len·G/R⌉·R. R is 64 (the _r64
 	// entries, and D = 256) or 128 (the others, D ≤ 128).
