@@ -751,7 +751,7 @@ func validateDecode(s *DecodeShape, dev *DeviceFacts, k *Knobs) error {
 	if s.BlockSize < 1 || s.BlockSize > 256 || s.BlockSize&(s.BlockSize-1) != 0 {
 		return errf("dispatch: DecodeShape.BlockSize=%d is not supported; supported: a power of two from 1 to 256", s.BlockSize)
 	}
-	if s.Layout < LayoutFlash || s.Layout > LayoutHND {
+	if !s.Layout.known() {
 		return errf("dispatch: DecodeShape.Layout=%d is not supported; supported: %s", int(s.Layout), LayoutsText)
 	}
 	if s.MaxKVLen < 0 || s.MaxKVLen > math.MaxInt32 {

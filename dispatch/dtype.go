@@ -104,3 +104,6 @@ const LayoutsText = "LayoutFlash, LayoutXSplit, LayoutShuffle, LayoutHND"
 // HND layouts keep each token's row of a head contiguous and share the
 // flash layout's kernels.
 func (l Layout) Laid() bool { return l == LayoutXSplit || l == LayoutShuffle }
+
+// known reports whether l is one of the layouts above.
+func (l Layout) known() bool { return l >= LayoutFlash && l <= LayoutHND }

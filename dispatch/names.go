@@ -738,10 +738,9 @@ func VarlenKernelName(dtype, cacheDType DType, layout Layout, headDim int, short
 	}
 	pair := tables.varlen[qi][ci][hi]
 	switch {
-	case layout == LayoutFlash || layout == LayoutHND:
-	case !layout.Laid():
+	case !layout.known():
 		return "", errf("dispatch: VarlenShape.Layout=%d is not supported; supported: %s", int(layout), LayoutsText)
-	default:
+	case layout.Laid():
 		pair = tables.varlenLaid[qi][ci][layout-LayoutXSplit][hi]
 	}
 	if short {
