@@ -3,7 +3,9 @@ package ptx
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
@@ -91,7 +93,9 @@ func JITFasterModules(arch int) []string { return slices.Sorted(slices.Values(ji
 // cubin needs that driver or a newer one. ok is false when none is recorded
 // for exactly that architecture (the JIT's code is made for one device), for
 // an unknown module, and (which the ptx tests rule out) for a cubin that
-// does not decompress. Each call decompresses afresh; the image is the
+// does not decompress or was recorded from other PTX than the embedded
+// module's (a build between ptxgen and a new harvest: the module then
+// loads as if none were recorded, never as code of older PTX). Each call decompresses afresh; the image is the
 // caller's.
 func JITCubin(module string, arch int) (image []byte, driverVersion int, ok bool) {
 	return jitCubin(files, module, arch)
@@ -149,6 +153,13 @@ func jitCubin(fsys fs.FS, module string, arch int) ([]byte, int, bool) {
 	sm := fmt.Sprintf("sm_%d", arch)
 	img, ok := rec.Image(module, sm)
 	if !ok {
+		return nil, 0, false
+	}
+	src, err := fs.ReadFile(fsys, module+".ptx")
+	if err != nil {
+		return nil, 0, false
+	}
+	if sum := sha256.Sum256(src); hex.EncodeToString(sum[:]) != img.PTXSHA256 {
 		return nil, 0, false
 	}
 	gz, err := fs.ReadFile(fsys, ptxfile.JITCubinFile(module, sm))

@@ -95,8 +95,8 @@ func checkJITCubin(t *testing.T, img JITImage, file string) {
 }
 
 // TestJITCubinSelection covers what the embedded files may not: an image
-// for exactly the device's architecture only, its driver version, and a
-// cubin that does not decompress.
+// for exactly the device's architecture only, its driver version, a cubin
+// that does not decompress, and one recorded from other PTX.
 func TestJITCubinSelection(t *testing.T) {
 	gz := func(s string) *fstest.MapFile {
 		var b bytes.Buffer
@@ -106,11 +106,17 @@ func TestJITCubinSelection(t *testing.T) {
 		require.NoError(t, zw.Close())
 		return &fstest.MapFile{Data: b.Bytes()}
 	}
+	sum := func(s string) string {
+		h := sha256.Sum256([]byte(s))
+		return hex.EncodeToString(h[:])
+	}
 	rec, err := JITRecord{Images: []JITImage{
-		{Module: "a", Arch: "sm_90", DriverVersion: 13000},
-		{Module: "a", Arch: "sm_80", DriverVersion: 12040},
-		{Module: "b", Arch: "sm_90", DriverVersion: 13000},
-		{Module: "c", Arch: "sm_90", DriverVersion: 13000},
+		{Module: "a", Arch: "sm_90", DriverVersion: 13000, PTXSHA256: sum("// a")},
+		{Module: "a", Arch: "sm_80", DriverVersion: 12040, PTXSHA256: sum("// a")},
+		{Module: "b", Arch: "sm_90", DriverVersion: 13000, PTXSHA256: sum("// b")},
+		{Module: "c", Arch: "sm_90", DriverVersion: 13000, PTXSHA256: sum("// c")},
+		{Module: "e", Arch: "sm_90", DriverVersion: 13000, PTXSHA256: sum("// e, as it was")},
+		{Module: "f", Arch: "sm_90", DriverVersion: 13000, PTXSHA256: sum("// f")},
 	}}.Marshal()
 	require.NoError(t, err)
 	fsys := fstest.MapFS{
@@ -121,6 +127,13 @@ func TestJITCubinSelection(t *testing.T) {
 		"d.sm_90.jit.cubin.gz":     gz("\x7fELF d90, not in jit.json"),
 		"a.sm_90.cubin.gz":         gz("\x7fELF ptxas a90"),
 		"a.sm_90.jit.cubin.gz.bak": gz("\x7fELF"),
+		"a.ptx":                    {Data: []byte("// a")},
+		"b.ptx":                    {Data: []byte("// b")},
+		"c.ptx":                    {Data: []byte("// c")},
+		"d.ptx":                    {Data: []byte("// d")},
+		"e.ptx":                    {Data: []byte("// e, changed since")},
+		"e.sm_90.jit.cubin.gz":     gz("\x7fELF e90"),
+		"f.sm_90.jit.cubin.gz":     gz("\x7fELF f90, no PTX"),
 	}
 	tests := []struct {
 		module string
@@ -135,6 +148,8 @@ func TestJITCubinSelection(t *testing.T) {
 		{"b", 90, "", 0}, // does not decompress
 		{"c", 90, "", 0}, // listed but not embedded
 		{"d", 90, "", 0}, // embedded but not listed
+		{"e", 90, "", 0}, // recorded from other PTX
+		{"f", 90, "", 0}, // no such module
 		{"a.sm_90", 90, "", 0},
 		{"", 90, "", 0},
 		{"a", 0, "", 0},
