@@ -819,7 +819,8 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 				cases := []decodeCase{c}
 				if b.layouts {
 					for _, layout := range allLayouts[1:] {
-						cases = append(cases, decodeCase{q: q, cache: cache, lens: c.lens, shape: c.shape + " " + layout.String(), layout: layout})
+						cases = append(cases, decodeCase{q: q, cache: cache, lens: c.lens, shape: c.shape + " " + layout.String(), layout: layout,
+							hostLens: c.hostLens})
 					}
 				}
 				for _, lc := range cases {
