@@ -167,7 +167,8 @@ func TestDecodeModsGraphReplay(t *testing.T) {
 // 256 kernels over 16-bit and fp8 caches, block sizes 1 to 256, mixed
 // batches with one-token rows,
 // single-pass, automatic and forced split-K (the first split adds the
-// sinks), and the 64-key knob (whose _mods twin is the 32-key kernel).
+// sinks), and both tile widths asked for (the 64-key knob's _mods twin is
+// the 32-key kernel).
 // Windows put their first key inside a page, on a page edge, inside the
 // first K/V tile and before the sequence's start.
 func TestVarlenModsMatchReference(t *testing.T) {
@@ -176,6 +177,8 @@ func TestVarlenModsMatchReference(t *testing.T) {
 	g := rng(t)
 	shapes := []check.VarlenShape{
 		{Seqs: 3, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 200, MaxKV: 1200, Causal: true},
+		// f16 at head dim 128 (128-row blocks of 16 tokens, group 8).
+		{Seqs: 2, QHeads: 16, KVHeads: 2, HeadDim: 128, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 150, MaxKV: 700, Causal: true},
 		{Seqs: 4, QHeads: 16, KVHeads: 1, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 9, MaxKV: 600, Causal: true},
 		{Seqs: 2, QHeads: 8, KVHeads: 2, HeadDim: 256, BlockSize: 256, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 100, MaxKV: 1500, Causal: true},
 		{Seqs: 5, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 1, MaxKV: 900, Causal: true},
@@ -196,7 +199,7 @@ func TestVarlenModsMatchReference(t *testing.T) {
 	}
 	for i, c := range shapes {
 		cases := append([]modsCase{}, mods...)
-		if i < 3 || c.CacheDType == pagedkv.E4M3 {
+		if i < 4 || c.CacheDType == pagedkv.E4M3 {
 			// Window edges: inside a page, a whole number of pages, 32 + 3
 			// (the first key inside a tile), past the longest sequence.
 			for _, w := range []int{c.BlockSize*3 + 5, c.BlockSize * 4, 35, c.MaxKV + 50} {
@@ -219,7 +222,7 @@ func TestVarlenModsMatchReference(t *testing.T) {
 				out, lse, err = p.Run(single, single.Stream())
 				require.NoError(t, err)
 				require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "single-pass")
-				for _, k := range []dispatch.Knobs{forcedVarlen(7), forcedVarlen(64), keys64()} {
+				for _, k := range []dispatch.Knobs{forcedVarlen(7), forcedVarlen(64), keysVarlen(64), keysVarlen(32)} {
 					plan, err := auto.PlanVarlenWith(&p.Args, k)
 					require.NoError(t, err)
 					assert.Contains(t, plan.Kernel, "_mods")
@@ -239,10 +242,10 @@ func forcedVarlen(n int) dispatch.Knobs {
 	return k
 }
 
-// keys64 returns the default knobs asking for the 64-key kernels.
-func keys64() dispatch.Knobs {
+// keysVarlen returns the default knobs asking for varlen tiles of keys keys.
+func keysVarlen(keys int) dispatch.Knobs {
 	k := dispatch.DefaultKnobs()
-	k.VarlenKeys = 64
+	k.VarlenKeys = keys
 	return k
 }
 

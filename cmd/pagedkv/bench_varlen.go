@@ -268,15 +268,14 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	dtype := varlenDType(q, cache)
 	rows := []benchResult{b.varlenRow(c, dtype, c.shape, varlenPlanText(plan), plan.Splits, us, flops, bytes)}
 	if c.mods != (benchMods{}) {
-		// The same batch without modifiers on the 32-key kernel the _mods
-		// twins are built from: what the modifiers themselves cost.
+		// The same batch without modifiers, as the planner runs it (the
+		// 64-key kernel where it takes one): what the modifiers cost
+		// against plain varlen.
 		plain := slices.Clone(sets)
 		for i := range plain {
 			plain[i].SlidingWindow, plain[i].SoftCap, plain[i].Sinks, plain[i].AlibiSlopes = 0, 0, pagedkv.Buffer{}, pagedkv.Buffer{}
 		}
-		k := dispatch.DefaultKnobs()
-		k.VarlenKeys = 32
-		pp, err := b.r.PlanVarlenWith(&plain[0], k)
+		pp, err := b.r.PlanVarlen(b.s, &plain[0])
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +284,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 			return nil, err
 		}
 		pflops := varlenFLOPs(bt.qLens, bt.pos, qHeads, hd, 0)
-		rows = append(rows, b.varlenRow(c, dtype, c.shape+" (none, 32-key)", varlenPlanText(pp), pp.Splits, pus, pflops, varlenBytes(&bt, qHeads, hd, q, cache, 0)))
+		rows = append(rows, b.varlenRow(c, dtype, c.shape+" (none)", varlenPlanText(pp), pp.Splits, pus, pflops, varlenBytes(&bt, qHeads, hd, q, cache, 0)))
 	}
 	if b.layouts && c.mods == (benchMods{}) && c.headDim == 0 {
 		// The same batch over the same pages read as the other layouts
