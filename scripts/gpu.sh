@@ -6,8 +6,9 @@
 # verify, bench, then the GPU tests under compute-sanitizer
 # (memcheck and racecheck) on a reduced set. STEPS="info tests bench sanitize"
 # selects steps; BENCH_ARGS passes flags to pagedkv bench. jitharvest
-# collects the driver JIT's code for ptx/ into $OUT/cc.tgz (then
-# scripts/jit_harvest.py).
+# collects the driver JIT's code for ptx/ into $OUT/cc.tgz.part.* (pieces
+# of 12 MiB: the device tool returns no file over 16 MiB; then
+# scripts/jit_harvest.py $OUT/cc.tgz).
 # Tests and bench load modules as PAGEDKV_LOAD_SASS says (auto by default:
 # the recorded JIT code, else SASS except where the driver's JIT makes
 # faster code). Three more steps measure the load
@@ -80,11 +81,12 @@ for step in $STEPS; do
   verify) run verify 240 .gpu/pagedkv verify -n 25 ;;
   jitharvest)
     # The driver JIT's own code for ptx/: every module's PTX loaded into an
-    # empty JIT cache, returned as $OUT/cc.tgz; scripts/jit_harvest.py turns
-    # it into ptx/*.jit.cubin.gz and ptx/jit.json.
+    # empty JIT cache, returned as $OUT/cc.tgz in pieces (cc.tgz.part.aa,
+    # ...); scripts/jit_harvest.py reads them back and turns the cache into
+    # ptx/*.jit.cubin.gz and ptx/jit.json.
     rm -rf /tmp/pagedkv-cc
     CUDA_CACHE_PATH=/tmp/pagedkv-cc CUDA_CACHE_MAXSIZE=4294967296 PAGEDKV_LOAD_SASS=0 \
-      run jit-harvest 300 .gpu/pagedkv info && tar -C /tmp -czf "$OUT/cc.tgz" pagedkv-cc
+      run jit-harvest 300 .gpu/pagedkv info && tar -C /tmp -czf - pagedkv-cc | split -b 12M - "$OUT/cc.tgz.part."
     ;;
   coldstart)
     PAGEDKV_LOAD_SASS=1 run info-sass 120 .gpu/pagedkv info

@@ -11,7 +11,9 @@ machine, load every module's PTX with an empty cache,
     CUDA_CACHE_PATH=/tmp/cc CUDA_CACHE_MAXSIZE=4294967296 \
         PAGEDKV_LOAD_SASS=0 pagedkv info && tar -C /tmp -czf cc.tgz cc
 
-(scripts/gpu.sh STEPS=jitharvest), then here
+(scripts/gpu.sh STEPS=jitharvest, which returns the archive in pieces,
+cc.tgz.part.aa, .ab, ...: a path that does not exist is read as the
+concatenation of path.part.*), then here
 
     python3 scripts/jit_harvest.py cc.tgz <arch> <driver_version> "<device>"
 
@@ -21,7 +23,7 @@ runs slower than the JIT's code on that architecture (ptx/embed.go,
 jitFaster) are written. go test ./ptx checks every image against the PTX it
 came from.
 """
-import gzip, hashlib, io, json, os, re, struct, sys, tarfile
+import glob, gzip, hashlib, io, json, os, re, struct, sys, tarfile
 
 def elf_tail(b):
     i = b.find(b"\x7fELF")
@@ -40,6 +42,13 @@ def elf_tail(b):
             end = max(end, sh_offset + sh_size)
     return e[:end]
 
+def made_from(entry, ptx):
+    """Whether a JIT cache entry was made from exactly ptx: the entry
+    stores its source PTX, NUL-terminated, ahead of the cubin."""
+    i = entry.find(ptx)
+    elf = entry.find(b"\x7fELF")
+    return 0 <= i and i + len(ptx) < elf and entry[i + len(ptx)] == 0
+
 def jit_faster(arch):
     src = open("ptx/embed.go").read()
     m = re.search(r"var jitFaster = map\[int\]\[\]string\{(.*?)\n\}", src, re.S)
@@ -52,16 +61,30 @@ def main():
     by_entries = {frozenset(m["entries"]): m["name"] for m in manifest["modules"]}
     wanted = jit_faster(arch)
     images = []
-    with tarfile.open(tgz) as tf:
+    if os.path.exists(tgz):
+        archive = open(tgz, "rb").read()
+    else:
+        parts = sorted(glob.glob(glob.escape(tgz) + ".part.*"))
+        if not parts:
+            sys.exit("jit_harvest: neither %s nor %s.part.* exists" % (tgz, tgz))
+        archive = b"".join(open(p, "rb").read() for p in parts)
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tf:
         for member in tf:
             if not member.isfile():
                 continue
-            elf = elf_tail(tf.extractfile(member).read())
+            entry = tf.extractfile(member).read()
+            elf = elf_tail(entry)
             if elf is None:
                 continue
             names = frozenset(n.decode() for n in re.findall(rb"\.text\.([A-Za-z0-9_]+)\x00", elf))
             module = by_entries.get(names)
             if module is None or module not in wanted:
+                continue
+            # The entry holds the PTX it was compiled from ahead of the
+            # cubin: only an entry of the module's current PTX is its code
+            # (a cache from another build has the same kernel names).
+            if not made_from(entry, open("ptx/%s.ptx" % module, "rb").read()):
+                print("jit_harvest: skipped a cache entry of %s made from other PTX" % module)
                 continue
             path = "ptx/%s.sm_%d.jit.cubin.gz" % (module, arch)
             buf = io.BytesIO()
