@@ -95,8 +95,8 @@ func JITFasterModules(arch int) []string { return slices.Sorted(slices.Values(ji
 // an unknown module, and (which the ptx tests rule out) for a cubin that
 // does not decompress or was recorded from other PTX than the embedded
 // module's (a build between ptxgen and a new harvest: the module then
-// loads as if none were recorded, never as code of older PTX). Each call decompresses afresh; the image is the
-// caller's.
+// loads as if none were recorded, never as code of older PTX). Each call
+// decompresses afresh; the image is the caller's.
 func JITCubin(module string, arch int) (image []byte, driverVersion int, ok bool) {
 	return jitCubin(files, module, arch)
 }
