@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pagedkv/pagedkv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -385,7 +386,10 @@ func TestCompareShapes(t *testing.T) {
 	decodePy, err := os.ReadFile("../../scripts/compare/torch_decode.py")
 	require.NoError(t, err)
 	assert.Contains(t, string(decodePy), `return f"seqs={seqs} kv={kv}"`, "torch_decode.py shape_name")
-	assert.Contains(t, string(decodePy), `"op": "decode", "dtype": "f16", "shape": shape_name(seqs, kv)`)
+	assert.Contains(t, string(decodePy), `"op": "decode", "dtype": dtype, "shape": shape_name(seqs, kv)`)
+	assert.Contains(t, string(decodePy), `def row(peer, seqs, kv, us, gbps, dtype="f16"):`, "rows are f16 unless named")
+	assert.Contains(t, string(decodePy), `for dtype, elem in (("f16", 2), ("e4m3", 1)):`, "the read floors: f16, and e4m3 as the bench's -cache e4m3 names it")
+	assert.Equal(t, "e4m3", pagedkv.E4M3.String(), "the dtype the bench's e4m3 rows carry")
 	m := regexp.MustCompile(`(?m)^DEFAULT_SHAPES = \[(.*)\]$`).FindStringSubmatch(string(decodePy))
 	require.NotNil(t, m, "torch_decode.py DEFAULT_SHAPES")
 	pairs := regexp.MustCompile(`\((\d+), (\d+)\)`).FindAllStringSubmatch(m[1], -1)

@@ -9,7 +9,9 @@ device-to-device copy bandwidth measured here. Last, per shape, a floor:
 one reduction kernel (torch.sum, f32 accumulation) reading the same bytes
 as one contiguous f16 tensor, which no attention kernel reading them can
 beat by much; it shows how much of a small shape's time is the launch's
-own ramp and drain rather than attention.
+own ramp and drain rather than attention. A second floor reads half those
+bytes: the same shape's K and V in an fp8 e4m3 cache (dtype "e4m3"), for
+`pagedkv bench decode -cache e4m3` rows.
 
 Shapes are SEQSxKV arguments (default 1x8192 1x32768 8x8192 32x2048
 128x512). With --json PATH the rows are also written to PATH, each as
@@ -89,8 +91,8 @@ def main(argv=None):
     report = {"device": props.name, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d", time.gmtime()),
               "copy_gbps": copy_gbps, "results": []}
 
-    def row(peer, seqs, kv, us, gbps):
-        report["results"].append({"peer": peer, "op": "decode", "dtype": "f16", "shape": shape_name(seqs, kv),
+    def row(peer, seqs, kv, us, gbps, dtype="f16"):
+        report["results"].append({"peer": peer, "op": "decode", "dtype": dtype, "shape": shape_name(seqs, kv),
                                   "us": us, "gbps": gbps, "pct_copy": 100 * gbps / copy_gbps})
 
     for backend, name in [(SDPBackend.CUDNN_ATTENTION, "cudnn"), (SDPBackend.FLASH_ATTENTION, "fa2")]:
@@ -118,22 +120,24 @@ def main(argv=None):
             print(f"{name} seqs={seqs} kv={kv}: {us:.2f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy")
             row(name, seqs, kv, us, gbps)
             del ks, vs
-    for seqs, kv in shapes:
-        kv_bytes = 2 * seqs * 8 * kv * 128 * 2
-        rot = max(1, min(16, (3 * 60 * 2**20) // kv_bytes + 1))
-        xs = [torch.randn(kv_bytes // 2, dtype=torch.float16, device=dev) for _ in range(rot)]
-        i = [0]
+    for dtype, elem in (("f16", 2), ("e4m3", 1)):
+        for seqs, kv in shapes:
+            kv_bytes = 2 * seqs * 8 * kv * 128 * elem
+            rot = max(1, min(16, (3 * 60 * 2**20) // kv_bytes + 1))
+            xs = [torch.randn(kv_bytes // 2, dtype=torch.float16, device=dev) for _ in range(rot)]
+            i = [0]
 
-        def read():
-            j = i[0] % rot
-            i[0] += 1
-            return torch.sum(xs[j], dtype=torch.float32)
+            def read():
+                j = i[0] % rot
+                i[0] += 1
+                return torch.sum(xs[j], dtype=torch.float32)
 
-        us = median_us(read)
-        gbps = kv_bytes / us / 1e3
-        print(f"read floor seqs={seqs} kv={kv} ({kv_bytes / 1e6:.0f} MB): {us:.2f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy")
-        row("read-floor", seqs, kv, us, gbps)
-        del xs
+            us = median_us(read)
+            gbps = kv_bytes / us / 1e3
+            label = "read floor" if dtype == "f16" else "read floor e4m3"
+            print(f"{label} seqs={seqs} kv={kv} ({kv_bytes / 1e6:.0f} MB): {us:.2f} us, {gbps:.0f} GB/s, {100 * gbps / copy_gbps:.1f}% of copy")
+            row("read-floor", seqs, kv, us, gbps, dtype)
+            del xs
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
