@@ -51,7 +51,8 @@ func Example() {
 	// Real code fills k, v and q from the model with pagedkv.Upload
 	// (pagedkv.F16FromFloat32 converts float32 values).
 
-	// Sequence i owns blocks i·maxBlocks…; its next token goes to slot lens[i].
+	// Sequence i owns blocks i·maxBlocks…; lens count its new token, which
+	// goes to position lens[i]−1.
 	tables := make([]int32, seqs*maxBlocks)
 	for i := range tables {
 		tables[i] = int32(i)
