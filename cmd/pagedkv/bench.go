@@ -112,7 +112,7 @@ func parseBench(args []string) (benchOptions, error) {
 	reps := fs.Int("reps", 15, "timed batches per measurement, 3 or more (the median is reported)")
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
 	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
-	layouts := fs.Bool("layouts", false, "also time the uniform decode rows and the varlen rows in the x-split and shuffle layouts (rows end in the layout's name)")
+	layouts := fs.Bool("layouts", false, "also time the uniform decode rows and the varlen rows in the HND, x-split and shuffle layouts (rows end in the layout's name)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")
 	shape := fs.String("shape", "", "measure only the rows whose \"<dtype> <shape>\" matches this regular expression (e.g. 'e4m3 seqs=8 kv=8192$'; for profilers)")
