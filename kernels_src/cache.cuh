@@ -21,7 +21,7 @@ enum CacheLayout : int { kLayoutFlash = 0, kLayoutXSplit = 1, kLayoutShuffle = 2
 
 // flash_rows reports whether layout keeps each token's head_dim elements
 // of a head contiguous (flash, HND): the attention kernels read both with
-// the flash layout's loaders (see hnd_rows).
+// the flash layout's loaders (see HeadRows).
 __device__ __forceinline__ bool flash_rows(int layout) { return layout == kLayoutFlash || layout == kLayoutHND; }
 
 // HeadRows is how an attention kernel reads the rows of KV head kvh with
