@@ -883,7 +883,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		// The head dims between the powers of two, against the grid's
 		// seqs=32 kv=8192 row (head dim 128).
 		for _, d := range []int{80, 96, 112, 120, 192} {
-			hc := decodeCase{q: q, cache: cache, lens: uniformLens(32, 8192), shape: fmt.Sprintf("seqs=32 kv=8192 hd=%d", d), hostLens: true, headDim: d}
+			hc := decodeCase{q: q, cache: cache, lens: uniformLens(32, 8192), shape: fmt.Sprintf("seqs=32 kv=8192 hd=%d", d), hostLens: true, headDim: d, sweep: doSweep}
 			if err := b.decodeRow(pool, hc, ""); err != nil {
 				return err
 			}
