@@ -887,6 +887,14 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 			if err := b.decodeRow(pool, hc, ""); err != nil {
 				return err
 			}
+			if b.layouts {
+				// In the HND layout a head's rows of a page are contiguous:
+				// no 128-byte line holds two heads' rows but at page edges.
+				hnd := decodeCase{q: q, cache: cache, lens: hc.lens, shape: hc.shape + " " + pagedkv.LayoutHND.String(), hostLens: true, headDim: d, layout: pagedkv.LayoutHND}
+				if err := b.decodeRow(pool, hnd, ""); err != nil {
+					return err
+				}
+			}
 		}
 		// GQA group 16 (64 query / 4 KV heads), where few (sequence, KV
 		// head) items meet the cluster plan's one-wave rule.
