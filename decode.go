@@ -502,7 +502,14 @@ func checkDecodePlan(a *DecodeArgs, plan *dispatch.DecodePlan, dev *dispatch.Dev
 	if err != nil {
 		return err
 	}
-	if wideCluster, _ := named(dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize)); plan.Kernel == wide || plan.Kernel == wideCluster {
+	// (The cluster twin only for a cluster plan: the head dims without
+	// one build an error, which allocates.)
+	isWide := plan.Kernel == wide
+	if !isWide && plan.Cluster > 0 {
+		wideCluster, _ := named(dispatch.ClusterDecodeKernelName(a.DType, a.CacheDType, a.HeadDim, dispatch.MaxGroupSize))
+		isWide = plan.Kernel == wideCluster
+	}
+	if isWide {
 		group = dispatch.MaxGroupSize
 	}
 	kernel, err := named(dispatch.DecodeKernelName(a.DType, a.CacheDType, a.HeadDim, group))

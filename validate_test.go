@@ -669,6 +669,18 @@ func TestCheckDecodePlan(t *testing.T) {
 		allocs := testing.AllocsPerRun(100, func() { require.NoError(t, checkDecodePlan(&a, &p, &dev)) })
 		assert.Zero(t, allocs, "%s", p.Kernel)
 	}
+	// Nor at the head dims without cluster kernels, whose twin's name is
+	// an error.
+	for _, d := range []int{80, 120, 192} {
+		hd := goodDecode()
+		hd.HeadDim = d
+		for _, kn := range []dispatch.Knobs{k, forced, wide} {
+			p, err := dispatch.PlanDecode(hd.shape(false, 0), plain, kn)
+			require.NoError(t, err)
+			allocs := testing.AllocsPerRun(100, func() { require.NoError(t, checkDecodePlan(&hd, &p, &plain)) })
+			assert.Zero(t, allocs, "%s", p.Kernel)
+		}
+	}
 	// fp8 caches: each layout family has its own kernels (the _laid ones
 	// for the x-split and shuffle layouts), and a plan for one family does
 	// not run over the other's caches.
