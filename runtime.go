@@ -145,7 +145,9 @@ func Open(opts Options) (*Runtime, error) {
 		SMs:                    info.SMs,
 		MaxSharedPerBlockOptin: info.MaxSharedPerBlockOptin,
 		// The cluster decode kernels live in the *_sm90 modules.
-		Clusters:  info.computeCapability() >= ptx.ModuleComputeCapability(ptx.ModuleDecodeF16Sm90),
+		Clusters: info.computeCapability() >= ptx.ModuleComputeCapability(ptx.ModuleDecodeF16Sm90),
+		// The wgmma varlen kernels live in the *_sm90a modules (9.0 only).
+		WGMMA:     info.computeCapability() == 90,
 		Occupancy: map[string]int{},
 	})
 	r.scratch = scratch.New(scratchAllocator{r: r}, cfg.ScratchLimitBytes)
@@ -203,13 +205,14 @@ func knobsFrom(c config.Config) dispatch.Knobs {
 }
 
 // varlenKnobsFrom returns the varlen planner's knobs of c: SPLIT_K_ATTN,
-// VARLEN_CLUSTERS and the scratch limit (a forced split count comes only from
-// PlanVarlenWith).
+// VARLEN_CLUSTERS, VARLEN_WGMMA and the scratch limit (a forced split count
+// comes only from PlanVarlenWith).
 func varlenKnobsFrom(c config.Config) dispatch.Knobs {
 	k := dispatch.DefaultKnobs()
 	k.SplitK = splitMode(c.SplitKAttn)
 	k.ScratchLimitBytes = c.ScratchLimitBytes
 	k.Clusters = c.VarlenClusters
+	k.VarlenWGMMA = c.VarlenWGMMA
 	return k
 }
 

@@ -56,6 +56,7 @@ func TestDefaults(t *testing.T) {
 		CheckBounds:       false,
 		DecodeClusters:    true,
 		VarlenClusters:    true,
+		VarlenWGMMA:       true,
 		DecodeNarrow:      true,
 		DecodeBalance:     SplitAuto,
 		LoadSASS:          SplitAuto,
@@ -182,10 +183,10 @@ func TestOptionErrors(t *testing.T) {
 
 func TestFile(t *testing.T) {
 	tests := []struct{ name, body string }{
-		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\nvarlen_clusters: false\ndecode_narrow: false\ndecode_balance: 0\nload_sass: on\n"},
-		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\nvarlen_clusters: off\ndecode_narrow: off\ndecode_balance: \"0\"\nload_sass: true\n"},
-		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\nvarlen_clusters = false\ndecode_narrow = false\ndecode_balance = \"0\"\nload_sass = true\n"},
-		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\nvarlen_clusters = \"0\"\ndecode_narrow = \"0\"\ndecode_balance = 0\nload_sass = \"1\"\n"},
+		{"c.yaml", "kv_capacity: 4096\npaged_flash_splits: 16\npaged_flash: off\nsplit_k_attn: 1\nscratch_limit_bytes: 0\ncheck_bounds: true\ndecode_clusters: false\nvarlen_clusters: false\nvarlen_wgmma: false\ndecode_narrow: false\ndecode_balance: 0\nload_sass: on\n"},
+		{"c.yml", "kv_capacity: \"4096\"\npaged_flash_splits: 16\npaged_flash: false\nsplit_k_attn: \"1\"\nscratch_limit_bytes: 0\ncheck_bounds: 1\ndecode_clusters: off\nvarlen_clusters: off\nvarlen_wgmma: off\ndecode_narrow: off\ndecode_balance: \"0\"\nload_sass: true\n"},
+		{"c.toml", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = false\nsplit_k_attn = \"1\"\nscratch_limit_bytes = 0\ncheck_bounds = true\ndecode_clusters = false\nvarlen_clusters = false\nvarlen_wgmma = false\ndecode_narrow = false\ndecode_balance = \"0\"\nload_sass = true\n"},
+		{"c.TOML", "kv_capacity = 4096\npaged_flash_splits = 16\npaged_flash = \"off\"\nsplit_k_attn = 1\nscratch_limit_bytes = 0\ncheck_bounds = \"on\"\ndecode_clusters = \"0\"\nvarlen_clusters = \"0\"\nvarlen_wgmma = \"0\"\ndecode_narrow = \"0\"\ndecode_balance = 0\nload_sass = \"1\"\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,6 +203,7 @@ func TestFile(t *testing.T) {
 			assert.True(t, c.CheckBounds)
 			assert.False(t, c.DecodeClusters)
 			assert.False(t, c.VarlenClusters)
+			assert.False(t, c.VarlenWGMMA)
 			assert.False(t, c.DecodeNarrow)
 			assert.Equal(t, SplitOff, c.DecodeBalance)
 			assert.Equal(t, SplitOn, c.LoadSASS)
@@ -227,8 +229,8 @@ func TestFileErrors(t *testing.T) {
 		{"c.yaml", "paged_flash_splits: 65\n", `config: PATH: paged_flash_splits=65 is out of range; allowed: auto (any case) or 1..64`},
 		{"c.yaml", "check_bounds: [1]\n", `config: PATH: check_bounds=[1] is not a scalar; allowed: 1, 0, true, false, on, off (any case)`},
 		{"c.yaml", "kv_capacity:\n", `config: PATH: kv_capacity has no value; allowed: 1..16777216`},
-		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, varlen_clusters, decode_narrow, decode_balance, load_sass`},
-		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, varlen_clusters, decode_narrow, decode_balance, load_sass`},
+		{"c.yaml", "kv_capacty: 5\n", `config: PATH: unknown key "kv_capacty"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, varlen_clusters, varlen_wgmma, decode_narrow, decode_balance, load_sass`},
+		{"c.toml", "[kv]\ncapacity = 5\n", `config: PATH: unknown key "kv.capacity"; known keys: kv_capacity, paged_flash_splits, paged_flash, split_k_attn, scratch_limit_bytes, check_bounds, decode_clusters, varlen_clusters, varlen_wgmma, decode_narrow, decode_balance, load_sass`},
 		{"c.json", "{}", `config: PAGEDKV_CONFIG="PATH" has extension ".json"; allowed: .yaml, .yml, .toml`},
 	}
 	for _, tt := range tests {
@@ -322,6 +324,7 @@ func TestSourcesMixed(t *testing.T) {
 		KeyCheckBounds:       SourceOption,
 		KeyDecodeClusters:    SourceDefault,
 		KeyVarlenClusters:    SourceDefault,
+		KeyVarlenWGMMA:       SourceDefault,
 		KeyDecodeNarrow:      SourceDefault,
 		KeyDecodeBalance:     SourceDefault,
 		KeyLoadSASS:          SourceDefault,
@@ -344,6 +347,7 @@ func TestOptionsAllKeys(t *testing.T) {
 		CheckBounds:       ptr(true),
 		DecodeClusters:    ptr(false),
 		VarlenClusters:    ptr(false),
+		VarlenWGMMA:       ptr(false),
 		DecodeNarrow:      ptr(false),
 		DecodeBalance:     ptr(SplitOn),
 		LoadSASS:          ptr(SplitOn),
@@ -357,6 +361,7 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.True(t, c.CheckBounds)
 	assert.False(t, c.DecodeClusters)
 	assert.False(t, c.VarlenClusters)
+	assert.False(t, c.VarlenWGMMA)
 	assert.False(t, c.DecodeNarrow)
 	assert.Equal(t, SplitOn, c.DecodeBalance)
 	assert.Equal(t, SplitOn, c.LoadSASS)
@@ -448,7 +453,7 @@ func TestPagedFlashSplitsLimit(t *testing.T) {
 }
 
 // knownEnvText is how unknown-variable errors list the known variables.
-const knownEnvText = "PAGEDKV_KV_CAPACITY, PAGEDKV_PAGED_FLASH_SPLITS, PAGEDKV_PAGED_FLASH, PAGEDKV_SPLIT_K_ATTN, PAGEDKV_SCRATCH_LIMIT_BYTES, PAGEDKV_CHECK_BOUNDS, PAGEDKV_DECODE_CLUSTERS, PAGEDKV_VARLEN_CLUSTERS, PAGEDKV_DECODE_NARROW, PAGEDKV_DECODE_BALANCE, PAGEDKV_LOAD_SASS, PAGEDKV_CONFIG, PAGEDKV_TEST_SEED"
+const knownEnvText = "PAGEDKV_KV_CAPACITY, PAGEDKV_PAGED_FLASH_SPLITS, PAGEDKV_PAGED_FLASH, PAGEDKV_SPLIT_K_ATTN, PAGEDKV_SCRATCH_LIMIT_BYTES, PAGEDKV_CHECK_BOUNDS, PAGEDKV_DECODE_CLUSTERS, PAGEDKV_VARLEN_CLUSTERS, PAGEDKV_VARLEN_WGMMA, PAGEDKV_DECODE_NARROW, PAGEDKV_DECODE_BALANCE, PAGEDKV_LOAD_SASS, PAGEDKV_CONFIG, PAGEDKV_TEST_SEED"
 
 func TestUnknownEnv(t *testing.T) {
 	tests := []struct {

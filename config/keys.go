@@ -28,6 +28,7 @@ const (
 	KeyCheckBounds       = "check_bounds"
 	KeyDecodeClusters    = "decode_clusters"
 	KeyVarlenClusters    = "varlen_clusters"
+	KeyVarlenWGMMA       = "varlen_wgmma"
 	KeyDecodeNarrow      = "decode_narrow"
 	KeyDecodeBalance     = "decode_balance"
 	KeyLoadSASS          = "load_sass"
@@ -223,6 +224,18 @@ var keys = []key{
 		validate: anyValue,
 		set:      func(c *Config, v any) { c.VarlenClusters = v.(bool) },
 		get:      func(c Config) string { return strconv.FormatBool(c.VarlenClusters) },
+	},
+	{
+		Key: Key{
+			Env: EnvPrefix + "VARLEN_WGMMA", File: KeyVarlenWGMMA, Field: "VarlenWGMMA",
+			Default: "true", Allowed: boolAllowed,
+			Description: "On sm_90 (H100, H200), run a varlen over a flash- or HND-layout cache of the queries' type at head dim 64 or 128, without score modifiers, on the wgmma kernels (Hopper's warpgroup tensor-core instructions, sm_90a modules); false keeps the mma.sync kernels every GPU runs.",
+		},
+		parse:    parseBool,
+		option:   func(o Options) (any, bool) { return deref(o.VarlenWGMMA) },
+		validate: anyValue,
+		set:      func(c *Config, v any) { c.VarlenWGMMA = v.(bool) },
+		get:      func(c Config) string { return strconv.FormatBool(c.VarlenWGMMA) },
 	},
 	{
 		Key: Key{

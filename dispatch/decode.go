@@ -174,15 +174,22 @@ type Knobs struct {
 	Balance           SplitMode // DECODE_BALANCE: auto, off, or on (balanced whenever split-K is allowed)
 	// VarlenKeys: the K/V tile of a 128-row varlen kernel that has a
 	// 64-key twin (head dim 128, 16-bit caches): 0 = the planner's (see
-	// PlanVarlen), 32 or 64 forces it (tests and benchmarks; no
-	// environment variable sets it).
+	// PlanVarlen), 32 or 64 forces it and the mma.sync kernels (tests and
+	// benchmarks; no environment variable sets it).
 	VarlenKeys int
+	// VarlenWGMMA (VARLEN_WGMMA): let a varlen run on the wgmma kernels
+	// where the device has them (DeviceFacts.WGMMA, VarlenWGKernel); false
+	// keeps the mma.sync ones.
+	VarlenWGMMA bool
 }
 
 // DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
 // automatic split count, no scratch limit, clusters where the device has them,
-// narrow kernels for small groups.
-func DefaultKnobs() Knobs { return Knobs{PagedFlash: true, Clusters: true, Narrow: true} }
+// narrow kernels for small groups, the wgmma varlen kernels where the device
+// has them.
+func DefaultKnobs() Knobs {
+	return Knobs{PagedFlash: true, Clusters: true, Narrow: true, VarlenWGMMA: true}
+}
 
 // Dim3 is a CUDA grid or block size.
 type Dim3 struct{ X, Y, Z uint32 }
@@ -196,6 +203,9 @@ type DeviceFacts struct {
 	// Clusters reports thread-block clusters (compute capability 9.0 and
 	// newer), which the cluster decode kernels need.
 	Clusters bool
+	// WGMMA reports that the wgmma varlen kernels (VarlenWGKernel; sm_90a
+	// modules, compute capability 9.0 exactly) loaded on the device.
+	WGMMA bool
 	// ActiveClusters maps a cluster decode kernel to how many clusters of
 	// each size (index 1..MaxClusterSplits) fit on the device at once
 	// (cuOccupancyMaxActiveClusters at its launch block and shared memory).

@@ -137,6 +137,11 @@ type nameTables struct {
 	// of a flash-layout varlen kernel over a cache of the queries' type
 	// (not _k64), by its name.
 	varlenCluster map[string]string
+	// varlenWG: the wgmma kernel (_wg, varlen_*_sm90a modules, sm_90a) that
+	// runs in place of a flash-layout varlen kernel over a cache of the
+	// queries' type at head dims 64 and 128 (the 128-row, _r64 and _k64
+	// ones), by its name.
+	varlenWG map[string]string
 }
 
 // addVarlen records the geometry of the varlen kernels named base (and
@@ -202,7 +207,7 @@ var tables = buildNames()
 func buildNames() *nameTables {
 	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, mods: map[string]string{},
 		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}, varlenMods: map[string]string{},
-		varlenCluster: map[string]string{}}
+		varlenCluster: map[string]string{}, varlenWG: map[string]string{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -256,6 +261,16 @@ func buildNames() *nameTables {
 					}
 					if k64, ok := t.varlenK64[vname]; ok {
 						t.varlenMods[k64] = vname + "_mods"
+					}
+					if d <= 128 {
+						// VarlenConfig of kLayoutWG: one warpgroup's 64 rows, 64-key tiles.
+						wg := vname + "_wg"
+						t.varlenShape[wg] = varlenGeometry{headDim: d, cacheSize: size, rows: 64, keys: 64, wg: true}
+						for _, k := range append(t.varlen[qi][fp8][hi][:], t.varlenK64[vname]) {
+							if k != "" {
+								t.varlenWG[k] = wg
+							}
+						}
 					}
 				}
 				for li, l := range [...]string{"_xsplit", "_shuffle"} {

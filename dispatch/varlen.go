@@ -50,6 +50,18 @@ func VarlenGeometry(kernel string) (rows, keys int, ok bool) {
 	return g.rows, g.keys, ok
 }
 
+// VarlenWGAlign is the alignment in bytes of the wgmma kernels' shared
+// memory tiles (kVarlenWGAlign in kernels_src/varlen.cuh): they launch with
+// that many more bytes and start at the first such boundary.
+const VarlenWGAlign = 1024
+
+// VarlenWGKernel reports whether kernel is a wgmma varlen kernel (entry
+// suffix _wg, the varlen_*_sm90a modules: sm_90a, compute capability 9.0
+// only), which PlanVarlen takes in place of the flash-layout kernels over
+// a cache of the queries' type at head dims 64 and 128 (not forced keys,
+// not score modifiers) where DeviceFacts.WGMMA and Knobs.VarlenWGMMA allow.
+func VarlenWGKernel(kernel string) bool { return tables.varlenShape[kernel].wg }
+
 // varlenStages is the ring depth of every varlen kernel
 // (VarlenConfig::kStages in kernels_src/varlen.cuh).
 const varlenStages = 2
@@ -59,6 +71,7 @@ const varlenStages = 2
 type varlenGeometry struct {
 	headDim, cacheSize, rows, keys int
 	cluster                        bool // a _cluster twin (VarlenClusterKernel)
+	wg                             bool // a wgmma kernel (VarlenWGKernel)
 }
 
 // VarlenShape describes one paged varlen attention launch, as the host
@@ -165,6 +178,9 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	if s.Mods {
 		// validateVarlen checked that there is a twin.
 		kernel = tables.varlenMods[kernel]
+	} else if wg, ok := tables.varlenWG[kernel]; ok && dev.WGMMA && k.VarlenWGMMA && k.VarlenKeys == 0 &&
+		VarlenSharedBytes(wg) <= dev.MaxSharedPerBlockOptin {
+		kernel = wg
 	}
 	geo := tables.varlenShape[kernel]
 	shared := VarlenSharedBytes(kernel)
@@ -356,6 +372,10 @@ func VarlenSharedBytes(kernel string) int {
 	n := g.rows*g.headDim*2 + varlenStages*2*g.keys*g.headDim*g.cacheSize
 	if g.cacheSize == 1 {
 		n += 2 * g.keys * g.headDim * 2
+	}
+	if g.wg {
+		// wgmma's tiles start on a 1024-byte boundary (kVarlenWGAlign).
+		n += VarlenWGAlign
 	}
 	if g.cluster {
 		// VarlenSmem::kClusterBytes: the staged rows (stride headDim + 4),

@@ -111,11 +111,23 @@
 #include "cache.cuh"
 #include "common.cuh"
 #include "mma.cuh"
+#include "wgmma.cuh"
 
 namespace pkv {
 
 constexpr int kVarlenThreads = 128;
 constexpr int kVarlenWarps = kVarlenThreads / 32;
+// kLayoutWG is the LAYOUT of the wgmma entries (_wg, _sm90a modules): they
+// read the flash or HND layout as the flash-layout entries do (the runtime
+// layout argument), stage Q, K and V in wgmma's 128-byte swizzled tiles
+// (wg_tile_offset) and run both products as warpgroup wgmmas: the block's
+// four warps are one warpgroup, MT = 1 (64 rows; warp w's are 16w …
+// 16w+15, as wgmma's m64 tile has them).
+constexpr int kLayoutWG = 4;
+constexpr int kVarlenWGAlign = 1024;
+// flash_entry reports whether the entries of LAYOUT read cache rows as the
+// flash-layout entries do (the flash or HND layout, see flash_rows).
+__host__ __device__ constexpr bool flash_entry(int LAYOUT) { return LAYOUT == kLayoutFlash || LAYOUT == kLayoutWG; }
 constexpr int kVarlenMaxSplits = 64;
 // The planner's split model (dispatch.VarlenModelSplits and its constants,
 // which these mirror): what a split and the merge cost, in KV positions one
@@ -279,7 +291,7 @@ __device__ __forceinline__ int row_limit(const VarlenTile& t, int p, int G, bool
 // load_q_tile starts the copy of t's q rows into q_s (swizzled, zero rows
 // past the sequence's end). DM < D (padded tiles): q's rows hold DM
 // elements, and the tile's chunks past them are zeros.
-template <typename T, int D, int ROWS, int DM = D>
+template <typename T, int D, int ROWS, int DM = D, int LAYOUT = kLayoutFlash>
 __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_token_stride, const VarlenTile& t,
                                             int kvh, int G) {
   constexpr int CH = D / 8;
@@ -292,11 +304,12 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
     const bool ok = p < rows;
     const int tok = ok ? p / G : 0;
     const T* src = q + (int64_t)(t.q_begin + tok) * q_token_stride + (int64_t)(kvh * G + (p - tok * G)) * DM + c * 8;
+    const uint32_t at = LAYOUT == kLayoutWG ? wg_tile_offset<ROWS>(r, c) : swizzle<CH>(r, c) * 16;
     if constexpr (DM < D) {
       const bool in = ok && c < DM / 8;
-      cp_async16(q_s + swizzle<CH>(r, c) * 16, in ? src : q, in ? 16 : 0);
+      cp_async16(q_s + at, in ? src : q, in ? 16 : 0);
     } else {
-      cp_async16(q_s + swizzle<CH>(r, c) * 16, ok ? src : q, ok ? 16 : 0);
+      cp_async16(q_s + at, ok ? src : q, ok ? 16 : 0);
     }
   }
 }
@@ -417,7 +430,7 @@ __device__ __forceinline__ void lane_row_ids(int (&v)[N], const int* table, int 
 // A thread loads rows r0 + kRP·j, j < kPasses, chunk c of each; lane l
 // looks up the block of tile row l (and l + 32 for 64-key tiles), which the
 // loading lanes take by shuffle. DM < D: padded tiles, as in KVRow.
-template <typename T, typename C, int D, int MT, int KEYS, int DM = D>
+template <typename T, typename C, int D, int MT, int KEYS, int DM = D, bool WG = false>
 struct KVLines {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   static constexpr int kCCH = Smem::kCacheChunks;
@@ -456,7 +469,7 @@ struct KVLines {
       const int pos = kv0 + r;
       const int64_t off = bad.row(blk, pos, block_size_log2, nb, hr.id_mul, hr.id_add) * hr.row_stride;
       const int bytes = in_range<LO>(pos, kv_begin, kv_end) ? 16 : 0;
-      const uint32_t at = swizzle<kCCH>(r, c) * 16;
+      const uint32_t at = WG ? wg_tile_offset<KEYS>(r, c) : swizzle<kCCH>(r, c) * 16;
       if constexpr (DM < D) {
         const bool in = c < DM * (int)sizeof(C) / 16;
         const int c16 = in ? c * 16 : 0;
@@ -548,7 +561,7 @@ struct LaidLoad {
   static constexpr int kJ = kCH / kU;               // pieces per thread (K and V alike)
   static constexpr int kTileBytes = KEYS * D * 16 / X;  // one stage tile, as stored
   // (A flash-layout kernel holds an unused one, of any head dim.)
-  static_assert(LAYOUT == kLayoutFlash || (kU * KEYS == kVarlenThreads && kJ * kU == kCH && kJ >= 1),
+  static_assert(flash_entry(LAYOUT) || (kU * KEYS == kVarlenThreads && kJ * kU == kCH && kJ >= 1),
                 "a tile row per kU threads");
   int r, u;
   BadBlock bad;
@@ -929,6 +942,51 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
   }
 }
 
+// wg_qk_tile computes the warpgroup's scores s = Q·Kᵀ for the first KN
+// positions of one K tile (kLayoutWG: the 64-row q tile at q_s and the K
+// tile at k_s in wgmma's tiles of 64 and KEYS rows; s is this warp's part,
+// in the mma C layout), one wgmma per 16 of D, and waits for them.
+template <typename T, int D, int KEYS, int KN>
+__device__ __forceinline__ void wg_qk_tile(float (&s)[KN / 8][4], uint32_t q_s, uint32_t k_s) {
+  wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    // Step ks: 32 bytes into column block ks/4 of each tile.
+    const uint32_t step = (ks & 3) * 32;
+    wgmma_ss<T, KN>(s, wg_desc(q_s + (ks >> 2) * (64 * 128) + step, 16, 1024),
+                    wg_desc(k_s + (ks >> 2) * (KEYS * 128) + step, 16, 1024), ks);
+  }
+  wg_commit();
+  wg_wait<0>();
+  wg_hold(s);
+}
+
+// wg_pv_tile accumulates acc += P·V for the first KN positions of one V
+// tile (kLayoutWG): P (p, this warp's probabilities in the mma C layout)
+// rounded to T is each step's A operand as it stands, V (KEYS rows of D,
+// N-major) read by descriptor, 16 positions a wgmma.
+template <typename T, int D, int KEYS, int KN>
+__device__ __forceinline__ void wg_pv_tile(float (&acc)[D / 8][4], const float (&p)[KN / 8][4], uint32_t v_s) {
+  uint32_t a[KN / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < KN / 16; ++kk) {
+    a[kk][0] = pack2<T>(p[2 * kk][0], p[2 * kk][1]);
+    a[kk][1] = pack2<T>(p[2 * kk][2], p[2 * kk][3]);
+    a[kk][2] = pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+    a[kk][3] = pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+  }
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < KN / 16; ++kk) {
+    // Positions 16kk …: 16 rows of 128 bytes into the tile; its column
+    // blocks of 64 elements lie KEYS·128 bytes apart.
+    wgmma_rs<T, D>(acc, a[kk], wg_desc(v_s + kk * 16 * 128, KEYS * 128, 1024));
+  }
+  wg_commit();
+  wg_wait<0>();
+  wg_hold(acc);
+}
+
 // store_rows writes a lane's two rows of one row tile, whose first packed
 // row is p0: the normalized output (·v_mul) and LSE, or for split-K the
 // split's partials. MODS with sinks (f32
@@ -1089,12 +1147,15 @@ __device__ __forceinline__ void row_limits(int (&lim)[MT][2], const VarlenTile& 
 // the _k64 ones more spills).
 template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, bool LO = false, int DM = D>
 struct VarlenKV {
-  static constexpr bool LAID = LAYOUT != kLayoutFlash;
+  static constexpr bool LAID = !flash_entry(LAYOUT);
+  static constexpr bool WG = LAYOUT == kLayoutWG;
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   static constexpr int kCCH = Smem::kCacheChunks;
-  using FlashRows =
-      typename Pick<(kCCH & (kCCH - 1)) != 0, KVChunks<T, C, D, MT, KEYS>,
-                    typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS, DM>, KVRow<T, C, D, MT, KEYS, DM>>::type>::type;
+  static_assert(!WG || (MT == 1 && sizeof(C) == 2 && (kCCH & (kCCH - 1)) == 0 && DM == D),
+                "wgmma entries: one warpgroup of 64 rows, 16-bit caches, power-of-two head dims");
+  using FlashRows = typename Pick<
+      (kCCH & (kCCH - 1)) != 0, KVChunks<T, C, D, MT, KEYS>,
+      typename Pick<MT == 1, KVLines<T, C, D, MT, KEYS, DM, WG>, KVRow<T, C, D, MT, KEYS, DM>>::type>::type;
   static_assert(DM == D || (!LAID && (kCCH & (kCCH - 1)) == 0), "padded tiles: the flash layout's KVRow and KVLines");
   using LaidRows = typename Pick<sizeof(C) == 1, LaidFP8KV<D, KEYS, LAYOUT>, LaidKV<D, KEYS, LAYOUT>>::type;
   // Ids holds the block-table entries a thread looked up for one tile.
@@ -1176,7 +1237,7 @@ struct VarlenLoop {
   // q's A fragments stay in registers with one row tile per warp below D =
   // 256 (32 registers at D = 128); with two, or at D = 256, the scores and
   // outputs need the room and q is read from shared memory per tile.
-  static constexpr bool kQInRegs = MT == 1 && D <= 128;
+  static constexpr bool kQInRegs = MT == 1 && D <= 128 && LAYOUT != kLayoutWG;
   const KV& kv;
   int& stage;  // tile i's; tile i - 1's stage (free after the barrier) is the one before
   typename KV::Ids& next_blk;
@@ -1210,8 +1271,11 @@ __device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LA
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
   constexpr int STAGES = Smem::kStages;
   constexpr bool kFP8 = sizeof(C) == 1;
-  constexpr bool LAID = LAYOUT != kLayoutFlash;
+  constexpr bool LAID = !flash_entry(LAYOUT);
   cp_async_wait<STAGES - 2>();
+  // wgmma reads shared memory through the async proxy: each thread's
+  // copies are made visible to it before the barrier.
+  if constexpr (LAYOUT == kLayoutWG) fence_async_smem();
   __syncthreads();  // tile i has landed for every thread; tile i-1's stage is free
   loop.kv.issue(i + STAGES - 1, loop.stage == 0 ? STAGES - 1 : loop.stage - 1, loop.next_blk);
   loop.next_blk = loop.kv.lookup(i + STAGES);
@@ -1250,14 +1314,18 @@ template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, i
 __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>& loop, int i,
                                             uint32_t k_s, uint32_t v_s, const int (*lim)[2],
                                             const VarlenRowMods<MT>& mods) {
-  constexpr bool LAID = LAYOUT != kLayoutFlash;
+  constexpr bool LAID = !flash_entry(LAYOUT);
   // K in LaidKV's piece-major tile (16-bit LAID caches); fp8 ones widen K
   // into a flash tile (LaidFP8KV).
   constexpr bool K_PIECES = LAID && sizeof(C) != 1;
   constexpr bool kQInRegs = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>::kQInRegs;
   float s[MT][KN / 8][4];
-  qk_tile<T, D, KEYS, KN, MT, kQInRegs, K_PIECES, LAYOUT>(s, loop.qa, loop.q_s, k_s, loop.ao, loop.bo, loop.lo,
-                                                         loop.warp);
+  if constexpr (LAYOUT == kLayoutWG) {
+    wg_qk_tile<T, D, KEYS, KN>(s[0], loop.q_s, k_s);
+  } else {
+    qk_tile<T, D, KEYS, KN, MT, kQInRegs, K_PIECES, LAYOUT>(s, loop.qa, loop.q_s, k_s, loop.ao, loop.bo, loop.lo,
+                                                           loop.warp);
+  }
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     if constexpr (MODS) {
@@ -1298,7 +1366,11 @@ __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, 
       softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
     }
   }
-  pv_tile<T, D, KEYS, KN, MT, LAYOUT>(loop.acc, s, v_s, loop.ao, loop.lo);
+  if constexpr (LAYOUT == kLayoutWG) {
+    wg_pv_tile<T, D, KEYS, KN>(loop.acc[0], s[0], v_s);
+  } else {
+    pv_tile<T, D, KEYS, KN, MT, LAYOUT>(loop.acc, s, v_s, loop.ao, loop.lo);
+  }
 }
 
 // varlen_step runs tile i: its first KN positions (the rest lie past
@@ -1470,7 +1542,13 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // theirs run 0.7–2.5% slower (H100, 2026-12-02).
   constexpr bool kSplitLoops = MT == 2 && KEYS == 64;
   static_assert(!(MODS && kSplitLoops), "the _mods entries mask every tile in one loop");
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_base[];
+  // wgmma's swizzled tiles start on 1024-byte boundaries: a kLayoutWG entry
+  // launches with kVarlenWGAlign more bytes and starts there.
+  unsigned char* const smem =
+      LAYOUT == kLayoutWG ? smem_base + ((kVarlenWGAlign - (smem_addr(smem_base) & (kVarlenWGAlign - 1))) &
+                                         (kVarlenWGAlign - 1))
+                          : smem_base;
   const uint32_t q_s = smem_addr(smem);
   unsigned char* ring = smem + Smem::kQBytes;
   unsigned char* wide = ring + STAGES * Smem::kStageBytes;
@@ -1516,7 +1594,8 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // whose rows all lie past the sequence's end (a short sequence: a decode
   // row of a mixed batch) only helps load.
   const int p0 = t.row0 + 16 * MT * warp;
-  const bool computes = p0 < t.q_len * G;
+  // (A wgmma is the whole warpgroup's: every warp computes.)
+  const bool computes = LAYOUT == kLayoutWG || p0 < t.q_len * G;
   // lim: this lane's rows' limits, set where the masked tiles begin (the
   // split loops) or here.
   int lim[MT][2];
@@ -1546,7 +1625,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   }
   const int* table = block_tables + (int64_t)t.seq * max_blocks_per_seq;
   // Flash rows (LAYOUT flash): the flash or the HND layout, as layout says.
-  const HeadRows hr(LAYOUT == kLayoutFlash ? layout : kLayoutFlash, kvh, num_kv_heads, DM);
+  const HeadRows hr(flash_entry(LAYOUT) ? layout : kLayoutFlash, kvh, num_kv_heads, DM);
   const C* k_head = k_cache + hr.base;
   const C* v_head = v_cache + hr.base;
   const uint32_t ring_s = smem_addr(ring);
@@ -1556,7 +1635,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   const KV kv{end_tile, laid_row, ring_s, k_cache, v_cache, kv_end, kvh, num_kv_heads, block_size_log2, nb,
               kv_row, k_head, v_head, hr, table, kv_begin};
 
-  load_q_tile<T, D, ROWS, DM>(q_s, q, q_token_stride, t, kvh, G);
+  load_q_tile<T, D, ROWS, DM, LAYOUT>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
 #pragma unroll
   for (int j = 0; j < STAGES - 1; ++j) kv.issue(first_tile + j, j, kv.lookup(first_tile + j));
@@ -1615,7 +1694,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
     for (int i = first_tile; i < end_tile; ++i) varlen_step<KEYS, kMaskFrom>(loop, i, lim, mods);
   }
   cp_async_wait<0>();  // nothing in flight when the block exits
-  if constexpr (LAYOUT != kLayoutFlash) {
+  if constexpr (!flash_entry(LAYOUT)) {
     laid_row.bad.report(fault, t.seq + seq_base, block_size_log2);
   } else {
     kv_row.bad.report(fault, t.seq + seq_base, block_size_log2);
@@ -1884,6 +1963,12 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 // the flash layout, and PKV_VARLEN_LAYOUT_K64 <prefix>_hd128_k64_<layout>
 // in the x-split and shuffle layouts (see VarlenConfig).
 #define PKV_VARLEN_K64(prefix, T) PKV_VARLEN(prefix##_hd128_k64, T, T, 128, 2, 64, pkv::kLayoutFlash)
+// PKV_VARLEN_WG_ALL defines the wgmma entries (kLayoutWG; _sm90a modules)
+// over a flash- or HND-layout cache of the queries' type: <prefix>_hd64_wg
+// and <prefix>_hd128_wg, 64 rows and 64-key tiles, PKV_VARLEN's parameters.
+#define PKV_VARLEN_WG_ALL(prefix, T)                               \
+  PKV_VARLEN(prefix##_hd64_wg, T, T, 64, 1, 64, pkv::kLayoutWG)     \
+  PKV_VARLEN(prefix##_hd128_wg, T, T, 128, 1, 64, pkv::kLayoutWG)
 #define PKV_VARLEN_LAYOUT_K64(prefix, T)                                     \
   PKV_VARLEN(prefix##_hd128_k64_xsplit, T, T, 128, 2, 64, pkv::kLayoutXSplit) \
   PKV_VARLEN(prefix##_hd128_k64_shuffle, T, T, 128, 2, 64, pkv::kLayoutShuffle)
