@@ -65,14 +65,15 @@ func (r *Runtime) function(name string) (driver.Function, bool, error) {
 // It resolves the entry points and records their occupancy for the planner,
 // and returns how long the load took (zero when it was already loaded;
 // ModuleImage says what was loaded and why). Errors carry the driver's JIT
-// log. A module whose PTX needs a higher compute capability than the device
-// has (the *_sm90 modules on Ampere or Ada) is an error matching
+// log. A module that does not run on the device (ptx.ModuleRunsOn: the
+// *_sm90 modules on Ampere or Ada, the arch-specific *_sm90a modules
+// anywhere but on compute capability 9.0) is an error matching
 // ErrComputeCapability, returned without asking the driver.
 func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 	if err := r.live(); err != nil {
 		return 0, err
 	}
-	if err := checkComputeCapability(name, ptx.ModuleComputeCapability(name), r.info); err != nil {
+	if err := checkComputeCapability(name, r.info, ptx.ModuleRunsOn); err != nil {
 		return 0, err
 	}
 	r.loadMu.Lock()
@@ -133,7 +134,8 @@ func (r *Runtime) LoadModule(name string) (time.Duration, error) {
 // code (nil unless LOAD_SASS is auto and some is recorded for the device's
 // architecture).
 func (r *Runtime) imageChoice(name string) (c imageChoice, sass, jit []byte) {
-	c = imageChoice{mode: r.cfg.LoadSASS, cc: r.info.computeCapability(), driver: r.info.DriverVersion}
+	c = imageChoice{mode: r.cfg.LoadSASS, cc: r.info.computeCapability(), driver: r.info.DriverVersion,
+		archSpecific: ptx.ModuleArchSpecific(name)}
 	if c.mode != config.SplitOff {
 		sass, c.sassArch, _ = ptx.SASS(name, c.cc)
 		c.jitFaster = c.sassArch > 0 && ptx.JITFaster(name, c.sassArch)
@@ -174,21 +176,30 @@ type imageChoice struct {
 	// jitDriver is the version of the driver that recorded the module's JIT
 	// code for exactly cc (ptx.JITCubin); 0 when none is recorded.
 	jitDriver int
+	// archSpecific is ptx.ModuleArchSpecific for the module: its SASS is
+	// for sm_XXa (the label says so).
+	archSpecific bool
 }
 
 // imageCandidate is one image a load tries, and why it is tried.
 type imageCandidate struct {
 	kind imageKind
 	arch int // the cubin's architecture (e.g. 90); 0 for the PTX
-	why  string
+	// archSpecific marks ptxas's SASS of an arch-specific module (sm_90a).
+	archSpecific bool
+	why          string
 }
 
-// label names the image: "jit-cubin sm_90", "sass sm_90" or "ptx".
+// label names the image: "jit-cubin sm_90", "sass sm_90", "sass sm_90a" or
+// "ptx".
 func (c imageCandidate) label() string {
 	switch c.kind {
 	case imageJIT:
 		return fmt.Sprintf("jit-cubin sm_%d", c.arch)
 	case imageSASS:
+		if c.archSpecific {
+			return fmt.Sprintf("sass sm_%da", c.arch)
+		}
 		return fmt.Sprintf("sass sm_%d", c.arch)
 	}
 	return "ptx"
@@ -214,14 +225,15 @@ func planImages(c imageChoice) []imageCandidate {
 	// first adds the first image to try; then adds one tried when every
 	// image before it was refused.
 	first := func(kind imageKind, arch int, why string) {
-		out = []imageCandidate{{kind: kind, arch: arch, why: why}}
+		out = []imageCandidate{{kind: kind, arch: arch, archSpecific: kind == imageSASS && c.archSpecific, why: why}}
 	}
 	then := func(kind imageKind, arch int) {
 		tried := make([]string, len(out))
 		for i, prev := range out {
 			tried[i] = prev.label()
 		}
-		out = append(out, imageCandidate{kind: kind, arch: arch, why: "the driver refused the " + strings.Join(tried, " and the ")})
+		out = append(out, imageCandidate{kind: kind, arch: arch, archSpecific: kind == imageSASS && c.archSpecific,
+			why: "the driver refused the " + strings.Join(tried, " and the ")})
 	}
 	sm := fmt.Sprintf("sm_%d", c.cc)
 	switch c.mode {
@@ -426,23 +438,25 @@ func (m moduleFacts) addTo(old *dispatch.DeviceFacts) *dispatch.DeviceFacts {
 // (90 for 9.0), the unit of ptx.ModuleComputeCapability.
 func (d DeviceInfo) computeCapability() int { return d.ComputeMajor*10 + d.ComputeMinor }
 
-// canLoad reports whether the device's compute capability is enough for the
-// embedded module (see ptx.ModuleComputeCapability): false for the *_sm90
-// modules below 9.0. Planners use it to leave out kernels the device cannot
-// run; it says nothing of whether the module exists.
+// canLoad reports whether the embedded module runs on the device's compute
+// capability (ptx.ModuleRunsOn): false for the *_sm90 modules below 9.0 and
+// for the arch-specific *_sm90a modules anywhere but 9.0. Planners use it
+// to leave out kernels the device cannot run; it says nothing of whether
+// the module exists.
 func (r *Runtime) canLoad(module string) bool {
-	return ptx.ModuleComputeCapability(module) <= r.info.computeCapability()
+	ok, _ := ptx.ModuleRunsOn(module, r.info.computeCapability())
+	return ok
 }
 
 // checkComputeCapability returns an error matching ErrComputeCapability,
-// naming the module, what it needs and what the device has, when the device
-// described by d is below need, the capability module needs.
-func checkComputeCapability(module string, need int, d DeviceInfo) error {
-	if need <= d.computeCapability() {
+// naming the module, the device and why, when runsOn (ptx.ModuleRunsOn)
+// says module does not run on the device described by d.
+func checkComputeCapability(module string, d DeviceInfo, runsOn func(module string, cc int) (bool, string)) error {
+	ok, reason := runsOn(module, d.computeCapability())
+	if ok {
 		return nil
 	}
-	return fmt.Errorf("%w: %s needs compute capability %d.%d; device %d (%s) has %d.%d",
-		ErrComputeCapability, module, need/10, need%10, d.Ordinal, d.Name, d.ComputeMajor, d.ComputeMinor)
+	return fmt.Errorf("%w: %s %s (device %d, %s)", ErrComputeCapability, module, reason, d.Ordinal, d.Name)
 }
 
 // Occupancy reports the resident blocks per SM of a loaded kernel (0 if it
@@ -486,6 +500,6 @@ func (r *Runtime) KernelAttributes(name string) (regs, localBytes, sharedBytes i
 	return regs, localBytes, sharedBytes, err
 }
 
-// Modules lists the embedded modules, including those that need a newer GPU
-// than some supported ones (LoadModule then fails with ErrComputeCapability).
+// Modules lists the embedded modules, including those that do not run on
+// some supported GPUs (LoadModule then fails with ErrComputeCapability).
 func Modules() []string { return ptx.Modules() }

@@ -11,6 +11,7 @@ import (
 	"github.com/pagedkv/pagedkv/dispatch"
 	"github.com/pagedkv/pagedkv/driver"
 	"github.com/pagedkv/pagedkv/ptx"
+	"github.com/pagedkv/pagedkv/ptx/ptxfile"
 )
 
 // fakeRuntime is a Runtime that never opened a device: enough for what
@@ -25,25 +26,31 @@ func fakeRuntime(t *testing.T, major, minor int) *Runtime {
 }
 
 func TestCheckComputeCapability(t *testing.T) {
+	// runsOn is ptx.ModuleRunsOn over a compute_90 module and a compute_90a
+	// (arch-specific) one, which the embedded PTX need not have.
+	runsOn := func(module string, cc int) (bool, string) {
+		return ptxfile.RunsOn(90, module == "decode_f16_sm90a", cc)
+	}
 	tests := []struct {
+		module       string
 		major, minor int
-		need         int
 		want         string
 	}{
-		{8, 0, 80, ""},
-		{8, 6, 80, ""},
-		{9, 0, 90, ""},
-		{10, 0, 90, ""},
-		{12, 0, 90, ""},
-		{8, 9, 90, "pagedkv: module needs a newer GPU: decode_f16_sm90 needs compute capability 9.0; device 1 (Fake GPU) has 8.9"},
-		{8, 0, 90, "pagedkv: module needs a newer GPU: decode_f16_sm90 needs compute capability 9.0; device 1 (Fake GPU) has 8.0"},
-		{9, 0, 100, "pagedkv: module needs a newer GPU: decode_f16_sm90 needs compute capability 10.0; device 1 (Fake GPU) has 9.0"},
+		{"decode_f16_sm90", 9, 0, ""},
+		{"decode_f16_sm90", 10, 0, ""},
+		{"decode_f16_sm90", 12, 0, ""},
+		{"decode_f16_sm90", 8, 9, "pagedkv: module not built for this GPU: decode_f16_sm90 needs compute capability 9.0 or newer, device is 8.9 (device 1, Fake GPU)"},
+		{"decode_f16_sm90", 8, 0, "pagedkv: module not built for this GPU: decode_f16_sm90 needs compute capability 9.0 or newer, device is 8.0 (device 1, Fake GPU)"},
+		{"decode_f16_sm90a", 9, 0, ""},
+		{"decode_f16_sm90a", 8, 9, "pagedkv: module not built for this GPU: decode_f16_sm90a needs compute capability 9.0 exactly (sm_90a), device is 8.9 (device 1, Fake GPU)"},
+		{"decode_f16_sm90a", 10, 0, "pagedkv: module not built for this GPU: decode_f16_sm90a needs compute capability 9.0 exactly (sm_90a), device is 10.0 (device 1, Fake GPU)"},
+		{"decode_f16_sm90a", 12, 0, "pagedkv: module not built for this GPU: decode_f16_sm90a needs compute capability 9.0 exactly (sm_90a), device is 12.0 (device 1, Fake GPU)"},
 	}
 	for _, tt := range tests {
 		d := fakeRuntime(t, tt.major, tt.minor).info
-		err := checkComputeCapability("decode_f16_sm90", tt.need, d)
+		err := checkComputeCapability(tt.module, d, runsOn)
 		if tt.want == "" {
-			assert.NoError(t, err, "%d.%d needing %d", tt.major, tt.minor, tt.need)
+			assert.NoError(t, err, "%s on %d.%d", tt.module, tt.major, tt.minor)
 			continue
 		}
 		require.Error(t, err)
@@ -53,13 +60,17 @@ func TestCheckComputeCapability(t *testing.T) {
 }
 
 // TestCanLoadEmbedded checks canLoad against every embedded module's
-// recorded capability, on a device exactly at it and one just below.
+// recorded capability, on a device exactly at it, one just below and one
+// of the next major version (where only an arch-specific module does not
+// load).
 func TestCanLoadEmbedded(t *testing.T) {
 	for _, mod := range ptx.Modules() {
 		need := ptx.ModuleComputeCapability(mod)
 		assert.True(t, fakeRuntime(t, need/10, need%10).canLoad(mod), mod)
 		below := fakeRuntime(t, need/10-1, 9)
 		assert.False(t, below.canLoad(mod), mod)
+		next := fakeRuntime(t, need/10+1, 0)
+		assert.Equal(t, !ptx.ModuleArchSpecific(mod), next.canLoad(mod), mod)
 	}
 }
 
@@ -71,7 +82,7 @@ func TestLoadModuleGatedBeforeDriver(t *testing.T) {
 	took, err := r.LoadModule(ptx.ModuleDecodeF16)
 	require.ErrorIs(t, err, ErrComputeCapability)
 	assert.Zero(t, took)
-	assert.Equal(t, "pagedkv: module needs a newer GPU: decode_f16 needs compute capability 8.0; device 1 (Fake GPU) has 7.5", err.Error())
+	assert.Equal(t, "pagedkv: module not built for this GPU: decode_f16 needs compute capability 8.0 or newer, device is 7.5 (device 1, Fake GPU)", err.Error())
 	assert.Empty(t, r.modules)
 }
 
@@ -225,6 +236,15 @@ func TestPlanImages(t *testing.T) {
 			choice: imageChoice{mode: config.SplitAuto, cc: 87, driver: 12040, sassArch: 86},
 			want:   []imageCandidate{sass(86, "PAGEDKV_LOAD_SASS=auto"), ptxc("the driver refused the sass sm_86")},
 			labels: "sass sm_86, ptx",
+		},
+		{
+			name:   "auto, an arch-specific module's sm_90a SASS",
+			choice: imageChoice{mode: config.SplitAuto, cc: 90, driver: 12040, sassArch: 90, archSpecific: true},
+			want: []imageCandidate{
+				{kind: imageSASS, arch: 90, archSpecific: true, why: "PAGEDKV_LOAD_SASS=auto"},
+				ptxc("the driver refused the sass sm_90a"),
+			},
+			labels: "sass sm_90a, ptx",
 		},
 		{
 			name:   "auto, no SASS",

@@ -20,10 +20,11 @@ var (
 	ErrNoDriver = driver.ErrNoDriver
 	ErrNoDevice = driver.ErrNoDevice
 	ErrClosed   = errors.New("pagedkv: runtime is closed")
-	// ErrComputeCapability means a module needs a higher compute capability
-	// than the device has, e.g. a *_sm90 module (thread-block clusters) on an
-	// Ampere or Ada GPU.
-	ErrComputeCapability = errors.New("pagedkv: module needs a newer GPU")
+	// ErrComputeCapability means a module does not run on the device's
+	// compute capability: a *_sm90 module (thread-block clusters) on an
+	// Ampere or Ada GPU, or an arch-specific *_sm90a module (wgmma,
+	// setmaxnreg) on any GPU but compute capability 9.0.
+	ErrComputeCapability = errors.New("pagedkv: module not built for this GPU")
 )
 
 // Options selects the device and overrides configuration; nil fields keep the
@@ -129,6 +130,8 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The cluster decode kernels live in the *_sm90 modules.
+	clusters, _ := ptx.ModuleRunsOn(ptx.ModuleDecodeF16Sm90, info.computeCapability())
 	r := &Runtime{
 		device:      dev,
 		ctx:         ctx,
@@ -144,8 +147,7 @@ func Open(opts Options) (*Runtime, error) {
 		Name:                   info.Name,
 		SMs:                    info.SMs,
 		MaxSharedPerBlockOptin: info.MaxSharedPerBlockOptin,
-		// The cluster decode kernels live in the *_sm90 modules.
-		Clusters: info.computeCapability() >= ptx.ModuleComputeCapability(ptx.ModuleDecodeF16Sm90),
+		Clusters:               clusters,
 		// The wgmma varlen kernels live in the *_sm90a modules (9.0 only).
 		WGMMA:     info.computeCapability() == 90,
 		Occupancy: map[string]int{},

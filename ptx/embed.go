@@ -16,8 +16,9 @@ import (
 )
 
 // files holds every generated module as <name>.ptx, its machine code as
-// <name>.sm_XX.cubin.gz (one gzip-compressed cubin per architecture listed in
-// the module's manifest record), and manifest.json; and, recorded on GPUs
+// <name>.sm_XX.cubin.gz or, arch-specific, <name>.sm_XXa.cubin.gz (one
+// gzip-compressed cubin per architecture listed in the module's manifest
+// record), and manifest.json; and, recorded on GPUs
 // rather than generated, jit.json with the <name>.sm_XX.jit.cubin.gz it lists
 // (see JITCubin).
 //
@@ -30,14 +31,18 @@ var files embed.FS
 func Module(name string) ([]byte, error) { return module(files, name) }
 
 // SASS returns the machine code of module for a device of compute capability cc
-// (major*10+minor, e.g. 90): the embedded cubin of the highest architecture
-// the device runs (same major version, minor ≤ the device's), decompressed,
-// with that architecture (e.g. 86); ok is false when the module has none the
-// device can run (then load its PTX).
+// (major*10+minor, e.g. 90): the embedded arch-specific cubin for exactly
+// that capability (sm_90a on 9.0) if there is one, else the cubin of the
+// highest architecture the device runs (same major version, minor ≤ the
+// device's), decompressed, with that architecture (e.g. 86, or 90 for
+// sm_90a); ok is false when the module has none the device can run (then
+// load its PTX).
 //
-// Compute_80 modules carry sm_80, sm_86, sm_89 and sm_90 cubins and the
-// *_sm90 modules sm_90 only (see the manifest), so Ampere, Ada and Hopper
-// get SASS and anything newer loads the PTX. An unknown module name is ok
+// Compute_80 modules carry sm_80, sm_86, sm_89 and sm_90 cubins, the
+// *_sm90 modules sm_90 only and the arch-specific *_sm90a modules sm_90a
+// only (see the manifest), so Ampere, Ada and Hopper get SASS and anything
+// newer loads the PTX; an sm_90a cubin is never offered to a device other
+// than 9.0. An unknown module name is ok
 // false, as is (which the ptx tests rule out) a cubin that does not
 // decompress. Each call decompresses afresh; the image is the caller's.
 func SASS(module string, cc int) (image []byte, arch int, ok bool) { return sass(files, module, cc) }
@@ -126,6 +131,14 @@ func module(fsys fs.FS, name string) ([]byte, error) {
 func sass(fsys fs.FS, module string, cc int) ([]byte, int, bool) {
 	if module == "" || strings.ContainsAny(module, `/\.`) || cc <= 0 {
 		return nil, 0, false
+	}
+	// A cubin for sm_XYa runs on compute capability X.Y only.
+	if gz, err := fs.ReadFile(fsys, ptxfile.SASSFile(module, fmt.Sprintf("sm_%da", cc))); err == nil {
+		image, err := gunzip(gz)
+		if err != nil {
+			return nil, 0, false
+		}
+		return image, cc, true
 	}
 	// A cubin for sm_XY runs on compute capability X.Z for Z ≥ Y only.
 	for arch := cc; arch >= cc/10*10; arch-- {

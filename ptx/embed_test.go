@@ -105,8 +105,12 @@ func TestSASS(t *testing.T) {
 			assert.True(t, bytes.HasPrefix(image, []byte("\x7fELF")), "image does not start with the ELF magic")
 			mod, found := m.Module(tt.module)
 			require.True(t, found)
-			i := slices.IndexFunc(mod.SASS, func(img SASSImage) bool { return img.Arch == fmt.Sprintf("sm_%d", arch) })
-			require.GreaterOrEqual(t, i, 0, "manifest.json lists no sm_%d SASS for %s", arch, tt.module)
+			sm := fmt.Sprintf("sm_%d", arch)
+			if ModuleArchSpecific(tt.module) {
+				sm += "a"
+			}
+			i := slices.IndexFunc(mod.SASS, func(img SASSImage) bool { return img.Arch == sm })
+			require.GreaterOrEqual(t, i, 0, "manifest.json lists no %s SASS for %s", sm, tt.module)
 			sum := sha256.Sum256(image)
 			assert.Equal(t, mod.SASS[i].SHA256, hex.EncodeToString(sum[:]))
 		})
@@ -114,7 +118,8 @@ func TestSASS(t *testing.T) {
 }
 
 // TestSASSSelection covers what the embedded files do not: a gap in the
-// architectures, and a cubin that does not decompress.
+// architectures, a cubin that does not decompress, and arch-specific
+// (sm_90a) cubins.
 func TestSASSSelection(t *testing.T) {
 	gz := func(s string) *fstest.MapFile {
 		var b bytes.Buffer
@@ -131,6 +136,10 @@ func TestSASSSelection(t *testing.T) {
 		"b.ptx":             {Data: []byte(".version 7.8\n")},
 		"b.sm_90.cubin.gz":  {Data: []byte("not gzip")},
 		"b.sm_100.cubin.gz": gz("\x7fELF b100"),
+		"c.ptx":             {Data: []byte(".version 8.0\n.target sm_90a\n")},
+		"c.sm_90a.cubin.gz": gz("\x7fELF c90a"),
+		"d.ptx":             {Data: []byte(".version 8.0\n.target sm_90a\n")},
+		"d.sm_90a.cubin.gz": {Data: []byte("not gzip")},
 	}
 	tests := []struct {
 		module string
@@ -146,6 +155,13 @@ func TestSASSSelection(t *testing.T) {
 		{"b", 103, "\x7fELF b100", 100},
 		{"b", 110, "", 0},
 		{"a.sm_80", 80, "", 0},
+		// An arch-specific cubin runs on its own capability only.
+		{"c", 90, "\x7fELF c90a", 90},
+		{"c", 89, "", 0},
+		{"c", 91, "", 0},
+		{"c", 100, "", 0},
+		{"c", 120, "", 0},
+		{"d", 90, "", 0},
 	}
 	for _, tt := range tests {
 		image, arch, ok := sass(fsys, tt.module, tt.cc)

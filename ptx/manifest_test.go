@@ -86,6 +86,7 @@ func TestManifestCurrent(t *testing.T) {
 				t.Errorf("module %s: ModuleComputeCapability is %d, manifest.json arch %q needs %d; %s",
 					mod.Name, got, mod.Arch, cc, stale)
 			}
+			assert.Equal(t, mod.ArchSpecific(), ModuleArchSpecific(mod.Name), "module %s", mod.Name)
 
 			data, err := Module(mod.Name)
 			if err != nil {
@@ -141,6 +142,12 @@ func checkSASS(t *testing.T, mod ModuleInfo, img SASSImage, cc int) {
 	}
 	if arch < cc {
 		t.Errorf("module %s: manifest.json lists %s SASS, below the compute capability %d its PTX needs; %s", mod.Name, img.Arch, cc, stale)
+	}
+	// An arch-specific module's SASS is for its own capability only, and
+	// only it has arch-specific SASS (which SASS would offer to no device
+	// but that one).
+	if specific := mod.ArchSpecific(); ptxfile.ArchSpecific(img.Arch) != specific || (specific && arch != cc) {
+		t.Errorf("module %s: manifest.json lists %s SASS for a module of arch %q; %s", mod.Name, img.Arch, mod.Arch, stale)
 	}
 	gz, err := fs.ReadFile(files, file)
 	if err != nil {

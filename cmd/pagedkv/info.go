@@ -80,8 +80,9 @@ func runInfo(args []string) error {
 		took, err := r.LoadModule(m)
 		total += took
 		if errors.Is(err, pagedkv.ErrComputeCapability) {
-			// A module built for a newer GPU (*_sm90 below 9.0) cannot load
-			// here by design; that is not a JIT failure.
+			// A module built for other GPUs (*_sm90 below 9.0, *_sm90a
+			// anywhere but 9.0) cannot load here by design; that is not a
+			// JIT failure.
 			fmt.Printf("  %-*s  %s  skipped: %v\n", width, m, entries, err)
 			continue
 		}
@@ -118,8 +119,11 @@ func printNoGPU(w io.Writer, cfg config.Config, reason string) error {
 		if err != nil {
 			return err
 		}
-		cc := ptx.ModuleComputeCapability(m)
-		fmt.Fprintf(w, "  %-*s  %s  needs compute capability %d.%d\n", width, m, entries, cc/10, cc%10)
+		cc, exactly := ptx.ModuleComputeCapability(m), ""
+		if ptx.ModuleArchSpecific(m) {
+			exactly = fmt.Sprintf(" exactly (sm_%da)", cc)
+		}
+		fmt.Fprintf(w, "  %-*s  %s  needs compute capability %d.%d%s\n", width, m, entries, cc/10, cc%10, exactly)
 	}
 	fmt.Fprintf(w, "\nbuild      %s\n", buildStamp())
 	fmt.Fprintf(w, "device     none: %s\n", reason)

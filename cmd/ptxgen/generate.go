@@ -27,6 +27,11 @@ type generator struct {
 	version      string // nvcc's "release X.Y, VX.Y.Z"
 	ptxas        string
 	ptxasVersion string // ptxas's "release X.Y, VX.Y.Z"
+	// ptxas90a assembles the arch-specific (sm_90a) modules, whose PTX ISA
+	// 8.0 nvcc 11.8's ptxas cannot read; "" when none was given, which
+	// fails generation if such a module exists.
+	ptxas90a        string
+	ptxas90aVersion string // its "release X.Y, VX.Y.Z"
 }
 
 // module is one compiled .cu and the SASS assembled from its PTX.
@@ -54,6 +59,18 @@ func (g generator) generate(ctx context.Context, outDir string) (ptxfile.Manifes
 		return ptxfile.Manifest{}, fmt.Errorf("no %s/*.cu under %s", kernelsDir, g.root)
 	}
 	slices.Sort(srcs)
+	if g.ptxas90a == "" {
+		var need []string
+		for _, src := range srcs {
+			if ptxfile.ArchSpecific(moduleArch(strings.TrimSuffix(filepath.Base(src), ".cu"))) {
+				need = append(need, filepath.ToSlash(filepath.Join(kernelsDir, filepath.Base(src))))
+			}
+		}
+		if len(need) > 0 {
+			return ptxfile.Manifest{}, fmt.Errorf("%s: sm_90a SASS needs a ptxas that reads PTX ISA 8.0 (%s), not nvcc's; %s",
+				strings.Join(need, ", "), wantPTXAS90a, ptxas90aHint)
+		}
+	}
 
 	work, err := os.MkdirTemp("", "ptxgen-")
 	if err != nil {
@@ -159,6 +176,14 @@ func (g generator) buildAll(ctx context.Context, sem chan struct{}, work, name, 
 	if err != nil {
 		return module{}, err // names the module
 	}
+	ptxas := g.ptxas
+	if mod.info.ArchSpecific() {
+		if g.ptxas90a == "" { // generate checks this first
+			return module{}, fmt.Errorf("module %s: no sm_90a ptxas; %s", name, ptxas90aHint)
+		}
+		ptxas = g.ptxas90a
+		mod.info.PTXAS = g.ptxas90aVersion
+	}
 	mod.info.SASS = make([]ptxfile.SASSImage, len(archs))
 	mod.sass = make([][]byte, len(archs))
 	errs := make([]error, len(archs))
@@ -169,7 +194,7 @@ func (g generator) buildAll(ctx context.Context, sem chan struct{}, work, name, 
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			mod.info.SASS[i], mod.sass[i], errs[i] = g.assemble(ctx, work, name, arch)
+			mod.info.SASS[i], mod.sass[i], errs[i] = g.assemble(ctx, ptxas, work, name, arch)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("module %s, %s: %w", name, arch, errs[i])
 			}
@@ -185,9 +210,9 @@ func (g generator) buildAll(ctx context.Context, sem chan struct{}, work, name, 
 // assemble runs ptxas on the module's PTX in work (<name>.ptx, written by
 // build) for arch, and returns the cubin's manifest record and the cubin
 // compressed.
-func (g generator) assemble(ctx context.Context, work, name, arch string) (ptxfile.SASSImage, []byte, error) {
+func (g generator) assemble(ctx context.Context, ptxas, work, name, arch string) (ptxfile.SASSImage, []byte, error) {
 	out := name + "." + arch + ".cubin"
-	if err := assemble(ctx, g.ptxas, work, arch, name+".ptx", out); err != nil {
+	if err := assemble(ctx, ptxas, work, arch, name+".ptx", out); err != nil {
 		return ptxfile.SASSImage{}, nil, err
 	}
 	cubin, err := os.ReadFile(filepath.Join(work, out))
@@ -197,8 +222,8 @@ func (g generator) assemble(ctx context.Context, work, name, arch string) (ptxfi
 	if !bytes.HasPrefix(cubin, []byte("\x7fELF")) {
 		return ptxfile.SASSImage{}, nil, fmt.Errorf("ptxas wrote %s, which is not an ELF file", out)
 	}
-	// ptxas 11.8's cubins are reproducible as they come (the same bytes
-	// from two builds and from two source paths), so nothing is
+	// ptxas 11.8's and 12.4's cubins are reproducible as they come (the
+	// same bytes from two builds and from two source paths), so nothing is
 	// normalized; as for the PTX, a path inside one fails generation
 	// rather than making the output differ from machine to machine.
 	for _, p := range []string{g.root, work} {
@@ -225,6 +250,16 @@ func (g generator) build(ctx context.Context, work, name, src string) (module, e
 	ptx, err := os.ReadFile(out)
 	if err != nil {
 		return module{}, err
+	}
+	// An arch-specific module's header is rewritten here, so the PTX that
+	// is hashed, embedded and assembled is the retargeted one.
+	if ptxfile.ArchSpecific(arch) {
+		if ptx, err = retargetPTX(ptx, arch); err != nil {
+			return module{}, err
+		}
+		if err := os.WriteFile(out, ptx, 0o644); err != nil {
+			return module{}, err
+		}
 	}
 	// nvcc 11.8's PTX is reproducible as it comes: its header comment holds
 	// only the compiler build ID and version, never a date or a path, and

@@ -24,12 +24,23 @@ const kernelsDir = "kernels_src"
 var nvccFlags = []string{"-ptx", "-arch=" + ptxfile.DefaultArch, "-O3", "-std=c++17", "-I" + kernelsDir}
 
 // archSuffixes maps a module-name suffix to the virtual architecture such a
-// module is compiled for instead of ptxfile.DefaultArch:
-// kernels_src/decode_f16_sm90.cu becomes decode_f16_sm90.ptx, compiled with
-// -arch=compute_90, for kernels that use sm_90 features (thread-block
-// clusters, distributed shared memory). Every other module stays
-// DefaultArch, so its PTX keeps loading on every supported GPU.
+// module is compiled for instead of ptxfile.DefaultArch, as the manifest
+// records it; a name matches the first suffix it ends with.
+//
+//   - kernels_src/decode_f16_sm90a.cu becomes decode_f16_sm90a.ptx for
+//     compute_90a, for kernels that use Hopper-only instructions (wgmma,
+//     setmaxnreg): nvcc 11.8 knows no compute_90a, so it compiles for
+//     compute_90 and retargetPTX rewrites the header to PTX ISA 8.0 and
+//     .target sm_90a. Such PTX and its sm_90a SASS run on compute
+//     capability 9.0 only.
+//   - kernels_src/decode_f16_sm90.cu becomes decode_f16_sm90.ptx, compiled
+//     with -arch=compute_90, for kernels that use sm_90 features
+//     (thread-block clusters, distributed shared memory).
+//
+// Every other module stays DefaultArch, so its PTX keeps loading on every
+// supported GPU.
 var archSuffixes = []struct{ suffix, arch string }{
+	{"_sm90a", "compute_90a"},
 	{"_sm90", "compute_90"},
 }
 
@@ -44,7 +55,18 @@ func moduleArch(name string) string {
 	return ""
 }
 
-// flagsFor returns nvccFlags with -arch set to arch ("" keeps the default).
+// nvccArch returns the -arch nvcc compiles a module of arch for: arch
+// itself, except that an arch-specific arch (compute_90a), which nvcc 11.8
+// does not know, is compiled for its base (compute_90) and retargeted.
+func nvccArch(arch string) string {
+	if ptxfile.ArchSpecific(arch) {
+		return strings.TrimSuffix(arch, "a")
+	}
+	return arch
+}
+
+// flagsFor returns nvccFlags with -arch set for arch (see nvccArch; ""
+// keeps the default).
 func flagsFor(arch string) []string {
 	flags := slices.Clone(nvccFlags)
 	if arch == "" {
@@ -52,10 +74,54 @@ func flagsFor(arch string) []string {
 	}
 	for i, f := range flags {
 		if strings.HasPrefix(f, "-arch=") {
-			flags[i] = "-arch=" + arch
+			flags[i] = "-arch=" + nvccArch(arch)
 		}
 	}
 	return flags
+}
+
+// ptxRetarget is how the header of the PTX nvcc 11.8 writes for an
+// arch-specific module's base arch becomes that of the arch-specific one:
+// each line, matched whole, is replaced.
+type ptxRetarget struct {
+	version, target         string // what nvcc writes, e.g. ".version 7.8", ".target sm_90"
+	wantVersion, wantTarget string // what they become, e.g. ".version 8.0", ".target sm_90a"
+}
+
+// retargets holds the header rewrite of each arch-specific arch: sm_90a
+// needs PTX ISA 8.0, where nvcc 11.8 writes 7.8 for compute_90. The body
+// is valid PTX 8.0 as it stands, since 8.0 only adds to 7.8.
+var retargets = map[string]ptxRetarget{
+	"compute_90a": {".version 7.8", ".target sm_90", ".version 8.0", ".target sm_90a"},
+}
+
+// retargetPTX returns ptx, compiled for nvccArch(arch), with its header
+// rewritten for arch: for an arch-specific arch, its .version and .target
+// lines, each of which must occur exactly once; any other arch returns ptx
+// as it is.
+func retargetPTX(ptx []byte, arch string) ([]byte, error) {
+	if !ptxfile.ArchSpecific(arch) {
+		return ptx, nil
+	}
+	r, ok := retargets[arch]
+	if !ok {
+		return nil, fmt.Errorf("no PTX header rewrite for arch %s", arch)
+	}
+	lines := bytes.Split(ptx, []byte("\n"))
+	for _, sub := range [][2]string{{r.version, r.wantVersion}, {r.target, r.wantTarget}} {
+		var at []int
+		for i, l := range lines {
+			if string(l) == sub[0] {
+				at = append(at, i)
+			}
+		}
+		if len(at) != 1 {
+			return nil, fmt.Errorf("retargeting the PTX for %s: it has %d lines %q, not exactly one (nvcc %s writes one for -arch=%s)",
+				arch, len(at), sub[0], strings.TrimPrefix(wantNVCC, "release "), nvccArch(arch))
+		}
+		lines[at[0]] = []byte(sub[1])
+	}
+	return bytes.Join(lines, []byte("\n")), nil
 }
 
 const installHint = `nvcc not found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin (or use -nvcc PATH); ` +

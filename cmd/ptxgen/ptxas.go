@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/pagedkv/pagedkv/ptx/ptxfile"
@@ -29,12 +31,20 @@ var sassArchs = []int{80, 86, 89, 90}
 
 // sassTargets returns the ptxas architectures ("sm_80", …) mod's PTX is
 // assembled for: every one of sassArchs at or above the compute capability
-// its PTX needs. A compute_80 module gets sm_80, sm_86, sm_89 and sm_90; a
-// compute_90 (*_sm90) module gets sm_90 only.
+// its PTX needs, or, for an arch-specific module, its own arch-specific
+// architecture if that capability is one of sassArchs. A compute_80 module
+// gets sm_80, sm_86, sm_89 and sm_90; a compute_90 (*_sm90) module sm_90
+// only; a compute_90a (*_sm90a) module sm_90a only.
 func sassTargets(mod ptxfile.ModuleInfo) ([]string, error) {
 	cc, err := mod.ComputeCapability()
 	if err != nil {
 		return nil, err
+	}
+	if mod.ArchSpecific() {
+		if !slices.Contains(sassArchs, cc) {
+			return nil, nil
+		}
+		return []string{fmt.Sprintf("sm_%da", cc)}, nil
 	}
 	var archs []string
 	for _, a := range sassArchs {
@@ -62,6 +72,37 @@ func findPTXAS(nvcc string) (string, error) {
 	}
 	return "", fmt.Errorf("no ptxas beside %s (looked in %s): the SASS is assembled with the ptxas of the nvcc that built the PTX; "+
 		"a CUDA toolkit (Debian's nvidia-cuda-toolkit included) installs both in one folder", nvcc, strings.Join(dirs, ", "))
+}
+
+// wantPTXAS90a is the ptxas release the sm_90a SASS in ptx/ is assembled
+// with: nvcc 11.8's ptxas does not know PTX ISA 8.0 or sm_90a.
+const wantPTXAS90a = "release 12.4"
+
+// ptxas90aEnv names the environment variable that gives the sm_90a ptxas
+// when -ptxas90a does not.
+const ptxas90aEnv = "PTXAS_SM90A"
+
+// ptxas90aHint says where the sm_90a ptxas comes from.
+const ptxas90aHint = "pass -ptxas90a PATH or set " + ptxas90aEnv + " to CUDA 12.4's ptxas " +
+	"(Debian trixie's non-free nvidia-cuda-toolkit 12.4.131, extracted with apt-get download and dpkg -x as .ci/run does)"
+
+// findPTXAS90a returns the ptxas that assembles arch-specific (sm_90a)
+// modules, as an absolute path: the -ptxas90a flag, else $PTXAS_SM90A, else
+// "" (then generation fails if any module needs it). A path given that is
+// not an executable is an error.
+func findPTXAS90a(flagPath string) (string, error) {
+	path, from := flagPath, "-ptxas90a"
+	if path == "" {
+		path, from = os.Getenv(ptxas90aEnv), ptxas90aEnv
+	}
+	if path == "" {
+		return "", nil
+	}
+	p, err := exec.LookPath(path)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", from, path, err)
+	}
+	return filepath.Abs(p)
 }
 
 // assemble runs ptxas in dir on the PTX file in (relative to dir) for arch

@@ -120,7 +120,11 @@ func TestModuleComputeCapability(t *testing.T) {
 		{"compute_90", 90, ""},
 		{"compute_86", 86, ""},
 		{"sm_90", 0, `arch "sm_90" is not compute_<major><minor>`},
-		{"compute_90a", 0, `arch "compute_90a"`},
+		{"compute_90a", 90, ""},
+		{"compute_100a", 100, ""},
+		{"compute_86a", 0, `arch "compute_86a"`},
+		{"compute_90aa", 0, `arch "compute_90aa"`},
+		{"compute_a", 0, `arch "compute_a"`},
 		{"compute_9", 0, `arch "compute_9"`},
 		{"compute_100", 100, ""},
 		{"compute_+9", 0, `arch "compute_+9"`},
@@ -145,14 +149,14 @@ func TestSASSArch(t *testing.T) {
 		arch string
 		want int
 	}{
-		{"sm_80", 80}, {"sm_86", 86}, {"sm_90", 90}, {"sm_100", 100},
-		{"compute_90", 0}, {"sm_90a", 0}, {"sm_9", 0}, {"sm_09", 0}, {"sm_+90", 0}, {"", 0},
+		{"sm_80", 80}, {"sm_86", 86}, {"sm_90", 90}, {"sm_100", 100}, {"sm_90a", 90},
+		{"compute_90", 0}, {"sm_80a", 0}, {"sm_9a", 0}, {"sm_9", 0}, {"sm_09", 0}, {"sm_+90", 0}, {"", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.arch, func(t *testing.T) {
 			cc, err := SASSArch(tt.arch)
 			if tt.want == 0 {
-				assert.ErrorContains(t, err, "is not sm_<major><minor>")
+				assert.ErrorContains(t, err, "is not sm_<major><minor>, e.g. sm_90, or sm_<major><minor>a")
 				return
 			}
 			require.NoError(t, err)
@@ -160,4 +164,49 @@ func TestSASSArch(t *testing.T) {
 		})
 	}
 	assert.Equal(t, "decode_f16.sm_86.cubin.gz", SASSFile("decode_f16", "sm_86"))
+}
+
+func TestArchSpecific(t *testing.T) {
+	tests := []struct {
+		arch string
+		want bool
+	}{
+		{"compute_90a", true}, {"sm_90a", true}, {"compute_100a", true},
+		{"compute_90", false}, {"sm_90", false}, {"", false}, {"compute_80a", false}, {"sm_a", false}, {"90a", false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, ArchSpecific(tt.arch), tt.arch)
+	}
+	assert.True(t, ModuleInfo{Arch: "compute_90a"}.ArchSpecific())
+	assert.False(t, ModuleInfo{Arch: "sm_90a"}.ArchSpecific(), "a module's arch is virtual")
+	assert.False(t, ModuleInfo{}.ArchSpecific())
+}
+
+func TestRunsOn(t *testing.T) {
+	tests := []struct {
+		arch   string
+		cc     int
+		reason string // "": runs
+	}{
+		{"", 80, ""},
+		{"", 90, ""},
+		{"", 120, ""},
+		{"", 75, "needs compute capability 8.0 or newer, device is 7.5"},
+		{"compute_90", 90, ""},
+		{"compute_90", 100, ""},
+		{"compute_90", 89, "needs compute capability 9.0 or newer, device is 8.9"},
+		{"compute_90a", 90, ""},
+		{"compute_90a", 80, "needs compute capability 9.0 exactly (sm_90a), device is 8.0"},
+		{"compute_90a", 89, "needs compute capability 9.0 exactly (sm_90a), device is 8.9"},
+		{"compute_90a", 100, "needs compute capability 9.0 exactly (sm_90a), device is 10.0"},
+		{"compute_90a", 120, "needs compute capability 9.0 exactly (sm_90a), device is 12.0"},
+	}
+	for _, tt := range tests {
+		ok, reason, err := ModuleInfo{Name: "m", Arch: tt.arch}.RunsOn(tt.cc)
+		require.NoError(t, err)
+		assert.Equal(t, tt.reason == "", ok, "%q on %d", tt.arch, tt.cc)
+		assert.Equal(t, tt.reason, reason, "%q on %d", tt.arch, tt.cc)
+	}
+	_, _, err := ModuleInfo{Name: "m", Arch: "sm_90a"}.RunsOn(90)
+	assert.ErrorContains(t, err, `module m: arch "sm_90a"`)
 }
