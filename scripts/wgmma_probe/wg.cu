@@ -303,6 +303,235 @@ __global__ void __launch_bounds__(128 * NWG) wg_varlen(
   }
 }
 
+
+// ---- warp-specialized: producer warpgroup (cp.async → ring, mbarriers), two consumer warpgroups.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+template <int KEYS, int ST>
+struct WsSmem {
+  static constexpr int kQ = 128 * D * 2;
+  static constexpr int kTile = KEYS * D * 2;
+  static constexpr int kStage = 2 * kTile;
+  static constexpr int kBars = 2 * ST * 8;
+  static constexpr int kBytes = kQ + ST * kStage + 1024 + kBars;
+};
+
+template <int KEYS, int ST>
+__global__ void __launch_bounds__(384, 1) wg_ws(
+    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
+    const int* __restrict__ block_tables, const int* __restrict__ cu, const int* __restrict__ pos_offsets,
+    const int* __restrict__ tile_seq, const int* __restrict__ tile_row0, __nv_bfloat16* __restrict__ out,
+    int num_q_heads, int num_kv_heads, int block_size, int max_blocks, float scale, int causal, int noload) {
+  using S = WsSmem<KEYS, ST>;
+  constexpr int ROWS = 128;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+  const uint32_t q_s = sbase;
+  const uint32_t kv_s = sbase + S::kQ;
+  const uint32_t full = kv_s + ST * S::kStage;  // ST mbarriers, then ST empty ones
+  const uint32_t empty = full + ST * 8;
+
+  const int tid = threadIdx.x, role = tid >> 7;  // 0: producer, 1-2: consumers
+  const int kvh = blockIdx.y, G = num_q_heads / num_kv_heads;
+  const int seq = tile_seq[blockIdx.x], p0 = tile_row0[blockIdx.x];
+  const int q0 = cu[seq], q_len = cu[seq + 1] - q0, pos = pos_offsets[seq];
+  const int kv_len = pos + q_len, rows_total = q_len * G;
+  const int p_last = min(p0 + ROWS - 1, rows_total - 1);
+  const int n_keys = causal ? pos + p_last / G + 1 : kv_len;
+  const int n_tiles = (n_keys + KEYS - 1) / KEYS;
+  const int* bt = block_tables + (size_t)seq * max_blocks;
+
+  if (tid == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full + 8 * s, 128);
+      mbar_init(empty + 8 * s, 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Q: every thread.
+  for (int idx = tid; idx < ROWS * CH; idx += 384) {
+    const int r = idx / CH, c = idx % CH;
+    const int p = p0 + r, tok = p / G, h = kvh * G + p % G;
+    const bool ok = p < rows_total;
+    const __nv_bfloat16* src = q + ((size_t)(q0 + (ok ? tok : 0)) * num_q_heads + h) * D + c * 8;
+    cp_async16(q_s + (r >> 6) * (64 * D * 2) + sw128<64>(r & 63, c), ok ? src : q, ok ? 16 : 0);
+  }
+  cp_commit();
+  cp_wait<0>();
+  fence_async_smem();
+  __syncthreads();
+
+  if (role == 0) {
+    // Producer: thread t copies chunks t, t+128, ... of each K and V tile.
+    const int t = tid;
+    auto issue = [&](int j) {
+      const int stage = j % ST;
+      const uint32_t ks = kv_s + stage * S::kStage, vs = ks + S::kTile;
+#pragma unroll
+      for (int i = 0; i < KEYS * CH / 128; ++i) {
+        const int idx = t + i * 128, r = idx / CH, c = idx % CH;
+        const int key = j * KEYS + r;
+        const bool ok = key < n_keys;
+        const int page = ok ? __ldg(bt + key / block_size) : 0;
+        const size_t off = (((size_t)page * block_size + key % block_size) * num_kv_heads + kvh) * D + c * 8;
+        cp_async16(ks + sw128<KEYS>(r, c), ok ? kc + off : kc, ok ? 16 : 0);
+        cp_async16(vs + sw128<KEYS>(r, c), ok ? vc + off : vc, ok ? 16 : 0);
+      }
+      cp_commit();
+    };
+    for (int j = 0; j < n_tiles; ++j) {
+      if (j >= ST) mbar_wait(empty + 8 * (j % ST), ((j / ST) - 1) & 1);
+      if (!noload || j < ST) issue(j);
+      else cp_commit();
+      if (j >= 1) {
+        cp_wait<1>();
+        fence_async_smem();
+        mbar_arrive(full + 8 * ((j - 1) % ST));
+      }
+    }
+    cp_wait<0>();
+    fence_async_smem();
+    mbar_arrive(full + 8 * ((n_tiles - 1) % ST));
+    return;
+  }
+
+  const int wg = role - 1, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int r0 = wg * 64 + warp * 16 + (lane >> 2);
+  int lim[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int p = p0 + r0 + 8 * e;
+    lim[e] = p < rows_total ? (causal ? pos + p / G : kv_len - 1) : kv_len - 1;
+  }
+  const int lim_min = causal ? pos + p0 / G : kv_len - 1;
+  const float q_mul = scale * 1.4426950408889634f;
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const uint32_t q_wg = q_s + wg * (64 * D * 2);
+  auto softmax = [&](const float (&s)[KEYS / 2], int j, uint32_t (&pa)[KEYS / 16][4], float (&alpha)[2]) {
+    const bool mask = (j + 1) * KEYS - 1 > lim_min;
+    float mx[2] = {-INFINITY, -INFINITY};
+    float sx[KEYS / 2];
+#pragma unroll
+    for (int i = 0; i < KEYS / 2; ++i) {
+      const int e = (i >> 1) & 1;
+      float x = s[i] * q_mul;
+      if (mask) {
+        const int key = j * KEYS + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+        if (key > lim[e]) x = -INFINITY;
+      }
+      sx[i] = x;
+      mx[e] = fmaxf(mx[e], x);
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffff, mx[e], 1));
+      mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffff, mx[e], 2));
+      const float mn = fmaxf(m[e], mx[e]);
+      alpha[e] = exp2f(m[e] - mn);
+      m[e] = mn;
+      l[e] *= alpha[e];
+    }
+#pragma unroll
+    for (int kk = 0; kk < KEYS / 16; ++kk) {
+      float p[8];
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const int e = (t >> 1) & 1;
+        p[t] = exp2f(sx[8 * kk + t] - m[e]);
+        l[e] += p[t];
+      }
+      pa[kk][0] = pack_bf16(p[0], p[1]);
+      pa[kk][1] = pack_bf16(p[2], p[3]);
+      pa[kk][2] = pack_bf16(p[4], p[5]);
+      pa[kk][3] = pack_bf16(p[6], p[7]);
+    }
+  };
+  auto issue_pv = [&](uint32_t (&pa)[KEYS / 16][4], uint32_t vs) {
+#pragma unroll
+    for (int kk = 0; kk < KEYS / 16; ++kk) wgmma_rs_n128(o, pa[kk], make_desc(vs + kk * 16 * 128, KEYS * 128, 1024));
+  };
+  uint32_t pa[KEYS / 16][4];
+  mbar_wait(full, 0);
+  {
+    float s[KEYS / 2];
+    wg_fence();
+    wg_scores<KEYS>(s, q_wg, kv_s);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(s);
+    float alpha[2];
+    softmax(s, 0, pa, alpha);
+  }
+  for (int j = 1; j < n_tiles; ++j) {
+    const int stage = j % ST, stage_prev = (j - 1) % ST;
+    mbar_wait(full + 8 * stage, (j / ST) & 1);
+    const uint32_t ks = kv_s + stage * S::kStage;
+    const uint32_t vs_prev = kv_s + stage_prev * S::kStage + S::kTile;
+    float s[KEYS / 2];
+    wg_fence();
+    wg_scores<KEYS>(s, q_wg, ks);
+    wg_commit();
+    issue_pv(pa, vs_prev);
+    wg_commit();
+    wg_wait<1>();
+    fence_regs(s);
+    uint32_t pn[KEYS / 16][4];
+    float alpha[2];
+    softmax(s, j, pn, alpha);
+    wg_wait<0>();
+    fence_regs(o);
+#pragma unroll
+    for (int kk = 0; kk < KEYS / 16; ++kk) fence_u32(pa[kk]);
+    mbar_arrive(empty + 8 * stage_prev);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
+#pragma unroll
+    for (int kk = 0; kk < KEYS / 16; ++kk)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) pa[kk][x] = pn[kk][x];
+  }
+  wg_fence();
+  issue_pv(pa, kv_s + ((n_tiles - 1) % ST) * S::kStage + S::kTile);
+  wg_commit();
+  wg_wait<0>();
+  fence_regs(o);
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    l[e] += __shfl_xor_sync(0xffffffff, l[e], 1);
+    l[e] += __shfl_xor_sync(0xffffffff, l[e], 2);
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int p = p0 + r0 + 8 * e;
+    if (p >= rows_total) continue;
+    const int tok = p / G, h = kvh * G + p % G;
+    __nv_bfloat16* dst = out + ((size_t)(q0 + tok) * num_q_heads + h) * D;
+    const float inv = 1.f / l[e];
+#pragma unroll
+    for (int n8 = 0; n8 < 16; ++n8) {
+      const int col = 8 * n8 + 2 * (lane & 3);
+      *reinterpret_cast<uint32_t*>(dst + col) = pack_bf16(o[4 * n8 + 2 * e] * inv, o[4 * n8 + 2 * e + 1] * inv);
+    }
+  }
+}
+
 // Naive reference: one block (128 threads = D) per (token, head); f32.
 __global__ void ref_varlen(const __nv_bfloat16* q, const __nv_bfloat16* kc, const __nv_bfloat16* vc, const int* bt_all,
                            const int* cu, const int* pos_offsets, const int* tok_seq, float* out, int num_q_heads,
@@ -342,7 +571,7 @@ struct Problem {
   std::vector<int> qlen, pos;
 };
 
-template <int NWG, int KEYS, bool OVERLAP>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0>
 double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char* name, int noload = 0) {
   const int QH = 32, KH = 8, bs = 16, G = QH / KH;
   const int S = pr.qlen.size();
@@ -399,13 +628,14 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
   CK(cudaMemcpy(dts, ts.data(), ts.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dtr, tr.data(), tr.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemset(dout, 0xFF, hq.size() * 2));  // NaN poison
-  using Sm = WgSmem<NWG, KEYS, OVERLAP ? 3 : 2>;
-  auto kern = wg_varlen<NWG, KEYS, OVERLAP>;
-  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Sm::kBytes));
+  const int smem_bytes = WS ? WsSmem<KEYS, WS>::kBytes : WgSmem<NWG, KEYS, OVERLAP ? 3 : 2>::kBytes;
+  auto kern = WS ? wg_ws<KEYS, WS ? WS : 2> : wg_varlen<NWG, KEYS, OVERLAP>;
+  const int threads = WS ? 384 : 128 * NWG;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const float scale = 1.f / sqrtf((float)D);
   dim3 grid(tiles.size(), KH);
   auto launch = [&]() {
-    kern<<<grid, 128 * NWG, Sm::kBytes>>>(dq, dk, dv, dbt, dcu, dpos, dts, dtr, dout, QH, KH, bs, maxb, scale, 1, noload);
+    kern<<<grid, threads, smem_bytes>>>(dq, dk, dv, dbt, dcu, dpos, dts, dtr, dout, QH, KH, bs, maxb, scale, 1, noload);
   };
   launch();
   CK(cudaGetLastError());
@@ -435,7 +665,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
     cudaFuncAttributes fa;
     cudaFuncGetAttributes(&fa, kern);
     nreg = fa.numRegs;
-    printf("%-28s%s nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", NWG, KEYS, OVERLAP, us, tflops, nreg,
+    printf("%-28s%s ws=%d nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", WS, NWG, KEYS, OVERLAP, us, tflops, nreg,
            fa.localSizeBytes);
   }
   if (check) {
@@ -468,7 +698,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
       }
       if (err > maxerr || x != x) maxerr = x != x ? INFINITY : err;
     }
-    printf("CHECK %-22s nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
+    printf("CHECK %-22s ws=%d nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, WS, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
     if (bad) {
       const size_t t = first / (QH * D), h = first / D % QH, d = first % D;
       printf("  first bad token %zu head %zu dim %zu: got %g want %g", t, h, d, __bfloat162float(got[first]), ref[first]);
@@ -481,28 +711,29 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
   return tflops;
 }
 
-template <int NWG, int KEYS, bool OVERLAP>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0>
 void suite(std::mt19937& g, bool check_only) {
   Problem ragged{{37, 1, 200, 64, 129}, {0, 300, 17, 1000, 5}};
   Problem chunk{{300}, {1700}};
   if (check_only) {
-    run<NWG, KEYS, OVERLAP>(ragged, true, 0, g, "ragged");
-    run<NWG, KEYS, OVERLAP>(chunk, true, 0, g, "chunk 1x300 kv2000");
+    run<NWG, KEYS, OVERLAP, WS>(ragged, true, 0, g, "ragged");
+    run<NWG, KEYS, OVERLAP, WS>(chunk, true, 0, g, "chunk 1x300 kv2000");
     return;
   }
-  run<NWG, KEYS, OVERLAP>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
-  run<NWG, KEYS, OVERLAP>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
-  run<NWG, KEYS, OVERLAP>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
-  run<NWG, KEYS, OVERLAP>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
-  run<NWG, KEYS, OVERLAP>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
-  run<NWG, KEYS, OVERLAP>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
-  run<NWG, KEYS, OVERLAP>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
+  run<NWG, KEYS, OVERLAP, WS>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
+  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
+  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
+  run<NWG, KEYS, OVERLAP, WS>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
+  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
+  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
+  run<NWG, KEYS, OVERLAP, WS>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
 }
 
 int main(int argc, char** argv) {
   std::mt19937 g(7);
   const bool check = argc > 1 && argv[1][0] == 'c';
-  suite<1, 64, false>(g, check);
+  suite<2, 64, true, 4>(g, check);
+  suite<2, 64, true, 3>(g, check);
   suite<2, 64, true>(g, check);
   suite<2, 128, true>(g, check);
   return 0;
