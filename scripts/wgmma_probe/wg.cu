@@ -1,5 +1,6 @@
 // Prototype: paged varlen causal attention on sm_90a with wgmma (bf16, D=128).
 // Standalone harness: correctness against a naive f32 kernel, timing.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,16 @@
 #include <algorithm>
 #include <random>
 #include "wg_ops.cuh"
+
+#if CUDA_VERSION < 12000  // compile checks with an older toolkit only: its cuda.h has no tensor maps
+typedef struct alignas(64) { unsigned long long opaque[16]; } CUtensorMap;
+enum { CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE };
+static CUresult cuTensorMapEncodeTiled(CUtensorMap*, int, unsigned, void*, const cuuint64_t*, const cuuint64_t*,
+                                       const cuuint32_t*, const cuuint32_t*, int, int, int, int) {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+#endif
 
 constexpr int D = 128;
 constexpr int CH = D / 8;  // 16-byte chunks a row
@@ -320,6 +331,19 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
       : "memory");
 }
 
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// tma_load_3d copies the box at (c0, c1, c2) of tensor map tm into shared
+// memory at dst, completing bytes on mbarrier bar.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* tm, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tm)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 template <int KEYS, int ST>
 struct WsSmem {
   static constexpr int kQ = 128 * D * 2;
@@ -329,12 +353,13 @@ struct WsSmem {
   static constexpr int kBytes = kQ + ST * kStage + 1024 + kBars;
 };
 
-template <int KEYS, int ST>
+template <int KEYS, int ST, bool TMA>
 __global__ void __launch_bounds__(384, 1) wg_ws(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
     const int* __restrict__ block_tables, const int* __restrict__ cu, const int* __restrict__ pos_offsets,
     const int* __restrict__ tile_seq, const int* __restrict__ tile_row0, __nv_bfloat16* __restrict__ out,
-    int num_q_heads, int num_kv_heads, int block_size, int max_blocks, float scale, int causal, int noload) {
+    int num_q_heads, int num_kv_heads, int block_size, int max_blocks, float scale, int causal, int noload,
+    const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
   using S = WsSmem<KEYS, ST>;
   constexpr int ROWS = 128;
   extern __shared__ uint8_t smem_raw[];
@@ -357,7 +382,7 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
 
   if (tid == 0) {
     for (int s = 0; s < ST; ++s) {
-      mbar_init(full + 8 * s, 128);
+      mbar_init(full + 8 * s, TMA ? 1 : 128);
       mbar_init(empty + 8 * s, 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -370,11 +395,41 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
     const __nv_bfloat16* src = q + ((size_t)(q0 + (ok ? tok : 0)) * num_q_heads + h) * D + c * 8;
     cp_async16(q_s + (r >> 6) * (64 * D * 2) + sw128<64>(r & 63, c), ok ? src : q, ok ? 16 : 0);
   }
+  if constexpr (TMA) {
+    for (int i = tid; i < ST * S::kStage / 16; i += 384)
+      *reinterpret_cast<uint4*>(smem + S::kQ + i * 16) = make_uint4(0, 0, 0, 0);
+  }
   cp_commit();
   cp_wait<0>();
   fence_async_smem();
   __syncthreads();
 
+  if (TMA && role == 0) {
+    // Producer: one thread; each tile is KEYS/block_size pages, each page
+    // of each column block one box of block_size rows of this KV head.
+    if (tid != 0) return;
+    const int pages = KEYS / block_size;
+    for (int j = 0; j < n_tiles; ++j) {
+      const int stage = j % ST;
+      if (j >= ST) mbar_wait(empty + 8 * stage, ((j / ST) - 1) & 1);
+      const uint32_t ks = kv_s + stage * S::kStage, vs = ks + S::kTile;
+      const uint32_t bar = full + 8 * stage;
+      int live = 0;
+      for (int p = 0; p < pages; ++p) live += j * KEYS + p * block_size < n_keys;
+      if (noload && j >= ST) live = 0;
+      mbar_expect(bar, (uint32_t)(live * 4 * block_size * 128));
+      for (int p = 0; p < live; ++p) {
+        const int row = __ldg(bt + (j * KEYS) / block_size + p) * block_size;
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb) {
+          const uint32_t at = cb * (KEYS * 128) + p * block_size * 128;
+          tma_load_3d(ks + at, &tmk, cb * 64, kvh, row, bar);
+          tma_load_3d(vs + at, &tmv, cb * 64, kvh, row, bar);
+        }
+      }
+    }
+    return;
+  }
   if (role == 0) {
     // Producer: thread t copies chunks t, t+128, ... of each K and V tile.
     const int t = tid;
@@ -571,7 +626,7 @@ struct Problem {
   std::vector<int> qlen, pos;
 };
 
-template <int NWG, int KEYS, bool OVERLAP, int WS = 0>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false>
 double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char* name, int noload = 0) {
   const int QH = 32, KH = 8, bs = 16, G = QH / KH;
   const int S = pr.qlen.size();
@@ -629,13 +684,33 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
   CK(cudaMemcpy(dtr, tr.data(), tr.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemset(dout, 0xFF, hq.size() * 2));  // NaN poison
   const int smem_bytes = WS ? WsSmem<KEYS, WS>::kBytes : WgSmem<NWG, KEYS, OVERLAP ? 3 : 2>::kBytes;
-  auto kern = WS ? wg_ws<KEYS, WS ? WS : 2> : wg_varlen<NWG, KEYS, OVERLAP>;
+  CUtensorMap tmk{}, tmv{};
+  if (TMA) {
+    const cuuint64_t dims[3] = {(cuuint64_t)D, (cuuint64_t)KH, (cuuint64_t)nb * bs};
+    const cuuint64_t strides[2] = {(cuuint64_t)D * 2, (cuuint64_t)KH * D * 2};
+    const cuuint32_t box[3] = {64, 1, (cuuint32_t)bs}, estr[3] = {1, 1, 1};
+    for (int i = 0; i < 2; ++i) {
+      CUresult r = cuTensorMapEncodeTiled(i ? &tmv : &tmk, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, i ? (void*)dv : (void*)dk, dims,
+                                          strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      if (r != CUDA_SUCCESS) {
+        printf("cuTensorMapEncodeTiled: %d\n", (int)r);
+        exit(1);
+      }
+    }
+  }
+  constexpr int KW = WS ? KEYS : 64;  // the WS kernel's keys (a WS = 0 run does not launch it)
+  auto kern = wg_ws<KW, WS ? WS : 3, TMA>;
   const int threads = WS ? 384 : 128 * NWG;
-  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  if (WS) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  else CK(cudaFuncSetAttribute(wg_varlen<NWG, KEYS, OVERLAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const float scale = 1.f / sqrtf((float)D);
   dim3 grid(tiles.size(), KH);
   auto launch = [&]() {
-    kern<<<grid, threads, smem_bytes>>>(dq, dk, dv, dbt, dcu, dpos, dts, dtr, dout, QH, KH, bs, maxb, scale, 1, noload);
+    if (WS)
+      kern<<<grid, threads, smem_bytes>>>(dq, dk, dv, dbt, dcu, dpos, dts, dtr, dout, QH, KH, bs, maxb, scale, 1, noload, tmk, tmv);
+    else
+      wg_varlen<NWG, KEYS, OVERLAP><<<grid, threads, smem_bytes>>>(dq, dk, dv, dbt, dcu, dpos, dts, dtr, dout, QH, KH, bs, maxb, scale, 1, noload);
   };
   launch();
   CK(cudaGetLastError());
@@ -663,9 +738,10 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
     tflops = flops / (us * 1e-6) / 1e12;
     int nreg = 0;
     cudaFuncAttributes fa;
-    cudaFuncGetAttributes(&fa, kern);
+    if (WS) cudaFuncGetAttributes(&fa, kern);
+    else cudaFuncGetAttributes(&fa, wg_varlen<NWG, KEYS, OVERLAP>);
     nreg = fa.numRegs;
-    printf("%-28s%s ws=%d nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", WS, NWG, KEYS, OVERLAP, us, tflops, nreg,
+    printf("%-28s%s %s ws=%d nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", TMA ? "tma" : "   ", WS, NWG, KEYS, OVERLAP, us, tflops, nreg,
            fa.localSizeBytes);
   }
   if (check) {
@@ -698,7 +774,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
       }
       if (err > maxerr || x != x) maxerr = x != x ? INFINITY : err;
     }
-    printf("CHECK %-22s ws=%d nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, WS, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
+    printf("CHECK %-22s %s ws=%d nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, TMA ? "tma" : "   ", WS, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
     if (bad) {
       const size_t t = first / (QH * D), h = first / D % QH, d = first % D;
       printf("  first bad token %zu head %zu dim %zu: got %g want %g", t, h, d, __bfloat162float(got[first]), ref[first]);
@@ -711,29 +787,30 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
   return tflops;
 }
 
-template <int NWG, int KEYS, bool OVERLAP, int WS = 0>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false>
 void suite(std::mt19937& g, bool check_only) {
   Problem ragged{{37, 1, 200, 64, 129}, {0, 300, 17, 1000, 5}};
   Problem chunk{{300}, {1700}};
   if (check_only) {
-    run<NWG, KEYS, OVERLAP, WS>(ragged, true, 0, g, "ragged");
-    run<NWG, KEYS, OVERLAP, WS>(chunk, true, 0, g, "chunk 1x300 kv2000");
+    run<NWG, KEYS, OVERLAP, WS, TMA>(ragged, true, 0, g, "ragged");
+    run<NWG, KEYS, OVERLAP, WS, TMA>(chunk, true, 0, g, "chunk 1x300 kv2000");
     return;
   }
-  run<NWG, KEYS, OVERLAP, WS>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
-  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
-  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
-  run<NWG, KEYS, OVERLAP, WS>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
-  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
-  run<NWG, KEYS, OVERLAP, WS>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
-  run<NWG, KEYS, OVERLAP, WS>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
+  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
+  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
+  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
+  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
+  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
+  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
+  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
 }
 
 int main(int argc, char** argv) {
   std::mt19937 g(7);
   const bool check = argc > 1 && argv[1][0] == 'c';
+  suite<2, 64, true, 4, true>(g, check);
+  suite<2, 64, true, 3, true>(g, check);
   suite<2, 64, true, 4>(g, check);
-  suite<2, 64, true, 3>(g, check);
   suite<2, 64, true>(g, check);
   suite<2, 128, true>(g, check);
   return 0;
