@@ -331,6 +331,12 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
       : "memory");
 }
 
+// Named barriers of 256 threads (both consumer warpgroups): a warpgroup
+// syncs on its own before issuing its products and arrives on the
+// other's after, so their products alternate with their softmaxes (PP).
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+
 __device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
                : "memory");
@@ -353,7 +359,7 @@ struct WsSmem {
   static constexpr int kBytes = kQ + ST * kStage + 1024 + kBars;
 };
 
-template <int KEYS, int ST, bool TMA>
+template <int KEYS, int ST, bool TMA, bool PP = false>
 __global__ void __launch_bounds__(384, 1) wg_ws(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
     const int* __restrict__ block_tables, const int* __restrict__ cu, const int* __restrict__ pos_offsets,
@@ -523,12 +529,16 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
     for (int kk = 0; kk < KEYS / 16; ++kk) wgmma_rs_n128(o, pa[kk], make_desc(vs + kk * 16 * 128, KEYS * 128, 1024));
   };
   uint32_t pa[KEYS / 16][4];
+  const int my_bar = 1 + wg, other_bar = 2 - wg;
+  if (PP && wg == 1) named_arrive(other_bar);  // warpgroup 0 goes first
   mbar_wait(full, 0);
   {
     float s[KEYS / 2];
+    if (PP) named_sync(my_bar);
     wg_fence();
     wg_scores<KEYS>(s, q_wg, kv_s);
     wg_commit();
+    if (PP) named_arrive(other_bar);
     wg_wait<0>();
     fence_regs(s);
     float alpha[2];
@@ -540,11 +550,13 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
     const uint32_t ks = kv_s + stage * S::kStage;
     const uint32_t vs_prev = kv_s + stage_prev * S::kStage + S::kTile;
     float s[KEYS / 2];
+    if (PP) named_sync(my_bar);
     wg_fence();
     wg_scores<KEYS>(s, q_wg, ks);
     wg_commit();
     issue_pv(pa, vs_prev);
     wg_commit();
+    if (PP) named_arrive(other_bar);
     wg_wait<1>();
     fence_regs(s);
     uint32_t pn[KEYS / 16][4];
@@ -562,9 +574,13 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
 #pragma unroll
       for (int x = 0; x < 4; ++x) pa[kk][x] = pn[kk][x];
   }
+  if (PP) named_sync(my_bar);
   wg_fence();
   issue_pv(pa, kv_s + ((n_tiles - 1) % ST) * S::kStage + S::kTile);
   wg_commit();
+  if (PP) named_arrive(other_bar);
+  // Warpgroup 1's first arrive left one more on warpgroup 0's barrier.
+  if (PP && wg == 0) named_sync(my_bar);
   wg_wait<0>();
   fence_regs(o);
 #pragma unroll
@@ -626,7 +642,7 @@ struct Problem {
   std::vector<int> qlen, pos;
 };
 
-template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false, bool PP = false>
 double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char* name, int noload = 0) {
   const int QH = 32, KH = 8, bs = 16, G = QH / KH;
   const int S = pr.qlen.size();
@@ -700,7 +716,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
     }
   }
   constexpr int KW = WS ? KEYS : 64;  // the WS kernel's keys (a WS = 0 run does not launch it)
-  auto kern = wg_ws<KW, WS ? WS : 3, TMA>;
+  auto kern = wg_ws<KW, WS ? WS : 3, TMA, PP>;
   const int threads = WS ? 384 : 128 * NWG;
   if (WS) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   else CK(cudaFuncSetAttribute(wg_varlen<NWG, KEYS, OVERLAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
@@ -741,7 +757,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
     if (WS) cudaFuncGetAttributes(&fa, kern);
     else cudaFuncGetAttributes(&fa, wg_varlen<NWG, KEYS, OVERLAP>);
     nreg = fa.numRegs;
-    printf("%-28s%s %s ws=%d nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", TMA ? "tma" : "   ", WS, NWG, KEYS, OVERLAP, us, tflops, nreg,
+    printf("%-28s%s %s ws=%d nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", TMA ? (PP ? "tma+pp" : "tma") : (PP ? "pp" : "   "), WS, NWG, KEYS, OVERLAP, us, tflops, nreg,
            fa.localSizeBytes);
   }
   if (check) {
@@ -774,7 +790,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
       }
       if (err > maxerr || x != x) maxerr = x != x ? INFINITY : err;
     }
-    printf("CHECK %-22s %s ws=%d nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, TMA ? "tma" : "   ", WS, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
+    printf("CHECK %-22s %s ws=%d nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, TMA ? (PP ? "tma+pp" : "tma") : (PP ? "pp" : "   "), WS, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
     if (bad) {
       const size_t t = first / (QH * D), h = first / D % QH, d = first % D;
       printf("  first bad token %zu head %zu dim %zu: got %g want %g", t, h, d, __bfloat162float(got[first]), ref[first]);
@@ -787,28 +803,30 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
   return tflops;
 }
 
-template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false, bool PP = false>
 void suite(std::mt19937& g, bool check_only) {
   Problem ragged{{37, 1, 200, 64, 129}, {0, 300, 17, 1000, 5}};
   Problem chunk{{300}, {1700}};
   if (check_only) {
-    run<NWG, KEYS, OVERLAP, WS, TMA>(ragged, true, 0, g, "ragged");
-    run<NWG, KEYS, OVERLAP, WS, TMA>(chunk, true, 0, g, "chunk 1x300 kv2000");
+    run<NWG, KEYS, OVERLAP, WS, TMA, PP>(ragged, true, 0, g, "ragged");
+    run<NWG, KEYS, OVERLAP, WS, TMA, PP>(chunk, true, 0, g, "chunk 1x300 kv2000");
     return;
   }
-  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
-  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
-  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
-  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
-  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
-  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
-  run<NWG, KEYS, OVERLAP, WS, TMA>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
 }
 
 int main(int argc, char** argv) {
   std::mt19937 g(7);
   const bool check = argc > 1 && argv[1][0] == 'c';
   suite<2, 64, true, 4, true>(g, check);
+  suite<2, 64, true, 4, true, true>(g, check);
+  suite<2, 64, true, 4, false, true>(g, check);
   suite<2, 64, true, 3, true>(g, check);
   suite<2, 64, true, 4>(g, check);
   suite<2, 64, true>(g, check);
