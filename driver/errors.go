@@ -19,6 +19,15 @@ var (
 	// operation that is illegal while a stream is being captured, or a
 	// capture sequence that was invalidated.
 	ErrCapture = errors.New("cuda: stream capture error")
+	// ErrInvalidArgument matches every error that rejects an argument before
+	// the driver is called; its text names the argument, its value and what
+	// is allowed.
+	ErrInvalidArgument = errors.New("cuda: invalid argument")
+	// ErrNotSupported reports that the driver lacks an optional function
+	// this package binds when present (one newer than CUDA 11.8, such as
+	// cuTensorMapEncodeTiled), or that the driver answered
+	// CUDA_ERROR_NOT_SUPPORTED.
+	ErrNotSupported = errors.New("cuda: not supported by this driver")
 )
 
 // Result is a CUresult, the status code every driver call returns.
@@ -194,12 +203,14 @@ func (e *Error) Error() string {
 }
 
 // Is reports whether e matches one of the package sentinels:
-// ErrNoDevice for CUDA_ERROR_NO_DEVICE, ErrCapture for the stream-capture
-// codes 900–908.
+// ErrNoDevice for CUDA_ERROR_NO_DEVICE, ErrNotSupported for
+// CUDA_ERROR_NOT_SUPPORTED, ErrCapture for the stream-capture codes 900–908.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrNoDevice:
 		return e.Code == ResultNoDevice
+	case ErrNotSupported:
+		return e.Code == ResultNotSupported
 	case ErrCapture:
 		return e.Code >= firstCaptureResult && e.Code <= lastCaptureResult
 	}

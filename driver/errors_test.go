@@ -45,10 +45,12 @@ func TestErrorIs(t *testing.T) {
 		code          Result
 		noDevice      bool
 		capture       bool
+		notSupported  bool
 		wrappedToo    bool
 		notNoDriverOK bool
 	}{
 		{code: ResultNoDevice, noDevice: true},
+		{code: ResultNotSupported, notSupported: true},
 		{code: ResultInvalidDevice},
 		{code: ResultOutOfMemory},
 		{code: Result(899)},
@@ -66,7 +68,9 @@ func TestErrorIs(t *testing.T) {
 			for _, e := range []error{err, wrapped} {
 				assert.Equal(t, tt.noDevice, errors.Is(e, ErrNoDevice))
 				assert.Equal(t, tt.capture, errors.Is(e, ErrCapture))
+				assert.Equal(t, tt.notSupported, errors.Is(e, ErrNotSupported))
 				assert.False(t, errors.Is(e, ErrNoDriver))
+				assert.False(t, errors.Is(e, ErrInvalidArgument), "a driver's answer is not a Go-side rejection")
 			}
 		})
 	}
@@ -120,4 +124,12 @@ func TestResultTable(t *testing.T) {
 		}
 		seen[text[0]] = code
 	}
+}
+
+func TestArgError(t *testing.T) {
+	err := argError("LoadModule: empty image")
+	assert.EqualError(t, err, "cuda: LoadModule: empty image", "the sentinel adds no text")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorIs(t, fmt.Errorf("pagedkv: %w", err), ErrInvalidArgument)
+	assert.NotErrorIs(t, err, ErrNoDriver)
 }

@@ -90,7 +90,8 @@ func Init() error {
 // uint32, size_t and unsigned long long → uint64, handles → the uintptr-based
 // handle types, pointers → *T or unsafe.Pointer. The symbols are the
 // versioned ABI names (what cuda.h's macros resolve to), present in every
-// driver from CUDA 11.8 to 13.x.
+// driver from CUDA 11.8 to 13.x except those marked optional, which newer
+// drivers add (see symbol).
 var (
 	// CUresult cuInit(unsigned int Flags);
 	cuInit func(flags uint32) Result
@@ -218,6 +219,15 @@ var (
 	// CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
 	//                           void **kernelParams, void **extra);   (hot path: bound with SyscallN)
 	cuLaunchKernelEx launchExFunc
+
+	// CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
+	//                                 cuuint32_t tensorRank, void *globalAddress,
+	//                                 const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
+	//                                 const cuuint32_t *boxDim, const cuuint32_t *elementStrides,
+	//                                 CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+	//                                 CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
+	//   (optional: CUDA 12.0 and later; nil when the driver lacks it)
+	cuTensorMapEncodeTiled tensorMapEncodeTiledFunc
 )
 
 // launchFunc is the Go type of cuLaunchKernel.
@@ -227,16 +237,26 @@ type launchFunc func(f Function, gx, gy, gz, bx, by, bz, sharedBytes uint32, s S
 // launchExFunc is the Go type of cuLaunchKernelEx.
 type launchExFunc func(config *launchConfig, f Function, params *unsafe.Pointer, extra *unsafe.Pointer) Result
 
+// tensorMapEncodeTiledFunc is the Go type of cuTensorMapEncodeTiled.
+type tensorMapEncodeTiledFunc func(tensorMap *TensorMap, dataType TensorMapDataType, rank uint32,
+	globalAddress DevicePtr, globalDim, globalStrides *uint64, boxDim, elementStrides *uint32,
+	interleave TensorMapInterleave, swizzle TensorMapSwizzle, l2Promotion TensorMapL2Promotion,
+	oobFill TensorMapOOBFill) Result
+
 // symbol pairs a driver symbol with the variable that holds it. A variable
 // given raw is bound by a hand-written adapter around rawCall (purego.SyscallN)
 // instead of purego.RegisterFunc: those symbols sit on per-launch paths
 // (Context.Do, Launch, LaunchCluster, GraphExec.Launch, Event.Record,
 // Stream.WaitEvent, Stream.IsCapturing), and rawCall does not allocate per
-// call the way RegisterFunc's reflection-based calls do.
+// call the way RegisterFunc's reflection-based calls do. An optional symbol
+// is one that drivers older than some CUDA release lack: when it is missing
+// the library still loads, the variable stays nil, and its wrapper returns
+// an error wrapping ErrNotSupported.
 type symbol struct {
-	name string
-	fptr any
-	raw  func(addr uintptr)
+	name     string
+	fptr     any
+	raw      func(addr uintptr)
+	optional bool
 }
 
 func symbols() []symbol {
@@ -349,6 +369,7 @@ func symbols() []symbol {
 				return r
 			}
 		}},
+		{name: "cuTensorMapEncodeTiled", fptr: &cuTensorMapEncodeTiled, optional: true},
 	}
 }
 
@@ -375,7 +396,8 @@ func rawCall(addr uintptr, args ...uintptr) Result {
 
 // bindTable looks every symbol up with lookup first, so a missing one is an
 // error naming it (all missing ones, in fact) and lib, the library opened,
-// never a panic; only then does it register the table.
+// never a panic; only then does it register the table. A missing optional
+// symbol is no error: its variable is left nil.
 func bindTable(lib string, lookup func(name string) (uintptr, error)) error {
 	syms := symbols()
 	addrs, missing := lookupSymbols(syms, lookup)
@@ -388,13 +410,15 @@ func bindTable(lib string, lookup func(name string) (uintptr, error)) error {
 }
 
 // lookupSymbols returns the address of every symbol of syms (0 where
-// missing) and the names of the missing ones.
+// missing) and the names of the missing ones that are not optional.
 func lookupSymbols(syms []symbol, lookup func(name string) (uintptr, error)) (addrs []uintptr, missing []string) {
 	addrs = make([]uintptr, len(syms))
 	for i, s := range syms {
 		addr, err := lookup(s.name)
 		if err != nil || addr == 0 {
-			missing = append(missing, s.name)
+			if !s.optional {
+				missing = append(missing, s.name)
+			}
 			continue
 		}
 		addrs[i] = addr
@@ -402,12 +426,17 @@ func lookupSymbols(syms []symbol, lookup func(name string) (uintptr, error)) (ad
 	return addrs, missing
 }
 
-// registerSymbols binds each variable of syms to its address in addrs.
+// registerSymbols binds each variable of syms to its address in addrs, and
+// sets the variable of an optional symbol with no address to nil.
 func registerSymbols(syms []symbol, addrs []uintptr) {
 	for i, s := range syms {
-		if s.raw != nil {
+		switch {
+		case addrs[i] == 0:
+			v := reflect.ValueOf(s.fptr).Elem()
+			v.Set(reflect.Zero(v.Type()))
+		case s.raw != nil:
 			s.raw(addrs[i])
-		} else {
+		default:
 			purego.RegisterFunc(s.fptr, addrs[i])
 		}
 	}
@@ -421,7 +450,15 @@ func unbindTable() {
 	}
 }
 
-// argError reports a bad argument caught before it reaches the driver.
+// argError reports a bad argument caught before it reaches the driver; the
+// error matches ErrInvalidArgument.
 func argError(format string, args ...any) error {
-	return fmt.Errorf("cuda: "+format, args...)
+	return &argumentError{fmt.Errorf("cuda: "+format, args...)}
 }
+
+// argumentError is an argError: its text is err's alone, and it matches
+// ErrInvalidArgument without repeating that sentinel's text.
+type argumentError struct{ err error }
+
+func (e *argumentError) Error() string   { return e.err.Error() }
+func (e *argumentError) Unwrap() []error { return []error{ErrInvalidArgument, e.err} }

@@ -41,6 +41,8 @@ func TestInitWithoutDriver(t *testing.T) {
 	_, err = MemAllocHost(16)
 	assert.ErrorIs(t, err, ErrNoDriver)
 	assert.ErrorIs(t, MemFreeHost(nil), ErrNoDriver)
+	_, err = EncodeTensorMapTiled(validTiled())
+	assert.ErrorIs(t, err, ErrNoDriver)
 }
 
 func TestOpenError(t *testing.T) {
@@ -114,6 +116,48 @@ func TestBindTableMissingSymbols(t *testing.T) {
 	assert.Contains(t, err.Error(), "cuGraphInstantiateWithFlags")
 	assert.Contains(t, err.Error(), "libcuda.so.1 lacks", "names the library opened")
 	assert.Equal(t, before, reflect.ValueOf(cuInit).Pointer(), "nothing is registered when a symbol is missing")
+
+	// A missing optional symbol is not named among the missing required ones.
+	missing["cuTensorMapEncodeTiled"] = true
+	err = bindTable("libcuda.so.1", func(name string) (uintptr, error) {
+		if missing[name] {
+			return 0, errors.New("undefined symbol")
+		}
+		return 1, nil
+	})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "cuTensorMapEncodeTiled")
+}
+
+// TestBindTableMissingOptional binds a table from a driver older than CUDA
+// 12.0: it loads, and the optional symbols stay nil.
+func TestBindTableMissingOptional(t *testing.T) {
+	if driverPresent(t) {
+		t.Skip("a CUDA driver library is present on this machine; not rebinding its table")
+	}
+	t.Cleanup(unbindTable)
+	var optional []string
+	for _, s := range symbols() {
+		if s.optional {
+			optional = append(optional, s.name)
+		}
+	}
+	assert.Equal(t, []string{"cuTensorMapEncodeTiled"}, optional)
+
+	// A stale binding from an earlier load is cleared too.
+	cuTensorMapEncodeTiled = fakeEncode(new(encodeCall))
+	require.NoError(t, bindTable("libcuda.so.1", func(name string) (uintptr, error) {
+		if name == "cuTensorMapEncodeTiled" {
+			return 0, errors.New("undefined symbol")
+		}
+		return 1, nil
+	}))
+	assert.Nil(t, cuTensorMapEncodeTiled)
+	assert.NotNil(t, cuInit)
+	assert.NotNil(t, cuLaunchKernelEx)
+	m := validTiled()
+	_, err := encodeTensorMapTiledWith(cuTensorMapEncodeTiled, &m)
+	assert.ErrorIs(t, err, ErrNotSupported)
 }
 
 // TestBindTableSignatures registers every symbol at a dummy address: it
@@ -144,6 +188,7 @@ func TestBindTableSignatures(t *testing.T) {
 		"cuStreamDestroy_v2", "cuStreamBeginCapture_v2", "cuEventDestroy_v2",
 		"cuGraphInstantiateWithFlags", "cuEventElapsedTime", "cuLaunchKernel", "cuLaunchKernelEx",
 		"cuStreamWaitEvent", "cuStreamGetCtx", "cuMemAllocHost_v2", "cuMemFreeHost",
+		"cuTensorMapEncodeTiled",
 	} {
 		assert.Contains(t, names, want)
 	}
