@@ -9,8 +9,10 @@ import (
 )
 
 const (
-	// maxParamBytes bounds the size of a kernel parameter struct.
-	maxParamBytes = 384
+	// maxParamBytes bounds the size of a kernel parameter struct: room for
+	// a kernel's scalars and pointers beside tensor maps of 128 bytes each
+	// (CUDA's own limit is 4 KiB).
+	maxParamBytes = 1024
 	// maxParams bounds the number of kernel parameters.
 	maxParams = 48
 )
@@ -87,8 +89,12 @@ func computeLayout(t reflect.Type) *paramLayout {
 		case reflect.Float32:
 			float = true
 		default:
-			return &paramLayout{err: fmt.Errorf("cuda: kernel parameter %v.%s has type %v; want DevicePtr, uintptr, int32, uint32, float32, int64 or uint64",
-				t, f.Name, f.Type)}
+			// A TensorMap is one 128-byte parameter (a __grid_constant__
+			// CUtensorMap); the driver copies it by its size.
+			if f.Type != reflect.TypeFor[TensorMap]() {
+				return &paramLayout{err: fmt.Errorf("cuda: kernel parameter %v.%s has type %v; want DevicePtr, uintptr, int32, uint32, float32, int64, uint64 or TensorMap",
+					t, f.Name, f.Type)}
+			}
 		}
 		l.offsets = append(l.offsets, f.Offset)
 		l.fields = append(l.fields, ParamField{Name: f.Name, Offset: f.Offset, Size: f.Type.Size(), Float: float})

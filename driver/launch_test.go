@@ -40,10 +40,40 @@ func TestParamLayoutAccepts(t *testing.T) {
 	fields, err = ParamLayout(reflect.TypeFor[struct{}]())
 	require.NoError(t, err)
 	assert.Empty(t, fields)
+
+	// A tensor map is one 128-byte parameter.
+	fields, err = ParamLayout(reflect.TypeFor[struct {
+		Out DevicePtr
+		K   TensorMap
+		N   int32
+	}]())
+	require.NoError(t, err)
+	assert.Equal(t, []ParamField{{Name: "Out", Offset: 0, Size: 8}, {Name: "K", Offset: 8, Size: 128}, {Name: "N", Offset: 136, Size: 4}}, fields)
+}
+
+// TestPackTensorMap: the parameter a kernel sees for a tensor map field is
+// its 128 bytes as given.
+func TestPackTensorMap(t *testing.T) {
+	type params struct {
+		N int32
+		M TensorMap
+	}
+	var p params
+	p.N = 7
+	for i := range p.M {
+		p.M[i] = uint64(i)*0x0101010101010101 + 1
+	}
+	l := layoutOf[params]()
+	require.NoError(t, l.err)
+	fr := frames.Get().(*frame)
+	defer frames.Put(fr)
+	fr.pack(unsafe.Pointer(&p), l)
+	assert.Equal(t, int32(7), *(*int32)(fr.ptrs[0]))
+	assert.Equal(t, p.M, *(*TensorMap)(fr.ptrs[1]))
 }
 
 func TestParamLayoutRejects(t *testing.T) {
-	type big struct{ A [50]uint64 }
+	type big struct{ A, B, C, D, E, F, G, H, I TensorMap }
 	type many struct {
 		A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15,
 		A16, A17, A18, A19, A20, A21, A22, A23, A24, A25, A26, A27, A28, A29, A30, A31, A32,
@@ -61,7 +91,8 @@ func TestParamLayoutRejects(t *testing.T) {
 		{"pointer", reflect.TypeFor[struct{ P *float32 }](), "P has type *float32"},
 		{"unsafe.Pointer", reflect.TypeFor[struct{ P unsafe.Pointer }](), "P has type unsafe.Pointer"},
 		{"nested", reflect.TypeFor[struct{ D Dim3 }](), "D has type driver.Dim3"},
-		{"array", reflect.TypeFor[big](), "is 400 bytes"},
+		{"array", reflect.TypeFor[struct{ A [4]uint64 }](), "A has type [4]uint64"},
+		{"too big", reflect.TypeFor[big](), "is 1152 bytes"},
 		{"too many", reflect.TypeFor[many](), "has 49 fields"},
 		{"blank", reflect.TypeFor[struct {
 			A int32
