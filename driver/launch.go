@@ -52,10 +52,12 @@ func layoutOf[T any]() *paramLayout {
 // Launch and returns its fields in PTX parameter order. A parameter struct
 // is a struct whose fields, in order, are the kernel's parameters; each
 // field's kind must be uintptr (DevicePtr included), int32, uint32, float32,
-// int64 or uint64 (named types of those kinds are fine). The struct may hold
-// at most 48 fields and 384 bytes. Go lays such fields out at their natural
+// int64 or uint64 (named types of those kinds are fine), or the field must
+// be a TensorMap (one 128-byte parameter). The struct may hold at most 48
+// fields and 1024 bytes. Go lays such fields out at their natural
 // alignment, as C does, so Offset is also where the bytes land in the
-// parameter buffer.
+// parameter buffer (a kernel's 64-byte-aligned tensor-map parameter is
+// copied by the driver, so the Go field's alignment does not matter).
 func ParamLayout(t reflect.Type) ([]ParamField, error) {
 	l := computeLayout(t)
 	if l.err != nil {
