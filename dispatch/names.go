@@ -827,6 +827,9 @@ func VarlenKernelNames() []string {
 			if k64, ok := tables.varlenK64[pair[0]]; ok {
 				names = append(names, k64)
 			}
+			if wg, ok := tables.varlenWG[pair[0]]; ok {
+				names = append(names, wg)
+			}
 			for _, n := range slices.Compact([]string{pair[0], pair[1]}) {
 				if twin, ok := tables.varlenMods[n]; ok {
 					names = append(names, twin)

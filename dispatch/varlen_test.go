@@ -130,6 +130,62 @@ func TestVarlenGraphSplitsAsEager(t *testing.T) {
 	}
 }
 
+// TestPlanVarlenWG checks where the planner takes a wgmma kernel: a
+// flash- or HND-layout varlen over a cache of the queries' type at head dim
+// 64 or 128, on a device whose wgmma modules load, with VarlenWGMMA on,
+// keys not forced and no score modifiers; the mma.sync kernel elsewhere.
+func TestPlanVarlenWG(t *testing.T) {
+	hopper := varlenDev()
+	hopper.WGMMA = true
+	off := knobs(func(k *Knobs) { k.VarlenWGMMA = false })
+	keys := knobs(func(k *Knobs) { k.VarlenKeys = 64 })
+	with := func(edit func(*VarlenShape)) VarlenShape {
+		s := prefill(8, 2048, 2048)
+		edit(&s)
+		return s
+	}
+	tests := []struct {
+		name   string
+		shape  VarlenShape
+		dev    DeviceFacts
+		knobs  Knobs
+		kernel string
+	}{
+		{"prefill", prefill(8, 2048, 2048), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
+		{"short rows", prefill(8, 16, 8192), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
+		{"head dim 64, f16", with(func(s *VarlenShape) { s.HeadDim, s.DType, s.CacheDType = 64, F16, F16 }), hopper, DefaultKnobs(), "paged_varlen_f16_hd64_wg"},
+		{"HND layout", with(func(s *VarlenShape) { s.Layout = LayoutHND }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
+		{"no wgmma modules", prefill(8, 2048, 2048), varlenDev(), DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
+		{"VarlenWGMMA off", prefill(8, 2048, 2048), hopper, off, "paged_varlen_bf16_hd128_k64"},
+		{"keys forced", prefill(8, 2048, 2048), hopper, keys, "paged_varlen_bf16_hd128_k64"},
+		{"score modifiers", with(func(s *VarlenShape) { s.Mods = true }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_mods"},
+		{"fp8 cache", with(func(s *VarlenShape) { s.CacheDType = E4M3 }), hopper, DefaultKnobs(), "paged_varlen_bf16_e4m3_hd128"},
+		{"x-split layout", with(func(s *VarlenShape) { s.Layout = LayoutXSplit }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_k64_xsplit"},
+		{"head dim 256", with(func(s *VarlenShape) { s.HeadDim = 256 }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd256"},
+		{"head dim 96", with(func(s *VarlenShape) { s.HeadDim = 96 }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd96"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := PlanVarlen(tt.shape, tt.dev, tt.knobs)
+			require.NoError(t, err)
+			assert.Equal(t, tt.kernel, p.Kernel)
+			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
+			assert.Equal(t, strings.HasSuffix(tt.kernel, "_wg"), VarlenWGKernel(p.Kernel))
+		})
+	}
+	rows, k, ok := VarlenGeometry("paged_varlen_f16_hd128_wg")
+	assert.True(t, ok)
+	assert.Equal(t, [2]int{64, 64}, [2]int{rows, k})
+	assert.Equal(t, 64*128*2+2*2*64*128*2+VarlenWGAlign, VarlenSharedBytes("paged_varlen_f16_hd128_wg"))
+	// A split-K wgmma plan merges in global memory: the kernel has no
+	// cluster twin.
+	p, err := PlanVarlen(prefill(1, 16, 32768), hopper, knobs(func(k *Knobs) { k.ForcedSplits = 4 }))
+	require.NoError(t, err)
+	assert.Equal(t, "paged_varlen_bf16_hd128_wg", p.Kernel)
+	assert.Equal(t, 4, p.Splits)
+	assert.Zero(t, p.Cluster)
+}
+
 // TestPlanVarlenK64 checks the choice between a 128-row kernel and its
 // 64-key twin: the twin where two of its blocks fit an SM, or as
 // Knobs.VarlenKeys forces; kernels without a twin stay.

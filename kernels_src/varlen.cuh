@@ -304,11 +304,11 @@ __device__ __forceinline__ void load_q_tile(uint32_t q_s, const T* q, int64_t q_
     const bool ok = p < rows;
     const int tok = ok ? p / G : 0;
     const T* src = q + (int64_t)(t.q_begin + tok) * q_token_stride + (int64_t)(kvh * G + (p - tok * G)) * DM + c * 8;
-    const uint32_t at = LAYOUT == kLayoutWG ? wg_tile_offset<ROWS>(r, c) : swizzle<CH>(r, c) * 16;
     if constexpr (DM < D) {
       const bool in = ok && c < DM / 8;
-      cp_async16(q_s + at, in ? src : q, in ? 16 : 0);
+      cp_async16(q_s + swizzle<CH>(r, c) * 16, in ? src : q, in ? 16 : 0);
     } else {
+      const uint32_t at = LAYOUT == kLayoutWG ? wg_tile_offset<ROWS>(r, c) : swizzle<CH>(r, c) * 16;
       cp_async16(q_s + at, ok ? src : q, ok ? 16 : 0);
     }
   }
@@ -1542,15 +1542,15 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // theirs run 0.7–2.5% slower (H100, 2026-12-02).
   constexpr bool kSplitLoops = MT == 2 && KEYS == 64;
   static_assert(!(MODS && kSplitLoops), "the _mods entries mask every tile in one loop");
-  extern __shared__ __align__(128) unsigned char smem_base[];
+  extern __shared__ __align__(128) unsigned char smem[];
   // wgmma's swizzled tiles start on 1024-byte boundaries: a kLayoutWG entry
   // launches with kVarlenWGAlign more bytes and starts there.
-  unsigned char* const smem =
-      LAYOUT == kLayoutWG ? smem_base + ((kVarlenWGAlign - (smem_addr(smem_base) & (kVarlenWGAlign - 1))) &
-                                         (kVarlenWGAlign - 1))
-                          : smem_base;
-  const uint32_t q_s = smem_addr(smem);
-  unsigned char* ring = smem + Smem::kQBytes;
+  unsigned char* const base =
+      LAYOUT == kLayoutWG
+          ? smem + ((kVarlenWGAlign - (smem_addr(smem) & (kVarlenWGAlign - 1))) & (kVarlenWGAlign - 1))
+          : smem;
+  const uint32_t q_s = smem_addr(base);
+  unsigned char* ring = base + Smem::kQBytes;
   unsigned char* wide = ring + STAGES * Smem::kStageBytes;
 
   const int kvh = blockIdx.y;
@@ -1702,7 +1702,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   if constexpr (CLUSTER) {
     // Every warp has read its last tile: the ring's memory is free.
     __syncthreads();
-    float* o_s = reinterpret_cast<float*>(smem);
+    float* o_s = reinterpret_cast<float*>(base);
     float* m_s = o_s + ROWS * kVarlenClusterStride(D);
     float* l_s = m_s + ROWS;
 #pragma unroll

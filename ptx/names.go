@@ -39,6 +39,7 @@ const (
 	ModuleVarlenBf16Layouts      = "varlen_bf16_layouts"
 	ModuleVarlenBf16Mods         = "varlen_bf16_mods"
 	ModuleVarlenBf16Sm90         = "varlen_bf16_sm90"
+	ModuleVarlenBf16Sm90a        = "varlen_bf16_sm90a"
 	ModuleVarlenF16              = "varlen_f16"
 	ModuleVarlenF16Dims          = "varlen_f16_dims"
 	ModuleVarlenF16E4m3          = "varlen_f16_e4m3"
@@ -48,6 +49,7 @@ const (
 	ModuleVarlenF16Layouts       = "varlen_f16_layouts"
 	ModuleVarlenF16Mods          = "varlen_f16_mods"
 	ModuleVarlenF16Sm90          = "varlen_f16_sm90"
+	ModuleVarlenF16Sm90a         = "varlen_f16_sm90a"
 )
 
 // moduleComputeCapability maps each module whose PTX needs more than
@@ -62,7 +64,9 @@ var moduleComputeCapability = map[string]int{
 	ModuleDecodeF16E4m3Sm90:      90,
 	ModuleDecodeF16Sm90:          90,
 	ModuleVarlenBf16Sm90:         90,
+	ModuleVarlenBf16Sm90a:        90,
 	ModuleVarlenF16Sm90:          90,
+	ModuleVarlenF16Sm90a:         90,
 }
 
 // Entry points of cache.ptx (kernels_src/cache.cu).
@@ -493,6 +497,12 @@ const (
 	PagedVarlenBf16Hd64R64Cluster  = "paged_varlen_bf16_hd64_r64_cluster"
 )
 
+// Entry points of varlen_bf16_sm90a.ptx (kernels_src/varlen_bf16_sm90a.cu).
+const (
+	PagedVarlenBf16Hd128Wg = "paged_varlen_bf16_hd128_wg"
+	PagedVarlenBf16Hd64Wg  = "paged_varlen_bf16_hd64_wg"
+)
+
 // Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
 const (
 	PagedVarlenF16Hd128      = "paged_varlen_f16_hd128"
@@ -607,4 +617,10 @@ const (
 	PagedVarlenF16Hd256Cluster    = "paged_varlen_f16_hd256_cluster"
 	PagedVarlenF16Hd64Cluster     = "paged_varlen_f16_hd64_cluster"
 	PagedVarlenF16Hd64R64Cluster  = "paged_varlen_f16_hd64_r64_cluster"
+)
+
+// Entry points of varlen_f16_sm90a.ptx (kernels_src/varlen_f16_sm90a.cu).
+const (
+	PagedVarlenF16Hd128Wg = "paged_varlen_f16_hd128_wg"
+	PagedVarlenF16Hd64Wg  = "paged_varlen_f16_hd64_wg"
 )

@@ -211,6 +211,61 @@ func TestVarlenKeysAgree(t *testing.T) {
 	}
 }
 
+// TestVarlenWGMMAAgree runs varlens that the wgmma kernels take on a
+// device that has them (head dims 64 and 128, caches of the queries' type in
+// the flash and HND layouts; ragged batches of long and one-token
+// sequences, pages of 1 to 256) with Knobs.VarlenWGMMA on and off,
+// single-pass and split-K: each matches float64, and the two paths agree
+// more tightly than either agrees with it. Without the wgmma modules (not
+// compute capability 9.0) both runs take the mma.sync kernels.
+func TestVarlenWGMMAAgree(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	s := r.Stream()
+	wg := r.Facts().WGMMA
+	for _, c := range []struct {
+		shape   check.VarlenShape
+		cu, pos []int32
+	}{
+		{check.VarlenShape{Seqs: 4, QHeads: 32, KVHeads: 8, HeadDim: 128, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 200, MaxKV: 1001, Causal: true},
+			[]int32{0, 200, 277, 278, 407}, []int32{0, 500, 1000, 33}},
+		{check.VarlenShape{Seqs: 3, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 1, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 150, MaxKV: 700, Causal: true, Layout: pagedkv.LayoutHND},
+			[]int32{0, 150, 151, 260}, []int32{7, 699, 300}},
+		{check.VarlenShape{Seqs: 2, QHeads: 12, KVHeads: 4, HeadDim: 128, BlockSize: 256, DType: pagedkv.F16, CacheDType: pagedkv.F16, MaxQLen: 333, MaxKV: 1333, Causal: false},
+			[]int32{0, 333, 400}, []int32{1000, 5}},
+		{check.VarlenShape{Seqs: 5, QHeads: 8, KVHeads: 8, HeadDim: 128, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 70, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutHND},
+			[]int32{0, 1, 2, 72, 73, 143}, []int32{899, 17, 830, 0, 64}},
+	} {
+		t.Run(c.shape.String(), func(t *testing.T) {
+			p, err := check.NewVarlenProblemWith(r, s, g, c.shape, c.cu, c.pos)
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+			wantOut, wantLSE := p.Reference()
+			var outs [2][2][]float64
+			var lses [2][2][]float32
+			for wi, on := range []bool{false, true} {
+				for si, splits := range []int{1, 3} {
+					k := dispatch.DefaultKnobs()
+					k.VarlenWGMMA, k.ForcedSplits = on, splits
+					plan, err := p.PlanWith(r, k)
+					require.NoError(t, err)
+					require.Equal(t, on && wg, dispatch.VarlenWGKernel(plan.Kernel), "%s", plan.Kernel)
+					out, lse, err := p.RunWithPlan(r, s, plan)
+					require.NoError(t, err)
+					require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "%s, %d splits", plan.Kernel, plan.Splits)
+					outs[wi][si], lses[wi][si] = out, lse
+				}
+			}
+			for si := range 2 {
+				if !assert.LessOrEqual(t, ref.RelL2(outs[1][si], outs[0][si]), check.Tolerance(c.shape.DType)/2, "wgmma vs mma.sync") {
+					logDisagreement(t, p, outs[0][si], outs[1][si])
+				}
+				assertSameLSE(t, lses[0][si], lses[1][si], "wgmma vs mma.sync")
+			}
+		})
+	}
+}
+
 // logDisagreement logs how two varlen outputs of p that should agree
 // differ: each one's error against float64 and the element where they
 // differ most.
