@@ -443,6 +443,13 @@ func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) 
 		return plan, planError(err, "VarlenShape", varlenArg)
 	}
 	if loaded, err := r.loadVarlenKernels(&plan); err != nil {
+		if dispatch.VarlenWGKernel(plan.Kernel) && r.dropWGMMA() {
+			// The driver refused the wgmma module (PTX 8.0 needs a CUDA
+			// 12.0 driver): plan again on the mma.sync kernels, as a
+			// device without it would. LoadModule's error says why
+			// (pagedkv info shows it).
+			return r.planVarlenShape(shape, k)
+		}
 		return dispatch.VarlenPlan{}, err
 	} else if loaded {
 		if plan, err = dispatch.PlanVarlen(shape, *r.facts.Load(), k); err != nil {
@@ -463,6 +470,21 @@ func (r *Runtime) planVarlenShape(shape dispatch.VarlenShape, k dispatch.Knobs) 
 	}
 	_, _, err = r.function(merge)
 	return plan, err
+}
+
+// dropWGMMA turns DeviceFacts.WGMMA off for every later plan, and reports
+// whether it was on.
+func (r *Runtime) dropWGMMA() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.facts.Load()
+	if !old.WGMMA {
+		return false
+	}
+	facts := *old
+	facts.WGMMA = false
+	r.facts.Store(&facts)
+	return true
 }
 
 // loadVarlenKernels loads the module of plan's kernel and, for a cluster
