@@ -114,6 +114,10 @@ type nameTables struct {
 	// qkv: by input, fp8 cache, and split (HeadDim%16 == 8: the
 	// _split kernels).
 	qkv [len(activationTypes)][2][2]string
+	// qkvTile: the page-tile twins of qkv (x-split and shuffle layouts,
+	// TokenPlan.TileTokens), "" where none is built (fp8 caches in those
+	// layouts take head dims that are multiples of 16: no _split twin).
+	qkvTile [len(activationTypes)][2][2]string
 	// qkvValues: QKVNormRope's V launch (TokenPlan.Values), [input][fp8].
 	qkvValues [len(activationTypes)][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
@@ -224,6 +228,10 @@ func buildNames() *nameTables {
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			t.ropeValues[qi][fp8] = "rope_values_" + q.String() + cache
 			t.qkv[qi][fp8] = [2]string{"qkv_norm_rope_" + q.String() + cache, "qkv_norm_rope_" + q.String() + cache + "_split"}
+			t.qkvTile[qi][fp8][0] = t.qkv[qi][fp8][0] + "_tile"
+			if fp8 == 0 {
+				t.qkvTile[qi][fp8][1] = t.qkv[qi][fp8][1] + "_tile"
+			}
 			t.qkvValues[qi][fp8] = "qkv_values_" + q.String() + cache
 			for hi, d := range headDims {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
@@ -429,10 +437,15 @@ func KernelSharedBytes(kernel string, optin int) int {
 	if n := VarlenSharedBytes(kernel); n > 0 {
 		return n
 	}
-	for _, row := range tables.qkv {
-		for _, names := range row {
-			if kernel == names[0] || kernel == names[1] {
-				return QKVSharedBytesMax(optin)
+	for qi := range tables.qkv {
+		for ci := range tables.qkv[qi] {
+			for si, name := range tables.qkv[qi][ci] {
+				if kernel == name {
+					return QKVSharedBytesMax(optin)
+				}
+				if tile := tables.qkvTile[qi][ci][si]; tile != "" && kernel == tile {
+					return min(QKVSharedBytesMax(optin)+QKVTileBytesMax, optin)
+				}
 			}
 		}
 	}
@@ -624,8 +637,13 @@ func KernelNames() []string {
 	names = append(names, VarlenKernelNames()...)
 	for qi := range tables.mla {
 		names = append(names, tables.mla[qi][:]...)
-		for _, split := range tables.qkv[qi] {
+		for ci, split := range tables.qkv[qi] {
 			names = append(names, split[:]...)
+			for _, tile := range tables.qkvTile[qi][ci] {
+				if tile != "" {
+					names = append(names, tile)
+				}
+			}
 		}
 		names = append(names, tables.qkvValues[qi][:]...)
 	}
@@ -704,6 +722,18 @@ func QKVKernelName(dtype, cacheDType DType, headDim int) (string, error) {
 		split = 1
 	}
 	return tables.qkv[ii][ci][split], nil
+}
+
+// qkvTileKernel returns the page-tile twin of QKVKernelName's kernel for
+// valid dtypes, "" where none is built.
+func qkvTileKernel(dtype, cacheDType DType, headDim int) string {
+	ii, _ := activationIndex(dtype)
+	ci, _ := cacheIndex(dtype, cacheDType)
+	split := 0
+	if headDim%16 != 0 {
+		split = 1
+	}
+	return tables.qkvTile[ii][ci][split]
 }
 
 // qkvValuesKernel returns QKVNormRope's V kernel for valid dtypes.
