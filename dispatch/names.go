@@ -114,10 +114,11 @@ type nameTables struct {
 	// qkv: by input, fp8 cache, and split (HeadDim%16 == 8: the
 	// _split kernels).
 	qkv [len(activationTypes)][2][2]string
-	// qkvTile: the page-tile twins of qkv (x-split and shuffle layouts,
-	// TokenPlan.TileTokens), "" where none is built (fp8 caches in those
-	// layouts take head dims that are multiples of 16: no _split twin).
-	qkvTile [len(activationTypes)][2][2]string
+	// qkvTile: the page-tile twin (x-split and shuffle layouts,
+	// TokenPlan.TileTokens) of a qkv kernel, by its name; none for the fp8
+	// _split kernels (fp8 caches in those layouts take head dims that are
+	// multiples of 16).
+	qkvTile map[string]string
 	// qkvValues: QKVNormRope's V launch (TokenPlan.Values), [input][fp8].
 	qkvValues [len(activationTypes)][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
@@ -206,7 +207,7 @@ var tables = buildNames()
 func buildNames() *nameTables {
 	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, mods: map[string]string{},
 		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}, varlenMods: map[string]string{},
-		varlenCluster: map[string]string{}}
+		varlenCluster: map[string]string{}, qkvTile: map[string]string{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -228,9 +229,9 @@ func buildNames() *nameTables {
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			t.ropeValues[qi][fp8] = "rope_values_" + q.String() + cache
 			t.qkv[qi][fp8] = [2]string{"qkv_norm_rope_" + q.String() + cache, "qkv_norm_rope_" + q.String() + cache + "_split"}
-			t.qkvTile[qi][fp8][0] = t.qkv[qi][fp8][0] + "_tile"
+			t.qkvTile[t.qkv[qi][fp8][0]] = t.qkv[qi][fp8][0] + "_tile"
 			if fp8 == 0 {
-				t.qkvTile[qi][fp8][1] = t.qkv[qi][fp8][1] + "_tile"
+				t.qkvTile[t.qkv[qi][fp8][1]] = t.qkv[qi][fp8][1] + "_tile"
 			}
 			t.qkvValues[qi][fp8] = "qkv_values_" + q.String() + cache
 			for hi, d := range headDims {
@@ -437,13 +438,13 @@ func KernelSharedBytes(kernel string, optin int) int {
 	if n := VarlenSharedBytes(kernel); n > 0 {
 		return n
 	}
-	for qi := range tables.qkv {
-		for ci := range tables.qkv[qi] {
-			for si, name := range tables.qkv[qi][ci] {
+	for _, row := range tables.qkv {
+		for _, names := range row {
+			for _, name := range names {
 				if kernel == name {
 					return QKVSharedBytesMax(optin)
 				}
-				if tile := tables.qkvTile[qi][ci][si]; tile != "" && kernel == tile {
+				if tile, ok := tables.qkvTile[name]; ok && kernel == tile {
 					return min(QKVSharedBytesMax(optin)+QKVTileBytesMax, optin)
 				}
 			}
@@ -637,10 +638,10 @@ func KernelNames() []string {
 	names = append(names, VarlenKernelNames()...)
 	for qi := range tables.mla {
 		names = append(names, tables.mla[qi][:]...)
-		for ci, split := range tables.qkv[qi] {
+		for _, split := range tables.qkv[qi] {
 			names = append(names, split[:]...)
-			for _, tile := range tables.qkvTile[qi][ci] {
-				if tile != "" {
+			for _, name := range split {
+				if tile, ok := tables.qkvTile[name]; ok {
 					names = append(names, tile)
 				}
 			}
@@ -722,18 +723,6 @@ func QKVKernelName(dtype, cacheDType DType, headDim int) (string, error) {
 		split = 1
 	}
 	return tables.qkv[ii][ci][split], nil
-}
-
-// qkvTileKernel returns the page-tile twin of QKVKernelName's kernel for
-// valid dtypes, "" where none is built.
-func qkvTileKernel(dtype, cacheDType DType, headDim int) string {
-	ii, _ := activationIndex(dtype)
-	ci, _ := cacheIndex(dtype, cacheDType)
-	split := 0
-	if headDim%16 != 0 {
-		split = 1
-	}
-	return tables.qkvTile[ii][ci][split]
 }
 
 // qkvValuesKernel returns QKVNormRope's V kernel for valid dtypes.

@@ -126,7 +126,7 @@ type TokenPlan struct {
 	// "" for none.
 	Values Launch
 	// TileTokens is the chunk of a QKVNormRope page-tile kernel (the
-	// kernel's tile_tokens: 8 or 16 slots of a page staged in shared memory
+	// kernel's tile_tokens: 2 to 16 slots of a page staged in shared memory
 	// and written whole; see QKVTileTokens), 0 for the others.
 	TileTokens int
 }

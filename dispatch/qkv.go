@@ -68,12 +68,16 @@ func QKVTileTokens(a QKVShape) int {
 		return 0
 	}
 	for _, c := range []int{16, 8, 4, 2} {
-		if a.BlockSize >= c && a.BlockSize%c == 0 && c*a.NumKVHeads*a.HeadDim*a.CacheDType.Size() <= QKVTileBytesMax {
+		if a.BlockSize >= c && a.BlockSize%c == 0 && qkvTileBytes(&a, c) <= QKVTileBytesMax {
 			return c
 		}
 	}
 	return 0
 }
+
+// qkvTileBytes is the shared memory of a page tile of c slots: their K
+// rows, NumKVHeads·HeadDim cache elements each.
+func qkvTileBytes(a *QKVShape, c int) int { return c * a.NumKVHeads * a.HeadDim * a.CacheDType.Size() }
 
 // qkvGeometry returns a qkv_norm_rope block's threads per token, tokens per
 // block and ring stage bytes when it writes heads heads of a token.
@@ -170,9 +174,9 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 	}
 	threads, perBlock, stage := qkvGeometry(heads, &a)
 	tileTokens, tileBytes := 0, 0
-	if tk := qkvTileKernel(a.DType, a.CacheDType, a.HeadDim); values && tk != "" && threads*perBlock <= QKVTileMaxThreads {
+	if tk, ok := tables.qkvTile[kernel]; values && ok && threads*perBlock <= QKVTileMaxThreads {
 		if tileTokens = QKVTileTokens(a); tileTokens > 0 {
-			tileBytes = tileTokens * a.NumKVHeads * a.HeadDim * a.CacheDType.Size()
+			tileBytes = qkvTileBytes(&a, tileTokens)
 			if 2*stage+tileBytes <= dev.MaxSharedPerBlockOptin {
 				kernel = tk
 			} else {
