@@ -226,8 +226,8 @@ __device__ __forceinline__ void qkv_norm_rope(
   using E = typename Raw<FP8 ? 1 : 2>::elem;
   extern __shared__ __align__(128) unsigned char smem[];
   const QKVStage geo{(int)(blockDim.x * blockDim.y), (int)blockDim.y, rot};
-  // The page tile (TILE): C positions of tile_row cache elements, K heads
-  // then V heads, after the ring.
+  // The page tile (TILE): C positions of tile_row cache elements (the K
+  // heads of a slot), after the ring.
   const int C = TILE ? tile_tokens : 0;
   const int tile_row = num_kv_heads * head_dim;
   int stages;
