@@ -201,6 +201,7 @@ type qkvNormRopeParams struct {
 	Norm                                                          int32
 	Eps, KScale, VScale                                           float32
 	NeoX, Layout                                                  int32
+	TileTokens                                                    int32
 }
 
 // QKVNormRope runs the split + norm + RoPE + cache write on stream s.
@@ -213,11 +214,12 @@ func (r *Runtime) QKVNormRope(s *Stream, a *QKVNormRopeArgs) error {
 	}
 	plan, err := dispatch.PlanQKV(dispatch.QKVShape{NumTokens: a.NumTokens, NumQHeads: a.NumQHeads, NumKVHeads: a.NumKVHeads,
 		HeadDim: a.HeadDim, RotDim: a.RotDim, DType: a.DType, CacheDType: a.CacheDType,
-		Laid: a.Layout.Laid(), NumSeqs: a.NumSeqs}, *r.facts.Load())
+		Layout: a.Layout, BlockSize: a.BlockSize, NumSeqs: a.NumSeqs}, *r.facts.Load())
 	if err != nil {
 		return planError(err, "QKVShape", qkvArg)
 	}
 	p := a.params(s.fault)
+	p.TileTokens = int32(plan.TileTokens)
 	if plan.Values.Kernel != "" {
 		// V first: it records no faults, so a CHECK_BOUNDS error of the
 		// second launch still leaves every valid row written.

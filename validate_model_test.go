@@ -532,7 +532,9 @@ func qkvModel(a *QKVNormRopeArgs) kernelModel {
 			"BlockSizeLog2": bitsLog2(a.BlockSize), "NumBlocks": bi(int64(a.NumBlocks)), "Norm": bi(int64(a.Norm)),
 			"NeoX": bi(neoxWant), "Layout": bi(int64(a.Layout)),
 		},
-		free: []string{"QKVTokenStride"},
+		// TileTokens is the plan's (QKVNormRope sets it after params):
+		// a chunk of slots the kernel stages, not an address.
+		free: []string{"QKVTokenStride", "TileTokens"},
 		int32s: map[string]*big.Int{
 			"units":                    new(big.Int).Lsh(bi(heads), uint(uprLog2)),
 			"NumQHeads+NumKVHeads":     badd(bi(HQ), bi(HK)),

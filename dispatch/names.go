@@ -114,6 +114,11 @@ type nameTables struct {
 	// qkv: by input, fp8 cache, and split (HeadDim%16 == 8: the
 	// _split kernels).
 	qkv [len(activationTypes)][2][2]string
+	// qkvTile: the page-tile twin (x-split and shuffle layouts,
+	// TokenPlan.TileTokens) of a qkv kernel, by its name; none for the fp8
+	// _split kernels (fp8 caches in those layouts take head dims that are
+	// multiples of 16).
+	qkvTile map[string]string
 	// qkvValues: QKVNormRope's V launch (TokenPlan.Values), [input][fp8].
 	qkvValues [len(activationTypes)][2]string
 	// varlen: by activation dtype, fp8 cache, head dim, and short tiles
@@ -207,7 +212,7 @@ var tables = buildNames()
 func buildNames() *nameTables {
 	t := &nameTables{shape: map[string][2]int{}, laid: map[string]string{}, mods: map[string]string{},
 		varlenShape: map[string]varlenGeometry{}, varlenK64: map[string]string{}, varlenMods: map[string]string{},
-		varlenCluster: map[string]string{}, varlenWG: map[string]string{}}
+		varlenCluster: map[string]string{}, varlenWG: map[string]string{}, qkvTile: map[string]string{}}
 	for i, d := range [...]DType{F16, BF16, E4M3} {
 		t.gather[i] = "cache_gather_" + d.String()
 	}
@@ -229,6 +234,10 @@ func buildNames() *nameTables {
 			t.rope[qi][fp8] = "rope_cache_" + q.String() + cache
 			t.ropeValues[qi][fp8] = "rope_values_" + q.String() + cache
 			t.qkv[qi][fp8] = [2]string{"qkv_norm_rope_" + q.String() + cache, "qkv_norm_rope_" + q.String() + cache + "_split"}
+			t.qkvTile[t.qkv[qi][fp8][0]] = t.qkv[qi][fp8][0] + "_tile"
+			if fp8 == 0 {
+				t.qkvTile[t.qkv[qi][fp8][1]] = t.qkv[qi][fp8][1] + "_tile"
+			}
 			t.qkvValues[qi][fp8] = "qkv_values_" + q.String() + cache
 			for hi, d := range headDims {
 				name := "paged_decode_" + q.String() + cache + "_hd" + strconv.Itoa(d)
@@ -446,8 +455,13 @@ func KernelSharedBytes(kernel string, optin int) int {
 	}
 	for _, row := range tables.qkv {
 		for _, names := range row {
-			if kernel == names[0] || kernel == names[1] {
-				return QKVSharedBytesMax(optin)
+			for _, name := range names {
+				if kernel == name {
+					return QKVSharedBytesMax(optin)
+				}
+				if tile, ok := tables.qkvTile[name]; ok && kernel == tile {
+					return min(QKVSharedBytesMax(optin)+QKVTileBytesMax, optin)
+				}
 			}
 		}
 	}
@@ -641,6 +655,11 @@ func KernelNames() []string {
 		names = append(names, tables.mla[qi][:]...)
 		for _, split := range tables.qkv[qi] {
 			names = append(names, split[:]...)
+			for _, name := range split {
+				if tile, ok := tables.qkvTile[name]; ok {
+					names = append(names, tile)
+				}
+			}
 		}
 		names = append(names, tables.qkvValues[qi][:]...)
 	}

@@ -125,4 +125,8 @@ type TokenPlan struct {
 	// written as an append writes it, before Kernel writes q and K; Kernel
 	// "" for none.
 	Values Launch
+	// TileTokens is the chunk of a QKVNormRope page-tile kernel (the
+	// kernel's tile_tokens: 2 to 16 slots of a page staged in shared memory
+	// and written whole; see QKVTileTokens), 0 for the others.
+	TileTokens int
 }

@@ -49,9 +49,13 @@ func (p VarlenPlan) String() string {
 
 // String describes the plan on one line: kernel, grid, block, dynamic shared
 // memory, and for a plan with a claim launch (Claim) "; after <claim> (one
-// thread per token)", with a values launch "; after <values launch> (V)".
+// thread per token)", with a values launch "; after <values launch> (V)",
+// with page tiles "; tiles of N slots".
 func (p TokenPlan) String() string {
 	s := p.Launch.describe()
+	if p.TileTokens > 0 {
+		s += fmt.Sprintf("; tiles of %d slots", p.TileTokens)
+	}
 	if p.Claim != "" {
 		s += "; after " + p.Claim + " (one thread per token)"
 	}

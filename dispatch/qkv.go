@@ -38,10 +38,55 @@ type QKVShape struct {
 	RotDim                int   // HeadDim or HeadDim/2: floats per cos/sin row
 	DType                 DType // F16 or BF16
 	CacheDType            DType // DType, or E4M3
-	// Laid: the cache is in the x-split or shuffle layout (token-minor V);
-	// NumSeqs: how many sequences the tokens belong to (0 counts as 1).
-	Laid    bool
-	NumSeqs int
+	// Layout: the cache layout (the x-split and shuffle ones have token-minor
+	// V); BlockSize: tokens per page (0 counts as 1); NumSeqs: how many
+	// sequences the tokens belong to (0 counts as 1).
+	Layout    Layout
+	BlockSize int
+	NumSeqs   int
+}
+
+// QKVTileBytesMax bounds the page tile of a _tile kernel (QKVTileTokens):
+// C slots of K rows in shared memory beside the ring. 16 KiB keeps four
+// blocks of three 12.8 KB stages per SM on compute capability 9.0, as the
+// plain kernel runs: a tile that cost blocks measured slower than no tile.
+const QKVTileBytesMax = 16 << 10
+
+// QKVTileMaxThreads is the most threads a block of a _tile kernel may
+// have (kQKVTileThreads in kernels_src/qkv.cu, whose launch bounds hold
+// those kernels to 168 registers).
+const QKVTileMaxThreads = 128
+
+// QKVTileTokens returns how many slots of a page (a chunk) a QKVNormRope
+// prefill into the x-split or shuffle layout stages in shared memory before
+// writing their K rows whole, or 0 for none: the most of 16, 8, 4 and 2
+// that divides BlockSize and whose tile of C·NumKVHeads·HeadDim cache
+// elements fits QKVTileBytesMax. Each K piece of the chunk is then C·16
+// contiguous bytes, whole 32-byte sectors from 2 slots on.
+func QKVTileTokens(a QKVShape) int {
+	if !a.Layout.Laid() {
+		return 0
+	}
+	for _, c := range []int{16, 8, 4, 2} {
+		if a.BlockSize >= c && a.BlockSize%c == 0 && qkvTileBytes(&a, c) <= QKVTileBytesMax {
+			return c
+		}
+	}
+	return 0
+}
+
+// qkvTileBytes is the shared memory of a page tile of c slots: their K
+// rows, NumKVHeads·HeadDim cache elements each.
+func qkvTileBytes(a *QKVShape, c int) int { return c * a.NumKVHeads * a.HeadDim * a.CacheDType.Size() }
+
+// qkvGeometry returns a qkv_norm_rope block's threads per token, tokens per
+// block and ring stage bytes when it writes heads heads of a token.
+func qkvGeometry(heads int, a *QKVShape) (threads, perBlock, stage int) {
+	units := heads * QKVHeadLanes(a.HeadDim)
+	threads = min((units+QKVUnitsPerThread-1)/QKVUnitsPerThread, QKVMaxThreads)
+	threads = (threads + 31) &^ 31
+	perBlock = max(1, qkvBlockThreads/threads)
+	return threads, perBlock, QKVStageBytes(threads, perBlock, a.RotDim)
 }
 
 // QKVValuesMinTokens is how many tokens per sequence, on average, make
@@ -93,7 +138,12 @@ func QKVSharedBytesMax(optin int) int {
 // The ceil(NumTokens/Block.Y) token groups are dealt out in runs of up to
 // qkvMaxRun groups, as short as keeps qkvBlocksPerSM blocks per SM, one run
 // per block; SharedBytes holds qkvStages ring stages (2 where the device
-// cannot hold them). NumTokens == 0 gives Grid.X == 0. Errors wrap
+// cannot hold them), and the page tile of a _tile kernel. A prefill into the
+// x-split or shuffle layout (QKVValuesMinTokens tokens per sequence or more)
+// writes V by qkv_values (Values) and q and K by the _tile kernel with
+// TileTokens slots (QKVTileTokens) where its tile fits beside two stages
+// and its block has at most QKVTileMaxThreads threads, else by the plain
+// kernel. NumTokens == 0 gives Grid.X == 0. Errors wrap
 // ErrInvalidShape. On success it allocates nothing.
 func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 	switch {
@@ -114,18 +164,28 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 	if err != nil {
 		return TokenPlan{}, err
 	}
-	values := a.Laid && a.NumTokens >= QKVValuesMinTokens*max(a.NumSeqs, 1)
+	// Into the x-split and shuffle layouts a prefill leaves V to
+	// qkv_values, and stages K in page chunks in a _tile kernel where its
+	// tile fits.
+	values := a.Layout.Laid() && a.NumTokens >= QKVValuesMinTokens*max(a.NumSeqs, 1)
 	heads := a.NumQHeads + 2*a.NumKVHeads
 	if values {
 		heads -= a.NumKVHeads // qkv_values writes V
 	}
-	units := heads * QKVHeadLanes(a.HeadDim)
-	threads := min((units+QKVUnitsPerThread-1)/QKVUnitsPerThread, QKVMaxThreads)
-	threads = (threads + 31) &^ 31
-	perBlock := max(1, qkvBlockThreads/threads)
-	stage := QKVStageBytes(threads, perBlock, a.RotDim)
+	threads, perBlock, stage := qkvGeometry(heads, &a)
+	tileTokens, tileBytes := 0, 0
+	if tk, ok := tables.qkvTile[kernel]; values && ok && threads*perBlock <= QKVTileMaxThreads {
+		if tileTokens = QKVTileTokens(a); tileTokens > 0 {
+			tileBytes = qkvTileBytes(&a, tileTokens)
+			if 2*stage+tileBytes <= dev.MaxSharedPerBlockOptin {
+				kernel = tk
+			} else {
+				tileTokens, tileBytes = 0, 0
+			}
+		}
+	}
 	stages := qkvStages
-	if stages*stage > dev.MaxSharedPerBlockOptin {
+	if stages*stage+tileBytes > dev.MaxSharedPerBlockOptin {
 		stages = 2
 	}
 	if stages*stage > dev.MaxSharedPerBlockOptin {
@@ -138,8 +198,8 @@ func PlanQKV(a QKVShape, dev DeviceFacts) (TokenPlan, error) {
 		Kernel:      kernel,
 		Grid:        Dim3{uint32((groups + run - 1) / run), 1, 1},
 		Block:       Dim3{uint32(threads), uint32(perBlock), 1},
-		SharedBytes: uint32(stages * stage),
-	}}
+		SharedBytes: uint32(stages*stage + tileBytes),
+	}, TileTokens: tileTokens}
 	if values {
 		rows, err := planRows(AppendShape{NumTokens: a.NumTokens, NumKVHeads: a.NumKVHeads, HeadDim: a.HeadDim},
 			qkvValuesKernel(a.DType, a.CacheDType), AppendGroupTokens)

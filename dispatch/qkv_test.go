@@ -181,7 +181,10 @@ func TestPlanQKVValues(t *testing.T) {
 		{16 * 64, 64, true, true}, {16*64 - 1, 64, true, false}, {64, 64, true, false}, {15, 1, true, false},
 	} {
 		a := base
-		a.NumTokens, a.NumSeqs, a.Laid = tt.tokens, tt.seqs, tt.laid
+		a.NumTokens, a.NumSeqs = tt.tokens, tt.seqs
+		if tt.laid {
+			a.Layout = LayoutXSplit // BlockSize 0: no page tiles
+		}
 		p, err := PlanQKV(a, hopper)
 		require.NoError(t, err)
 		if !tt.values {
@@ -194,6 +197,68 @@ func TestPlanQKVValues(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, rows.Launch, p.Values, "%+v", tt)
 		assert.Contains(t, p.String(), "; after qkv_values_bf16_e4m3 grid(")
+	}
+}
+
+// TestPlanQKVTiles checks when a prefill into the x-split and shuffle layouts
+// runs a _tile kernel for q and K, and its chunk: the most of 16, 8, 4, 2
+// slots that divides the block size and whose K tile fits QKVTileBytesMax;
+// never for the flash or HND layouts, decode steps, pages of one slot,
+// blocks of more than QKVTileMaxThreads threads, or where two stages and
+// the tile do not fit the device. V always goes by qkv_values, and the
+// kernel's shared memory holds the tile.
+func TestPlanQKVTiles(t *testing.T) {
+	small := DeviceFacts{Name: "small", SMs: 10, MaxSharedPerBlockOptin: 40 << 10}
+	for _, tt := range []struct {
+		name      string
+		edit      func(a *QKVShape)
+		dev       DeviceFacts
+		kernel    string
+		tile      int
+		tileBytes int
+	}{
+		{"x-split", func(a *QKVShape) {}, hopper, "qkv_norm_rope_f16_tile", 8, 8 * 8 * 128 * 2},
+		{"shuffle", func(a *QKVShape) { a.Layout = LayoutShuffle }, hopper, "qkv_norm_rope_f16_tile", 8, 8 * 8 * 128 * 2},
+		{"4 KV heads: 16 slots", func(a *QKVShape) { a.NumKVHeads = 4 }, hopper, "qkv_norm_rope_f16_tile", 16, 16 * 4 * 128 * 2},
+		{"pages of 4", func(a *QKVShape) { a.BlockSize = 4 }, hopper, "qkv_norm_rope_f16_tile", 4, 4 * 8 * 128 * 2},
+		{"pages of 2", func(a *QKVShape) { a.BlockSize = 2 }, hopper, "qkv_norm_rope_f16_tile", 2, 2 * 8 * 128 * 2},
+		{"pages of 256", func(a *QKVShape) { a.BlockSize = 256 }, hopper, "qkv_norm_rope_f16_tile", 8, 8 * 8 * 128 * 2},
+		{"fp8", func(a *QKVShape) { a.CacheDType = E4M3 }, hopper, "qkv_norm_rope_f16_e4m3_tile", 16, 16 * 8 * 128},
+		{"head dim 120", func(a *QKVShape) { a.HeadDim, a.RotDim = 120, 60 }, hopper, "qkv_norm_rope_f16_split_tile", 8, 8 * 8 * 120 * 2},
+		{"16 KV heads of 256: 2 slots", func(a *QKVShape) { a.NumKVHeads, a.NumQHeads, a.HeadDim, a.RotDim = 16, 16, 256, 128 }, hopper, "qkv_norm_rope_f16_tile", 2, 2 * 16 * 256 * 2},
+		{"192 threads", func(a *QKVShape) { a.NumKVHeads, a.NumQHeads, a.HeadDim, a.RotDim = 16, 32, 256, 128 }, hopper, "qkv_norm_rope_f16", 0, 0},
+		{"pages of 1", func(a *QKVShape) { a.BlockSize = 1 }, hopper, "qkv_norm_rope_f16", 0, 0},
+		{"flash", func(a *QKVShape) { a.Layout = LayoutFlash }, hopper, "qkv_norm_rope_f16", 0, 0},
+		{"HND", func(a *QKVShape) { a.Layout = LayoutHND }, hopper, "qkv_norm_rope_f16", 0, 0},
+		{"decode steps", func(a *QKVShape) { a.NumSeqs = a.NumTokens }, hopper, "qkv_norm_rope_f16", 0, 0},
+		{"small device", func(a *QKVShape) {}, small, "qkv_norm_rope_f16", 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := QKVShape{NumTokens: 4096, NumSeqs: 2, NumQHeads: 32, NumKVHeads: 8, HeadDim: 128, RotDim: 64, DType: F16, CacheDType: F16,
+				Layout: LayoutXSplit, BlockSize: 16}
+			tt.edit(&a)
+			p, err := PlanQKV(a, tt.dev)
+			require.NoError(t, err)
+			assert.Equal(t, tt.kernel, p.Kernel)
+			assert.Equal(t, tt.tile, p.TileTokens)
+			assert.LessOrEqual(t, int(p.SharedBytes), KernelSharedBytes(p.Kernel, tt.dev.MaxSharedPerBlockOptin))
+			heads := a.NumQHeads + a.NumKVHeads
+			if !a.Layout.Laid() || a.NumSeqs == a.NumTokens {
+				heads += a.NumKVHeads
+				assert.Empty(t, p.Values.Kernel)
+			} else {
+				assert.NotEmpty(t, p.Values.Kernel, "V goes by qkv_values")
+			}
+			threads, perBlock, stage := qkvGeometry(heads, &a)
+			assert.Equal(t, Dim3{uint32(threads), uint32(perBlock), 1}, p.Block)
+			if tt.tile == 0 {
+				assert.NotContains(t, p.String(), "tiles")
+				return
+			}
+			assert.LessOrEqual(t, threads*perBlock, QKVTileMaxThreads)
+			assert.Equal(t, qkvStages*stage+tt.tileBytes, int(p.SharedBytes))
+			assert.Contains(t, p.String(), fmt.Sprintf("; tiles of %d slots", tt.tile))
+		})
 	}
 }
 

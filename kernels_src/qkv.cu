@@ -1,7 +1,7 @@
 // qkv.cu: split a fused QKV activation, RMSNorm q and k per head, apply RoPE,
 // write q token-major and K/V into the paged cache in any layout (cache.cuh).
 //
-// qkv_norm_rope_<in>[_e4m3][_split]
+// qkv_norm_rope_<in>[_e4m3][_split][_tile]
 //   qkv          [num_tokens, (num_q_heads + 2·num_kv_heads)·head_dim] of <in>,
 //                token stride qkv_token_stride elements: q heads, k heads, v heads.
 //   cu_seqlens   optional int32 [num_seqs + 1]: token t belongs to sequence s
@@ -28,6 +28,9 @@
 //                nothing of that token is written; a position beyond the block
 //                table or a block id outside the pool is recorded and that
 //                token's cache rows are not written (q_out still is).
+//   tile_tokens  the _tile kernels only (x-split and shuffle layouts, see
+//                below): C, 2 to 16, a power of two dividing block_size;
+//                the others ignore it.
 // head_dim is a multiple of 8 from 16 to 256; the _split kernels serve those
 // whose half is not a multiple of 8 (head_dim % 16 == 8), the others the
 // rest.
@@ -57,6 +60,21 @@
 // DRAM stays busy through the compute and the per-token lookups. Each thread
 // copies exactly the QKV pieces it later reads; the cos/sin rows and the
 // block id are copied once per token and shared, behind one barrier per step.
+//
+// Page tiles (_tile). In the x-split and shuffle layouts a token's K row is
+// 16-byte pieces block_size·16 bytes apart, so a token written on its own
+// sends L2 one half-sector request per piece. The _tile kernels keep the K
+// rows of C consecutive slots of one page (a chunk: slots c·C .. c·C+C−1)
+// in shared memory after the ring ([C][K heads][head_dim] cache elements),
+// and write the chunk when a token of another chunk comes, or a slot of
+// the chunk comes again, and at the end: C·16 contiguous bytes per piece.
+// V goes as in the plain kernels (qkv_values writes it for a prefill).
+// Only slots the block's tokens wrote are stored. Every thread makes the
+// same decisions from the ring's token records (after the step's barrier),
+// at the first step of each token group; a token of the group that does
+// not fit the tile (another chunk, or its slot taken) is written directly.
+// Their launch bounds hold them to 168 registers, so that four blocks of
+// 96 threads share an SM as in the plain kernels.
 #include "append.cuh"
 
 namespace pkv {
@@ -64,6 +82,12 @@ namespace pkv {
 // kQKVUnits is how many units a thread holds per pass (dispatch.QKVUnitsPerThread).
 constexpr int kQKVUnits = 4;
 constexpr int kQKVMaxStages = 4;
+// The _tile kernels' launch bounds: at most kQKVTileThreads threads a
+// block, and registers for kQKVTileBlocks such blocks per SM (168 a
+// thread), so that four blocks of 96 threads fit as in the plain kernels
+// (dispatch.QKVTileMaxThreads).
+constexpr int kQKVTileThreads = 128;
+constexpr int kQKVTileBlocks = 3;
 
 // QKVTokenMeta is what a stage records of one token at issue: its position,
 // its sequence, and the block id of its page (copied by cp.async; -1 when the
@@ -178,7 +202,16 @@ __device__ __forceinline__ void load_angles(const float* p, bool pairs, float f[
   f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-template <typename In, bool FP8, bool SPLIT>
+// token_slot is the cache slot of a staged token record, or -1 where
+// qkv_norm_rope writes no cache row (a position outside [0, max_pos), past
+// the block table, or a block id outside the pool).
+__device__ __forceinline__ int64_t token_slot(const QKVTokenMeta& m, int64_t max_pos, int block_size_log2,
+                                              int64_t num_blocks) {
+  if (m.pos < 0 || m.pos >= max_pos || m.blk < 0 || m.blk >= num_blocks) return -1;
+  return ((int64_t)m.blk << block_size_log2) | (m.pos & ((1 << block_size_log2) - 1));
+}
+
+template <typename In, bool FP8, bool SPLIT, bool TILE>
 __device__ __forceinline__ void qkv_norm_rope(
     const In* __restrict__ qkv, In* __restrict__ q_out, void* __restrict__ key_cache,
     void* __restrict__ value_cache, const int* __restrict__ cu_seqlens,
@@ -187,18 +220,24 @@ __device__ __forceinline__ void qkv_norm_rope(
     const float* __restrict__ cos_sin, int64_t max_pos, int rot, unsigned long long* fault,
     int num_tokens, int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
     int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2, int64_t num_blocks,
-    int norm, float eps, float k_scale, float v_scale, int neox, int layout) {
+    int norm, float eps, float k_scale, float v_scale, int neox, int layout, int tile_tokens) {
   constexpr int U = kQKVUnits;
   constexpr int X = FP8 ? 16 : 8;  // cache elements per 16 bytes
+  using E = typename Raw<FP8 ? 1 : 2>::elem;
   extern __shared__ __align__(128) unsigned char smem[];
   const QKVStage geo{(int)(blockDim.x * blockDim.y), (int)blockDim.y, rot};
+  // The page tile (TILE): C positions of tile_row cache elements (the K
+  // heads of a slot), after the ring.
+  const int C = TILE ? tile_tokens : 0;
+  const int tile_row = num_kv_heads * head_dim;
   int stages;
   {
     uint32_t have;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-    stages = min((int)have / geo.bytes(), kQKVMaxStages);
-    if (stages < 2) __trap();  // the launch must pass room for two stages
+    stages = min(((int)have - C * tile_row * (int)sizeof(E)) / geo.bytes(), kQKVMaxStages);
+    if (stages < 2) __trap();  // the launch must pass room for two stages and the tile
   }
+  E* const tile = reinterpret_cast<E*>(smem + stages * geo.bytes());
   const int x = threadIdx.x;
   const int tid = threadIdx.y * blockDim.x + x;
   const int half = head_dim >> 1;
@@ -297,6 +336,9 @@ __device__ __forceinline__ void qkv_norm_rope(
   // d… and half+d…) to the K (value false) or V cache, in the layout.
   // A split unit writes its second piece as two halves, a narrow one only
   // the first half of each piece.
+  // In a _tile kernel a token given a tile position (tile_pos ≥ 0) writes
+  // to the tile instead, where its pieces are contiguous.
+  int tile_pos = -1;  // this thread's token's, for the steps of its group
   auto store_pieces = [&](void* cache, bool value, int64_t slot, int h, uint4 a, uint4 b, float scale) {
     int st;
     const int64_t at = cache_place<X>(layout, value, slot, h, d, num_kv_heads, head_dim, block_size_log2, &st);
@@ -313,6 +355,21 @@ __device__ __forceinline__ void qkv_norm_rope(
     int sc;
     const int64_t ct = cache_place<X>(layout, value, slot, h, d + half + 4, num_kv_heads, head_dim, block_size_log2, &sc);
     store_cache_halves<In, FP8>(cache, bt, st, ct, sc, narrow, b, scale);
+  };
+  // store_tile writes K head h's two pieces of this thread's token to its
+  // tile position, where the head's elements are contiguous.
+  auto store_tile = [&](int h, uint4 a, uint4 b, float scale) {
+    const int at = tile_pos * tile_row + h * head_dim + d;
+    if (narrow) {
+      store_cache_halves<In, FP8>(tile, at, 1, 0, 1, true, a, scale);
+    } else {
+      store_cache8<In, FP8>(tile, at, 1, a, scale);
+    }
+    if (!split) {
+      store_cache8<In, FP8>(tile, at + half, 1, b, scale);
+      return;
+    }
+    store_cache_halves<In, FP8>(tile, at + half, 1, at + half + 4, 1, narrow, b, scale);
   };
   auto process = [&](int k, int st) {
     const int64_t t = token_of(k);
@@ -454,6 +511,8 @@ __device__ __forceinline__ void qkv_norm_rope(
           }
           *reinterpret_cast<uint2*>(dst + half) = make_uint2(pb.x, pb.y);
         }
+      } else if (TILE && tile_pos >= 0) {
+        store_tile(hh - num_q_heads, pa, pb, k_scale);
       } else {
         store_pieces(key_cache, false, slot, hh - num_q_heads, pa, pb, k_scale);
       }
@@ -463,6 +522,74 @@ __device__ __forceinline__ void qkv_norm_rope(
   // Step k is issued stages − 1 steps ahead into stage k % stages; the
   // barrier of step k both publishes its shared rows and frees stage
   // (k − 1) % stages, which step k + stages − 1 then refills.
+  //
+  // The tile's chunk (slot >> c_log2; slots are below 2^31, -1: none) and
+  // which of its positions hold a row, kept in shared memory so that they
+  // hold no registers through the steps: place_group of token group g
+  // reads copy g % 2 and writes copy (g + 1) % 2, which the next group
+  // reads after a step's barrier.
+  __shared__ int tile_chunks[2];
+  __shared__ uint32_t tile_masks[2];
+  if (TILE && tid == 0) {
+    tile_chunks[0] = -1;
+    tile_masks[0] = 0u;
+  }
+  const int c_log2 = TILE ? __ffs(C) - 1 : 0;
+  // flush writes the tile's rows of chunk to the K cache (every thread;
+  // the tile complete, that is after a barrier).
+  auto flush = [&](int chunk, uint32_t mask) {
+    const int64_t s0 = (int64_t)chunk << c_log2;
+    // The C pieces of X elements of each (head, piece) are contiguous.
+    const int xs = head_dim / X;
+    for (int i = tid; i < num_kv_heads * xs * C; i += geo.threads) {
+      const int p = i & (C - 1);
+      if (!((mask >> p) & 1u)) continue;
+      const int r = i >> c_log2;
+      const int h = r / xs, e = (r - h * xs) * X;
+      int st;
+      const int64_t at = cache_place<X>(layout, false, s0 + p, h, e, num_kv_heads, head_dim, block_size_log2, &st);
+      *reinterpret_cast<uint4*>(static_cast<E*>(key_cache) + at) =
+          *reinterpret_cast<const uint4*>(tile + p * tile_row + h * head_dim + e);
+    }
+  };
+  // place_group, at token group g's first step k: flush the tile when one
+  // of the group's tokens cannot join it, then give each token that can
+  // its position (tile_pos of the token's threads).
+  auto place_group = [&](int k) {
+    const int g = k / passes;
+    int chunk = tile_chunks[g & 1];
+    uint32_t mask = tile_masks[g & 1];
+    const QKVTokenMeta* metas =
+        reinterpret_cast<const QKVTokenMeta*>(smem + (k % stages) * geo.bytes() + geo.data_bytes() + geo.angle_bytes());
+    const int64_t t0 = (g0 + g) * blockDim.y;
+    const int ny = (int)min((int64_t)blockDim.y, (int64_t)num_tokens - t0);
+    bool clash = false;
+    for (int y = 0; y < ny; ++y) {
+      const int64_t s = token_slot(metas[y], max_pos, block_size_log2, num_blocks);
+      if (s >= 0 && mask != 0 && ((int)(s >> c_log2) != chunk || ((mask >> (s & (C - 1))) & 1u))) clash = true;
+    }
+    if (clash) {
+      flush(chunk, mask);
+      __syncthreads();  // the tile is free again
+      mask = 0;
+      chunk = -1;
+    }
+    tile_pos = -1;
+    for (int y = 0; y < ny; ++y) {
+      const int64_t s = token_slot(metas[y], max_pos, block_size_log2, num_blocks);
+      if (s < 0) continue;
+      if (chunk < 0) chunk = (int)(s >> c_log2);
+      const int p = (int)(s & (C - 1));
+      if ((int)(s >> c_log2) == chunk && !((mask >> p) & 1u)) {
+        mask |= 1u << p;
+        if (y == (int)threadIdx.y) tile_pos = p;
+      }
+    }
+    if (tid == 0) {
+      tile_chunks[(g + 1) & 1] = chunk;
+      tile_masks[(g + 1) & 1] = mask;
+    }
+  };
   for (int k = 0; k < stages - 1; ++k) {
     if (k < steps) issue(k, k);
     cp_async_commit();
@@ -476,10 +603,16 @@ __device__ __forceinline__ void qkv_norm_rope(
       cp_async_wait<2>();
     }
     __syncthreads();
+    if (TILE && k % passes == 0) place_group(k);
     const int n = k + stages - 1;
     if (n < steps) issue(n, n % stages);
     cp_async_commit();
     process(k, k % stages);
+  }
+  if (TILE) {
+    __syncthreads();
+    const int g = steps / passes;  // the groups this block placed
+    if (tile_masks[g & 1] != 0) flush(tile_chunks[g & 1], tile_masks[g & 1]);
   }
 }
 
@@ -559,31 +692,39 @@ struct TableSlots {
         block_size_log2, slots);                                                                   \
   }
 
-#define PKV_QKV(name, In, FP8, SPLIT)                                                             \
-  extern "C" __global__ void __launch_bounds__(256) name(                                         \
+#define PKV_QKV(name, In, FP8, SPLIT, TILE)                                                       \
+  extern "C" __global__ void __launch_bounds__(TILE ? pkv::kQKVTileThreads : 256,                 \
+                                               TILE ? pkv::kQKVTileBlocks : 1) name(              \
       const In* qkv, In* q_out, void* key_cache, void* value_cache, const int* cu_seqlens,        \
       const int* pos_offsets, const int* block_tables, const In* q_weight, const In* k_weight,    \
       const float* cos_sin, int64_t max_pos, int rot,                                             \
       unsigned long long* fault, int num_tokens, int num_seqs, int num_q_heads, int num_kv_heads, \
       int head_dim, int64_t qkv_token_stride, int max_blocks_per_seq, int block_size_log2,        \
       int64_t num_blocks, int norm, float eps, float k_scale, float v_scale, int neox,            \
-      int layout) {                                                                               \
-    pkv::qkv_norm_rope<In, FP8, SPLIT>(qkv, q_out, key_cache, value_cache, cu_seqlens,            \
+      int layout, int tile_tokens) {                                                              \
+    pkv::qkv_norm_rope<In, FP8, SPLIT, TILE>(qkv, q_out, key_cache, value_cache, cu_seqlens,      \
                                        pos_offsets, block_tables, q_weight, k_weight, cos_sin,    \
                                        max_pos, rot, fault, num_tokens, num_seqs, num_q_heads,    \
                                        num_kv_heads, head_dim, qkv_token_stride,                  \
                                        max_blocks_per_seq, block_size_log2, num_blocks, norm,     \
-                                       eps, k_scale, v_scale, neox, layout);                      \
+                                       eps, k_scale, v_scale, neox, layout, tile_tokens);         \
   }
 
-PKV_QKV(qkv_norm_rope_f16, __half, false, false)
-PKV_QKV(qkv_norm_rope_bf16, __nv_bfloat16, false, false)
-PKV_QKV(qkv_norm_rope_f16_e4m3, __half, true, false)
-PKV_QKV(qkv_norm_rope_bf16_e4m3, __nv_bfloat16, true, false)
-PKV_QKV(qkv_norm_rope_f16_split, __half, false, true)
-PKV_QKV(qkv_norm_rope_bf16_split, __nv_bfloat16, false, true)
-PKV_QKV(qkv_norm_rope_f16_e4m3_split, __half, true, true)
-PKV_QKV(qkv_norm_rope_bf16_e4m3_split, __nv_bfloat16, true, true)
+PKV_QKV(qkv_norm_rope_f16, __half, false, false, false)
+PKV_QKV(qkv_norm_rope_bf16, __nv_bfloat16, false, false, false)
+PKV_QKV(qkv_norm_rope_f16_e4m3, __half, true, false, false)
+PKV_QKV(qkv_norm_rope_bf16_e4m3, __nv_bfloat16, true, false, false)
+PKV_QKV(qkv_norm_rope_f16_split, __half, false, true, false)
+PKV_QKV(qkv_norm_rope_bf16_split, __nv_bfloat16, false, true, false)
+PKV_QKV(qkv_norm_rope_f16_e4m3_split, __half, true, true, false)
+PKV_QKV(qkv_norm_rope_bf16_e4m3_split, __nv_bfloat16, true, true, false)
+
+PKV_QKV(qkv_norm_rope_f16_tile, __half, false, false, true)
+PKV_QKV(qkv_norm_rope_bf16_tile, __nv_bfloat16, false, false, true)
+PKV_QKV(qkv_norm_rope_f16_e4m3_tile, __half, true, false, true)
+PKV_QKV(qkv_norm_rope_bf16_e4m3_tile, __nv_bfloat16, true, false, true)
+PKV_QKV(qkv_norm_rope_f16_split_tile, __half, false, true, true)
+PKV_QKV(qkv_norm_rope_bf16_split_tile, __nv_bfloat16, false, true, true)
 
 PKV_QKV_VALUES(qkv_values_f16, __half, false)
 PKV_QKV_VALUES(qkv_values_bf16, __nv_bfloat16, false)

@@ -69,6 +69,16 @@ func TestQKVNormRopeMatchesReference(t *testing.T) {
 		{Seqs: 5, MaxLen: 400, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 8, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, Varlen: true, Layout: pagedkv.LayoutShuffle},
 		{Seqs: 5, MaxLen: 400, QHeads: 16, KVHeads: 2, HeadDim: 64, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, NeoX: true, HalfRot: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
 		{Seqs: 4, MaxLen: 400, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 32, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
+		// Prefills through the page tiles (dispatch.QKVTileTokens, K
+		// staged, V by qkv_values): chunks of 4 and 8 slots (16 KV heads;
+		// fp8 in pages of 8), the _split kernel's tile, and several tokens
+		// per block, whose token groups straddle chunks at random offsets
+		// (those tokens are written directly).
+		{Seqs: 2, MaxLen: 300, QHeads: 32, KVHeads: 16, HeadDim: 128, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, NeoX: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 2, MaxLen: 300, QHeads: 8, KVHeads: 2, HeadDim: 128, BlockSize: 8, DType: pagedkv.BF16, CacheDType: pagedkv.E4M3, Norm: true, Varlen: true, Layout: pagedkv.LayoutXSplit},
+		{Seqs: 3, MaxLen: 200, QHeads: 8, KVHeads: 2, HeadDim: 120, BlockSize: 16, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, Norm: true, NeoX: true, HalfRot: true, Varlen: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 3, MaxLen: 200, QHeads: 2, KVHeads: 1, HeadDim: 64, BlockSize: 16, DType: pagedkv.F16, CacheDType: pagedkv.F16, Norm: true, Varlen: true, Layout: pagedkv.LayoutShuffle},
+		{Seqs: 1, MaxLen: 700, QHeads: 4, KVHeads: 2, HeadDim: 32, BlockSize: 64, DType: pagedkv.F16, CacheDType: pagedkv.E4M3, HalfRot: true, Layout: pagedkv.LayoutXSplit},
 	}
 	for range 12 {
 		shapes = append(shapes, check.RandomQKVShape(g))
