@@ -679,6 +679,9 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 		if twin, ok := dispatch.VarlenClusterKernel(k); ok && !mods.on() && plan.Kernel == twin {
 			kernel = twin
 		}
+		if wg, ok := dispatch.VarlenWGTwin(k); ok && !mods.on() && plan.Kernel == wg {
+			kernel = wg
+		}
 	}
 	_, isTwin := dispatch.VarlenClusterPlain(kernel)
 	rows, _, _ := dispatch.VarlenGeometry(kernel)

@@ -62,6 +62,14 @@ const VarlenWGAlign = 1024
 // not score modifiers) where DeviceFacts.WGMMA and Knobs.VarlenWGMMA allow.
 func VarlenWGKernel(kernel string) bool { return tables.varlenShape[kernel].wg }
 
+// VarlenWGTwin returns the wgmma kernel that PlanVarlen may take in place
+// of kernel (a flash-layout varlen kernel over a cache of the queries'
+// type at head dims 64 and 128), and whether there is one.
+func VarlenWGTwin(kernel string) (string, bool) {
+	wg, ok := tables.varlenWG[kernel]
+	return wg, ok
+}
+
 // varlenStages is the ring depth of every varlen kernel
 // (VarlenConfig::kStages in kernels_src/varlen.cuh).
 const varlenStages = 2
