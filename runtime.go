@@ -214,7 +214,7 @@ func varlenKnobsFrom(c config.Config) dispatch.Knobs {
 	k.SplitK = splitMode(c.SplitKAttn)
 	k.ScratchLimitBytes = c.ScratchLimitBytes
 	k.Clusters = c.VarlenClusters
-	k.VarlenWGMMA = c.VarlenWGMMA
+	k.VarlenWGMMA = splitMode(c.VarlenWGMMA)
 	return k
 }
 

@@ -23,7 +23,7 @@ type Config struct {
 	CheckBounds       bool      // PAGEDKV_CHECK_BOUNDS
 	DecodeClusters    bool      // PAGEDKV_DECODE_CLUSTERS
 	VarlenClusters    bool      // PAGEDKV_VARLEN_CLUSTERS
-	VarlenWGMMA       bool      // PAGEDKV_VARLEN_WGMMA
+	VarlenWGMMA       SplitMode // PAGEDKV_VARLEN_WGMMA
 	DecodeNarrow      bool      // PAGEDKV_DECODE_NARROW
 	DecodeBalance     SplitMode // PAGEDKV_DECODE_BALANCE
 	LoadSASS          SplitMode // PAGEDKV_LOAD_SASS
@@ -44,7 +44,7 @@ type Options struct {
 	CheckBounds       *bool
 	DecodeClusters    *bool
 	VarlenClusters    *bool
-	VarlenWGMMA       *bool
+	VarlenWGMMA       *SplitMode
 	DecodeNarrow      *bool
 	DecodeBalance     *SplitMode
 	LoadSASS          *SplitMode

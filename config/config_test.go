@@ -56,7 +56,7 @@ func TestDefaults(t *testing.T) {
 		CheckBounds:       false,
 		DecodeClusters:    true,
 		VarlenClusters:    true,
-		VarlenWGMMA:       true,
+		VarlenWGMMA:       SplitAuto,
 		DecodeNarrow:      true,
 		DecodeBalance:     SplitAuto,
 		LoadSASS:          SplitAuto,
@@ -203,7 +203,7 @@ func TestFile(t *testing.T) {
 			assert.True(t, c.CheckBounds)
 			assert.False(t, c.DecodeClusters)
 			assert.False(t, c.VarlenClusters)
-			assert.False(t, c.VarlenWGMMA)
+			assert.Equal(t, SplitOff, c.VarlenWGMMA)
 			assert.False(t, c.DecodeNarrow)
 			assert.Equal(t, SplitOff, c.DecodeBalance)
 			assert.Equal(t, SplitOn, c.LoadSASS)
@@ -347,7 +347,7 @@ func TestOptionsAllKeys(t *testing.T) {
 		CheckBounds:       ptr(true),
 		DecodeClusters:    ptr(false),
 		VarlenClusters:    ptr(false),
-		VarlenWGMMA:       ptr(false),
+		VarlenWGMMA:       ptr(SplitOff),
 		DecodeNarrow:      ptr(false),
 		DecodeBalance:     ptr(SplitOn),
 		LoadSASS:          ptr(SplitOn),
@@ -361,7 +361,7 @@ func TestOptionsAllKeys(t *testing.T) {
 	assert.True(t, c.CheckBounds)
 	assert.False(t, c.DecodeClusters)
 	assert.False(t, c.VarlenClusters)
-	assert.False(t, c.VarlenWGMMA)
+	assert.Equal(t, SplitOff, c.VarlenWGMMA)
 	assert.False(t, c.DecodeNarrow)
 	assert.Equal(t, SplitOn, c.DecodeBalance)
 	assert.Equal(t, SplitOn, c.LoadSASS)

@@ -228,14 +228,14 @@ var keys = []key{
 	{
 		Key: Key{
 			Env: EnvPrefix + "VARLEN_WGMMA", File: KeyVarlenWGMMA, Field: "VarlenWGMMA",
-			Default: "true", Allowed: boolAllowed,
-			Description: "On sm_90 (H100, H200), run a varlen over a flash- or HND-layout cache of the queries' type at head dim 64 or 128, without score modifiers, on the wgmma kernels (Hopper's warpgroup tensor-core instructions, sm_90a modules); false keeps the mma.sync kernels every GPU runs.",
+			Default: "auto", Allowed: splitModeAllowed,
+			Description: "On sm_90 (H100, H200), the wgmma kernels (Hopper's warpgroup tensor-core instructions, sm_90a modules) for a varlen over a flash- or HND-layout cache of the queries' type at head dim 64 or 128, without score modifiers. auto takes them where they are the faster, for a batch whose longest KV is 1024 tokens or more; on (1) wherever they apply; off (0) keeps the mma.sync kernels every GPU runs.",
 		},
-		parse:    parseBool,
+		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.VarlenWGMMA) },
-		validate: anyValue,
-		set:      func(c *Config, v any) { c.VarlenWGMMA = v.(bool) },
-		get:      func(c Config) string { return strconv.FormatBool(c.VarlenWGMMA) },
+		validate: validateSplitMode,
+		set:      func(c *Config, v any) { c.VarlenWGMMA = v.(SplitMode) },
+		get:      func(c Config) string { return c.VarlenWGMMA.String() },
 	},
 	{
 		Key: Key{

@@ -177,18 +177,19 @@ type Knobs struct {
 	// PlanVarlen), 32 or 64 forces it and the mma.sync kernels (tests and
 	// benchmarks; no environment variable sets it).
 	VarlenKeys int
-	// VarlenWGMMA (VARLEN_WGMMA): let a varlen run on the wgmma kernels
-	// where the device has them (DeviceFacts.WGMMA, VarlenWGKernel); false
-	// keeps the mma.sync ones.
-	VarlenWGMMA bool
+	// VarlenWGMMA (VARLEN_WGMMA): where the device has the wgmma kernels
+	// (DeviceFacts.WGMMA, VarlenWGKernel), auto takes them where PlanVarlen
+	// measures them faster (VarlenWGMinKV), on wherever they apply, off
+	// never.
+	VarlenWGMMA SplitMode
 }
 
 // DefaultKnobs returns the knobs of an unconfigured runtime: paged flash on,
 // automatic split count, no scratch limit, clusters where the device has them,
 // narrow kernels for small groups, the wgmma varlen kernels where the device
-// has them.
+// has them and they are the faster.
 func DefaultKnobs() Knobs {
-	return Knobs{PagedFlash: true, Clusters: true, Narrow: true, VarlenWGMMA: true}
+	return Knobs{PagedFlash: true, Clusters: true, Narrow: true}
 }
 
 // Dim3 is a CUDA grid or block size.

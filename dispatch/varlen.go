@@ -62,6 +62,11 @@ const VarlenWGAlign = 1024
 // not score modifiers) where DeviceFacts.WGMMA and Knobs.VarlenWGMMA allow.
 func VarlenWGKernel(kernel string) bool { return tables.varlenShape[kernel].wg }
 
+// VarlenWGMinKV is the longest KV length (VarlenShape.MaxKVLen) from which
+// an automatic plan (Knobs.VarlenWGMMA auto) takes the wgmma kernel: below
+// it the mma.sync kernels are the faster (docs/design.md).
+const VarlenWGMinKV = 1024
+
 // VarlenWGTwin returns the wgmma kernel that PlanVarlen may take in place
 // of kernel (a flash-layout varlen kernel over a cache of the queries'
 // type at head dims 64 and 128), and whether there is one.
@@ -186,7 +191,8 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	if s.Mods {
 		// validateVarlen checked that there is a twin.
 		kernel = tables.varlenMods[kernel]
-	} else if wg, ok := tables.varlenWG[kernel]; ok && dev.WGMMA && k.VarlenWGMMA && k.VarlenKeys == 0 &&
+	} else if wg, ok := tables.varlenWG[kernel]; ok && dev.WGMMA && k.VarlenKeys == 0 &&
+		(k.VarlenWGMMA == SplitOn || k.VarlenWGMMA == SplitAuto && s.MaxKVLen >= VarlenWGMinKV) &&
 		VarlenSharedBytes(wg) <= dev.MaxSharedPerBlockOptin {
 		kernel = wg
 	}

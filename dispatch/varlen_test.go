@@ -132,12 +132,14 @@ func TestVarlenGraphSplitsAsEager(t *testing.T) {
 
 // TestPlanVarlenWG checks where the planner takes a wgmma kernel: a
 // flash- or HND-layout varlen over a cache of the queries' type at head dim
-// 64 or 128, on a device whose wgmma modules load, with VarlenWGMMA on,
-// keys not forced and no score modifiers; the mma.sync kernel elsewhere.
+// 64 or 128, on a device whose wgmma modules load, with VarlenWGMMA on or
+// auto (then only from a longest KV of VarlenWGMinKV), keys not forced and
+// no score modifiers; the mma.sync kernel elsewhere.
 func TestPlanVarlenWG(t *testing.T) {
 	hopper := varlenDev()
 	hopper.WGMMA = true
-	off := knobs(func(k *Knobs) { k.VarlenWGMMA = false })
+	off := knobs(func(k *Knobs) { k.VarlenWGMMA = SplitOff })
+	on := knobs(func(k *Knobs) { k.VarlenWGMMA = SplitOn })
 	keys := knobs(func(k *Knobs) { k.VarlenKeys = 64 })
 	with := func(edit func(*VarlenShape)) VarlenShape {
 		s := prefill(8, 2048, 2048)
@@ -155,6 +157,10 @@ func TestPlanVarlenWG(t *testing.T) {
 		{"short rows", prefill(8, 16, 8192), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
 		{"head dim 64, f16", with(func(s *VarlenShape) { s.HeadDim, s.DType, s.CacheDType = 64, F16, F16 }), hopper, DefaultKnobs(), "paged_varlen_f16_hd64_wg"},
 		{"HND layout", with(func(s *VarlenShape) { s.Layout = LayoutHND }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
+		{"short KV", prefill(32, 512, 512), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
+		{"short KV, VarlenWGMMA on", prefill(32, 512, 512), hopper, on, "paged_varlen_bf16_hd128_wg"},
+		{"KV at the threshold", prefill(2, 512, VarlenWGMinKV), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
+		{"KV below the threshold", prefill(2, 512, VarlenWGMinKV-1), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
 		{"no wgmma modules", prefill(8, 2048, 2048), varlenDev(), DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
 		{"VarlenWGMMA off", prefill(8, 2048, 2048), hopper, off, "paged_varlen_bf16_hd128_k64"},
 		{"keys forced", prefill(8, 2048, 2048), hopper, keys, "paged_varlen_bf16_hd128_k64"},

@@ -246,7 +246,10 @@ func TestVarlenWGMMAAgree(t *testing.T) {
 			for wi, on := range []bool{false, true} {
 				for si, splits := range []int{1, 3} {
 					k := dispatch.DefaultKnobs()
-					k.VarlenWGMMA, k.ForcedSplits = on, splits
+					k.VarlenWGMMA, k.ForcedSplits = dispatch.SplitOff, splits
+					if on {
+						k.VarlenWGMMA = dispatch.SplitOn
+					}
 					plan, err := p.PlanWith(r, k)
 					require.NoError(t, err)
 					require.Equal(t, on && wg, dispatch.VarlenWGKernel(plan.Kernel), "%s", plan.Kernel)
