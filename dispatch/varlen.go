@@ -62,10 +62,25 @@ const VarlenWGAlign = 1024
 // not score modifiers) where DeviceFacts.WGMMA and Knobs.VarlenWGMMA allow.
 func VarlenWGKernel(kernel string) bool { return tables.varlenShape[kernel].wg }
 
-// VarlenWGMinKV is the longest KV length (VarlenShape.MaxKVLen) from which
-// an automatic plan (Knobs.VarlenWGMMA auto) takes the wgmma kernel: below
-// it the mma.sync kernels are the faster (docs/design.md).
-const VarlenWGMinKV = 1024
+// Where an automatic plan (Knobs.VarlenWGMMA auto) takes the wgmma kernel
+// (docs/design.md, the planner's rules): in place of a 64-row kernel from a
+// longest KV (VarlenShape.MaxKVLen) of VarlenWGMinKV, in place of a
+// 128-row one from VarlenWGMinKVLong where the sequences average
+// VarlenWGMinTokens query tokens or more.
+const (
+	VarlenWGMinKV     = 1024
+	VarlenWGMinKVLong = 2048
+	VarlenWGMinTokens = 512
+)
+
+// varlenWGPays reports whether the wgmma kernel is the faster for s in
+// place of a kernel of rows packed rows (64 or 128).
+func varlenWGPays(s VarlenShape, rows int) bool {
+	if rows <= 64 {
+		return s.MaxKVLen >= VarlenWGMinKV
+	}
+	return s.MaxKVLen >= VarlenWGMinKVLong && s.NumTokens >= VarlenWGMinTokens*s.NumSeqs
+}
 
 // VarlenWGTwin returns the wgmma kernel that PlanVarlen may take in place
 // of kernel (a flash-layout varlen kernel over a cache of the queries'
@@ -192,7 +207,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 		// validateVarlen checked that there is a twin.
 		kernel = tables.varlenMods[kernel]
 	} else if wg, ok := tables.varlenWG[kernel]; ok && dev.WGMMA && k.VarlenKeys == 0 &&
-		(k.VarlenWGMMA == SplitOn || k.VarlenWGMMA == SplitAuto && s.MaxKVLen >= VarlenWGMinKV) &&
+		(k.VarlenWGMMA == SplitOn || k.VarlenWGMMA == SplitAuto && varlenWGPays(s, tables.varlenShape[kernel].rows)) &&
 		VarlenSharedBytes(wg) <= dev.MaxSharedPerBlockOptin {
 		kernel = wg
 	}

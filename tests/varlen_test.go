@@ -155,7 +155,7 @@ func TestVarlenLayoutsAgree(t *testing.T) {
 // second half lies past the KV's end). On a device where two of the
 // twin's blocks fit an SM, the planner's own plan takes the twin.
 func TestVarlenKeysAgree(t *testing.T) {
-	r := open(t, config.Options{})
+	r := open(t, config.Options{VarlenWGMMA: ptr(config.SplitOff)}) // the mma.sync kernels' choice
 	g := rng(t)
 	s := r.Stream()
 	for _, c := range []struct {
@@ -826,11 +826,13 @@ func TestVarlenMixedBatch(t *testing.T) {
 // (SequenceAttention, head-major Out), without LSE, and a graph replayed
 // at other lengths.
 func TestVarlenClusters(t *testing.T) {
-	r := open(t, config.Options{})
+	// The cluster twins are mma.sync kernels.
+	off := ptr(config.SplitOff)
+	r := open(t, config.Options{VarlenWGMMA: off})
 	if !r.Facts().Clusters {
 		t.Skip("the GPU has no thread-block clusters (compute capability 9.0 and newer)")
 	}
-	global := open(t, config.Options{VarlenClusters: ptr(false)})
+	global := open(t, config.Options{VarlenClusters: ptr(false), VarlenWGMMA: off})
 	g := rng(t)
 	s := r.Stream()
 	// Ragged lengths, long enough to split: short sequences leave splits
