@@ -44,6 +44,9 @@ func (p VarlenPlan) String() string {
 	if p.DecodePrefix > 0 {
 		s += fmt.Sprintf("; after a decode of the first %d sequences", p.DecodePrefix)
 	}
+	if p.TensorCores != "" {
+		s += "; " + p.TensorCores
+	}
 	return s
 }
 

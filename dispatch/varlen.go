@@ -73,6 +73,42 @@ const (
 	VarlenWGMinTokens = 512
 )
 
+// The TensorCores notes of a varlen plan on a device with the wgmma
+// kernels (DeviceFacts.WGMMA): which instructions the kernel runs, and why.
+const (
+	WGMMAOn        = "wgmma (VARLEN_WGMMA=1)"
+	WGMMAAuto      = "wgmma (auto: long enough KV and queries)"
+	WGMMAOff       = "mma.sync (VARLEN_WGMMA=0)"
+	WGMMAShort     = "mma.sync (auto: KV or queries too short for wgmma)"
+	WGMMANoKernel  = "mma.sync (no wgmma kernel for this head dim, cache dtype or layout)"
+	WGMMAModifiers = "mma.sync (score modifiers have no wgmma kernel)"
+	WGMMAKeys      = "mma.sync (K/V tile forced)"
+)
+
+// varlenCores returns the TensorCores note for s planned on kernel (the
+// mma.sync kernel PlanVarlen chose before score modifiers): "" where the
+// device has no wgmma kernels.
+func varlenCores(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string) string {
+	wg, ok := tables.varlenWG[kernel]
+	switch {
+	case !dev.WGMMA:
+		return ""
+	case !ok || VarlenSharedBytes(wg) > dev.MaxSharedPerBlockOptin:
+		return WGMMANoKernel
+	case s.Mods:
+		return WGMMAModifiers
+	case k.VarlenKeys != 0:
+		return WGMMAKeys
+	case k.VarlenWGMMA == SplitOff:
+		return WGMMAOff
+	case k.VarlenWGMMA == SplitOn:
+		return WGMMAOn
+	case varlenWGPays(*s, tables.varlenShape[kernel].rows):
+		return WGMMAAuto
+	}
+	return WGMMAShort
+}
+
 // varlenWGPays reports whether the wgmma kernel is the faster for s in
 // place of a kernel of rows packed rows (64 or 128).
 func varlenWGPays(s VarlenShape, rows int) bool {
@@ -154,6 +190,10 @@ type VarlenPlan struct {
 	// sequences after them. A plan without a Kernel has no rest: every
 	// sequence is one token and the batch runs as the decode alone.
 	DecodePrefix int
+	// TensorCores says, on a device with the wgmma kernels
+	// (DeviceFacts.WGMMA), which tensor-core instructions the kernel runs
+	// and why (one of the WGMMA notes); "" elsewhere.
+	TensorCores string
 }
 
 // PlanVarlen plans a paged varlen attention launch: Grid.X is
@@ -203,13 +243,12 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 		k.VarlenKeys == 0 && dev.Occupancy[k64] >= 2 && VarlenSharedBytes(k64) <= dev.MaxSharedPerBlockOptin) {
 		kernel = k64
 	}
+	cores := varlenCores(&s, &dev, &k, kernel)
 	if s.Mods {
 		// validateVarlen checked that there is a twin.
 		kernel = tables.varlenMods[kernel]
-	} else if wg, ok := tables.varlenWG[kernel]; ok && dev.WGMMA && k.VarlenKeys == 0 &&
-		(k.VarlenWGMMA == SplitOn || k.VarlenWGMMA == SplitAuto && varlenWGPays(s, tables.varlenShape[kernel].rows)) &&
-		VarlenSharedBytes(wg) <= dev.MaxSharedPerBlockOptin {
-		kernel = wg
+	} else if cores == WGMMAOn || cores == WGMMAAuto {
+		kernel = tables.varlenWG[kernel]
 	}
 	geo := tables.varlenShape[kernel]
 	shared := VarlenSharedBytes(kernel)
@@ -233,7 +272,8 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 	p := VarlenPlan{
 		Launch: Launch{Kernel: kernel, Grid: Dim3{uint32(gridX), uint32(s.NumKVHeads), 1}, Block: Dim3{VarlenThreads, 1, 1},
 			SharedBytes: uint32(shared)},
-		SplitK: single(),
+		SplitK:      single(),
+		TensorCores: cores,
 	}
 	splits, reason := chooseVarlenSplits(&s, &dev, &k, kernel, geo.keys, tiles)
 	p.RequestedSplits, p.Reason = splits, reason

@@ -180,7 +180,36 @@ func TestPlanVarlenWG(t *testing.T) {
 			assert.Equal(t, tt.kernel, p.Kernel)
 			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
 			assert.Equal(t, strings.HasSuffix(tt.kernel, "_wg"), VarlenWGKernel(p.Kernel))
+			switch {
+			case !tt.dev.WGMMA:
+				assert.Empty(t, p.TensorCores)
+			case VarlenWGKernel(p.Kernel):
+				assert.Contains(t, []string{WGMMAOn, WGMMAAuto}, p.TensorCores)
+			default:
+				assert.True(t, strings.HasPrefix(p.TensorCores, "mma.sync ("), p.TensorCores)
+			}
+			if p.TensorCores != "" {
+				assert.Contains(t, p.String(), "; "+p.TensorCores)
+			}
 		})
+	}
+	for _, c := range []struct {
+		shape VarlenShape
+		knobs Knobs
+		note  string
+	}{
+		{prefill(8, 2048, 2048), DefaultKnobs(), WGMMAAuto},
+		{prefill(32, 512, 512), on, WGMMAOn},
+		{prefill(32, 512, 512), DefaultKnobs(), WGMMAShort},
+		{prefill(8, 2048, 2048), off, WGMMAOff},
+		{prefill(8, 2048, 2048), keys, WGMMAKeys},
+		{with(func(s *VarlenShape) { s.Mods = true }), DefaultKnobs(), WGMMAModifiers},
+		{with(func(s *VarlenShape) { s.CacheDType = E4M3 }), DefaultKnobs(), WGMMANoKernel},
+		{with(func(s *VarlenShape) { s.HeadDim = 256 }), DefaultKnobs(), WGMMANoKernel},
+	} {
+		p, err := PlanVarlen(c.shape, hopper, c.knobs)
+		require.NoError(t, err)
+		assert.Equal(t, c.note, p.TensorCores, "%s", p)
 	}
 	rows, k, ok := VarlenGeometry("paged_varlen_f16_hd128_wg")
 	assert.True(t, ok)
