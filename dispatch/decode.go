@@ -178,9 +178,9 @@ type Knobs struct {
 	// benchmarks; no environment variable sets it).
 	VarlenKeys int
 	// VarlenWGMMA (VARLEN_WGMMA): where the device has the wgmma kernels
-	// (DeviceFacts.WGMMA, VarlenWGKernel), auto takes them where PlanVarlen
-	// measures them faster (VarlenWGMinKV), on wherever they apply, off
-	// never.
+	// (DeviceFacts.WGMMA, VarlenWGKernel), auto takes them where they
+	// measured faster (VarlenWGMinKV, VarlenWGMinKVLong, VarlenWGMinTokens),
+	// on wherever they apply, off never.
 	VarlenWGMMA SplitMode
 }
 

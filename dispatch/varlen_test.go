@@ -133,8 +133,9 @@ func TestVarlenGraphSplitsAsEager(t *testing.T) {
 // TestPlanVarlenWG checks where the planner takes a wgmma kernel: a
 // flash- or HND-layout varlen over a cache of the queries' type at head dim
 // 64 or 128, on a device whose wgmma modules load, with VarlenWGMMA on or
-// auto (then only from a longest KV of VarlenWGMinKV), keys not forced and
-// no score modifiers; the mma.sync kernel elsewhere.
+// auto (then only where varlenWGPays: long enough KV, and for the 128-row
+// kernels long enough sequences), keys not forced and no score modifiers;
+// the mma.sync kernel elsewhere. The plan's TensorCores note says which.
 func TestPlanVarlenWG(t *testing.T) {
 	hopper := varlenDev()
 	hopper.WGMMA = true
