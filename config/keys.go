@@ -217,7 +217,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "VARLEN_CLUSTERS", File: KeyVarlenClusters, Field: "VarlenClusters",
 			Default: "true", Allowed: boolAllowed,
-			Description: "On sm_90 and newer, let a split-K varlen of up to 8 splits over a flash- or HND-layout cache of the queries' type, without score modifiers, run each row tile's splits as one thread-block cluster that merges on chip in the same launch (not the 64-key-tile kernel, whose splits always merge in global memory); false merges in global memory with a second launch.",
+			Description: "On sm_90 and newer, let a split-K varlen of up to 8 splits over a flash- or HND-layout cache of the queries' type, without score modifiers, run each row tile's splits as one thread-block cluster that merges on chip in the same launch (not the 64-key-tile or wgmma kernels, whose splits always merge in global memory); false merges in global memory with a second launch.",
 		},
 		parse:    parseBool,
 		option:   func(o Options) (any, bool) { return deref(o.VarlenClusters) },

@@ -77,7 +77,7 @@ const (
 // kernels (DeviceFacts.WGMMA): which instructions the kernel runs, and why.
 const (
 	WGMMAOn        = "wgmma (VARLEN_WGMMA=1)"
-	WGMMAAuto      = "wgmma (auto: long enough KV and queries)"
+	WGMMAAuto      = "wgmma (auto: measured faster at this KV and query length)"
 	WGMMAOff       = "mma.sync (VARLEN_WGMMA=0)"
 	WGMMAShort     = "mma.sync (auto: KV or queries too short for wgmma)"
 	WGMMANoKernel  = "mma.sync (no wgmma kernel for this head dim, cache dtype or layout)"
