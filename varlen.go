@@ -668,7 +668,8 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 	k64, _ := dispatch.VarlenK64KernelName(long)
 	mods := a.mods()
 	kernel := ""
-	for _, k := range [...]string{long, short, k64} {
+	for _, plain := range [...]string{long, short, k64} {
+		k := plain
 		if mods.on() {
 			// Validate checked that there is a twin.
 			k, _ = dispatch.VarlenModsKernel(k)
@@ -679,8 +680,13 @@ func checkVarlenPlan(a *VarlenArgs, plan *dispatch.VarlenPlan) error {
 		if twin, ok := dispatch.VarlenClusterKernel(k); ok && !mods.on() && plan.Kernel == twin {
 			kernel = twin
 		}
-		if wg, ok := dispatch.VarlenWGTwin(k); ok && !mods.on() && plan.Kernel == wg {
-			kernel = wg
+		if wg, ok := dispatch.VarlenWGTwin(plain); ok {
+			if mods.on() {
+				wg, _ = dispatch.VarlenModsKernel(wg)
+			}
+			if plan.Kernel == wg {
+				kernel = wg
+			}
 		}
 	}
 	_, isTwin := dispatch.VarlenClusterPlain(kernel)

@@ -275,6 +275,8 @@ func buildNames() *nameTables {
 						// VarlenConfig of kLayoutWG: one warpgroup's 64 rows, 64-key tiles.
 						wg := vname + "_wg"
 						t.varlenShape[wg] = varlenGeometry{headDim: d, cacheSize: size, rows: 64, keys: 64, wg: true}
+						t.varlenMods[wg] = wg + "_mods"
+						t.varlenShape[wg+"_mods"] = t.varlenShape[wg]
 						for _, k := range append(t.varlen[qi][fp8][hi][:], t.varlenK64[vname]) {
 							if k != "" {
 								t.varlenWG[k] = wg
@@ -847,7 +849,7 @@ func VarlenKernelNames() []string {
 				names = append(names, k64)
 			}
 			if wg, ok := tables.varlenWG[pair[0]]; ok {
-				names = append(names, wg)
+				names = append(names, wg, tables.varlenMods[wg])
 			}
 			for _, n := range slices.Compact([]string{pair[0], pair[1]}) {
 				if twin, ok := tables.varlenMods[n]; ok {

@@ -540,8 +540,8 @@ func TestKernelNameLists(t *testing.T) {
 	// kernels and their _laid twins, varlen: q dtype × ((16-bit and e4m3 caches in three
 	// layouts) × (three head dims + two _r64) + the 16-bit caches' three
 	// _k64 + three merges + the flash kernels' five _mods twins per cache
-	// dtype and the 16-bit ones' five _cluster twins and two _wg kernels); the
-	// 16 appends include the page path's claim and page kernels, the 8
+	// dtype and the 16-bit ones' five _cluster twins, two _wg kernels and
+	// their two _mods twins); the 16 appends include the page path's claim and page kernels, the 8
 	// qkv_norm_rope kernels their 4 _split twins, their 6 _tile twins
 	// (none for the fp8 _split ones) and the 4 qkv_values
 	// kernels, the 4 rope_cache kernels the 4 rope_values ones. The dims
@@ -552,9 +552,10 @@ func TestKernelNameLists(t *testing.T) {
 	// merges; over e4m3 caches, 96 and 192 add 8 decode kernels, their 8
 	// _mods twins, and per q dtype 3 varlen kernels (96, 96_r64, 192) and
 	// their 3 _mods twins.
-	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+6+1+24+2*6+2*(6*5+3+3+5+5+5+2)+20+20+2*(9+9+5)+8+8+2*(3+3))
+	assert.Len(t, all, 2*len(decode)+16+3+4+4+4+8+4+6+1+24+2*6+2*(6*5+3+3+5+5+5+2+2)+20+20+2*(9+9+5)+8+8+2*(3+3))
 	assert.Contains(t, all, "paged_varlen_f16_e4m3_hd96_r64_mods")
 	assert.Contains(t, all, "paged_varlen_bf16_hd128_wg")
+	assert.Contains(t, all, "paged_varlen_f16_hd64_wg_mods")
 	assert.Contains(t, all, "qkv_norm_rope_bf16_split_tile")
 	assert.NotContains(t, all, "qkv_norm_rope_bf16_e4m3_split_tile")
 	assert.Contains(t, all, "paged_decode_bf16_e4m3_hd192_g8_mods")

@@ -56,10 +56,10 @@ func VarlenGeometry(kernel string) (rows, keys int, ok bool) {
 const VarlenWGAlign = 1024
 
 // VarlenWGKernel reports whether kernel is a wgmma varlen kernel (entry
-// suffix _wg, the varlen_*_sm90a modules: sm_90a, compute capability 9.0
-// only), which PlanVarlen takes in place of the flash-layout kernels over
-// a cache of the queries' type at head dims 64 and 128 (not forced keys,
-// not score modifiers) where DeviceFacts.WGMMA and Knobs.VarlenWGMMA allow.
+// suffix _wg or _wg_mods, the varlen_*_sm90a modules: sm_90a, compute
+// capability 9.0 only), which PlanVarlen takes in place of the flash-layout
+// kernels over a cache of the queries' type at head dims 64 and 128 (not
+// forced keys) where DeviceFacts.WGMMA and Knobs.VarlenWGMMA allow.
 func VarlenWGKernel(kernel string) bool { return tables.varlenShape[kernel].wg }
 
 // Where an automatic plan (Knobs.VarlenWGMMA auto) takes the wgmma kernel
@@ -76,18 +76,18 @@ const (
 // The TensorCores notes of a varlen plan on a device with the wgmma
 // kernels (DeviceFacts.WGMMA): which instructions the kernel runs, and why.
 const (
-	WGMMAOn        = "wgmma (VARLEN_WGMMA=1)"
-	WGMMAAuto      = "wgmma (auto: measured faster at this KV and query length)"
-	WGMMAOff       = "mma.sync (VARLEN_WGMMA=0)"
-	WGMMAShort     = "mma.sync (auto: KV or queries too short for wgmma)"
-	WGMMANoKernel  = "mma.sync (no wgmma kernel for this head dim, cache dtype or layout)"
-	WGMMAModifiers = "mma.sync (score modifiers have no wgmma kernel)"
-	WGMMAKeys      = "mma.sync (K/V tile forced)"
+	WGMMAOn       = "wgmma (VARLEN_WGMMA=1)"
+	WGMMAAuto     = "wgmma (auto: measured faster at this KV and query length)"
+	WGMMAOff      = "mma.sync (VARLEN_WGMMA=0)"
+	WGMMAShort    = "mma.sync (auto: KV or queries too short for wgmma)"
+	WGMMANoKernel = "mma.sync (no wgmma kernel for this head dim, cache dtype or layout)"
+	WGMMAKeys     = "mma.sync (K/V tile forced)"
 )
 
 // varlenCores returns the TensorCores note for s planned on kernel (the
-// mma.sync kernel PlanVarlen chose before score modifiers): "" where the
-// device has no wgmma kernels.
+// mma.sync kernel PlanVarlen chose before score modifiers, whose _mods twin
+// the wgmma kernel's _mods twin replaces): "" where the device has no
+// wgmma kernels.
 func varlenCores(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string) string {
 	wg, ok := tables.varlenWG[kernel]
 	switch {
@@ -95,8 +95,6 @@ func varlenCores(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string) stri
 		return ""
 	case !ok || VarlenSharedBytes(wg) > dev.MaxSharedPerBlockOptin:
 		return WGMMANoKernel
-	case s.Mods:
-		return WGMMAModifiers
 	case k.VarlenKeys != 0:
 		return WGMMAKeys
 	case k.VarlenWGMMA == SplitOff:
@@ -244,11 +242,13 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 		kernel = k64
 	}
 	cores := varlenCores(&s, &dev, &k, kernel)
-	if s.Mods {
-		// validateVarlen checked that there is a twin.
-		kernel = tables.varlenMods[kernel]
-	} else if cores == WGMMAOn || cores == WGMMAAuto {
+	if cores == WGMMAOn || cores == WGMMAAuto {
 		kernel = tables.varlenWG[kernel]
+	}
+	if s.Mods {
+		// validateVarlen checked that there is a twin (every _wg kernel
+		// has one).
+		kernel = tables.varlenMods[kernel]
 	}
 	geo := tables.varlenShape[kernel]
 	shared := VarlenSharedBytes(kernel)

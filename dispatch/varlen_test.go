@@ -168,7 +168,8 @@ func TestPlanVarlenWG(t *testing.T) {
 		{"no wgmma modules", prefill(8, 2048, 2048), varlenDev(), DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
 		{"VarlenWGMMA off", prefill(8, 2048, 2048), hopper, off, "paged_varlen_bf16_hd128_k64"},
 		{"keys forced", prefill(8, 2048, 2048), hopper, keys, "paged_varlen_bf16_hd128_k64"},
-		{"score modifiers", with(func(s *VarlenShape) { s.Mods = true }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_mods"},
+		{"score modifiers", with(func(s *VarlenShape) { s.Mods = true }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg_mods"},
+		{"score modifiers, VarlenWGMMA off", with(func(s *VarlenShape) { s.Mods = true }), hopper, off, "paged_varlen_bf16_hd128_mods"},
 		{"fp8 cache", with(func(s *VarlenShape) { s.CacheDType = E4M3 }), hopper, DefaultKnobs(), "paged_varlen_bf16_e4m3_hd128"},
 		{"x-split layout", with(func(s *VarlenShape) { s.Layout = LayoutXSplit }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_k64_xsplit"},
 		{"head dim 256", with(func(s *VarlenShape) { s.HeadDim = 256 }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd256"},
@@ -180,7 +181,7 @@ func TestPlanVarlenWG(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.kernel, p.Kernel)
 			assert.Equal(t, uint32(VarlenSharedBytes(p.Kernel)), p.SharedBytes)
-			assert.Equal(t, strings.HasSuffix(tt.kernel, "_wg"), VarlenWGKernel(p.Kernel))
+			assert.Equal(t, strings.Contains(tt.kernel, "_wg"), VarlenWGKernel(p.Kernel))
 			switch {
 			case !tt.dev.WGMMA:
 				assert.Empty(t, p.TensorCores)
@@ -204,7 +205,7 @@ func TestPlanVarlenWG(t *testing.T) {
 		{prefill(32, 512, 512), DefaultKnobs(), WGMMAShort},
 		{prefill(8, 2048, 2048), off, WGMMAOff},
 		{prefill(8, 2048, 2048), keys, WGMMAKeys},
-		{with(func(s *VarlenShape) { s.Mods = true }), DefaultKnobs(), WGMMAModifiers},
+		{with(func(s *VarlenShape) { s.Mods = true }), DefaultKnobs(), WGMMAAuto},
 		{with(func(s *VarlenShape) { s.CacheDType = E4M3 }), DefaultKnobs(), WGMMANoKernel},
 		{with(func(s *VarlenShape) { s.HeadDim = 256 }), DefaultKnobs(), WGMMANoKernel},
 	} {

@@ -1862,7 +1862,10 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 // PKV_VARLEN_MODS defines one _mods entry over a flash-layout cache of type
 // C (the queries' type, or e4m3): PKV_VARLEN's parameters, then the score
 // modifiers; PKV_VARLEN_MODS_DM one for head dim DM on tiles of D.
-#define PKV_VARLEN_MODS_DM(name, T, C, D, DM, MT, KEYS)                                                          \
+#define PKV_VARLEN_MODS_DM(name, T, C, D, DM, MT, KEYS) PKV_VARLEN_MODS_L(name, T, C, D, DM, MT, KEYS, pkv::kLayoutFlash)
+// PKV_VARLEN_MODS_L is PKV_VARLEN_MODS_DM over the entries of LAYOUT
+// (kLayoutFlash, or kLayoutWG for the wgmma ones).
+#define PKV_VARLEN_MODS_L(name, T, C, D, DM, MT, KEYS, LAYOUT)                                                   \
   extern "C" __global__ void __launch_bounds__(pkv::kVarlenThreads) name(                                  \
       T* out, float* lse, float* partial_out, float* partial_max, float* partial_sum, const T* q,           \
       const C* k_cache, const C* v_cache, const int* block_tables, const int* cu_seqlens_q,                 \
@@ -1871,7 +1874,7 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
       int block_size_log2, int64_t num_blocks, int causal, int layout, float scale, float k_scale, float v_scale, \
       int cu_base, int seq_base, int one_pos, int split_blocks, int split_wave, int window, float softcap, \
       const float* sinks, const float* alibi) {                                                             \
-    pkv::paged_varlen<T, C, D, MT, KEYS, pkv::kLayoutFlash, true, false, DM>(                               \
+    pkv::paged_varlen<T, C, D, MT, KEYS, LAYOUT, true, false, DM>(                                          \
         out, lse, partial_out, partial_max, partial_sum, q, k_cache, v_cache, block_tables, cu_seqlens_q,   \
         pos_offsets, fault, q_token_stride, out_token_stride, out_head_stride, num_seqs, total_q,          \
         num_q_heads, max_blocks_per_seq, block_size_log2, num_blocks, causal, layout, scale, k_scale, v_scale, \
@@ -1965,10 +1968,13 @@ __device__ __forceinline__ void varlen_merge(T* __restrict__ out, float* __restr
 #define PKV_VARLEN_K64(prefix, T) PKV_VARLEN(prefix##_hd128_k64, T, T, 128, 2, 64, pkv::kLayoutFlash)
 // PKV_VARLEN_WG_ALL defines the wgmma entries (kLayoutWG; _sm90a modules)
 // over a flash- or HND-layout cache of the queries' type: <prefix>_hd64_wg
-// and <prefix>_hd128_wg, 64 rows and 64-key tiles, PKV_VARLEN's parameters.
-#define PKV_VARLEN_WG_ALL(prefix, T)                               \
-  PKV_VARLEN(prefix##_hd64_wg, T, T, 64, 1, 64, pkv::kLayoutWG)     \
-  PKV_VARLEN(prefix##_hd128_wg, T, T, 128, 1, 64, pkv::kLayoutWG)
+// and <prefix>_hd128_wg, 64 rows and 64-key tiles, PKV_VARLEN's parameters,
+// and their _mods twins (PKV_VARLEN_MODS's parameters).
+#define PKV_VARLEN_WG_ALL(prefix, T)                                                   \
+  PKV_VARLEN(prefix##_hd64_wg, T, T, 64, 1, 64, pkv::kLayoutWG)                         \
+  PKV_VARLEN(prefix##_hd128_wg, T, T, 128, 1, 64, pkv::kLayoutWG)                       \
+  PKV_VARLEN_MODS_L(prefix##_hd64_wg_mods, T, T, 64, 64, 1, 64, pkv::kLayoutWG)         \
+  PKV_VARLEN_MODS_L(prefix##_hd128_wg_mods, T, T, 128, 128, 1, 64, pkv::kLayoutWG)
 #define PKV_VARLEN_LAYOUT_K64(prefix, T)                                     \
   PKV_VARLEN(prefix##_hd128_k64_xsplit, T, T, 128, 2, 64, pkv::kLayoutXSplit) \
   PKV_VARLEN(prefix##_hd128_k64_shuffle, T, T, 128, 2, 64, pkv::kLayoutShuffle)

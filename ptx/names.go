@@ -505,8 +505,10 @@ const (
 
 // Entry points of varlen_bf16_sm90a.ptx (kernels_src/varlen_bf16_sm90a.cu).
 const (
-	PagedVarlenBf16Hd128Wg = "paged_varlen_bf16_hd128_wg"
-	PagedVarlenBf16Hd64Wg  = "paged_varlen_bf16_hd64_wg"
+	PagedVarlenBf16Hd128Wg     = "paged_varlen_bf16_hd128_wg"
+	PagedVarlenBf16Hd128WgMods = "paged_varlen_bf16_hd128_wg_mods"
+	PagedVarlenBf16Hd64Wg      = "paged_varlen_bf16_hd64_wg"
+	PagedVarlenBf16Hd64WgMods  = "paged_varlen_bf16_hd64_wg_mods"
 )
 
 // Entry points of varlen_f16.ptx (kernels_src/varlen_f16.cu).
@@ -627,6 +629,8 @@ const (
 
 // Entry points of varlen_f16_sm90a.ptx (kernels_src/varlen_f16_sm90a.cu).
 const (
-	PagedVarlenF16Hd128Wg = "paged_varlen_f16_hd128_wg"
-	PagedVarlenF16Hd64Wg  = "paged_varlen_f16_hd64_wg"
+	PagedVarlenF16Hd128Wg     = "paged_varlen_f16_hd128_wg"
+	PagedVarlenF16Hd128WgMods = "paged_varlen_f16_hd128_wg_mods"
+	PagedVarlenF16Hd64Wg      = "paged_varlen_f16_hd64_wg"
+	PagedVarlenF16Hd64WgMods  = "paged_varlen_f16_hd64_wg_mods"
 )

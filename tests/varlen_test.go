@@ -236,36 +236,51 @@ func TestVarlenWGMMAAgree(t *testing.T) {
 		{check.VarlenShape{Seqs: 5, QHeads: 8, KVHeads: 8, HeadDim: 128, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 70, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutHND},
 			[]int32{0, 1, 2, 72, 73, 143}, []int32{899, 17, 830, 0, 64}},
 	} {
-		t.Run(c.shape.String(), func(t *testing.T) {
-			p, err := check.NewVarlenProblemWith(r, s, g, c.shape, c.cu, c.pos)
-			require.NoError(t, err)
-			t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
-			wantOut, wantLSE := p.Reference()
-			var outs [2][2][]float64
-			var lses [2][2][]float32
-			for wi, on := range []bool{false, true} {
-				for si, splits := range []int{1, 3} {
-					k := dispatch.DefaultKnobs()
-					k.VarlenWGMMA, k.ForcedSplits = dispatch.SplitOff, splits
-					if on {
-						k.VarlenWGMMA = dispatch.SplitOn
+		for _, mods := range []bool{false, true} {
+			name := c.shape.String()
+			if mods {
+				name += "_mods"
+			}
+			t.Run(name, func(t *testing.T) {
+				p, err := check.NewVarlenProblemWith(r, s, g, c.shape, c.cu, c.pos)
+				require.NoError(t, err)
+				t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
+				if mods {
+					// A window that ends inside a page, soft-cap, sinks and
+					// ALiBi together (a window needs causal).
+					window := 0
+					if c.shape.Causal {
+						window = 37 + g.IntN(200)
 					}
-					plan, err := p.PlanWith(r, k)
-					require.NoError(t, err)
-					require.Equal(t, on && wg, dispatch.VarlenWGKernel(plan.Kernel), "%s", plan.Kernel)
-					out, lse, err := p.RunWithPlan(r, s, plan)
-					require.NoError(t, err)
-					require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "%s, %d splits", plan.Kernel, plan.Splits)
-					outs[wi][si], lses[wi][si] = out, lse
+					require.NoError(t, p.SetMods(s, g, window, 30, true, true))
 				}
-			}
-			for si := range 2 {
-				if !assert.LessOrEqual(t, ref.RelL2(outs[1][si], outs[0][si]), check.Tolerance(c.shape.DType)/2, "wgmma vs mma.sync") {
-					logDisagreement(t, p, outs[0][si], outs[1][si])
+				wantOut, wantLSE := p.Reference()
+				var outs [2][2][]float64
+				var lses [2][2][]float32
+				for wi, on := range []bool{false, true} {
+					for si, splits := range []int{1, 3} {
+						k := dispatch.DefaultKnobs()
+						k.VarlenWGMMA, k.ForcedSplits = dispatch.SplitOff, splits
+						if on {
+							k.VarlenWGMMA = dispatch.SplitOn
+						}
+						plan, err := p.PlanWith(r, k)
+						require.NoError(t, err)
+						require.Equal(t, on && wg, dispatch.VarlenWGKernel(plan.Kernel), "%s", plan.Kernel)
+						out, lse, err := p.RunWithPlan(r, s, plan)
+						require.NoError(t, err)
+						require.NoError(t, p.CheckReference(out, lse, wantOut, wantLSE), "%s, %d splits", plan.Kernel, plan.Splits)
+						outs[wi][si], lses[wi][si] = out, lse
+					}
 				}
-				assertSameLSE(t, lses[0][si], lses[1][si], "wgmma vs mma.sync")
-			}
-		})
+				for si := range 2 {
+					if !assert.LessOrEqual(t, ref.RelL2(outs[1][si], outs[0][si]), check.Tolerance(c.shape.DType)/2, "wgmma vs mma.sync") {
+						logDisagreement(t, p, outs[0][si], outs[1][si])
+					}
+					assertSameLSE(t, lses[0][si], lses[1][si], "wgmma vs mma.sync")
+				}
+			})
+		}
 	}
 }
 
