@@ -130,8 +130,10 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The cluster decode kernels live in the *_sm90 modules.
+	// The cluster decode kernels live in the *_sm90 modules, the wgmma
+	// varlen kernels in the arch-specific *_sm90a ones.
 	clusters, _ := ptx.ModuleRunsOn(ptx.ModuleDecodeF16Sm90, info.computeCapability())
+	wgmma, _ := ptx.ModuleRunsOn(ptx.ModuleVarlenBf16Sm90a, info.computeCapability())
 	r := &Runtime{
 		device:      dev,
 		ctx:         ctx,
@@ -148,9 +150,8 @@ func Open(opts Options) (*Runtime, error) {
 		SMs:                    info.SMs,
 		MaxSharedPerBlockOptin: info.MaxSharedPerBlockOptin,
 		Clusters:               clusters,
-		// The wgmma varlen kernels live in the *_sm90a modules (9.0 only).
-		WGMMA:     info.computeCapability() == 90,
-		Occupancy: map[string]int{},
+		WGMMA:                  wgmma,
+		Occupancy:              map[string]int{},
 	})
 	r.scratch = scratch.New(scratchAllocator{r: r}, cfg.ScratchLimitBytes)
 	r.counters = scratch.New(scratchAllocator{r: r, zero: true}, 0)
