@@ -438,13 +438,7 @@ func VarlenSharedBytes(kernel string) int {
 	if !ok {
 		return 0
 	}
-	stages := varlenStages
-	if g.wg {
-		// The wgmma kernels read tile i − 1's V while tile i + 1 lands
-		// (varlen_lag in kernels_src/varlen.cuh): one stage more.
-		stages++
-	}
-	n := g.rows*g.headDim*2 + stages*2*g.keys*g.headDim*g.cacheSize
+	n := g.rows*g.headDim*2 + varlenStages*2*g.keys*g.headDim*g.cacheSize
 	if g.cacheSize == 1 {
 		n += 2 * g.keys * g.headDim * 2
 	}

@@ -60,8 +60,7 @@
 // Grid: (num_seqs + ⌊total_q·G/R⌋, num_kv_heads, splits), G =
 // num_q_heads/num_kv_heads, R = VarlenConfig<D, MT, KEYS>::kRows (128 for the
 // entries without a suffix below D = 256 and the _k64 ones, else 64). Block: kVarlenThreads (4 warps). Dynamic shared
-// memory: VarlenSmem<T, C, D, MT, KEYS>::kBytes (dispatch.VarlenSharedBytes;
-// the wgmma entries one stage and kVarlenWGAlign bytes more).
+// memory: VarlenSmem<T, C, D, MT, KEYS>::kBytes (dispatch.VarlenSharedBytes).
 //
 // How a block works. The G query heads of one KV head are packed into the
 // rows of the mma tiles: packed row p of sequence s is (token p / G, head
@@ -123,15 +122,9 @@ constexpr int kVarlenWarps = kVarlenThreads / 32;
 // layout argument), stage Q, K and V in wgmma's 128-byte swizzled tiles
 // (wg_tile_offset) and run both products as warpgroup wgmmas: the block's
 // four warps are one warpgroup, MT = 1 (64 rows; warp w's are 16w …
-// 16w+15, as wgmma's m64 tile has them). Each tile's softmax overlaps the
-// next tile's Q·Kᵀ (varlen_wg_tiles), so their ring holds a third stage
-// (varlen_lag).
+// 16w+15, as wgmma's m64 tile has them).
 constexpr int kLayoutWG = 4;
 constexpr int kVarlenWGAlign = 1024;
-// varlen_lag is how many tiles behind the newest landed one a kernel still
-// reads: the wgmma entries' P·V of tile i − 1 runs during tile i's
-// softmax, so their ring holds one stage more (VarlenConfig::kStages + 1).
-__host__ __device__ constexpr int varlen_lag(int LAYOUT) { return LAYOUT == kLayoutWG ? 1 : 0; }
 // flash_entry reports whether the entries of LAYOUT read cache rows as the
 // flash-layout entries do (the flash or HND layout, see flash_rows).
 __host__ __device__ constexpr bool flash_entry(int LAYOUT) { return LAYOUT == kLayoutFlash || LAYOUT == kLayoutWG; }
@@ -881,32 +874,6 @@ struct SoftmaxRows {
   float l[2] = {0.0f, 0.0f};
 };
 
-// softmax_row folds row h (lane/4 + 8h) of one tile's scores of one row
-// tile into st: it turns s into exp2(s·q_mul − max·q_mul) and returns the
-// factor the row's output must be rescaled by (how far its max moved).
-template <int KEYS>
-__device__ __forceinline__ float softmax_row(SoftmaxRows& st, float (*s)[4], float q_mul, int h) {
-  float mx = st.m[h];
-#pragma unroll
-  for (int n = 0; n < KEYS / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  // A row with nothing visible yet keeps max -inf; its scores are all -inf
-  // and exp2 of them is 0 against any finite offset.
-  const float ms = mx == -INFINITY ? 0.0f : mx * q_mul;
-  const float alpha = exp2_ftz(st.m[h] * q_mul - ms);
-  st.m[h] = mx;
-  float sum = 0.0f;
-#pragma unroll
-  for (int n = 0; n < KEYS / 8; ++n) {
-    s[n][2 * h] = exp2_ftz(fmaf(s[n][2 * h], q_mul, -ms));
-    s[n][2 * h + 1] = exp2_ftz(fmaf(s[n][2 * h + 1], q_mul, -ms));
-    sum += s[n][2 * h] + s[n][2 * h + 1];
-  }
-  st.l[h] = fmaf(st.l[h], alpha, sum);
-  return alpha;
-}
-
 // softmax_tile folds one tile's scores of one row tile into st: it rescales
 // acc by how far each row's max moved and turns s into exp2(s·q_mul −
 // max·q_mul).
@@ -914,7 +881,24 @@ template <int KEYS, int NT>
 __device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], float (*acc)[4], float q_mul) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float alpha = softmax_row<KEYS>(st, s, q_mul, h);
+    float mx = st.m[h];
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    // A row with nothing visible yet keeps max -inf; its scores are all -inf
+    // and exp2 of them is 0 against any finite offset.
+    const float ms = mx == -INFINITY ? 0.0f : mx * q_mul;
+    const float alpha = exp2_ftz(st.m[h] * q_mul - ms);
+    st.m[h] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < KEYS / 8; ++n) {
+      s[n][2 * h] = exp2_ftz(fmaf(s[n][2 * h], q_mul, -ms));
+      s[n][2 * h + 1] = exp2_ftz(fmaf(s[n][2 * h + 1], q_mul, -ms));
+      sum += s[n][2 * h] + s[n][2 * h + 1];
+    }
+    st.l[h] = fmaf(st.l[h], alpha, sum);
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       acc[n][2 * h] *= alpha;
@@ -958,14 +942,13 @@ __device__ __forceinline__ void pv_tile(float (*acc)[D / 8][4], const float (*p)
   }
 }
 
-// wg_qk_issue starts the warpgroup's scores s = Q·Kᵀ for the first KN
+// wg_qk_tile computes the warpgroup's scores s = Q·Kᵀ for the first KN
 // positions of one K tile (kLayoutWG: the 64-row q tile at q_s and the K
 // tile at k_s in wgmma's tiles of 64 and KEYS rows; s is this warp's part,
-// in the mma C layout), one wgmma per 16 of D, as one wgmma group. s is
-// written asynchronously: it may be read only after the wait that
-// completes the group. The caller fences (wg_fence) first.
+// in the mma C layout), one wgmma per 16 of D, and waits for them.
 template <typename T, int D, int KEYS, int KN>
-__device__ __forceinline__ void wg_qk_issue(float (&s)[KN / 8][4], uint32_t q_s, uint32_t k_s) {
+__device__ __forceinline__ void wg_qk_tile(float (&s)[KN / 8][4], uint32_t q_s, uint32_t k_s) {
+  wg_fence();
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     // Step ks: 32 bytes into column block ks/4 of each tile.
@@ -974,21 +957,17 @@ __device__ __forceinline__ void wg_qk_issue(float (&s)[KN / 8][4], uint32_t q_s,
                     wg_desc(k_s + (ks >> 2) * (KEYS * 128) + step, 16, 1024), ks);
   }
   wg_commit();
-}
-
-// wg_qk_tile computes s = Q·Kᵀ (wg_qk_issue) and waits for it.
-template <typename T, int D, int KEYS, int KN>
-__device__ __forceinline__ void wg_qk_tile(float (&s)[KN / 8][4], uint32_t q_s, uint32_t k_s) {
-  wg_fence();
-  wg_qk_issue<T, D, KEYS, KN>(s, q_s, k_s);
   wg_wait<0>();
   wg_hold(s);
 }
 
-// wg_pack_p rounds this warp's probabilities p (the mma C layout) to T as
-// the A operands of P·V, one per 16 positions.
-template <typename T, int KN>
-__device__ __forceinline__ void wg_pack_p(uint32_t (&a)[KN / 16][4], const float (&p)[KN / 8][4]) {
+// wg_pv_tile accumulates acc += P·V for the first KN positions of one V
+// tile (kLayoutWG): P (p, this warp's probabilities in the mma C layout)
+// rounded to T is each step's A operand as it stands, V (KEYS rows of D,
+// N-major) read by descriptor, 16 positions a wgmma.
+template <typename T, int D, int KEYS, int KN>
+__device__ __forceinline__ void wg_pv_tile(float (&acc)[D / 8][4], const float (&p)[KN / 8][4], uint32_t v_s) {
+  uint32_t a[KN / 16][4];
 #pragma unroll
   for (int kk = 0; kk < KN / 16; ++kk) {
     a[kk][0] = pack2<T>(p[2 * kk][0], p[2 * kk][1]);
@@ -996,15 +975,7 @@ __device__ __forceinline__ void wg_pack_p(uint32_t (&a)[KN / 16][4], const float
     a[kk][2] = pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]);
     a[kk][3] = pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
   }
-}
-
-// wg_pv_issue starts acc += P·V for the first KN positions of one V tile
-// (kLayoutWG): P packed by wg_pack_p, V (KEYS rows of D, N-major) read by
-// descriptor, 16 positions a wgmma, as one wgmma group. acc and a belong
-// to the wgmmas until the wait that completes the group (wg_hold them
-// after it). The caller fences (wg_fence) first.
-template <typename T, int D, int KEYS, int KN>
-__device__ __forceinline__ void wg_pv_issue(float (&acc)[D / 8][4], const uint32_t (&a)[KN / 16][4], uint32_t v_s) {
+  wg_fence();
 #pragma unroll
   for (int kk = 0; kk < KN / 16; ++kk) {
     // Positions 16kk …: 16 rows of 128 bytes into the tile; its column
@@ -1012,16 +983,6 @@ __device__ __forceinline__ void wg_pv_issue(float (&acc)[D / 8][4], const uint32
     wgmma_rs<T, D>(acc, a[kk], wg_desc(v_s + kk * 16 * 128, KEYS * 128, 1024));
   }
   wg_commit();
-}
-
-// wg_pv_tile accumulates acc += P·V (wg_pv_issue) for probabilities p and
-// waits for it.
-template <typename T, int D, int KEYS, int KN>
-__device__ __forceinline__ void wg_pv_tile(float (&acc)[D / 8][4], const float (&p)[KN / 8][4], uint32_t v_s) {
-  uint32_t a[KN / 16][4];
-  wg_pack_p<T, KN>(a, p);
-  wg_fence();
-  wg_pv_issue<T, D, KEYS, KN>(acc, a, v_s);
   wg_wait<0>();
   wg_hold(acc);
 }
@@ -1299,8 +1260,7 @@ struct VarlenLoop {
 };
 
 // next_tile waits for tile i (it must be the oldest in flight) and
-// starts the copy of tile i + STAGES − 1 − LAG into the stage tile i − 1 −
-// LAG freed (LAG = varlen_lag: the tiles behind i still read);
+// starts the copy of tile i + STAGES − 1 into the stage tile i − 1 freed;
 // it returns tile i's K and V tiles in k_s and v_s, as the products read
 // them: fp8 tiles widened to <q> (widen_tile, LaidFP8KV::widen), and the
 // tail of a 16-bit x-split or shuffle V tile that reaches past kv_end
@@ -1309,19 +1269,16 @@ template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int MASK,
 __device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>& loop, int i,
                                           uint32_t& k_s, uint32_t& v_s) {
   using Smem = VarlenSmem<T, C, D, MT, KEYS>;
-  constexpr int LAG = varlen_lag(LAYOUT);
-  constexpr int STAGES = Smem::kStages + LAG;
+  constexpr int STAGES = Smem::kStages;
   constexpr bool kFP8 = sizeof(C) == 1;
   constexpr bool LAID = !flash_entry(LAYOUT);
-  cp_async_wait<STAGES - LAG - 2>();
+  cp_async_wait<STAGES - 2>();
   // wgmma reads shared memory through the async proxy: each thread's
   // copies are made visible to it before the barrier.
   if constexpr (LAYOUT == kLayoutWG) fence_async_smem();
-  __syncthreads();  // tile i has landed for every thread; tile i-1-LAG's stage is free
-  const int free_stage =
-      LAG == 0 ? (loop.stage == 0 ? STAGES - 1 : loop.stage - 1) : (loop.stage + STAGES - 1 - LAG) % STAGES;
-  loop.kv.issue(i + STAGES - LAG - 1, free_stage, loop.next_blk);
-  loop.next_blk = loop.kv.lookup(i + STAGES - LAG);
+  __syncthreads();  // tile i has landed for every thread; tile i-1's stage is free
+  loop.kv.issue(i + STAGES - 1, loop.stage == 0 ? STAGES - 1 : loop.stage - 1, loop.next_blk);
+  loop.next_blk = loop.kv.lookup(i + STAGES);
   k_s = loop.ring_s + loop.stage * Smem::kStageBytes;
   v_s = k_s + Smem::kTileBytes;
   if constexpr (LAID && !kFP8 && MASK != kMaskNone) {  // only a masked tile reaches past kv_end
@@ -1345,56 +1302,14 @@ __device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LA
   loop.stage = loop.stage == STAGES - 1 ? 0 : loop.stage + 1;
 }
 
-// shape_scores masks and modifies the scores s of row tile m for the
-// first KN positions of tile i: the mask where MASK asks for it (kMaskAll:
-// always; kMaskFrom: a tile that reaches mask_from; lim: the lane's rows'
-// limits). MODS: with a soft-cap or ALiBi every score is turned into log2
-// units and modified (the loop's q_mul is then 1); a tile that starts
-// before a row's window start is masked at both ends of each row's range,
-// as is one that MASK asks for.
-template <int KN, int MASK, bool MODS, int MT>
-__device__ __forceinline__ void shape_scores(float (*s)[4], int i, int keys, int m, int lane, int mask_from,
-                                             const int (*lim)[2], const VarlenRowMods<MT>& mods) {
-  if constexpr (MODS) {
-    const int kv0 = i * keys + 2 * (lane & 3);
-    if (mods.transform) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const ScoreMods& rm = mods.m[m][h];
-        // Key kv0 + 8n + e lies d0 + 8n + e from the query: one
-        // conversion per row and tile, the offsets are constants.
-        const float d0 = (float)(kv0 - rm.qpos);
-#pragma unroll
-        for (int n = 0; n < KN / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float x = s[n][2 * h + e] * mods.q_mul;
-            if (rm.cap != 0.0f) x = rm.cap * tanh_approx(x * rm.inv_cap);
-            s[n][2 * h + e] = fmaf(rm.slope0, d0 + (float)(8 * n + e), x);
-          }
-        }
-      }
-    }
-    if (i * keys < mods.lo_max || MASK == kMaskAll || (MASK == kMaskFrom && i * keys + keys > mask_from)) {
-#pragma unroll
-      for (int n = 0; n < KN / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int pos = kv0 + 8 * n + (e & 1);
-          if (pos >= lim[m][e >> 1] || pos < mods.m[m][e >> 1].lo) s[n][e] = -INFINITY;
-        }
-      }
-    }
-  } else {
-    if (MASK == kMaskAll || (MASK == kMaskFrom && i * keys + keys > mask_from)) {
-      mask_scores<KN>(s, i * keys, lim[m][0], lim[m][1], lane);
-    }
-  }
-}
-
 // attend_tile folds the first KN positions of tile i (K and V at k_s and
-// v_s) into this warp's rows: S = Q·Kᵀ for its MT row tiles, the mask and
-// modifiers (shape_scores), the online softmax, O += P·V.
+// v_s) into this warp's rows: S = Q·Kᵀ for its MT row tiles, the mask
+// where MASK asks for it (kMaskAll: always; kMaskFrom: a tile that reaches
+// mask_from; lim: the lane's rows' limits), the online softmax, O += P·V.
+// MODS: with a soft-cap or ALiBi every score is turned into log2 units and
+// modified (the loop's q_mul is then 1); a tile that starts before a row's
+// window start is masked at both ends of each row's range, as is one that
+// MASK asks for.
 template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK, bool MODS, int DM>
 __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>& loop, int i,
                                             uint32_t k_s, uint32_t v_s, const int (*lim)[2],
@@ -1413,8 +1328,43 @@ __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, 
   }
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
-    shape_scores<KN, MASK, MODS>(s[m], i, KEYS, m, loop.lane, loop.mask_from, lim, mods);
-    softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
+    if constexpr (MODS) {
+      const int kv0 = i * KEYS + 2 * (loop.lane & 3);
+      if (mods.transform) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const ScoreMods& rm = mods.m[m][h];
+          // Key kv0 + 8n + e lies d0 + 8n + e from the query: one
+          // conversion per row and tile, the offsets are constants.
+          const float d0 = (float)(kv0 - rm.qpos);
+#pragma unroll
+          for (int n = 0; n < KN / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float x = s[m][n][2 * h + e] * mods.q_mul;
+              if (rm.cap != 0.0f) x = rm.cap * tanh_approx(x * rm.inv_cap);
+              s[m][n][2 * h + e] = fmaf(rm.slope0, d0 + (float)(8 * n + e), x);
+            }
+          }
+        }
+      }
+      if (i * KEYS < mods.lo_max || MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
+#pragma unroll
+        for (int n = 0; n < KN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int pos = kv0 + 8 * n + (e & 1);
+            if (pos >= lim[m][e >> 1] || pos < mods.m[m][e >> 1].lo) s[m][n][e] = -INFINITY;
+          }
+        }
+      }
+      softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
+    } else {
+      if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
+        mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], loop.lane);
+      }
+      softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
+    }
   }
   if constexpr (LAYOUT == kLayoutWG) {
     wg_pv_tile<T, D, KEYS, KN>(loop.acc[0], s[0], v_s);
@@ -1435,53 +1385,6 @@ __device__ __forceinline__ void varlen_step(const VarlenLoop<T, C, D, MT, KEYS, 
   next_tile<T, C, D, MT, KEYS, LAYOUT, MASK>(loop, i, k_s, v_s);
   if (!loop.computes) return;
   attend_tile<T, C, D, MT, KEYS, LAYOUT, KN, MASK>(loop, i, k_s, v_s, lim, mods);
-}
-
-// varlen_wg_tiles runs tiles first … end − 1 of a wgmma entry (one row
-// tile, every warp computing), masked as kMaskFrom, with each tile's
-// softmax overlapping the next tile's S = Q·Kᵀ: tile i issues S of tile
-// i + 1 (its K landed one tile early, so the ring holds one stage more:
-// varlen_lag), masks and folds its own S into the softmax meanwhile, then
-// issues P·V and waits for both. (Overlapping the softmax with the
-// previous tile's P·V instead holds P in registers that ptxas reuses for
-// the softmax, and it then waits for P·V first.)
-template <int KEYS, typename T, typename C, int D, bool MODS, int DM>
-__device__ __forceinline__ void varlen_wg_tiles(const VarlenLoop<T, C, D, 1, KEYS, kLayoutWG, MODS, DM>& loop,
-                                                int first, int end, const int (*lim)[2],
-                                                const VarlenRowMods<1>& mods) {
-  if (first >= end) return;
-  float s[KEYS / 8][4];  // tile i's scores
-  uint32_t v_cur;        // and its V
-  {
-    uint32_t k_s;
-    next_tile<T, C, D, 1, KEYS, kLayoutWG, kMaskFrom>(loop, first, k_s, v_cur);
-    wg_qk_tile<T, D, KEYS, KEYS>(s, loop.q_s, k_s);
-  }
-  for (int i = first; i < end; ++i) {
-    float sn[KEYS / 8][4];  // tile i + 1's
-    uint32_t v_next = 0;
-    if (i + 1 < end) {
-      uint32_t k_next;
-      next_tile<T, C, D, 1, KEYS, kLayoutWG, kMaskFrom>(loop, i + 1, k_next, v_next);
-      wg_fence();
-      wg_qk_issue<T, D, KEYS, KEYS>(sn, loop.q_s, k_next);
-    }
-    shape_scores<KEYS, kMaskFrom, MODS>(s, i, KEYS, 0, loop.lane, loop.mask_from, lim, mods);
-    softmax_tile<KEYS, D / 8>(loop.st[0], s, loop.acc[0], loop.q_mul);
-    uint32_t pa[KEYS / 16][4];
-    wg_pack_p<T, KEYS>(pa, s);
-    wg_fence();
-    wg_pv_issue<T, D, KEYS, KEYS>(loop.acc[0], pa, v_cur);
-    wg_wait<0>();
-    wg_hold(loop.acc[0]);
-    wg_hold(sn);
-#pragma unroll
-    for (int n = 0; n < KEYS / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = sn[n][e];
-    }
-    v_cur = v_next;
-  }
 }
 
 // stage_rows writes a lane's two rows of one row tile (first packed row
@@ -1631,8 +1534,7 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   using Loop = VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>;
   using KV = typename Loop::KV;
   constexpr int ROWS = Smem::kRows;
-  constexpr int LAG = varlen_lag(LAYOUT);
-  constexpr int STAGES = Smem::kStages + LAG;
+  constexpr int STAGES = Smem::kStages;
   constexpr int NT = D / 8;
   // The _k64 entries run the tiles below every row's limit in a loop
   // without the mask code: one loop with the mask in it spills on the
@@ -1736,9 +1638,9 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   load_q_tile<T, D, ROWS, DM, LAYOUT>(q_s, q, q_token_stride, t, kvh, G);
   cp_async_commit();
 #pragma unroll
-  for (int j = 0; j < STAGES - 1 - LAG; ++j) kv.issue(first_tile + j, j, kv.lookup(first_tile + j));
-  auto next_blk = kv.lookup(first_tile + STAGES - 1 - LAG);
-  cp_async_wait<STAGES - 1 - LAG>();  // q has landed
+  for (int j = 0; j < STAGES - 1; ++j) kv.issue(first_tile + j, j, kv.lookup(first_tile + j));
+  auto next_blk = kv.lookup(first_tile + STAGES - 1);
+  cp_async_wait<STAGES - 1>();  // q has landed
   __syncthreads();
   const LaneOffsets<D / 8> ao = a_offsets<D / 8>(lane), bo = b_offsets<D / 8>(lane);
   const LaidOffsets<D, KEYS, LAYOUT> lo(lane);
@@ -1788,8 +1690,6 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
         varlen_step<KEYS, kMaskAll>(loop, i, lim, mods);
       }
     }
-  } else if constexpr (LAYOUT == kLayoutWG) {
-    varlen_wg_tiles<KEYS>(loop, first_tile, end_tile, lim, mods);
   } else {
     for (int i = first_tile; i < end_tile; ++i) varlen_step<KEYS, kMaskFrom>(loop, i, lim, mods);
   }
