@@ -359,13 +359,25 @@ struct WsSmem {
   static constexpr int kBytes = kQ + ST * kStage + 1024 + kBars;
 };
 
-template <int KEYS, int ST, bool TMA, bool PP = false>
+// setmaxnreg moves registers between warpgroups (REG): the producer gives
+// its own back, the consumers take them.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+// QKA: each consumer issues tile j+1's S = Q·Kᵀ before tile j's softmax,
+// then tile j's P·V, and waits for both (no P held in registers across
+// an in-flight wgmma, which ptxas may reuse and then wait for). REG:
+// setmaxnreg, producer 40 registers, consumers 232.
+template <int KEYS, int ST, bool TMA, bool PP = false, bool QKA = false, bool REG = false>
 __global__ void __launch_bounds__(384, 1) wg_ws(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kc, const __nv_bfloat16* __restrict__ vc,
     const int* __restrict__ block_tables, const int* __restrict__ cu, const int* __restrict__ pos_offsets,
     const int* __restrict__ tile_seq, const int* __restrict__ tile_row0, __nv_bfloat16* __restrict__ out,
     int num_q_heads, int num_kv_heads, int block_size, int max_blocks, float scale, int causal, int noload,
     const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
+  static_assert(!REG || TMA, "setmaxnreg with the one-thread TMA producer only");
   using S = WsSmem<KEYS, ST>;
   constexpr int ROWS = 128;
   extern __shared__ uint8_t smem_raw[];
@@ -411,6 +423,7 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
   __syncthreads();
 
   if (TMA && role == 0) {
+    if constexpr (REG) setmaxnreg_dec<40>();
     // Producer: one thread; each tile is KEYS/block_size pages, each page
     // of each column block one box of block_size rows of this KV head.
     if (tid != 0) return;
@@ -470,6 +483,7 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
     return;
   }
 
+  if constexpr (REG) setmaxnreg_inc<232>();  // every consumer path starts here
   const int wg = role - 1, warp = (tid >> 5) & 3, lane = tid & 31;
   const int r0 = wg * 64 + warp * 16 + (lane >> 2);
   int lim[2];
@@ -528,6 +542,40 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) wgmma_rs_n128(o, pa[kk], make_desc(vs + kk * 16 * 128, KEYS * 128, 1024));
   };
+  if constexpr (QKA) {
+    float s[KEYS / 2];
+    mbar_wait(full, 0);
+    wg_fence();
+    wg_scores<KEYS>(s, q_wg, kv_s);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(s);
+    for (int j = 0; j < n_tiles; ++j) {
+      const int stage = j % ST;
+      float sn[KEYS / 2];
+      if (j + 1 < n_tiles) {
+        const int st1 = (j + 1) % ST;
+        mbar_wait(full + 8 * st1, ((j + 1) / ST) & 1);
+        wg_fence();
+        wg_scores<KEYS>(sn, q_wg, kv_s + st1 * S::kStage);
+        wg_commit();
+      }
+      uint32_t pq[KEYS / 16][4];
+      float alpha[2];
+      softmax(s, j, pq, alpha);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
+      wg_fence();
+      issue_pv(pq, kv_s + stage * S::kStage + S::kTile);
+      wg_commit();
+      wg_wait<0>();
+      fence_regs(o);
+      fence_regs(sn);
+      mbar_arrive(empty + 8 * stage);
+#pragma unroll
+      for (int i = 0; i < KEYS / 2; ++i) s[i] = sn[i];
+    }
+  } else {
   uint32_t pa[KEYS / 16][4];
   const int my_bar = 1 + wg, other_bar = 2 - wg;
   if (PP && wg == 1) named_arrive(other_bar);  // warpgroup 0 goes first
@@ -583,6 +631,7 @@ __global__ void __launch_bounds__(384, 1) wg_ws(
   if (PP && wg == 0) named_sync(my_bar);
   wg_wait<0>();
   fence_regs(o);
+  }
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     l[e] += __shfl_xor_sync(0xffffffff, l[e], 1);
@@ -642,7 +691,7 @@ struct Problem {
   std::vector<int> qlen, pos;
 };
 
-template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false, bool PP = false>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false, bool PP = false, bool QKA = false, bool REG = false>
 double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char* name, int noload = 0) {
   const int QH = 32, KH = 8, bs = 16, G = QH / KH;
   const int S = pr.qlen.size();
@@ -716,7 +765,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
     }
   }
   constexpr int KW = WS ? KEYS : 64;  // the WS kernel's keys (a WS = 0 run does not launch it)
-  auto kern = wg_ws<KW, WS ? WS : 3, TMA, PP>;
+  auto kern = wg_ws<KW, WS ? WS : 3, TMA, PP, QKA, REG>;
   const int threads = WS ? 384 : 128 * NWG;
   if (WS) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   else CK(cudaFuncSetAttribute(wg_varlen<NWG, KEYS, OVERLAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
@@ -757,7 +806,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
     if (WS) cudaFuncGetAttributes(&fa, kern);
     else cudaFuncGetAttributes(&fa, wg_varlen<NWG, KEYS, OVERLAP>);
     nreg = fa.numRegs;
-    printf("%-28s%s %s ws=%d nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", TMA ? (PP ? "tma+pp" : "tma") : (PP ? "pp" : "   "), WS, NWG, KEYS, OVERLAP, us, tflops, nreg,
+    printf("%-28s%s %s%s%s ws=%d nwg=%d keys=%3d ov=%d %9.2f us  %7.1f TFLOP/s  regs=%d local=%zu\n", name, noload ? " NOLOAD" : "", TMA ? (PP ? "tma+pp" : "tma") : (PP ? "pp" : "   "), QKA ? "+qka" : "", REG ? "+reg" : "", WS, NWG, KEYS, OVERLAP, us, tflops, nreg,
            fa.localSizeBytes);
   }
   if (check) {
@@ -790,7 +839,7 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
       }
       if (err > maxerr || x != x) maxerr = x != x ? INFINITY : err;
     }
-    printf("CHECK %-22s %s ws=%d nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, TMA ? (PP ? "tma+pp" : "tma") : (PP ? "pp" : "   "), WS, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
+    printf("CHECK %-22s %s%s%s ws=%d nwg=%d keys=%d ov=%d T=%d: max err %.4g, bad %zu/%zu", name, TMA ? (PP ? "tma+pp" : "tma") : (PP ? "pp" : "   "), QKA ? "+qka" : "", REG ? "+reg" : "", WS, NWG, KEYS, OVERLAP, T, maxerr, bad, ref.size());
     if (bad) {
       const size_t t = first / (QH * D), h = first / D % QH, d = first % D;
       printf("  first bad token %zu head %zu dim %zu: got %g want %g", t, h, d, __bfloat162float(got[first]), ref[first]);
@@ -803,33 +852,30 @@ double run(const Problem& pr, bool check, int reps, std::mt19937& g, const char*
   return tflops;
 }
 
-template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false, bool PP = false>
+template <int NWG, int KEYS, bool OVERLAP, int WS = 0, bool TMA = false, bool PP = false, bool QKA = false, bool REG = false>
 void suite(std::mt19937& g, bool check_only) {
   Problem ragged{{37, 1, 200, 64, 129}, {0, 300, 17, 1000, 5}};
   Problem chunk{{300}, {1700}};
   if (check_only) {
-    run<NWG, KEYS, OVERLAP, WS, TMA, PP>(ragged, true, 0, g, "ragged");
-    run<NWG, KEYS, OVERLAP, WS, TMA, PP>(chunk, true, 0, g, "chunk 1x300 kv2000");
+    run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(ragged, true, 0, g, "ragged");
+    run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(chunk, true, 0, g, "chunk 1x300 kv2000");
     return;
   }
-  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
-  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
-  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
-  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
-  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
-  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
-  run<NWG, KEYS, OVERLAP, WS, TMA, PP>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(Problem{{4096}, {0}}, false, 15, g, "1x4096");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(Problem{std::vector<int>(32, 512), std::vector<int>(32, 0)}, false, 15, g, "32x512");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(Problem{{16384}, {0}}, false, 15, g, "1x16384");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(Problem{std::vector<int>(4, 512), std::vector<int>(4, 7680)}, false, 15, g, "4x512 kv=8192");
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(Problem{std::vector<int>(8, 2048), std::vector<int>(8, 0)}, false, 15, g, "8x2048", 1);
+  run<NWG, KEYS, OVERLAP, WS, TMA, PP, QKA, REG>(Problem{{16384}, {0}}, false, 15, g, "1x16384", 1);
 }
 
 int main(int argc, char** argv) {
   std::mt19937 g(7);
   const bool check = argc > 1 && argv[1][0] == 'c';
-  suite<2, 64, true, 4, true>(g, check);
-  suite<2, 64, true, 4, true, true>(g, check);
-  suite<2, 64, true, 4, false, true>(g, check);
-  suite<2, 64, true, 3, true>(g, check);
-  suite<2, 64, true, 4>(g, check);
-  suite<2, 64, true>(g, check);
-  suite<2, 128, true>(g, check);
+  suite<2, 64, true, 4, true>(g, check);                       // TMA, P held across P·V
+  suite<2, 64, true, 4, true, false, true>(g, check);          // TMA, QKA
+  suite<2, 64, true, 4, true, false, true, true>(g, check);    // TMA, QKA, setmaxnreg
+  suite<2, 128, true, 2, true, false, true, true>(g, check);   // 128 keys, TMA, QKA, setmaxnreg
   return 0;
 }
