@@ -40,16 +40,25 @@ import (
 //     at the call); a smaller one as if every sequence were MaxKVLen long.
 //   - KVCapacity: the largest kv length any replay of a graph that captures
 //     this decode will see; 0 means the runtime's KV_CAPACITY. A decode
-//     captured into a graph is planned for it (balanced: every replay splits
-//     each sequence from its length at that replay), and MaxBlocksPerSeq ·
-//     BlockSize must hold it. Eager decodes ignore it.
+//     captured into a graph is planned for it, and every replay splits each
+//     sequence from its length at that replay (balanced from
+//     dispatch.BalanceGraphMinSeqs sequences; a smaller batch cuts each
+//     sequence into the splits the capacity's rule gives); MaxBlocksPerSeq
+//     · BlockSize must hold it. Eager decodes ignore it.
 //   - Workspace (optional): the engine's own split-K scratch for this
 //     decode, instead of the stream's pool: at least DecodePlan.WorkspaceBytes of
 //     the decode's plan (PlanDecode, or PlanDecodeGraph for a graph),
 //     256-byte aligned,
 //     zeroed once before its first use (Stream.Fill); decodes leave its
-//     counter words zero again. Two decodes that may run at once must not
-//     share one, and it must outlive every graph that captured it.
+//     counter words zero again. Its first WorkspaceFloatsOffset bytes hold
+//     the counters, whose number follows NumSeqs and NumKVHeads, and the
+//     split-K floats follow them: a varlen, or a decode of another plan,
+//     that uses the same buffer writes floats over counters this decode
+//     needs zero. So one buffer serves decodes of one plan (one graph
+//     per buffer, or one batch shape); after any other use, zero its first
+//     WorkspaceFloatsOffset bytes again before this decode runs. Two
+//     decodes that may run at once must not share one, and it must outlive
+//     every graph that captured it.
 //   - Scale: softmax scale; 0 means 1/√HeadDim.
 //   - SlidingWindow, SoftCap, Sinks, AlibiSlopes: the score modifiers, all
 //     off by default. The query of a sequence of n tokens sits at position

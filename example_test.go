@@ -46,6 +46,13 @@ func Example() {
 	}
 	cacheBytes := int64(numBlocks * blockSize * kvHeads * headDim * 2)
 	kc, vc := alloc(cacheBytes), alloc(cacheBytes)
+	// Earlier positions hold the sequences' K/V from their earlier steps
+	// (Append or RopeCache wrote them); here they are zero.
+	for _, c := range []pagedkv.Buffer{kc, vc} {
+		if err := s.Fill(c, 0); err != nil {
+			panic(err)
+		}
+	}
 	k, v := alloc(seqs*kvHeads*headDim*2), alloc(seqs*kvHeads*headDim*2)
 	q, out := alloc(seqs*qHeads*headDim*2), alloc(seqs*qHeads*headDim*2)
 	// Real code fills k, v and q from the model with pagedkv.Upload

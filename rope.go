@@ -16,8 +16,8 @@ import (
 //     layouts over an e4m3 cache need a multiple of 16).
 //   - Positions: int64 [NumTokens]; PositionDeltas (optional): int64 [NumTokens]
 //     added to them. CosSin: one combined f32 table [MaxPos, 2·RotDim], each
-//     row RotDim cosines then RotDim sines (QKVNormRopeArgs takes two separate
-//     tables, Cos and Sin); RotDim is HeadDim (one value per element) or
+//     row RotDim cosines then RotDim sines (QKVNormRopeArgs takes the same
+//     table); RotDim is HeadDim (one value per element) or
 //     HeadDim/2 (one per rotated pair, reused for both halves). NeoX rotates
 //     halves (x[j], x[j+HeadDim/2]); otherwise GPT-J rotates interleaved pairs
 //     (x[2i], x[2i+1]). A position outside [0, MaxPos) is recorded in the

@@ -95,7 +95,10 @@ type loadedModule struct {
 // Open initializes the driver, retains the primary context of the device in
 // opts and loads the configuration. Modules are loaded lazily, on the first
 // op that needs them. Errors match ErrNoDriver or ErrNoDevice when there is
-// no usable GPU.
+// no usable GPU, ErrInvalidArgument for an Options.Device the machine does
+// not have, ErrComputeCapability for a GPU older than compute capability
+// 8.0, and config.ErrInvalid for a configuration value outside its allowed
+// ones.
 func Open(opts Options) (*Runtime, error) {
 	cfg, err := config.Load(opts.Config)
 	if err != nil {
@@ -112,7 +115,7 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("pagedkv: %w", ErrNoDevice)
 	}
 	if opts.Device < 0 || opts.Device >= n {
-		return nil, fmt.Errorf("pagedkv: Options.Device=%d is out of range; this machine has devices 0..%d", opts.Device, n-1)
+		return nil, fmt.Errorf("%w: Options.Device=%d is out of range; this machine has devices 0..%d", ErrInvalidArgument, opts.Device, n-1)
 	}
 	dev, err := driver.DeviceGet(opts.Device)
 	if err != nil {
@@ -123,8 +126,8 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	if info.ComputeMajor < 8 {
-		return nil, fmt.Errorf("pagedkv: device %d (%s) has compute capability %d.%d; pagedkv needs 8.0 or newer (Ampere, Ada, Hopper, Blackwell)",
-			opts.Device, info.Name, info.ComputeMajor, info.ComputeMinor)
+		return nil, fmt.Errorf("%w: device %d (%s) has compute capability %d.%d; pagedkv needs 8.0 or newer (Ampere, Ada, Hopper, Blackwell)",
+			ErrComputeCapability, opts.Device, info.Name, info.ComputeMajor, info.ComputeMinor)
 	}
 	ctx, err := dev.PrimaryCtxRetain()
 	if err != nil {

@@ -37,7 +37,7 @@ func moreDim(d int) bool { return d&(d-1) != 0 }
 // PaddedHeadDim is the head dim whose attention kernels run in tiles of the
 // next power of two (128), its rows zero-padded in shared memory (DM < D in
 // decode.cuh and varlen.cuh): 120 is no multiple of the mma's k of 16.
-// They read the flash layout of 16-bit caches only.
+// They read the flash and HND layouts of 16-bit caches only.
 const PaddedHeadDim = 120
 
 // paddedDim reports whether head dim d is PaddedHeadDim.
