@@ -85,6 +85,9 @@ type Stream struct {
 	r     *Runtime
 	s     driver.Stream
 	fault driver.DevicePtr
+	// holds counts who keeps fault allocated: the Stream until Close, and
+	// each Graph captured on it until the graph's Close.
+	holds *faultHolds
 	// owned is false for a wrapped CUstream: Close then releases what
 	// pagedkv added (fault record, scratch) in stream order and never
 	// destroys or waits for the stream.
@@ -107,7 +110,7 @@ func (r *Runtime) NewStream() (*Stream, error) {
 	if err := r.live(); err != nil {
 		return nil, err
 	}
-	st := &Stream{r: r, owned: true}
+	st := &Stream{r: r, owned: true, holds: newFaultHolds()}
 	err := r.do(func() error {
 		var err error
 		if st.s, err = driver.StreamCreate(driver.StreamNonBlocking); err != nil {
@@ -172,7 +175,7 @@ func (r *Runtime) WrapStream(handle uintptr) (*Stream, error) {
 	case driver.StreamPerThread:
 		return nil, errf("WrapStream(%#x): CU_STREAM_PER_THREAD names each OS thread's own default stream, and Go moves goroutines between threads; allowed: a created stream or pagedkv.LegacyStream", handle)
 	}
-	st := &Stream{r: r, s: driver.Stream(handle)}
+	st := &Stream{r: r, s: driver.Stream(handle), holds: newFaultHolds()}
 	err := r.do(func() error {
 		ctx, err := st.s.Context()
 		if err != nil {
@@ -264,7 +267,8 @@ func (s *Stream) Synchronize() error {
 // without destroying the CUstream; it is an error while the stream is being
 // captured (end the capture first). The Runtime's own stream is closed by
 // Runtime.Close. Closing a closed (or nil) Stream does nothing; any other
-// use of it afterwards is refused.
+// use of it afterwards is refused. A Graph captured on the stream keeps its
+// fault record allocated until the graph's Close (see Graph).
 func (s *Stream) Close() error {
 	if s == nil || s.r == nil || s.closed.Load() {
 		return nil
@@ -294,8 +298,10 @@ func (s *Stream) destroy() error {
 		if err := s.s.Synchronize(); err != nil {
 			return err
 		}
-		if err := driver.MemFree(s.fault); err != nil {
-			return err
+		if s.holds.closeStream() {
+			if err := driver.MemFree(s.fault); err != nil {
+				return err
+			}
 		}
 		return s.s.Destroy()
 	})
@@ -331,7 +337,7 @@ func (s *Stream) release() error {
 	// Kernels given a null record track no faults (common.cuh): a launch on
 	// the Stream after Close, a bug, then cannot write freed memory.
 	s.fault = 0
-	if fault != 0 {
+	if fault != 0 && s.holds.closeStream() {
 		errs = append(errs, s.r.do(func() error { return driver.MemFreeAsync(fault, s.s) }))
 	}
 	return errors.Join(errs...)
@@ -434,11 +440,24 @@ func (s *Stream) BeginCapture() error {
 // captured on one stream must not be replayed concurrently. Decodes given
 // their own DecodeArgs.Workspace have none of these limits beyond the
 // workspace itself, which must outlive the graph.
+//
+// Its kernels record faults (a bad slot, block-table entry or length) in
+// the fault record of the stream it was captured on, whichever stream
+// replays it: that stream's Fault reports them. The record stays allocated
+// until the graph's Close even when the stream is closed first (its Fault
+// is then out of reach, and faults of such replays go unreported). A graph
+// that other code captured on the Stream's handle, outside BeginCapture and
+// EndCapture, writes the record too, but pagedkv cannot see its end: keep
+// the Stream open while such a graph may run.
 type Graph struct {
 	r    *Runtime
 	g    driver.Graph
 	exec driver.GraphExec
 	pins [2]*scratch.Pins // the split-K scratch and counters it captured
+	// fault is the fault record of the stream it was captured on, which its
+	// kernels write at every replay; holds keeps it allocated until Close.
+	fault driver.DevicePtr
+	holds *faultHolds
 	// closed makes Close idempotent and Launch after Close an error.
 	closed atomic.Bool
 }
@@ -466,6 +485,8 @@ func (s *Stream) EndCapture() (*Graph, error) {
 		return nil, err
 	}
 	gr.pins = [2]*scratch.Pins{s.r.scratch.EndCapture(uintptr(s.s)), s.r.counters.EndCapture(uintptr(s.s))}
+	gr.fault, gr.holds = s.fault, s.holds
+	gr.holds.holdGraph()
 	return gr, nil
 }
 
@@ -500,7 +521,13 @@ func (g *Graph) Close() error {
 		if err := g.g.Destroy(); err != nil {
 			return err
 		}
-		return driver.CtxSynchronize()
+		if err := driver.CtxSynchronize(); err != nil {
+			return err
+		}
+		if g.holds.releaseGraph() {
+			return driver.MemFree(g.fault)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -720,4 +747,51 @@ func (s *Stream) Wait(e *Event) error {
 		return errf("Stream.Wait: the event's Runtime is closed")
 	}
 	return s.r.do(func() error { return s.s.WaitEvent(e.e) })
+}
+
+// faultHolds counts the holders of a stream's fault record: the Stream until
+// its Close, and each Graph captured on it (BeginCapture, EndCapture) until
+// the graph's Close, since the graph's kernels write the record at every
+// replay, on whatever stream. The last holder to let go frees it.
+type faultHolds struct {
+	mu     sync.Mutex
+	stream bool // the Stream has not closed
+	graphs int
+}
+
+func newFaultHolds() *faultHolds { return &faultHolds{stream: true} }
+
+// holdGraph adds a graph's hold.
+func (h *faultHolds) holdGraph() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.graphs++
+	h.mu.Unlock()
+}
+
+// closeStream drops the Stream's hold and reports whether the record is
+// now to be freed (no graph holds it). A nil h (a Stream built without
+// one) has only the Stream's hold.
+func (h *faultHolds) closeStream() bool {
+	if h == nil {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stream = false
+	return h.graphs == 0
+}
+
+// releaseGraph drops a graph's hold and reports whether the record is now
+// to be freed (the Stream has closed and no other graph holds it).
+func (h *faultHolds) releaseGraph() bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.graphs--
+	return h.graphs == 0 && !h.stream
 }

@@ -97,3 +97,27 @@ func TestWrappedStreamCloseUnregistered(t *testing.T) {
 	assert.NoError(t, s.Close())
 	assert.Equal(t, driver.DevicePtr(0x1000), s.fault, "untouched")
 }
+
+// TestFaultHoldsLastHolderFrees: a stream's fault record is freed by the
+// last of the Stream and the graphs captured on it to let go, in any order.
+func TestFaultHoldsLastHolderFrees(t *testing.T) {
+	h := newFaultHolds()
+	assert.True(t, h.closeStream(), "no graph: the Stream's Close frees it")
+
+	h = newFaultHolds()
+	h.holdGraph()
+	h.holdGraph()
+	assert.False(t, h.releaseGraph(), "the Stream still holds it")
+	assert.False(t, h.closeStream(), "a graph still holds it")
+	assert.True(t, h.releaseGraph(), "the last graph frees it")
+
+	h = newFaultHolds()
+	h.holdGraph()
+	assert.False(t, h.closeStream())
+	assert.True(t, h.releaseGraph())
+
+	var none *faultHolds
+	none.holdGraph()
+	assert.True(t, none.closeStream(), "a Stream without holds frees its record at Close")
+	assert.False(t, none.releaseGraph())
+}

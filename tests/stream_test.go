@@ -342,3 +342,46 @@ func TestAsyncUploadInGraph(t *testing.T) {
 		require.Equal(t, bytes.Repeat([]byte{v}, n), got)
 	}
 }
+
+// TestGraphOutlivesItsStream: a graph whose capture stream is closed first
+// replays on another stream, its Append still writing a fault (a slot past
+// the cache) into the capture stream's fault record, which the graph keeps
+// allocated until its Close (compute-sanitizer memcheck reports a write to
+// a freed record).
+func TestGraphOutlivesItsStream(t *testing.T) {
+	r := open(t, config.Options{})
+	g := rng(t)
+	a := arena(t, r)
+	rs := r.Stream()
+	capture, err := r.NewStream()
+	require.NoError(t, err)
+	const tokens, heads, dim, bs, blocks = 8, 2, 64, 4, 2
+	keyRaw, _ := check.RandomTensor(g, pagedkv.F16, tokens*heads*dim, 1)
+	key, err := check.Upload(a, rs, keyRaw, 1)
+	require.NoError(t, err)
+	slots, err := check.Upload(a, rs, []int64{0, 1, 2, 3, 4, 5, 6, 1 << 40}, 8)
+	require.NoError(t, err)
+	cacheBytes := int64(blocks * bs * heads * dim * 2)
+	kc, err := a.Alloc(cacheBytes)
+	require.NoError(t, err)
+	vc, err := a.Alloc(cacheBytes)
+	require.NoError(t, err)
+	require.NoError(t, rs.Synchronize())
+	args := &pagedkv.AppendArgs{
+		K: key, V: key, KCache: kc, VCache: vc, SlotMapping: slots,
+		NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
+		DType: pagedkv.F16, CacheDType: pagedkv.F16,
+	}
+	require.NoError(t, capture.BeginCapture())
+	appendErr := r.Append(capture, args)
+	graph, err := capture.EndCapture()
+	require.NoError(t, appendErr)
+	require.NoError(t, err)
+	require.NoError(t, capture.Close())
+	for range 3 {
+		require.NoError(t, graph.Launch(rs))
+	}
+	require.NoError(t, rs.Synchronize())
+	require.NoError(t, rs.Fault(), "the graph's faults go to its capture stream's record")
+	require.NoError(t, graph.Close())
+}
