@@ -41,7 +41,10 @@ func (b Buffer) Slice(off, n int64) (Buffer, error) {
 }
 
 // Memory is device memory allocated by a Runtime. Free it with Free; a
-// cleanup frees it if it becomes unreachable first.
+// cleanup frees it if it becomes unreachable first. Its Buffer, and views
+// taken from it (Slice), do not keep it reachable: hold the *Memory for as
+// long as any op, graph or view may use the memory, or the cleanup may free
+// it under them (cuMemFree, at a time the garbage collector picks).
 type Memory struct {
 	Buffer
 	r       *Runtime
@@ -84,7 +87,9 @@ func (r *Runtime) Alloc(bytes int64) (*Memory, error) {
 
 // Free releases the memory after the device has finished every operation
 // already enqueued (cuMemFree synchronizes). It is safe to call more than
-// once, and on a nil Memory (it does nothing).
+// once, and on a nil Memory (it does nothing). After Runtime.Close it does
+// nothing: the memory goes with the Runtime's context only when no other
+// code retains that primary context, so free memory before Close.
 func (m *Memory) Free() error {
 	if m == nil || m.r == nil {
 		return nil

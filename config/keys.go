@@ -167,7 +167,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "SCRATCH_LIMIT_BYTES", File: KeyScratchLimitBytes, Field: "ScratchLimitBytes",
 			Default: strconv.Itoa(1 << 30), Allowed: "an integer >= 0 (0 = no limit)",
-			Description: "Cap in bytes on the split-K scratch pool per device and stream; plans that exceed it use fewer splits.",
+			Description: "Cap in bytes on each stream's split-K scratch buffer (so up to this much per stream, plus buffers retired by growth that captured graphs still hold); plans that exceed it use fewer splits.",
 		},
 		parse: func(s string) (any, error) {
 			n, err := parseInt(s)
