@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -219,21 +220,37 @@ func TestAppendFaults(t *testing.T) {
 	}
 }
 
+// faultingAppend returns an Append into kc and vc (f16, BlockSize bs,
+// NumBlocks blocks) of faultTokens random tokens of faultHeads heads of
+// faultDim whose last slot lies far past the cache (a fault naming
+// SlotMapping[7]), and the tokens' bytes (K and V alike).
+func faultingAppend(t *testing.T, a *check.Arena, s *pagedkv.Stream, g *rand.Rand, kc, vc pagedkv.Buffer,
+	layout pagedkv.CacheLayout, bs, blocks int) (*pagedkv.AppendArgs, []byte) {
+	t.Helper()
+	keyRaw, _ := check.RandomTensor(g, pagedkv.F16, faultTokens*faultHeads*faultDim, 1)
+	key, err := check.Upload(a, s, keyRaw, 1)
+	require.NoError(t, err)
+	slots, err := check.Upload(a, s, []int64{0, 1, 2, 3, 4, 5, 6, 1 << 40}, 8)
+	require.NoError(t, err)
+	return &pagedkv.AppendArgs{
+		K: key, V: key, KCache: kc, VCache: vc, SlotMapping: slots,
+		NumTokens: faultTokens, NumKVHeads: faultHeads, HeadDim: faultDim, BlockSize: bs, NumBlocks: blocks,
+		DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: layout,
+	}, keyRaw
+}
+
+const faultTokens, faultHeads, faultDim = 8, 2, 64
+
 func appendFault(t *testing.T, layout pagedkv.CacheLayout, checking bool) {
 	r := open(t, config.Options{CheckBounds: ptr(checking)})
 	g := rng(t)
 	s := r.Stream()
 	a := arena(t, r)
-	const tokens, heads, dim = 8, 2, 64
+	const heads, dim = faultHeads, faultDim
 	bs, blocks := 4, 2
 	if layout != pagedkv.LayoutFlash {
 		bs, blocks = 8, 1
 	}
-	keyRaw, _ := check.RandomTensor(g, pagedkv.F16, tokens*heads*dim, 1)
-	key, err := check.Upload(a, s, keyRaw, 1)
-	require.NoError(t, err)
-	slots, err := check.Upload(a, s, []int64{0, 1, 2, 3, 4, 5, 6, 1 << 40}, 8)
-	require.NoError(t, err)
 	cacheBytes := int64(blocks * bs * heads * dim * 2)
 	// The caches sit inside one allocation with a guard region behind them.
 	guarded, err := a.Alloc(3 * cacheBytes)
@@ -241,11 +258,7 @@ func appendFault(t *testing.T, layout pagedkv.CacheLayout, checking bool) {
 	require.NoError(t, s.Fill(guarded, 0x5A))
 	kc, _ := guarded.Slice(0, cacheBytes)
 	vc, _ := guarded.Slice(cacheBytes, cacheBytes)
-	args := &pagedkv.AppendArgs{
-		K: key, V: key, KCache: kc, VCache: vc, SlotMapping: slots,
-		NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
-		DType: pagedkv.F16, CacheDType: pagedkv.F16, Layout: layout,
-	}
+	args, keyRaw := faultingAppend(t, a, s, g, kc, vc, layout, bs, blocks)
 	err = r.Append(s, args)
 	if !checking {
 		require.NoError(t, err)

@@ -355,23 +355,14 @@ func TestGraphOutlivesItsStream(t *testing.T) {
 	rs := r.Stream()
 	capture, err := r.NewStream()
 	require.NoError(t, err)
-	const tokens, heads, dim, bs, blocks = 8, 2, 64, 4, 2
-	keyRaw, _ := check.RandomTensor(g, pagedkv.F16, tokens*heads*dim, 1)
-	key, err := check.Upload(a, rs, keyRaw, 1)
-	require.NoError(t, err)
-	slots, err := check.Upload(a, rs, []int64{0, 1, 2, 3, 4, 5, 6, 1 << 40}, 8)
-	require.NoError(t, err)
-	cacheBytes := int64(blocks * bs * heads * dim * 2)
+	const bs, blocks = 4, 2
+	cacheBytes := int64(blocks * bs * faultHeads * faultDim * 2)
 	kc, err := a.Alloc(cacheBytes)
 	require.NoError(t, err)
 	vc, err := a.Alloc(cacheBytes)
 	require.NoError(t, err)
+	args, _ := faultingAppend(t, a, rs, g, kc, vc, pagedkv.LayoutFlash, bs, blocks)
 	require.NoError(t, rs.Synchronize())
-	args := &pagedkv.AppendArgs{
-		K: key, V: key, KCache: kc, VCache: vc, SlotMapping: slots,
-		NumTokens: tokens, NumKVHeads: heads, HeadDim: dim, BlockSize: bs, NumBlocks: blocks,
-		DType: pagedkv.F16, CacheDType: pagedkv.F16,
-	}
 	require.NoError(t, capture.BeginCapture())
 	appendErr := r.Append(capture, args)
 	graph, err := capture.EndCapture()

@@ -201,12 +201,7 @@ func TestVarlenKeysAgree(t *testing.T) {
 					outs[ki][si], lses[ki][si] = out, lse
 				}
 			}
-			for si := range 2 {
-				if !assert.LessOrEqual(t, ref.RelL2(outs[1][si], outs[0][si]), check.Tolerance(c.shape.DType)/2, "64 vs 32 keys") {
-					logDisagreement(t, p, outs[0][si], outs[1][si])
-				}
-				assertSameLSE(t, lses[0][si], lses[1][si], "64 vs 32 keys")
-			}
+			assertPathsAgree(t, p, outs, lses, "64 vs 32 keys")
 		})
 	}
 }
@@ -273,14 +268,22 @@ func TestVarlenWGMMAAgree(t *testing.T) {
 						outs[wi][si], lses[wi][si] = out, lse
 					}
 				}
-				for si := range 2 {
-					if !assert.LessOrEqual(t, ref.RelL2(outs[1][si], outs[0][si]), check.Tolerance(c.shape.DType)/2, "wgmma vs mma.sync") {
-						logDisagreement(t, p, outs[0][si], outs[1][si])
-					}
-					assertSameLSE(t, lses[0][si], lses[1][si], "wgmma vs mma.sync")
-				}
+				assertPathsAgree(t, p, outs, lses, "wgmma vs mma.sync")
 			})
 		}
+	}
+}
+
+// assertPathsAgree asserts that two kernel paths' outputs and LSEs of p
+// (outs[0] and outs[1], for each of two split counts) agree, logging how
+// they differ where they do not.
+func assertPathsAgree(t *testing.T, p *check.VarlenProblem, outs [2][2][]float64, lses [2][2][]float32, what string) {
+	t.Helper()
+	for si := range 2 {
+		if !assert.LessOrEqual(t, ref.RelL2(outs[1][si], outs[0][si]), check.Tolerance(p.Shape.DType)/2, what) {
+			logDisagreement(t, p, outs[0][si], outs[1][si])
+		}
+		assertSameLSE(t, lses[0][si], lses[1][si], what)
 	}
 }
 
