@@ -109,15 +109,19 @@ func PagedDecode(a Decode) (out, lse []float64) {
 	lse = make([]float64, a.NumSeqs*a.NumQHeads)
 	c := newPagedCache("PagedDecode", a.KCache, a.VCache, a.BlockTables, a.Layout, a.X, a.NumKVHeads, a.HeadDim,
 		a.BlockSize, a.MaxBlocksPerSeq, numBlocks)
+	// Each sequence's rows first (a bad block id panics here), then every
+	// (sequence, head) on its own.
+	rows := make([][]int, a.NumSeqs)
+	firsts := make([]int, a.NumSeqs)
 	for s := range a.NumSeqs {
 		n := int(a.KVLens[s])
-		rows, first := a.Mods.visible(c.rows("PagedDecode", s, n), n-1, true)
-		for h := range a.NumQHeads {
-			i := s*a.NumQHeads + h
-			q := query{a.Q[i*a.HeadDim:][:a.HeadDim], n - 1, h}
-			lse[i] = c.attend(q, rows, first, h/group, a.Scale, &a.Mods, out[i*a.HeadDim:][:a.HeadDim])
-		}
+		rows[s], firsts[s] = a.Mods.visible(c.rows("PagedDecode", s, n), n-1, true)
 	}
+	forEach(a.NumSeqs*a.NumQHeads, func(i int) {
+		s, h := i/a.NumQHeads, i%a.NumQHeads
+		q := query{a.Q[i*a.HeadDim:][:a.HeadDim], int(a.KVLens[s]) - 1, h}
+		lse[i] = c.attend(q, rows[s], firsts[s], h/group, a.Scale, &a.Mods, out[i*a.HeadDim:][:a.HeadDim])
+	})
 	return out, lse
 }
 

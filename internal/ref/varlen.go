@@ -67,19 +67,26 @@ func PagedVarlen(a Varlen) (out, lse []float64) {
 	total := int(a.CuSeqlensQ[a.NumSeqs])
 	out = make([]float64, total*a.NumQHeads*a.HeadDim)
 	lse = make([]float64, total*a.NumQHeads)
+	// Each sequence's rows first (a bad block id panics here), then every
+	// query token's heads on their own.
+	rows := make([][]int, a.NumSeqs)
+	seqOf := make([]int, total)
 	for s := range a.NumSeqs {
 		first, end := int(a.CuSeqlensQ[s]), int(a.CuSeqlensQ[s+1])
-		pos := int(a.PosOffsets[s])
-		rows := c.rows("PagedVarlen", s, pos+end-first)
+		rows[s] = c.rows("PagedVarlen", s, int(a.PosOffsets[s])+end-first)
 		for t := first; t < end; t++ {
-			p := pos + t - first
-			visible, from := a.Mods.visible(rows, p, a.Causal)
-			for h := range a.NumQHeads {
-				i := t*a.NumQHeads + h
-				q := query{a.Q[i*a.HeadDim:][:a.HeadDim], p, h}
-				lse[i] = c.attend(q, visible, from, h/group, a.Scale, &a.Mods, out[i*a.HeadDim:][:a.HeadDim])
-			}
+			seqOf[t] = s
 		}
 	}
+	forEach(total, func(t int) {
+		s := seqOf[t]
+		p := int(a.PosOffsets[s]) + t - int(a.CuSeqlensQ[s])
+		visible, from := a.Mods.visible(rows[s], p, a.Causal)
+		for h := range a.NumQHeads {
+			i := t*a.NumQHeads + h
+			q := query{a.Q[i*a.HeadDim:][:a.HeadDim], p, h}
+			lse[i] = c.attend(q, visible, from, h/group, a.Scale, &a.Mods, out[i*a.HeadDim:][:a.HeadDim])
+		}
+	})
 	return out, lse
 }
