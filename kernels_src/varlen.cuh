@@ -106,7 +106,7 @@
 // are neither read nor looked up in the block table), softcap (> 0: s =
 // softcap·tanh(s/softcap) on the scaled score), sinks (f32 [num_q_heads] or
 // null: exp(sink) joins each head's denominator; split 0 adds it), alibi
-// (f32 [num_q_heads] or null: s += slope·(key − p)); see ScoreMods.
+// (f32 [num_q_heads] or null: s += slope·(key − p)); see VarlenRowMods.
 #pragma once
 #include "cache.cuh"
 #include "common.cuh"
@@ -874,36 +874,70 @@ struct SoftmaxRows {
   float l[2] = {0.0f, 0.0f};
 };
 
-// softmax_tile folds one tile's scores of one row tile into st: it rescales
-// acc by how far each row's max moved and turns s into exp2(s·q_mul −
-// max·q_mul).
-template <int KEYS, int NT>
-__device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], float (*acc)[4], float q_mul) {
+// kLazyMax is how far (log2 units) a row's scores may rise above the max
+// its exponents are taken against before softmax_tile moves that max: with
+// probabilities up to 2^8 neither f32 sums nor 16-bit P lose anything, and
+// a tile whose rows all stay within it skips the rescale of acc and the sum
+// (D/2 multiplies a lane per row tile: at head dim 128 as many as the
+// exponents of a 64-key tile).
+constexpr float kLazyMax = 8.0f;
+
+// softmax_tile folds one tile's scores of one row tile into st and turns s
+// into exp2(s·q_mul − m·q_mul), m being the row's max when the tile raised it
+// by more than kLazyMax in any of the warp's rows (acc and the sum are then
+// rescaled by how far it moved), else the max of earlier tiles. OFF: the
+// scores of the lane's row h are s + off[h] (the _mods entries' ALiBi bias
+// that is the same across a row's tile), added to the row's max and to
+// each exponent's offset, not to each score.
+template <int KEYS, int NT, bool OFF = false>
+__device__ __forceinline__ void softmax_tile(SoftmaxRows& st, float (*s)[4], float (*acc)[4], float q_mul,
+                                             const float* off = nullptr) {
+  float mx[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = st.m[h];
+    mx[h] = st.m[h];
+    if constexpr (OFF) {
+      float t = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < KEYS / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      for (int n = 0; n < KEYS / 8; ++n) t = fmaxf(t, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+      mx[h] = fmaxf(mx[h], t + off[h]);
+    } else {
+#pragma unroll
+      for (int n = 0; n < KEYS / 8; ++n) mx[h] = fmaxf(mx[h], fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    }
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+  }
+  // A row that has seen nothing keeps max -inf (−inf − −inf is NaN, which
+  // moves nothing); its first visible scores set the max.
+  const bool move = (mx[0] - st.m[0]) * q_mul > kLazyMax || (mx[1] - st.m[1]) * q_mul > kLazyMax;
+  if (__any_sync(0xffffffffu, move)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float alpha = mx[h] == -INFINITY ? 1.0f : exp2_ftz((st.m[h] - mx[h]) * q_mul);
+      st.m[h] = mx[h];
+      st.l[h] *= alpha;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        acc[n][2 * h] *= alpha;
+        acc[n][2 * h + 1] *= alpha;
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
     // A row with nothing visible yet keeps max -inf; its scores are all -inf
     // and exp2 of them is 0 against any finite offset.
-    const float ms = mx == -INFINITY ? 0.0f : mx * q_mul;
-    const float alpha = exp2_ftz(st.m[h] * q_mul - ms);
-    st.m[h] = mx;
+    const float ms = st.m[h] == -INFINITY ? 0.0f : st.m[h] * q_mul;
+    const float b = OFF ? fmaf(off[h], q_mul, -ms) : -ms;
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < KEYS / 8; ++n) {
-      s[n][2 * h] = exp2_ftz(fmaf(s[n][2 * h], q_mul, -ms));
-      s[n][2 * h + 1] = exp2_ftz(fmaf(s[n][2 * h + 1], q_mul, -ms));
+      s[n][2 * h] = exp2_ftz(fmaf(s[n][2 * h], q_mul, b));
+      s[n][2 * h + 1] = exp2_ftz(fmaf(s[n][2 * h + 1], q_mul, b));
       sum += s[n][2 * h] + s[n][2 * h + 1];
     }
-    st.l[h] = fmaf(st.l[h], alpha, sum);
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      acc[n][2 * h] *= alpha;
-      acc[n][2 * h + 1] *= alpha;
-    }
+    st.l[h] += sum;
   }
 }
 
@@ -1209,18 +1243,22 @@ struct VarlenKV {
 };
 
 // VarlenRowMods are the _mods entries' score modifiers of a lane's rows
-// (row h of its row tile m: packed row p0 + 16m + lane/4 + 8h) in log2
-// units: ScoreMods with the row's window start (lo), query position (qpos)
-// and head's ALiBi slope (slope0); cap and inv_cap are every row's. For the
-// block: transform (a soft-cap or ALiBi changes every score: they are
-// turned into log2 units by q_mul first), and lo_max, the latest window
-// start of its rows (tiles from there on need no lower mask).
+// (row h of its row tile m: packed row p0 + 16m + lane/4 + 8h): the row's
+// window start lo (0: no window), query position qpos and head's ALiBi
+// slope in the softmax's raw score units (0: no ALiBi). For the block:
+// cap (a soft-cap: scores enter the softmax as tanh(s·cap_mul), and its
+// factor is the cap in log2 units), alibi (slopes given), and lo_max, the
+// latest window start of its rows (tiles from there on need no lower
+// mask).
 template <int MT>
 struct VarlenRowMods {
-  ScoreMods m[MT][2];
+  int lo[MT][2];
+  int qpos[MT][2];
+  float slope[MT][2];
   int lo_max;
-  bool transform;
-  float q_mul;
+  bool cap;
+  bool alibi;
+  float cap_mul;
 };
 
 // VarlenLoop is what varlen_step works with, referring to the kernel's
@@ -1306,10 +1344,13 @@ __device__ __forceinline__ void next_tile(const VarlenLoop<T, C, D, MT, KEYS, LA
 // v_s) into this warp's rows: S = Q·Kᵀ for its MT row tiles, the mask
 // where MASK asks for it (kMaskAll: always; kMaskFrom: a tile that reaches
 // mask_from; lim: the lane's rows' limits), the online softmax, O += P·V.
-// MODS: with a soft-cap or ALiBi every score is turned into log2 units and
-// modified (the loop's q_mul is then 1); a tile that starts before a row's
-// window start is masked at both ends of each row's range, as is one that
-// MASK asks for.
+// MODS: a soft-cap turns each score s into tanh(s·cap_mul) (one
+// multiply and the special-function unit's tanh); ALiBi's bias slope·(key
+// − qpos) splits into slope·(8n + e), a constant of the score's place in
+// the lane's fragment (one FFMA), and slope·(kv0 − qpos), the same for
+// each of the lane's rows across the tile, which the softmax adds to the
+// row (OFF). A tile that starts before a row's window start is masked at
+// both ends of each row's range, as is one that MASK asks for.
 template <typename T, typename C, int D, int MT, int KEYS, int LAYOUT, int KN, int MASK, bool MODS, int DM>
 __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, LAYOUT, MODS, DM>& loop, int i,
                                             uint32_t k_s, uint32_t v_s, const int (*lim)[2],
@@ -1330,20 +1371,23 @@ __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, 
   for (int m = 0; m < MT; ++m) {
     if constexpr (MODS) {
       const int kv0 = i * KEYS + 2 * (loop.lane & 3);
-      if (mods.transform) {
+      if (mods.cap) {
+#pragma unroll
+        for (int n = 0; n < KN / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][n][e] = tanh_approx(s[m][n][e] * mods.cap_mul);
+        }
+      }
+      float off[2] = {0.0f, 0.0f};
+      if (mods.alibi) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const ScoreMods& rm = mods.m[m][h];
-          // Key kv0 + 8n + e lies d0 + 8n + e from the query: one
-          // conversion per row and tile, the offsets are constants.
-          const float d0 = (float)(kv0 - rm.qpos);
+          off[h] = mods.slope[m][h] * (float)(kv0 - mods.qpos[m][h]);
 #pragma unroll
           for (int n = 0; n < KN / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              float x = s[m][n][2 * h + e] * mods.q_mul;
-              if (rm.cap != 0.0f) x = rm.cap * tanh_approx(x * rm.inv_cap);
-              s[m][n][2 * h + e] = fmaf(rm.slope0, d0 + (float)(8 * n + e), x);
+              s[m][n][2 * h + e] = fmaf(mods.slope[m][h], (float)(8 * n + e), s[m][n][2 * h + e]);
             }
           }
         }
@@ -1354,11 +1398,11 @@ __device__ __forceinline__ void attend_tile(const VarlenLoop<T, C, D, MT, KEYS, 
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int pos = kv0 + 8 * n + (e & 1);
-            if (pos >= lim[m][e >> 1] || pos < mods.m[m][e >> 1].lo) s[m][n][e] = -INFINITY;
+            if (pos >= lim[m][e >> 1] || pos < mods.lo[m][e >> 1]) s[m][n][e] = -INFINITY;
           }
         }
       }
-      softmax_tile<KN, D / 8>(loop.st[m], s[m], loop.acc[m], loop.q_mul);
+      softmax_tile<KN, D / 8, true>(loop.st[m], s[m], loop.acc[m], loop.q_mul, off);
     } else {
       if (MASK == kMaskAll || (MASK == kMaskFrom && i * KEYS + KEYS > loop.mask_from)) {
         mask_scores<KN>(s[m], i * KEYS, lim[m][0], lim[m][1], loop.lane);
@@ -1605,21 +1649,17 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   if constexpr (MODS) {
     const int last = min(t.row0 + ROWS, t.q_len * G) - 1;
     mods.lo_max = window > 0 ? t.pos_offset + last / G - window + 1 : 0;
-    mods.transform = softcap > 0.0f || alibi != nullptr;
-    const float cap = softcap > 0.0f ? softcap * kLog2e : 0.0f;
+    mods.cap = softcap > 0.0f;
+    mods.alibi = alibi != nullptr;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int p = p0 + 16 * m + (lane >> 2) + 8 * h;
         const int qpos = t.pos_offset + min(p / G, t.q_len - 1);
-        ScoreMods& rm = mods.m[m][h];
-        rm.lo = window > 0 ? max(0, qpos - window + 1) : 0;
-        rm.qpos = qpos;
-        rm.cap = cap;
-        rm.inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
-        rm.slope0 = alibi != nullptr ? __ldg(alibi + kvh * G + p % G) * kLog2e : 0.0f;
-        rm.slope1 = 0.0f;
+        mods.lo[m][h] = window > 0 ? max(0, qpos - window + 1) : 0;
+        mods.qpos[m][h] = qpos;
+        mods.slope[m][h] = mods.alibi ? __ldg(alibi + kvh * G + p % G) : 0.0f;
       }
     }
   }
@@ -1653,12 +1693,20 @@ __device__ __forceinline__ void paged_varlen(T* __restrict__ out, float* __restr
   // Scores come out in log2 units: scale·log2(e)·k_scale (·mma_scale for fp8).
   const float q_mul = scale * kLog2e * k_scale * mma_scale<C>();
   const float v_mul = v_scale * mma_scale<C>();
-  // soft_mul: the factor the softmax applies, 1 where the _mods entries
-  // turned the scores into log2 units already.
+  // soft_mul: the factor that turns the softmax's raw scores into log2
+  // units: q_mul, or with a soft-cap the cap in log2 units (the scores are
+  // then tanh(s·q_mul/cap)). ALiBi slopes turn into those raw units.
   float soft_mul = q_mul;
   if constexpr (MODS) {
-    mods.q_mul = q_mul;
-    if (mods.transform) soft_mul = 1.0f;
+    if (mods.cap) {
+      soft_mul = softcap * kLog2e;
+      mods.cap_mul = q_mul / soft_mul;
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      mods.slope[m][0] *= kLog2e / soft_mul;
+      mods.slope[m][1] *= kLog2e / soft_mul;
+    }
   }
   SoftmaxRows st[MT];
   float acc[MT][NT][4];

@@ -231,24 +231,19 @@ func TestVarlenWGMMAAgree(t *testing.T) {
 		{check.VarlenShape{Seqs: 5, QHeads: 8, KVHeads: 8, HeadDim: 128, BlockSize: 32, DType: pagedkv.BF16, CacheDType: pagedkv.BF16, MaxQLen: 70, MaxKV: 900, Causal: true, Layout: pagedkv.LayoutHND},
 			[]int32{0, 1, 2, 72, 73, 143}, []int32{899, 17, 830, 0, 64}},
 	} {
-		for _, mods := range []bool{false, true} {
-			name := c.shape.String()
-			if mods {
-				name += "_mods"
-			}
-			t.Run(name, func(t *testing.T) {
+		// No modifiers; soft-cap and ALiBi alone (each its own code in the
+		// _mods kernels); a window that ends inside a page, soft-cap, sinks
+		// and ALiBi together (a window needs causal).
+		mods := []modsCase{{}, {softCap: 30}, {alibi: true}, {softCap: 30, sinks: true, alibi: true}}
+		if c.shape.Causal {
+			mods[3].window = 37 + g.IntN(200)
+		}
+		for _, m := range mods {
+			t.Run(c.shape.String()+" "+m.String(), func(t *testing.T) {
 				p, err := check.NewVarlenProblemWith(r, s, g, c.shape, c.cu, c.pos)
 				require.NoError(t, err)
 				t.Cleanup(func() { assert.NoError(t, p.Arena.Free()) })
-				if mods {
-					// A window that ends inside a page, soft-cap, sinks and
-					// ALiBi together (a window needs causal).
-					window := 0
-					if c.shape.Causal {
-						window = 37 + g.IntN(200)
-					}
-					require.NoError(t, p.SetMods(s, g, window, 30, true, true))
-				}
+				require.NoError(t, p.SetMods(s, g, m.window, m.softCap, m.sinks, m.alibi))
 				wantOut, wantLSE := p.Reference()
 				var outs [2][2][]float64
 				var lses [2][2][]float32
