@@ -229,7 +229,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "VARLEN_WGMMA", File: KeyVarlenWGMMA, Field: "VarlenWGMMA",
 			Default: "auto", Allowed: splitModeAllowed,
-			Description: "On sm_90 (H100, H200), the wgmma kernels (Hopper's warpgroup tensor-core instructions, sm_90a modules) for a varlen over a flash- or HND-layout cache of the queries' type at head dim 64 or 128, with or without score modifiers. auto takes them where they measured faster: for short query rows from a longest KV of 1024 tokens, for prefills from 2048 where the sequences average 512 query tokens or more; on (1) wherever they apply; off (0) keeps the mma.sync kernels every GPU runs.",
+			Description: "On sm_90 (H100, H200), the wgmma kernels (Hopper's warpgroup tensor-core instructions, sm_90a modules) for a varlen over a flash- or HND-layout cache of the queries' type at head dim 64 or 128, with or without score modifiers. auto takes them where they measured faster: for short query rows from a longest KV of 1024 tokens, for prefills from 2048 where the sequences average 512 query tokens or more and, without score modifiers, the 128-row blocks fill at most 8 waves of the GPU; on (1) wherever they apply; off (0) keeps the mma.sync kernels every GPU runs.",
 		},
 		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.VarlenWGMMA) },

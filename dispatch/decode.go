@@ -179,8 +179,8 @@ type Knobs struct {
 	VarlenKeys int
 	// VarlenWGMMA (VARLEN_WGMMA): where the device has the wgmma kernels
 	// (DeviceFacts.WGMMA, VarlenWGKernel), auto takes them where they
-	// measured faster (VarlenWGMinKV, VarlenWGMinKVLong, VarlenWGMinTokens),
-	// on wherever they apply, off never.
+	// measured faster (VarlenWGMinKV, VarlenWGMinKVLong, VarlenWGMinTokens,
+	// VarlenWGMaxWaves), on wherever they apply, off never.
 	VarlenWGMMA SplitMode
 }
 

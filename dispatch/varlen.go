@@ -66,11 +66,16 @@ func VarlenWGKernel(kernel string) bool { return tables.varlenShape[kernel].wg }
 // (docs/design.md, the planner's rules): in place of a 64-row kernel from a
 // longest KV (VarlenShape.MaxKVLen) of VarlenWGMinKV, in place of a
 // 128-row one from VarlenWGMinKVLong where the sequences average
-// VarlenWGMinTokens query tokens or more.
+// VarlenWGMinTokens query tokens or more, and, without score modifiers,
+// the 128-row kernel's blocks (row tiles × KV heads) fill at most
+// VarlenWGMaxWaves waves of the device (its SMs × that kernel's blocks
+// per SM): past that the 128-row kernel's lower cost per tile wins over
+// the 64-row wgmma blocks' shorter last wave.
 const (
 	VarlenWGMinKV     = 1024
 	VarlenWGMinKVLong = 2048
 	VarlenWGMinTokens = 512
+	VarlenWGMaxWaves  = 8
 )
 
 // The TensorCores notes of a varlen plan on a device with the wgmma
@@ -80,6 +85,7 @@ const (
 	WGMMAAuto     = "wgmma (auto: measured faster at this KV and query length)"
 	WGMMAOff      = "mma.sync (VARLEN_WGMMA=0)"
 	WGMMAShort    = "mma.sync (auto: KV or queries too short for wgmma)"
+	WGMMAWaves    = "mma.sync (auto: many waves of 128-row blocks, measured faster there)"
 	WGMMANoKernel = "mma.sync (no wgmma kernel for this head dim, cache dtype or layout)"
 	WGMMAKeys     = "mma.sync (K/V tile forced)"
 )
@@ -101,19 +107,37 @@ func varlenCores(s *VarlenShape, dev *DeviceFacts, k *Knobs, kernel string) stri
 		return WGMMAOff
 	case k.VarlenWGMMA == SplitOn:
 		return WGMMAOn
-	case varlenWGPays(*s, tables.varlenShape[kernel].rows):
-		return WGMMAAuto
 	}
-	return WGMMAShort
+	return varlenWGAuto(s, dev, kernel)
 }
 
-// varlenWGPays reports whether the wgmma kernel is the faster for s in
-// place of a kernel of rows packed rows (64 or 128).
-func varlenWGPays(s VarlenShape, rows int) bool {
-	if rows <= 64 {
-		return s.MaxKVLen >= VarlenWGMinKV
+// varlenWGAuto returns the TensorCores note of an automatic choice for s
+// between the wgmma kernel and kernel (64 or 128 packed rows a block) on
+// dev: WGMMAAuto where the wgmma kernel is the faster.
+func varlenWGAuto(s *VarlenShape, dev *DeviceFacts, kernel string) string {
+	rows := tables.varlenShape[kernel].rows
+	switch {
+	case rows <= 64 && s.MaxKVLen >= VarlenWGMinKV:
+		return WGMMAAuto
+	case rows <= 64 || s.MaxKVLen < VarlenWGMinKVLong || s.NumTokens < VarlenWGMinTokens*s.NumSeqs:
+		return WGMMAShort
+	case s.Mods:
+		return WGMMAAuto
 	}
-	return s.MaxKVLen >= VarlenWGMinKVLong && s.NumTokens >= VarlenWGMinTokens*s.NumSeqs
+	blocks := int64(varlenTiles(s, s.NumQHeads/s.NumKVHeads, rows)) * int64(s.NumKVHeads)
+	if blocks > int64(VarlenWGMaxWaves)*int64(dev.SMs)*int64(max(dev.Occupancy[kernel], 1)) {
+		return WGMMAWaves
+	}
+	return WGMMAAuto
+}
+
+// varlenTiles returns the row tiles of rows packed rows that s has: those
+// of its host query bounds, else those of the grid (an upper bound).
+func varlenTiles(s *VarlenShape, group, rows int) int {
+	if cu := s.HostCuSeqlensQ; len(cu) == s.NumSeqs+1 {
+		return VarlenRowTiles(func(i int) int { return int(cu[i+1] - cu[i]) }, s.NumSeqs, group, rows)
+	}
+	return int(VarlenGridX(s.NumSeqs, s.NumTokens, group, rows))
 }
 
 // VarlenWGTwin returns the wgmma kernel that PlanVarlen may take in place
@@ -265,10 +289,7 @@ func PlanVarlen(s VarlenShape, dev DeviceFacts, k Knobs) (VarlenPlan, error) {
 		return VarlenPlan{}, errf("dispatch: VarlenShape.NumTokens=%d with %d sequences and GQA group %d needs %d row tiles; at most %d fit a grid",
 			s.NumTokens, s.NumSeqs, group, gridX, maxGridX)
 	}
-	tiles := int(gridX)
-	if cu := s.HostCuSeqlensQ; len(cu) == s.NumSeqs+1 {
-		tiles = VarlenRowTiles(func(i int) int { return int(cu[i+1] - cu[i]) }, s.NumSeqs, group, geo.rows)
-	}
+	tiles := varlenTiles(&s, group, geo.rows)
 	p := VarlenPlan{
 		Launch: Launch{Kernel: kernel, Grid: Dim3{uint32(gridX), uint32(s.NumKVHeads), 1}, Block: Dim3{VarlenThreads, 1, 1},
 			SharedBytes: uint32(shared)},

@@ -133,8 +133,9 @@ func TestVarlenGraphSplitsAsEager(t *testing.T) {
 // TestPlanVarlenWG checks where the planner takes a wgmma kernel: a
 // flash- or HND-layout varlen over a cache of the queries' type at head dim
 // 64 or 128, on a device whose wgmma modules load, with VarlenWGMMA on or
-// auto (then only where varlenWGPays: long enough KV, and for the 128-row
-// kernels long enough sequences), keys not forced and no score modifiers;
+// auto (then only where varlenWGAuto says: long enough KV, and for the
+// 128-row kernels long enough sequences and, without score modifiers, a
+// grid of at most VarlenWGMaxWaves waves), keys not forced;
 // the mma.sync kernel elsewhere. The plan's TensorCores note says which.
 func TestPlanVarlenWG(t *testing.T) {
 	hopper := varlenDev()
@@ -142,8 +143,10 @@ func TestPlanVarlenWG(t *testing.T) {
 	off := knobs(func(k *Knobs) { k.VarlenWGMMA = SplitOff })
 	on := knobs(func(k *Knobs) { k.VarlenWGMMA = SplitOn })
 	keys := knobs(func(k *Knobs) { k.VarlenKeys = 64 })
+	// 1×4096: 1024 blocks of 128 rows, 3.9 waves of two blocks an SM;
+	// 8×2048: 4096 blocks, 15.5 waves.
 	with := func(edit func(*VarlenShape)) VarlenShape {
-		s := prefill(8, 2048, 2048)
+		s := prefill(1, 4096, 4096)
 		edit(&s)
 		return s
 	}
@@ -154,7 +157,11 @@ func TestPlanVarlenWG(t *testing.T) {
 		knobs  Knobs
 		kernel string
 	}{
-		{"prefill", prefill(8, 2048, 2048), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
+		{"prefill", prefill(1, 4096, 4096), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
+		{"prefill of many waves", prefill(8, 2048, 2048), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
+		{"prefill of many waves, without host bounds", func() VarlenShape { s := prefill(8, 2048, 2048); s.HostCuSeqlensQ = nil; return s }(), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_k64"},
+		{"prefill of many waves, VarlenWGMMA on", prefill(8, 2048, 2048), hopper, on, "paged_varlen_bf16_hd128_wg"},
+		{"score modifiers, many waves", func() VarlenShape { s := prefill(8, 2048, 2048); s.Mods = true; return s }(), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg_mods"},
 		{"short rows", prefill(8, 16, 8192), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
 		{"head dim 64, f16", with(func(s *VarlenShape) { s.HeadDim, s.DType, s.CacheDType = 64, F16, F16 }), hopper, DefaultKnobs(), "paged_varlen_f16_hd64_wg"},
 		{"HND layout", with(func(s *VarlenShape) { s.Layout = LayoutHND }), hopper, DefaultKnobs(), "paged_varlen_bf16_hd128_wg"},
@@ -200,7 +207,8 @@ func TestPlanVarlenWG(t *testing.T) {
 		knobs Knobs
 		note  string
 	}{
-		{prefill(8, 2048, 2048), DefaultKnobs(), WGMMAAuto},
+		{prefill(1, 4096, 4096), DefaultKnobs(), WGMMAAuto},
+		{prefill(8, 2048, 2048), DefaultKnobs(), WGMMAWaves},
 		{prefill(32, 512, 512), on, WGMMAOn},
 		{prefill(32, 512, 512), DefaultKnobs(), WGMMAShort},
 		{prefill(8, 2048, 2048), off, WGMMAOff},
