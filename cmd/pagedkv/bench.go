@@ -111,7 +111,7 @@ func parseBench(args []string) (benchOptions, error) {
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file")
 	reps := fs.Int("reps", 15, "timed batches per measurement, 3 or more (the median is reported)")
 	quick := fs.Bool("quick", false, "a reduced decode grid (seqs 1 and 32; kv 512 and 8192)")
-	noSweep := fs.Bool("nosweep", false, "skip the forced-split sweep (no regret column)")
+	noSweep := fs.Bool("nosweep", false, "skip the forced-plan sweep: split counts (decode's regret column, varlen's \"forced\" rows) and, on sm_90, varlen's other tensor-core choice")
 	layouts := fs.Bool("layouts", false, "also time the uniform decode rows and the varlen rows in the HND, x-split and shuffle layouts (rows end in the layout's name)")
 	caches := fs.String("cache", "f16,bf16,e4m3", "decode and varlen cache dtypes to measure, comma-separated (ragged decode rows come with f16; e4m3 varlen rows with bf16 and f16 queries)")
 	device := fs.Int("device", 0, "CUDA device ordinal")

@@ -209,7 +209,9 @@ func varlenDType(q, cache pagedkv.DType) string {
 // varlenShape measures case c with q queries over a cache of pool's pages:
 // its row; with doSweep, for a memory-bound case of one run, the same batch
 // at each forced split count the planner could pick (rows "… forced"), so
-// the table shows how far the automatic count is from the best; and for a
+// the table shows how far the automatic count is from the best, and for a
+// compute-bound one on a device with the wgmma kernels, the other
+// tensor-core choice (a "… forced" row where it differs); and for a
 // twoCalls case the "as two calls" row.
 func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DType, doSweep bool) ([]benchResult, error) {
 	const qHeads = 32
@@ -321,6 +323,27 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 				return nil, err
 			}
 			rows = append(rows, b.varlenRow(c, dtype, c.shape+" forced", varlenPlanText(forced), forced.Splits, fus, flops, bytes))
+		}
+	}
+	if doSweep && !c.memoryBound && len(c.runs) == 1 && c.graphCap == 0 && b.r.Facts().WGMMA {
+		// The other tensor-core choice (wgmma or mma.sync) for the same
+		// batch, where the device has both: how far the planner's choice
+		// is from the better.
+		k := dispatch.DefaultKnobs()
+		k.VarlenWGMMA = dispatch.SplitOn
+		if dispatch.VarlenWGKernel(plan.Kernel) {
+			k.VarlenWGMMA = dispatch.SplitOff
+		}
+		other, err := b.r.PlanVarlenWith(&sets[0], k)
+		if err != nil {
+			return nil, err
+		}
+		if dispatch.VarlenWGKernel(other.Kernel) != dispatch.VarlenWGKernel(plan.Kernel) {
+			ous, err := b.measure(func(i int) error { return b.r.VarlenWithPlan(b.s, &sets[i%rot], other) })
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, b.varlenRow(c, dtype, c.shape+" forced", varlenPlanText(other), other.Splits, ous, flops, bytes))
 		}
 	}
 	if !c.twoCalls {
