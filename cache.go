@@ -22,8 +22,8 @@ import (
 //     checked on the device: an out-of-range slot is not written and is
 //     recorded in the stream's fault record (see Stream.Fault).
 //   - Tokens sharing one slot are written in an unspecified order.
-//   - HostSlotMapping (optional): the host's copy of SlotMapping (NumTokens
-//     values; the kernels read the device's, and the two must agree for the
+//   - HostSlotMapping (optional): the host's copy of SlotMapping, as int32
+//     (NumTokens values; the kernels read the device's, and the two must agree for the
 //     choice below to be right, though any slots stay correct). An append
 //     into the x-split or shuffle layout that covers much of the cache runs
 //     as two launches that group its tokens by page (see Append); given the

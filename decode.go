@@ -22,8 +22,10 @@ import (
 //     LayoutHND ([NumBlocks, NumKVHeads, BlockSize, HeadDim]) runs the
 //     flash layout's kernels and takes what LayoutFlash takes, with
 //     NumBlocks·NumKVHeads·BlockSize ≤ 2^32.
-//   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs]
-//     (0 allowed: that sequence's output is zeros and its LSE is -inf). Both
+//   - BlockTables: int32 [NumSeqs, MaxBlocksPerSeq]; KVLens: int32 [NumSeqs],
+//     each sequence's KV length counting this step's token, whose K and V
+//     must already be in the cache (Append, RopeCache or QKVNormRope first;
+//     0 allowed: that sequence's output is zeros and its LSE is -inf). Both
 //     live on the device; see the package doc for what kernels do with bad
 //     values.
 //   - Out: [NumSeqs, NumQHeads, HeadDim] of DType. LSE (optional): f32
@@ -38,6 +40,10 @@ import (
 //     and merge. Without it a batch of 16 or more sequences is planned
 //     balanced, as a graph is (each sequence split from its device length
 //     at the call); a smaller one as if every sequence were MaxKVLen long.
+//     Balanced plans serve up to dispatch.BalanceMaxSeqs (512) sequences;
+//     a larger batch, eager or in a graph, gets the uniform plan of
+//     MaxKVLen (a graph: its capacity), whose blocks fill the GPU by
+//     sequences alone.
 //   - KVCapacity: the largest kv length any replay of a graph that captures
 //     this decode will see; 0 means the runtime's KV_CAPACITY. A decode
 //     captured into a graph is planned for it, and every replay splits each
@@ -278,7 +284,8 @@ type decodePartitionParams struct {
 }
 
 // PlanDecode returns the plan Decode would follow for a on stream s right now
-// (graph capture plans for KV_CAPACITY). It loads the kernel's module if
+// (while s is capturing, the graph's plan: for a.KVCapacity, else
+// KV_CAPACITY). It loads the kernel's module if
 // needed, so the occupancy it plans with is the device's own.
 func (r *Runtime) PlanDecode(s *Stream, a *DecodeArgs) (dispatch.DecodePlan, error) {
 	return planOn(r, "PlanDecode", s, a.Validate, func(capturing bool) (dispatch.DecodePlan, error) {

@@ -39,7 +39,9 @@
 //
 // Every argument struct's Validate method checks each shape, dtype,
 // alignment, stride and buffer capacity the host can see before anything is
-// launched; its errors match ErrInvalidArgument. It also refuses an output
+// launched; its errors match ErrInvalidArgument. A Workspace's size depends
+// on the plan, so the op checks it against the plan it makes, still before
+// any launch. It also refuses an output
 // that overlaps any other buffer of the call (ErrAliasing, naming both
 // fields): the bytes compared run from each buffer's pointer to the last
 // byte its shape reaches. No op works in place; inputs may overlap one
@@ -54,9 +56,10 @@
 // stream's fault record. Stream.Fault reports it; with PAGEDKV_CHECK_BOUNDS=1
 // every op synchronizes and returns it as an error.
 //
-// Decode and Varlen can be captured into CUDA graphs (Stream.BeginCapture)
-// for a KV capacity and replayed with any lengths up to it; reserve the
-// stream's scratch first (ReserveDecode, ReserveVarlen), or pass a Workspace.
+// Decode, Varlen and SequenceAttention can be captured into CUDA graphs
+// (Stream.BeginCapture); Decode and Varlen are planned for a KV capacity and
+// replay with any lengths up to it. Reserve the stream's scratch first
+// (ReserveDecode, ReserveVarlen, ReserveSequence), or pass a Workspace.
 // A Graph keeps the scratch it captured until Graph.Close.
 //
 // The README has the support tables and measurements; docs/design.md the

@@ -32,7 +32,7 @@ import (
 //     writes it as Append does, runs of 8 or 16 consecutive slots of a page
 //     as whole pieces, where the one launch stores each token's V element
 //     by element. It runs when HostSlotMapping (optional: the host's copy of
-//     SlotMapping, NumKVTokens values, without SlotRemap) shows the slots in
+//     SlotMapping as int32, NumKVTokens values, without SlotRemap) shows the slots in
 //     runs, as a prefill's are; without it, from
 //     dispatch.RopeValuesMinTokens tokens.
 //

@@ -8,8 +8,8 @@ import (
 )
 
 // SequenceArgs describes the attention of one sequence's new query tokens
-// over its paged cache, or of one token of each of several sequences: the
-// reference design's single-sequence dispatcher (paged_decode_attention).
+// over its paged cache, or of one token of each of several sequences: a
+// single-sequence entry point over the batched kernels.
 // The varlen path's lengths come from the host's copy of KVLens;
 // SequenceAttention hands them to the kernel itself.
 //
@@ -18,14 +18,19 @@ import (
 //   - KCache, VCache, BlockTables ([NumSeqs, MaxBlocksPerSeq]):
 //     as for DecodeArgs (in Layout). The cache already holds the new tokens.
 //   - KVLens: int32 [NumSeqs] on the device, each sequence's KV length, the
-//     new tokens included; HostKVLens: the host's copy (required: it picks
-//     the path and gives the varlen its position offset).
+//     new tokens included (read by the QLen 1 path only; the varlen path
+//     takes its lengths from HostKVLens); HostKVLens: the host's copy
+//     (required: it picks the path and gives the varlen its position
+//     offset).
 //   - Out: head-major [NumQHeads, QLen, HeadDim] of DType for one sequence
 //     (for QLen 1 that is also [NumSeqs, NumQHeads, HeadDim], as Decode
 //     writes it). LSE (optional): f32 [NumSeqs·QLen, NumQHeads].
 //   - KVCapacity, Workspace: as for DecodeArgs and VarlenArgs (the graph's
 //     KV capacity, 0 = KV_CAPACITY; the engine's own split-K scratch, sized
-//     from the plan of the op the call runs).
+//     from the plan of the op the call runs: for QLen 1, PlanDecode or
+//     PlanDecodeGraph of the DecodeArgs with the same fields and MaxKVLen
+//     the largest HostKVLens; else PlanVarlen of the VarlenArgs described
+//     below, with MaxKVLen KVLens[0]).
 //   - SlidingWindow, SoftCap, Sinks, AlibiSlopes: the score modifiers, as
 //     DecodeArgs and VarlenArgs take them (off by default).
 //

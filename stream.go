@@ -19,49 +19,72 @@ const faultBytes = 32
 // streamRecordBytes is the device memory a Stream owns: its fault record.
 const streamRecordBytes = faultBytes
 
-// Fault codes, as kernels_src/common.cuh writes them.
+// FaultCode says which device-resident index a FaultError is about (the
+// codes kernels_src/common.cuh writes); each constant's comment says what
+// the error's A, B and C hold.
+type FaultCode int
+
 const (
-	faultSlotBeyondCache  = 1
-	faultRemapBeyondTable = 2
-	faultKVLenBeyondTable = 3
-	faultBlockBeyondPool  = 4
-	faultPositionBeyond   = 5
-	faultCuSeqlensInvalid = 6
-	faultPosOffsetBeyond  = 7
+	// FaultSlotBeyondCache: A the token, B its slot (SlotMapping), C the
+	// cache's slots. That token's rows were not written.
+	FaultSlotBeyondCache FaultCode = 1
+	// FaultRemapBeyondTable: A the token, B its slot, C SlotRemap's
+	// entries. That token was not written.
+	FaultRemapBeyondTable FaultCode = 2
+	// FaultKVLenBeyondTable: A the sequence, B its KV length (for a cache
+	// write a token's position + 1; negative: a decode's negative KVLens),
+	// C MaxBlocksPerSeq·BlockSize. A decode clamped it; a cache write
+	// skipped the tokens beyond.
+	FaultKVLenBeyondTable FaultCode = 3
+	// FaultBlockBeyondPool: A the sequence, B the block-table entry's
+	// index, C the block id. Attention read block 0; a cache write skipped
+	// that page's rows.
+	FaultBlockBeyondPool FaultCode = 4
+	// FaultPositionBeyond: A the token, B its position, C the cos/sin
+	// table's rows. That token was not written.
+	FaultPositionBeyond FaultCode = 5
+	// FaultCuSeqlensInvalid: A the sequence, B CuSeqlensQ[A], C
+	// CuSeqlensQ[A+1]. The varlen clamped the bounds (an empty sequence
+	// where they decrease).
+	FaultCuSeqlensInvalid FaultCode = 6
+	// FaultPosOffsetBeyond: A the sequence, B PosOffsets[A], C
+	// MaxBlocksPerSeq·BlockSize. The varlen cut the sequence's KV there (a
+	// negative offset: used 0).
+	FaultPosOffsetBeyond FaultCode = 7
 )
 
 // FaultError is a bad device-resident index found by a kernel: the first one
 // recorded on a stream since its last check.
 type FaultError struct {
-	Code    int
-	A, B, C int64 // the code's operands, as kernels_src/common.cuh lists them
+	Code    FaultCode
+	A, B, C int64 // the code's operands (see FaultCode's constants)
 }
 
 // Error says which device-resident index was bad, its value, the bound it
 // broke, and what the kernel did instead.
 func (e *FaultError) Error() string {
 	switch e.Code {
-	case faultSlotBeyondCache:
+	case FaultSlotBeyondCache:
 		return fmt.Sprintf("pagedkv: SlotMapping[%d]=%d is outside the cache of %d slots; that row was not touched", e.A, e.B, e.C)
-	case faultRemapBeyondTable:
+	case FaultRemapBeyondTable:
 		return fmt.Sprintf("pagedkv: token %d has slot %d, outside SlotRemap of %d entries; that token was not written", e.A, e.B, e.C)
-	case faultKVLenBeyondTable:
+	case FaultKVLenBeyondTable:
 		// Only a decode records a negative length: a cache write reports a
-		// negative position as faultPositionBeyond.
+		// negative position as FaultPositionBeyond.
 		if e.B < 0 {
 			return fmt.Sprintf("pagedkv: KVLens[%d]=%d is negative; the decode used length 0", e.A, e.B)
 		}
 		return fmt.Sprintf("pagedkv: KVLens[%d]=%d exceeds MaxBlocksPerSeq·BlockSize=%d (a decode's KV length, or for a cache write a token's position + 1); a decode clamped it, a cache write skipped the tokens beyond", e.A, e.B, e.C)
-	case faultPositionBeyond:
+	case FaultPositionBeyond:
 		return fmt.Sprintf("pagedkv: position %d of token %d is outside the cos/sin table of %d rows; that token was not written", e.B, e.A, e.C)
-	case faultCuSeqlensInvalid:
+	case FaultCuSeqlensInvalid:
 		return fmt.Sprintf("pagedkv: CuSeqlensQ[%d..%d] = %d..%d decreases or leaves 0..NumTokens; the varlen clamped it (an empty sequence where it decreases)", e.A, e.A+1, e.B, e.C)
-	case faultPosOffsetBeyond:
+	case FaultPosOffsetBeyond:
 		if e.B < 0 {
 			return fmt.Sprintf("pagedkv: PosOffsets[%d]=%d is negative; the varlen used 0", e.A, e.B)
 		}
 		return fmt.Sprintf("pagedkv: PosOffsets[%d]=%d puts the sequence's KV past MaxBlocksPerSeq·BlockSize=%d; the varlen cut its KV there", e.A, e.B, e.C)
-	case faultBlockBeyondPool:
+	case FaultBlockBeyondPool:
 		// The record holds no room for the pool size, so the text names
 		// the bound instead of a number.
 		where := "is outside the pool (block ids 0..NumBlocks-1 of that call)"
@@ -383,7 +406,7 @@ func (s *Stream) Fault() error {
 	if rec[0] == 0 {
 		return nil
 	}
-	return &FaultError{Code: int(rec[0]), A: int64(rec[1]), B: int64(rec[2]), C: int64(rec[3])}
+	return &FaultError{Code: FaultCode(rec[0]), A: int64(rec[1]), B: int64(rec[2]), C: int64(rec[3])}
 }
 
 // afterLaunch applies the CHECK_BOUNDS mode: outside graph capture it waits
@@ -397,9 +420,10 @@ func (s *Stream) afterLaunch(capturing bool) error {
 
 // BeginCapture starts capturing the ops enqueued on s into a graph (relaxed
 // mode: goroutines move between OS threads, so thread-local capture modes do
-// not fit Go). Reserve first (Runtime.ReserveDecode for every decode shape the
-// graph will hold, or give each decode its own DecodeArgs.Workspace): scratch
-// growth during capture is an error, never an allocation.
+// not fit Go). Reserve first (Runtime.ReserveDecode, ReserveVarlen or
+// ReserveSequence for every split-K call the graph will hold, or give each
+// its own Workspace): scratch growth during capture is an error
+// (scratch.ErrGrowDuringCapture), never an allocation.
 //
 // To serve every batch size, capture one graph per size, in any order: each
 // graph keeps the scratch it captured alive until Graph.Close, so a later
@@ -430,7 +454,7 @@ func (s *Stream) BeginCapture() error {
 //
 // # Lifetime
 //
-// A Graph owns the pool scratch its split-K decodes captured: those buffers
+// A Graph owns the pool scratch its split-K calls captured: those buffers
 // stay allocated, whatever later calls do to the stream's pool, until Close
 // (or Runtime.Close, which frees all scratch: close graphs first). The
 // graph's kernels use the scratch of the stream it was captured on, so
@@ -634,8 +658,8 @@ func (t *Timer) Close() error {
 // before EndCapture. Such an event cannot be synchronized on
 // (CUDA_ERROR_CAPTURED_EVENT) until it is recorded again outside a capture.
 // A captured graph pins the split-K scratch of the stream that began the
-// capture only: give decodes enqueued on a joined stream their own
-// DecodeArgs.Workspace.
+// capture only: give split-K calls enqueued on a joined stream their own
+// Workspace.
 //
 // An Event is safe for concurrent use by multiple goroutines; Close must be
 // the last call. A cleanup destroys it if it becomes unreachable first.

@@ -51,8 +51,9 @@ import (
 //     decode's knobs): two kernels each fit for its part instead of one
 //     fit for neither; a batch of one-token sequences only runs as one
 //     batched decode, which reads each KV head's pages once for the whole
-//     group and splits long sequences. It needs no Workspace and Out token-major and
-//     contiguous; the device arrays must then agree with the host copies
+//     group and splits long sequences. This applies only when Workspace is
+//     not set and Out is token-major and contiguous (otherwise one varlen
+//     launch runs the batch); the device arrays must then agree with the host copies
 //     (disagreeing values stay memory-safe and faults are recorded, but
 //     the outputs are undefined). A fault either part records names the
 //     batch's sequence and arrays, as one launch would.

@@ -104,7 +104,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "KV_CAPACITY", File: KeyKVCapacity, Field: "KVCapacity",
 			Default: "512", Allowed: intRange(1, MaxKVCapacity),
-			Description: "Maximum KV length per sequence that launch plans (and captured CUDA graphs) are sized for.",
+			Description: "KV length per sequence that decodes and varlens captured into CUDA graphs (and the Reserve and PlanGraph calls) are planned for where the call's KVCapacity is 0; a graph's block tables must hold it (MaxBlocksPerSeq·BlockSize). Eager calls plan from MaxKVLen and host lengths instead.",
 		},
 		parse:    intParser(1, MaxKVCapacity),
 		option:   func(o Options) (any, bool) { return deref(o.KVCapacity) },
@@ -155,7 +155,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "SPLIT_K_ATTN", File: KeySplitKAttn, Field: "SplitKAttn",
 			Default: "auto", Allowed: splitModeAllowed,
-			Description: "Split-K for varlen attention (prefill, chunked prefill, verify steps; as in the reference design, where PAGED_FLASH governs batched decode): auto lets the planner decide, off (0) disables it, on (1) forces it where the KV is long enough to split.",
+			Description: "Split-K for varlen attention (prefill, chunked prefill, verify steps; PAGED_FLASH governs batched decode): auto lets the planner decide, off (0) disables it, on (1) forces it where the KV is long enough to split.",
 		},
 		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.SplitKAttn) },
@@ -265,7 +265,7 @@ var keys = []key{
 		Key: Key{
 			Env: EnvPrefix + "LOAD_SASS", File: KeyLoadSASS, Field: "LoadSASS",
 			Default: "auto", Allowed: splitModeAllowed,
-			Description: "Which machine code a module loads. Each module embeds SASS built by ptxas 11.8 for sm_80, sm_86, sm_89 and sm_90 beside its PTX, which the driver JIT-compiles (seconds per module on a machine without the driver's JIT cache, milliseconds for SASS); the modules whose SASS measured slower than the driver's JIT code on an architecture (ptx.JITFaster: on sm_90 most varlen and fp8 decode modules) can also embed that JIT code, harvested from the driver's JIT cache on such a GPU (ptx/jit.json). auto loads the recorded JIT code where there is some for the GPU's architecture and the running driver is at least as new as the recording one; else the SASS where the GPU runs it, except that a module whose SASS is slower loads its PTX when no JIT code is recorded for it (its SASS when the recorded code needs a newer driver); on (1) loads the SASS wherever there is one; off (0) always loads the PTX. A module whose recorded JIT code the driver refuses loads its SASS, then its PTX; one whose SASS it refuses, its PTX.",
+			Description: "Which machine code a module loads. Each module embeds SASS for the architectures it runs on (ptxas 11.8's for sm_80, sm_86, sm_89 and sm_90; the sm_90a wgmma modules' by CUDA 12.4's ptxas) beside its PTX, which the driver JIT-compiles (seconds per module on a machine without the driver's JIT cache, milliseconds for SASS); the modules whose SASS measured slower than the driver's JIT code on an architecture (ptx.JITFaster: on sm_90 most varlen and fp8 decode modules) can also embed that JIT code, harvested from the driver's JIT cache on such a GPU (ptx/jit.json). auto loads the recorded JIT code where there is some for the GPU's architecture and the running driver is at least as new as the recording one; else the SASS where the GPU runs it, except that a module whose SASS is slower loads its PTX when no JIT code is recorded for it (its SASS when the recorded code needs a newer driver); on (1) loads the SASS wherever there is one; off (0) always loads the PTX. A module whose recorded JIT code the driver refuses loads its SASS, then its PTX; one whose SASS it refuses, its PTX.",
 		},
 		parse:    parseSplitMode,
 		option:   func(o Options) (any, bool) { return deref(o.LoadSASS) },

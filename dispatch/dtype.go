@@ -14,7 +14,7 @@ type DType uint8
 const (
 	F16  DType = iota + 1 // IEEE half precision
 	BF16                  // bfloat16
-	E4M3                  // fp8 e4m3 (OCP FP8, finite-only); KV cache only
+	E4M3                  // fp8 e4m3 (OCP FP8, finite-only); caches and MLA quantized outputs, never queries
 )
 
 // String returns the name used in kernel entry points: "f16", "bf16", "e4m3".

@@ -336,12 +336,12 @@ func checkQKVFault(c QKVShape, err error, cu []int32, posOff []int32, maxPos, ba
 	case QKVPositionFault:
 		// Any token of the last sequence may be the one recorded.
 		first, end := int64(cu[last]), int64(cu[last+1])
-		if fe.Code != 5 || fe.A < first || fe.A >= end || fe.B != int64(posOff[last])+fe.A-first || fe.C != int64(maxPos) {
+		if fe.Code != pagedkv.FaultPositionBeyond || fe.A < first || fe.A >= end || fe.B != int64(posOff[last])+fe.A-first || fe.C != int64(maxPos) {
 			return errorf("%v: fault %+v, want code 5 for a token in [%d, %d) at position %d + (token − %d), table of %d rows",
 				c, *fe, first, end, posOff[last], first, maxPos)
 		}
 	case QKVBlockFault:
-		if want := (pagedkv.FaultError{Code: 4, A: int64(last), B: int64(badPage), C: int64(badBlock)}); *fe != want {
+		if want := (pagedkv.FaultError{Code: pagedkv.FaultBlockBeyondPool, A: int64(last), B: int64(badPage), C: int64(badBlock)}); *fe != want {
 			return errorf("%v: fault %+v, want %+v", c, *fe, want)
 		}
 	}
