@@ -461,13 +461,15 @@ func (s *Stream) BeginCapture() error {
 // replays of it must not overlap other work that uses that stream's scratch:
 // replay it on its own stream (in order with that stream's eager ops), or
 // on another stream only when nothing else runs on the first; two graphs
-// captured on one stream must not be replayed concurrently. Decodes given
-// their own DecodeArgs.Workspace have none of these limits beyond the
-// workspace itself, which must outlive the graph.
+// captured on one stream must not be replayed concurrently. Calls given
+// their own Workspace have none of these limits beyond the workspace
+// itself, which must outlive the graph.
 //
 // Its kernels record faults (a bad slot, block-table entry or length) in
 // the fault record of the stream it was captured on, whichever stream
-// replays it: that stream's Fault reports them. The record stays allocated
+// replays it: that stream's Fault reports them. Fault waits for that
+// stream only, so after a replay on another stream synchronize the
+// replaying stream (or order the two by an Event) before asking. The record stays allocated
 // until the graph's Close even when the stream is closed first (its Fault
 // is then out of reach, and faults of such replays go unreported). A graph
 // that other code captured on the Stream's handle, outside BeginCapture and
