@@ -208,15 +208,16 @@ func runBench(args []string) error {
 	// A failing section stops the run, but what was measured before it is
 	// still printed and saved.
 	runErr := b.sections(o)
-	if o.JSONPath != "" {
-		data, _ := json.MarshalIndent(b.rep, "", "  ")
-		if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
-			return errors.Join(runErr, err)
-		}
-	}
 	b.print()
 	if len(b.refused) > 0 {
 		runErr = errors.Join(runErr, fmt.Errorf("bench: %d rows refused: %s", len(b.refused), strings.Join(b.refused, "; ")))
+	}
+	if o.JSONPath != "" {
+		data, err := json.MarshalIndent(b.rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(o.JSONPath, append(data, '\n'), 0o644)
+		}
+		runErr = errors.Join(runErr, err)
 	}
 	return runErr
 }
@@ -553,7 +554,7 @@ func (b *bencher) benchRope() error {
 		set.To(&args.SlotMapping)(check.Upload(a, b.s, slots, 8))
 		set.To(&args.CosSin)(check.Upload(a, b.s, cosSin, 4))
 		err := set.Err
-		bytes := float64(2*len(qRaw) + 6*len(kRaw))
+		bytes := float64(2*len(qRaw) + 5*len(kRaw)) // q in and out; k, v in; k_out and both cache rows out
 		if err == nil {
 			err = b.row(fmt.Sprintf("rope+cache T=%d QH=%d KH=%d D=%d bs=%d flash", tokens, qHeads, kvHeads, headDim, blockSize),
 				bytes, func() error { return b.r.RopeCache(b.s, &args) })
@@ -780,9 +781,11 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		seqsGrid, kvGrid = []int{1, 32}, []int{512, 8192}
 	}
 	const limit = 40e9 // skip shapes with more K+V than this
+	// The pool holds the full grid's largest shape even with -quick: the
+	// rows -quick keeps (windows, other head dims) need that many pages.
 	maxPages := 0
-	for _, s := range seqsGrid {
-		for _, kv := range kvGrid {
+	for _, s := range []int{1, 8, 32, 128} {
+		for _, kv := range []int{512, 2048, 8192, 32768} {
 			if float64(s*kv*kvHeads*headDim*4) <= limit {
 				maxPages = max(maxPages, s*kv/blockSize)
 			}
@@ -793,7 +796,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 		return err
 	}
 	ragged := raggedCases()
-	total := 3*len(seqsGrid)*len(kvGrid) + 2*len(ragged)
+	total := len(caches)*len(seqsGrid)*len(kvGrid) + 2*len(ragged)
 	n := 0
 	for _, cache := range caches {
 		if err := b.fillPool(pool, cache); err != nil {
@@ -1075,6 +1078,9 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	kvBytes := c.kvBytes()
 	pagesUsed := pagesOf(c.lens)
 	rot := min(b.rotations(kvBytes, 64), blocks/pagesUsed)
+	if rot < 1 {
+		return benchResult{}, fmt.Errorf("decode %s needs %d pages; the bench's pool holds %d of them", c.shape, pagesUsed, blocks)
+	}
 	a := check.NewArena(b.r)
 	defer a.Free()
 	qRaw, _ := check.RandomTensor(b.g, c.q, seqs*qHeads*headDim, 1)

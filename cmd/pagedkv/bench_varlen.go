@@ -288,7 +288,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 		pflops := varlenFLOPs(bt.qLens, bt.pos, qHeads, hd, 0)
 		rows = append(rows, b.varlenRow(c, dtype, c.shape+" (none)", varlenPlanText(pp), pp.Splits, pus, pflops, varlenBytes(&bt, qHeads, hd, q, cache, 0)))
 	}
-	if b.layouts && c.mods == (benchMods{}) && c.headDim == 0 {
+	if b.layouts && c.mods == (benchMods{}) && c.headDim == 0 && c.graphCap == 0 {
 		// The same batch over the same pages read as the other layouts
 		// (the score modifiers have flash-layout kernels only).
 		for _, layout := range allLayouts[1:] {
@@ -307,7 +307,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 			rows = append(rows, b.varlenRow(c, dtype, c.shape+" "+layout.String(), varlenPlanText(lp), lp.Splits, lus, flops, bytes))
 		}
 	}
-	if doSweep && c.memoryBound && len(c.runs) == 1 {
+	if doSweep && c.memoryBound && len(c.runs) == 1 && c.graphCap == 0 {
 		for _, n := range []int{1, 2, 3, 4, 6, 8, 12, 16} {
 			k := dispatch.DefaultKnobs()
 			k.ForcedSplits = n
@@ -322,7 +322,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 			if err != nil {
 				return nil, err
 			}
-			rows = append(rows, b.varlenRow(c, dtype, c.shape+" forced", varlenPlanText(forced), forced.Splits, fus, flops, bytes))
+			rows = append(rows, b.varlenRow(c, dtype, fmt.Sprintf("%s forced x%d", c.shape, n), varlenPlanText(forced), forced.Splits, fus, flops, bytes))
 		}
 	}
 	if doSweep && !c.memoryBound && len(c.runs) == 1 && c.graphCap == 0 && b.r.Facts().WGMMA {
@@ -343,7 +343,11 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 			if err != nil {
 				return nil, err
 			}
-			rows = append(rows, b.varlenRow(c, dtype, c.shape+" forced", varlenPlanText(other), other.Splits, ous, flops, bytes))
+			cores := "mma.sync"
+			if dispatch.VarlenWGKernel(other.Kernel) {
+				cores = "wgmma"
+			}
+			rows = append(rows, b.varlenRow(c, dtype, c.shape+" forced "+cores, varlenPlanText(other), other.Splits, ous, flops, bytes))
 		}
 	}
 	if !c.twoCalls {

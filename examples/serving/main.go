@@ -74,6 +74,10 @@ func main() {
 	slots := flag.Int("slots", 32, "requests running at most at once")
 	seed := flag.Uint64("seed", 1, "random seed")
 	flag.Parse()
+	if *steps < 1 || *slots < 1 {
+		fmt.Fprintf(os.Stderr, "serving: -steps=%d -slots=%d; allowed: 1 or more each\n", *steps, *slots)
+		os.Exit(2)
+	}
 	if err := run(*steps, *slots, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "serving:", err)
 		os.Exit(1)
@@ -386,7 +390,11 @@ func (e *engine) decode(rs []*request, check bool) (int, error) {
 	if err := g.Launch(e.s); err != nil {
 		return 0, err
 	}
-	if err := e.s.Synchronize(); err != nil {
+	// Fault waits for the stream, then reports a bad block-table entry or
+	// length the replayed kernels found (they never touch memory outside
+	// the buffers, but record it; PAGEDKV_CHECK_BOUNDS does not cover
+	// graph replays).
+	if err := e.s.Fault(); err != nil {
 		return 0, err
 	}
 	if !check {
