@@ -397,9 +397,9 @@ func (r *Runtime) Decode(s *Stream, a *DecodeArgs) error {
 }
 
 // PlanDecodeWith plans a eagerly (for a.MaxKVLen and a.HostKVLens, as
-// Decode would) with explicit knobs instead of the configuration's:
-// benchmarks use it to force split counts. Launch the plan with
-// DecodeWithPlan.
+// Decode would) with explicit knobs instead of the configuration's
+// (DecodeKnobs returns those): benchmarks use it to force split counts.
+// Launch the plan with DecodeWithPlan.
 func (r *Runtime) PlanDecodeWith(a *DecodeArgs, k dispatch.Knobs) (dispatch.DecodePlan, error) {
 	if err := r.live(); err != nil {
 		return dispatch.DecodePlan{}, err

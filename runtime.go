@@ -195,10 +195,9 @@ func deviceInfo(dev driver.Device, ordinal int) (DeviceInfo, error) {
 	return info, nil
 }
 
-// knobsFrom returns the decode planner's knobs of c. As in the reference
-// design, PAGED_FLASH and PAGED_FLASH_SPLITS govern batched decode and
-// SPLIT_K_ATTN only varlen attention (varlenKnobsFrom), so decode plans
-// leave SplitK at auto.
+// knobsFrom returns the decode planner's knobs of c. PAGED_FLASH and
+// PAGED_FLASH_SPLITS govern batched decode and SPLIT_K_ATTN only varlen
+// attention (varlenKnobsFrom), so decode plans leave SplitK at auto.
 func knobsFrom(c config.Config) dispatch.Knobs {
 	k := dispatch.DefaultKnobs()
 	k.PagedFlash = c.PagedFlash
@@ -220,6 +219,26 @@ func varlenKnobsFrom(c config.Config) dispatch.Knobs {
 	k.Clusters = c.VarlenClusters
 	k.VarlenWGMMA = splitMode(c.VarlenWGMMA)
 	return k
+}
+
+// DecodeKnobs returns the knobs decode plans are made with (the
+// configuration in effect): change one field and pass them to
+// PlanDecodeWith to force that choice alone (the zero Knobs for a nil
+// Runtime).
+func (r *Runtime) DecodeKnobs() dispatch.Knobs {
+	if r == nil {
+		return dispatch.Knobs{}
+	}
+	return r.knobs
+}
+
+// VarlenKnobs returns the knobs varlen plans are made with, for
+// PlanVarlenWith, as DecodeKnobs does for decode.
+func (r *Runtime) VarlenKnobs() dispatch.Knobs {
+	if r == nil {
+		return dispatch.Knobs{}
+	}
+	return r.varlenKnobs
 }
 
 // splitMode maps a config split mode to the planner's (the two mirror each

@@ -510,7 +510,8 @@ func (r *Runtime) loadVarlenKernels(plan *dispatch.VarlenPlan) (loaded bool, err
 }
 
 // PlanVarlenWith plans a with explicit knobs instead of the configuration's
-// (benchmarks force split counts with it). Launch it with VarlenWithPlan.
+// (VarlenKnobs returns those; benchmarks force split counts with it).
+// Launch it with VarlenWithPlan.
 func (r *Runtime) PlanVarlenWith(a *VarlenArgs, k dispatch.Knobs) (dispatch.VarlenPlan, error) {
 	if err := r.live(); err != nil {
 		return dispatch.VarlenPlan{}, err

@@ -1187,14 +1187,9 @@ func (b *bencher) decodeShape(pool *pagePool, c decodeCase) (benchResult, error)
 	return res, nil
 }
 
-// knobs are the default knobs with the runtime's merge path and kernels, so
-// forced plans differ from the automatic one only where asked.
-func (b *bencher) knobs() dispatch.Knobs {
-	k := dispatch.DefaultKnobs()
-	k.Clusters = b.r.Config().DecodeClusters
-	k.Narrow = b.r.Config().DecodeNarrow
-	return k
-}
+// knobs are the runtime's decode knobs, so forced plans differ from the
+// automatic one only where asked.
+func (b *bencher) knobs() dispatch.Knobs { return b.r.DecodeKnobs() }
 
 // captureEach records one graph of op(i) per input set i < n, after
 // reserve(i) sized the stream's scratch for it, as an engine captures its

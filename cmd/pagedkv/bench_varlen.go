@@ -309,7 +309,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 	}
 	if doSweep && c.memoryBound && len(c.runs) == 1 && c.graphCap == 0 {
 		for _, n := range []int{1, 2, 3, 4, 6, 8, 12, 16} {
-			k := dispatch.DefaultKnobs()
+			k := b.r.VarlenKnobs()
 			k.ForcedSplits = n
 			forced, err := b.r.PlanVarlenWith(&sets[0], k)
 			if err != nil {
@@ -329,7 +329,7 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 		// The other tensor-core choice (wgmma or mma.sync) for the same
 		// batch, where the device has both: how far the planner's choice
 		// is from the better.
-		k := dispatch.DefaultKnobs()
+		k := b.r.VarlenKnobs()
 		k.VarlenWGMMA = dispatch.SplitOn
 		if dispatch.VarlenWGKernel(plan.Kernel) {
 			k.VarlenWGMMA = dispatch.SplitOff
