@@ -777,6 +777,7 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 	const qHeads, kvHeads, headDim, blockSize = 32, 8, 128, 16
 	seqsGrid := []int{1, 8, 32, 128}
 	kvGrid := []int{512, 2048, 8192, 32768}
+	fullSeqs, fullKV := seqsGrid, kvGrid
 	if quick {
 		seqsGrid, kvGrid = []int{1, 32}, []int{512, 8192}
 	}
@@ -784,8 +785,8 @@ func (b *bencher) benchDecode(caches []pagedkv.DType, quick, doSweep bool) error
 	// The pool holds the full grid's largest shape even with -quick: the
 	// rows -quick keeps (windows, other head dims) need that many pages.
 	maxPages := 0
-	for _, s := range []int{1, 8, 32, 128} {
-		for _, kv := range []int{512, 2048, 8192, 32768} {
+	for _, s := range fullSeqs {
+		for _, kv := range fullKV {
 			if float64(s*kv*kvHeads*headDim*4) <= limit {
 				maxPages = max(maxPages, s*kv/blockSize)
 			}

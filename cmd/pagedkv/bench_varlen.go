@@ -338,13 +338,13 @@ func (b *bencher) varlenShape(pool *pagePool, c varlenCase, q, cache pagedkv.DTy
 		if err != nil {
 			return nil, err
 		}
-		if dispatch.VarlenWGKernel(other.Kernel) != dispatch.VarlenWGKernel(plan.Kernel) {
+		if otherWG := dispatch.VarlenWGKernel(other.Kernel); otherWG != dispatch.VarlenWGKernel(plan.Kernel) {
 			ous, err := b.measure(func(i int) error { return b.r.VarlenWithPlan(b.s, &sets[i%rot], other) })
 			if err != nil {
 				return nil, err
 			}
 			cores := "mma.sync"
-			if dispatch.VarlenWGKernel(other.Kernel) {
+			if otherWG {
 				cores = "wgmma"
 			}
 			rows = append(rows, b.varlenRow(c, dtype, c.shape+" forced "+cores, varlenPlanText(other), other.Splits, ous, flops, bytes))
